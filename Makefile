@@ -1,0 +1,38 @@
+# warden: `make demo`, `make test`, `make bench`. Each creates .venv when missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: all install gen lint test demo bench images docker clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Regenerate the committed gRPC stubs from proto/ (tests fail when they drift).
+gen: $(STAMP)
+	$(BIN)/python -m warden.protogen
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy checkpoint toolrunner driver warden
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+demo: $(STAMP)
+	$(BIN)/python -m demo
+
+clean:
+	rm -rf $(VENV) .warden .pytest_cache

@@ -1,0 +1,216 @@
+"""The policy files' schema: what an operator may write, and nothing else.
+
+Every model forbids unknown keys, so a typo is an error with file:line, never a silently ignored
+setting. `warden policy schema` writes the JSON Schema generated from these models for editors.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
+Pattern = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class Access(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    DESTRUCTIVE = "destructive"
+    LEARN = "learn"
+
+
+class Budget(Strict):
+    """Ceilings for the eleven breakers. Unset means no ceiling at this level."""
+
+    tokens: int | None = Field(None, ge=0)
+    turns: int | None = Field(None, ge=0)
+    turns_total: int | None = Field(None, ge=0)
+    tool_calls: int | None = Field(None, ge=0, description="tool calls per turn")
+    wall_clock_seconds: float | None = Field(None, ge=0)
+    repetition: int | None = Field(None, ge=0, description="identical calls (same tool, same arguments)")
+    failures: int | None = Field(None, ge=0, description="failed or denied calls in a row")
+    drift: int | None = Field(None, ge=0, description="calls that serve no plan step")
+    tree_tokens: int | None = Field(None, ge=0, description="tokens used by the whole delegation tree")
+    spend_usd: float | None = Field(None, ge=0, description="the run's share of the daily spend")
+    provider_refusals: int | None = Field(None, ge=0)
+
+
+class Scope(Strict):
+    """What an agent's tools may touch. Entries are glob patterns (`*.lab.example.com`)."""
+
+    access: list[Access] = Field(default_factory=list)
+    images: list[Pattern] = Field(default_factory=list)
+    nodes: list[Pattern] = Field(default_factory=list)
+    connections: list[Pattern] = Field(default_factory=list)
+    subjects: list[Pattern] = Field(default_factory=list)
+
+
+class Agent(Strict):
+    kind: Literal["Agent"]
+    name: Name
+    description: str = ""
+    persona: str = Field(..., min_length=1, description="the role in plain words")
+    tenant: Name = "default"
+    allowlist: list[str] = Field(
+        default_factory=list, description="tool names; empty means none; '*' must be written out"
+    )
+    scope: Scope = Field(default_factory=Scope)
+    budget: Budget = Field(default_factory=Budget)
+    delegates: list[Name] = Field(default_factory=list, description="agents this agent may delegate to")
+
+    @field_validator("allowlist")
+    @classmethod
+    def _allowlist_names(cls, v: list[str]) -> list[str]:
+        for item in v:
+            if item != "*" and not re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", item):
+                raise ValueError(f"allowlist entry {item!r} is not a tool name or '*'")
+        if len(set(v)) != len(v):
+            raise ValueError("allowlist names a tool twice")
+        return v
+
+
+class Touches(Strict):
+    """CEL expressions over `args` that return the list of strings the call touches."""
+
+    images: str | None = None
+    nodes: str | None = None
+    connections: str | None = None
+    subjects: str | None = None
+
+
+class Limits(Strict):
+    memory_mb: int = Field(256, ge=4, le=65536)
+    cpus: float = Field(1.0, gt=0, le=64)
+    pids: int = Field(64, ge=1, le=65536)
+    nofile: int = Field(256, ge=16, le=1048576)
+    fsize_mb: int = Field(16, ge=1, le=65536)
+    tmpfs_mb: int = Field(16, ge=1, le=4096)
+
+
+class Run(Strict):
+    """How the toolrunner runs the tool: a locked-down container, argv never through a shell."""
+
+    image: Pattern = Field(..., description="a local image reference; never pulled during a call")
+    command: list[str] = Field(
+        ..., min_length=1, description="argv template; '{name}' is replaced by the argument 'name'"
+    )
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: list[Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]] = Field(
+        default_factory=list, description="names of secrets the toolrunner injects as environment variables"
+    )
+    timeout_seconds: float = Field(30, gt=0, le=3600)
+    output_cap_bytes: int = Field(65536, ge=256, le=16 * 1024 * 1024)
+    network: bool = Field(False, description="attach a network; allowed only with connections in touches")
+    read_only_root: bool = True
+    user: str = "65534:65534"
+    limits: Limits = Field(default_factory=Limits)
+    runtime: str | None = Field(None, description="an OCI runtime the daemon has, e.g. runsc")
+
+
+class Masking(Strict):
+    """How this tool's arguments are written to the decision log."""
+
+    drop: list[str] = Field(default_factory=list, description="dotted argument paths removed")
+    hash: list[str] = Field(default_factory=list, description="dotted argument paths replaced by sha256")
+
+
+class Tool(Strict):
+    kind: Literal["Tool"]
+    name: Name
+    description: str = ""
+    access: Access
+    agent_management: bool = Field(False, description="manages agents: never allowed, not even by '*'")
+    input_schema: dict[str, Any] = Field(..., description="JSON Schema (draft 2020-12) of the arguments")
+    touches: Touches = Field(default_factory=Touches)
+    run: Run | None = None
+    audit: Masking = Field(default_factory=Masking)
+
+
+class Effect(StrEnum):
+    DENY_IF = "deny_if"
+    APPROVE_IF = "approve_if"
+
+
+ActionKind = Literal["tool_call", "model_call", "delegation", "plan"]
+
+
+class Rule(Strict):
+    kind: Literal["Rule"]
+    name: Name
+    description: str = ""
+    effect: Effect
+    condition: str = Field(..., min_length=1, description="CEL; true means the effect applies")
+    code: Name | None = Field(None, description="defaults to rule_denied / approval_required")
+    reason: str = ""
+    actions: list[ActionKind] = Field(default_factory=lambda: ["tool_call"])
+    tools: list[Name] = Field(default_factory=list, description="only these tools; empty means every tool")
+    agents: list[Name] = Field(default_factory=list, description="only these agents; empty means every agent")
+
+    def effective_code(self) -> str:
+        return self.code or ("rule_denied" if self.effect is Effect.DENY_IF else "approval_required")
+
+
+class OffLimitsSubject(Strict):
+    pattern: Pattern
+    reason: str = Field(..., min_length=1)
+
+
+class OffLimits(Strict):
+    kind: Literal["OffLimits"]
+    subjects: list[OffLimitsSubject] = Field(..., min_length=1)
+
+
+class DelegationLimits(Strict):
+    max_depth: int | None = Field(None, ge=0, le=3)
+    max_children: int | None = Field(None, ge=0, le=5)
+    max_tree: int | None = Field(None, ge=1, le=20)
+
+
+class DailySpend(Strict):
+    per_owner_usd: float | None = Field(None, ge=0)
+    tenant_usd: float | None = Field(None, ge=0)
+
+
+class ModelPrice(Strict):
+    input_per_mtok_usd: float = Field(..., ge=0)
+    output_per_mtok_usd: float = Field(..., ge=0)
+
+
+class Tenant(Strict):
+    kind: Literal["Tenant"]
+    name: Name
+    ceilings: Budget = Field(default_factory=Budget)
+    daily_spend: DailySpend = Field(default_factory=DailySpend)
+    delegation: DelegationLimits = Field(default_factory=DelegationLimits)
+
+
+class Instance(Strict):
+    kind: Literal["Instance"]
+    ceilings: Budget = Field(default_factory=Budget)
+    daily_spend: DailySpend = Field(default_factory=DailySpend)
+    delegation: DelegationLimits = Field(default_factory=DelegationLimits)
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    grant_ttl_seconds: float = Field(120, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _no_zero_tree(self) -> Instance:
+        return self
+
+
+Document = Agent | Tool | Rule | OffLimits | Tenant | Instance
+KINDS: dict[str, type[Strict]] = {
+    "Agent": Agent,
+    "Tool": Tool,
+    "Rule": Rule,
+    "OffLimits": OffLimits,
+    "Tenant": Tenant,
+    "Instance": Instance,
+}

@@ -1,0 +1,1 @@
+"""warden: shared contracts (generated gRPC stubs, grants, canonical JSON) and the `warden` CLI."""

@@ -1,0 +1,479 @@
+import datetime
+
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VERDICT_UNSPECIFIED: _ClassVar[Verdict]
+    VERDICT_ALLOW: _ClassVar[Verdict]
+    VERDICT_DENY: _ClassVar[Verdict]
+    VERDICT_REQUIRE_APPROVAL: _ClassVar[Verdict]
+    VERDICT_HALT: _ClassVar[Verdict]
+
+class RunMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_MODE_UNSPECIFIED: _ClassVar[RunMode]
+    RUN_MODE_INTERACTIVE: _ClassVar[RunMode]
+    RUN_MODE_BACKGROUND: _ClassVar[RunMode]
+
+class ActorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACTOR_KIND_UNSPECIFIED: _ClassVar[ActorKind]
+    ACTOR_KIND_PERSON: _ClassVar[ActorKind]
+    ACTOR_KIND_AGENT: _ClassVar[ActorKind]
+VERDICT_UNSPECIFIED: Verdict
+VERDICT_ALLOW: Verdict
+VERDICT_DENY: Verdict
+VERDICT_REQUIRE_APPROVAL: Verdict
+VERDICT_HALT: Verdict
+RUN_MODE_UNSPECIFIED: RunMode
+RUN_MODE_INTERACTIVE: RunMode
+RUN_MODE_BACKGROUND: RunMode
+ACTOR_KIND_UNSPECIFIED: ActorKind
+ACTOR_KIND_PERSON: ActorKind
+ACTOR_KIND_AGENT: ActorKind
+
+class Scope(_message.Message):
+    __slots__ = ("tools", "access", "images", "nodes", "connections", "subjects")
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    SUBJECTS_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    access: _containers.RepeatedScalarFieldContainer[str]
+    images: _containers.RepeatedScalarFieldContainer[str]
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    connections: _containers.RepeatedScalarFieldContainer[str]
+    subjects: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tools: _Optional[_Iterable[str]] = ..., access: _Optional[_Iterable[str]] = ..., images: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., connections: _Optional[_Iterable[str]] = ..., subjects: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Budget(_message.Message):
+    __slots__ = ("tokens", "turns", "turns_total", "tool_calls", "wall_clock_seconds", "repetition", "failures", "drift", "tree_tokens", "spend_usd", "provider_refusals")
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    WALL_CLOCK_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    DRIFT_FIELD_NUMBER: _ClassVar[int]
+    TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    tokens: int
+    turns: int
+    turns_total: int
+    tool_calls: int
+    wall_clock_seconds: float
+    repetition: int
+    failures: int
+    drift: int
+    tree_tokens: int
+    spend_usd: float
+    provider_refusals: int
+    def __init__(self, tokens: _Optional[int] = ..., turns: _Optional[int] = ..., turns_total: _Optional[int] = ..., tool_calls: _Optional[int] = ..., wall_clock_seconds: _Optional[float] = ..., repetition: _Optional[int] = ..., failures: _Optional[int] = ..., drift: _Optional[int] = ..., tree_tokens: _Optional[int] = ..., spend_usd: _Optional[float] = ..., provider_refusals: _Optional[int] = ...) -> None: ...
+
+class Actor(_message.Message):
+    __slots__ = ("kind", "id", "agent_version", "run_id", "narrowing", "budget")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    NARROWING_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    kind: ActorKind
+    id: str
+    agent_version: str
+    run_id: str
+    narrowing: Scope
+    budget: Budget
+    def __init__(self, kind: _Optional[_Union[ActorKind, str]] = ..., id: _Optional[str] = ..., agent_version: _Optional[str] = ..., run_id: _Optional[str] = ..., narrowing: _Optional[_Union[Scope, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
+
+class RunContext(_message.Message):
+    __slots__ = ("tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "mode", "budget", "has_plan")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_CHAIN_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    HAS_PLAN_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    run_id: str
+    root_run_id: str
+    parent_run_id: str
+    actor_chain: _containers.RepeatedCompositeFieldContainer[Actor]
+    mode: RunMode
+    budget: Budget
+    has_plan: bool
+    def __init__(self, tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., has_plan: _Optional[bool] = ...) -> None: ...
+
+class Counters(_message.Message):
+    __slots__ = ("stretch_tokens", "stretch_turns", "total_turns", "turn_tool_calls", "wall_clock_seconds", "identical_calls", "consecutive_failures", "drift", "tree_tokens", "owner_spend_today_usd", "tenant_spend_today_usd", "provider_refusals", "children", "tree_runs")
+    STRETCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STRETCH_TURNS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TURNS_FIELD_NUMBER: _ClassVar[int]
+    TURN_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    WALL_CLOCK_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IDENTICAL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    DRIFT_FIELD_NUMBER: _ClassVar[int]
+    TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_SPEND_TODAY_USD_FIELD_NUMBER: _ClassVar[int]
+    TENANT_SPEND_TODAY_USD_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    TREE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    stretch_tokens: int
+    stretch_turns: int
+    total_turns: int
+    turn_tool_calls: int
+    wall_clock_seconds: float
+    identical_calls: int
+    consecutive_failures: int
+    drift: int
+    tree_tokens: int
+    owner_spend_today_usd: float
+    tenant_spend_today_usd: float
+    provider_refusals: int
+    children: int
+    tree_runs: int
+    def __init__(self, stretch_tokens: _Optional[int] = ..., stretch_turns: _Optional[int] = ..., total_turns: _Optional[int] = ..., turn_tool_calls: _Optional[int] = ..., wall_clock_seconds: _Optional[float] = ..., identical_calls: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., drift: _Optional[int] = ..., tree_tokens: _Optional[int] = ..., owner_spend_today_usd: _Optional[float] = ..., tenant_spend_today_usd: _Optional[float] = ..., provider_refusals: _Optional[int] = ..., children: _Optional[int] = ..., tree_runs: _Optional[int] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("tool", "arguments", "plan_step")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_STEP_FIELD_NUMBER: _ClassVar[int]
+    tool: str
+    arguments: _struct_pb2.Struct
+    plan_step: str
+    def __init__(self, tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., plan_step: _Optional[str] = ...) -> None: ...
+
+class ModelCall(_message.Message):
+    __slots__ = ("provider", "model", "max_tokens", "input_tokens")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    max_tokens: int
+    input_tokens: int
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., max_tokens: _Optional[int] = ..., input_tokens: _Optional[int] = ...) -> None: ...
+
+class Delegation(_message.Message):
+    __slots__ = ("agent", "agent_version", "narrowing", "budget")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NARROWING_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    agent_version: str
+    narrowing: Scope
+    budget: Budget
+    def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., narrowing: _Optional[_Union[Scope, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
+
+class PlanStep(_message.Message):
+    __slots__ = ("id", "tool", "arguments", "description")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    tool: str
+    arguments: _struct_pb2.Struct
+    description: str
+    def __init__(self, id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., description: _Optional[str] = ...) -> None: ...
+
+class Plan(_message.Message):
+    __slots__ = ("steps",)
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
+    def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ...) -> None: ...
+
+class CheckRequest(_message.Message):
+    __slots__ = ("run", "tool_call", "model_call", "delegation", "plan", "counters", "explain")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALL_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    run: RunContext
+    tool_call: ToolCall
+    model_call: ModelCall
+    delegation: Delegation
+    plan: Plan
+    counters: Counters
+    explain: bool
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., model_call: _Optional[_Union[ModelCall, _Mapping]] = ..., delegation: _Optional[_Union[Delegation, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., explain: _Optional[bool] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("decision_id", "run_id", "agent", "agent_version", "tool", "arguments_sha256", "policy_revision", "expires_at", "key_id", "signature")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
+    POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    run_id: str
+    agent: str
+    agent_version: str
+    tool: str
+    arguments_sha256: str
+    policy_revision: str
+    expires_at: _timestamp_pb2.Timestamp
+    key_id: str
+    signature: bytes
+    def __init__(self, decision_id: _Optional[str] = ..., run_id: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., policy_revision: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_id: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class RuleOutcome(_message.Message):
+    __slots__ = ("rule", "outcome", "code", "detail")
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    rule: str
+    outcome: str
+    code: str
+    detail: str
+    def __init__(self, rule: _Optional[str] = ..., outcome: _Optional[str] = ..., code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class PlanStepResult(_message.Message):
+    __slots__ = ("step_id", "index", "verdict", "code", "rule", "reason")
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    step_id: str
+    index: int
+    verdict: Verdict
+    code: str
+    rule: str
+    reason: str
+    def __init__(self, step_id: _Optional[str] = ..., index: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CheckResponse(_message.Message):
+    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_AS_DRIFT_FIELD_NUMBER: _ClassVar[int]
+    CHILD_AUTHORITY_FIELD_NUMBER: _ClassVar[int]
+    PLAN_STEPS_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    CHILD_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    verdict: Verdict
+    code: str
+    rule: str
+    reason: str
+    agent: str
+    agent_version: str
+    policy_revision: str
+    grant: Grant
+    explanation: _containers.RepeatedCompositeFieldContainer[RuleOutcome]
+    counts_as_drift: bool
+    child_authority: Scope
+    plan_steps: _containers.RepeatedCompositeFieldContainer[PlanStepResult]
+    decided_at: _timestamp_pb2.Timestamp
+    child_budget: Budget
+    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
+
+class CheckBatchItem(_message.Message):
+    __slots__ = ("correlation_id", "request")
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    correlation_id: str
+    request: CheckRequest
+    def __init__(self, correlation_id: _Optional[str] = ..., request: _Optional[_Union[CheckRequest, _Mapping]] = ...) -> None: ...
+
+class CheckBatchRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[CheckBatchItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[CheckBatchItem, _Mapping]]] = ...) -> None: ...
+
+class ErrorDetail(_message.Message):
+    __slots__ = ("code", "message", "field")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    field: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
+
+class CheckBatchResult(_message.Message):
+    __slots__ = ("correlation_id", "response", "error")
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    correlation_id: str
+    response: CheckResponse
+    error: ErrorDetail
+    def __init__(self, correlation_id: _Optional[str] = ..., response: _Optional[_Union[CheckResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class CheckBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CheckBatchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CheckBatchResult, _Mapping]]] = ...) -> None: ...
+
+class CheckPlanRequest(_message.Message):
+    __slots__ = ("run", "plan", "counters", "explain")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    run: RunContext
+    plan: Plan
+    counters: Counters
+    explain: bool
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., explain: _Optional[bool] = ...) -> None: ...
+
+class CheckPlanResponse(_message.Message):
+    __slots__ = ("decision",)
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    decision: CheckResponse
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ...) -> None: ...
+
+class ResolveAgentRequest(_message.Message):
+    __slots__ = ("agent", "agent_version")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    agent_version: str
+    def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ...) -> None: ...
+
+class ResolveAgentResponse(_message.Message):
+    __slots__ = ("agent", "agent_version", "persona", "tools", "scope", "budget", "policy_revision", "tenant", "tool_specs")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PERSONA_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_SPECS_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    agent_version: str
+    persona: str
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    scope: Scope
+    budget: Budget
+    policy_revision: str
+    tenant: str
+    tool_specs: _containers.RepeatedCompositeFieldContainer[ToolSpec]
+    def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., persona: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy_revision: _Optional[str] = ..., tenant: _Optional[str] = ..., tool_specs: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ...) -> None: ...
+
+class ToolSpec(_message.Message):
+    __slots__ = ("name", "description", "input_schema", "access")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    input_schema: _struct_pb2.Struct
+    access: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., access: _Optional[str] = ...) -> None: ...
+
+class DecisionRecord(_message.Message):
+    __slots__ = ("seq", "decision_id", "time", "tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "accountable_person", "agent", "agent_version", "action", "tool", "arguments", "verdict", "code", "rule", "reason", "policy_revision", "latency_us", "prev_hash", "hash")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_CHAIN_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTABLE_PERSON_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_US_FIELD_NUMBER: _ClassVar[int]
+    PREV_HASH_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    decision_id: str
+    time: _timestamp_pb2.Timestamp
+    tenant: str
+    run_id: str
+    root_run_id: str
+    parent_run_id: str
+    actor_chain: _containers.RepeatedCompositeFieldContainer[Actor]
+    accountable_person: str
+    agent: str
+    agent_version: str
+    action: str
+    tool: str
+    arguments: _struct_pb2.Struct
+    verdict: Verdict
+    code: str
+    rule: str
+    reason: str
+    policy_revision: str
+    latency_us: int
+    prev_hash: str
+    hash: str
+    def __init__(self, seq: _Optional[int] = ..., decision_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., accountable_person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., action: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., policy_revision: _Optional[str] = ..., latency_us: _Optional[int] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ...) -> None: ...
+
+class WatchDecisionsRequest(_message.Message):
+    __slots__ = ("after_seq", "run_id", "agent", "verdict", "code", "no_follow")
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    NO_FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    run_id: str
+    agent: str
+    verdict: Verdict
+    code: str
+    no_follow: bool
+    def __init__(self, after_seq: _Optional[int] = ..., run_id: _Optional[str] = ..., agent: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., no_follow: _Optional[bool] = ...) -> None: ...
+
+class WatchDecisionsResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: DecisionRecord
+    def __init__(self, record: _Optional[_Union[DecisionRecord, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,50 @@
+"""The one `warden` command. Each process package contributes its own subcommands.
+
+A package registers subcommands through a ``register(subparsers)`` function in its
+``cli`` module; the modules are imported lazily so that `warden --help` stays fast
+and a broken optional part never hides the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (module, what it adds). Order is the order shown in --help.
+_COMMAND_MODULES = (
+    "checkpoint.cli",  # policy check/test, check, checkpoint serve, keys
+    "checkpoint.audit.cli",  # audit tail/query/verify/export
+    "toolrunner.cli",  # toolrunner serve
+    "driver.cli",  # up, run, runs, approve, reject, resume, cancel
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="warden",
+        description="warden governs AI agents: every step of the loop is a decision code takes, and is recorded.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that part is not built yet
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

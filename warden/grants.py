@@ -1,0 +1,148 @@
+"""Grants: the checkpoint's signed permission to run exactly one tool call.
+
+Scheme: HMAC-SHA256 over the canonical JSON of the grant's fields, with a key that only the
+checkpoint and the toolrunner hold (never the driver, never the model). See docs/grants.md for
+the threat model and why HMAC rather than Ed25519 (about 4 us to sign or verify here, against
+71 us / 240 us, on the hot path of every allowed call).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from warden import canonical
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+DEFAULT_TTL_SECONDS = 120
+KEY_BYTES = 32
+
+
+class GrantError(Exception):
+    """A grant the toolrunner must refuse; `code` is one of the toolrunner's stable codes."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    key_id: str
+    secret: bytes
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        secret = secrets.token_bytes(KEY_BYTES)
+        return cls(key_id=hashlib.sha256(secret).hexdigest()[:16], secret=secret)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SigningKey:
+        data = json.loads(Path(path).read_text())
+        secret = bytes.fromhex(data["secret"])
+        if len(secret) < KEY_BYTES:
+            raise ValueError(f"{path}: key is shorter than {KEY_BYTES} bytes")
+        return cls(key_id=data["key_id"], secret=secret)
+
+    def save(self, path: str | Path) -> None:
+        """Write the key readable by its owner only (0600); refuse to overwrite."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key_id": self.key_id, "secret": self.secret.hex(), "alg": "HS256"}, f)
+            f.write("\n")
+
+
+def _signed_bytes(grant: pb.Grant) -> bytes:
+    return canonical.dumps(
+        {
+            "v": 1,
+            "decision_id": grant.decision_id,
+            "run_id": grant.run_id,
+            "agent": grant.agent,
+            "agent_version": grant.agent_version,
+            "tool": grant.tool,
+            "arguments_sha256": grant.arguments_sha256,
+            "policy_revision": grant.policy_revision,
+            "expires_at_ms": grant.expires_at.seconds * 1000 + grant.expires_at.nanos // 1_000_000,
+            "key_id": grant.key_id,
+        }
+    )
+
+
+def sign(
+    key: SigningKey,
+    *,
+    decision_id: str,
+    run_id: str,
+    agent: str,
+    agent_version: str,
+    tool: str,
+    arguments: Any,
+    policy_revision: str,
+    ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    now: float | None = None,
+) -> pb.Grant:
+    expires_ms = int(((time.time() if now is None else now) + ttl_seconds) * 1000)
+    grant = pb.Grant(
+        decision_id=decision_id,
+        run_id=run_id,
+        agent=agent,
+        agent_version=agent_version,
+        tool=tool,
+        arguments_sha256=canonical.sha256_hex(arguments),
+        policy_revision=policy_revision,
+        key_id=key.key_id,
+    )
+    grant.expires_at.seconds, ms = divmod(expires_ms, 1000)
+    grant.expires_at.nanos = ms * 1_000_000
+    grant.signature = hmac.new(key.secret, _signed_bytes(grant), hashlib.sha256).digest()
+    return grant
+
+
+def verify(
+    keys: dict[str, SigningKey] | SigningKey,
+    grant: pb.Grant | None,
+    *,
+    run_id: str,
+    agent_version: str,
+    tool: str,
+    arguments: Any,
+    now: float | None = None,
+) -> None:
+    """Raise GrantError unless `grant` was signed by a known key for exactly this call, unexpired.
+
+    Order matters: the signature is checked before any field is trusted, so a forged grant is
+    `grant_invalid` whatever it claims.
+    """
+    if grant is None or not grant.signature:
+        raise GrantError("grant_missing", "the call carries no grant")
+    keyring = {keys.key_id: keys} if isinstance(keys, SigningKey) else keys
+    key = keyring.get(grant.key_id)
+    expected = hmac.new(key.secret, _signed_bytes(grant), hashlib.sha256).digest() if key else b""
+    if not key or not hmac.compare_digest(expected, grant.signature):
+        raise GrantError("grant_invalid", "the grant's signature does not verify")
+    expires = grant.expires_at.seconds + grant.expires_at.nanos / 1e9
+    if (time.time() if now is None else now) >= expires:
+        raise GrantError("grant_expired", f"the grant expired at {grant.expires_at.ToJsonString()}")
+    mismatches = [
+        name
+        for name, got, want in (
+            ("run_id", grant.run_id, run_id),
+            ("agent_version", grant.agent_version, agent_version),
+            ("tool", grant.tool, tool),
+            ("arguments", grant.arguments_sha256, canonical.sha256_hex(arguments)),
+        )
+        if got != want
+    ]
+    if mismatches:
+        raise GrantError("grant_mismatch", "the grant was issued for a different " + ", ".join(mismatches))
