@@ -10,7 +10,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -199,10 +199,6 @@ class Instance(Strict):
     delegation: DelegationLimits = Field(default_factory=DelegationLimits)
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
     grant_ttl_seconds: float = Field(120, gt=0, le=3600)
-
-    @model_validator(mode="after")
-    def _no_zero_tree(self) -> Instance:
-        return self
 
 
 Document = Agent | Tool | Rule | OffLimits | Tenant | Instance

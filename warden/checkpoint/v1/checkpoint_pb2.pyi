@@ -121,7 +121,7 @@ class RunContext(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., has_plan: _Optional[bool] = ...) -> None: ...
 
 class Counters(_message.Message):
-    __slots__ = ("stretch_tokens", "stretch_turns", "total_turns", "turn_tool_calls", "wall_clock_seconds", "identical_calls", "consecutive_failures", "drift", "tree_tokens", "owner_spend_today_usd", "tenant_spend_today_usd", "provider_refusals", "children", "tree_runs")
+    __slots__ = ("stretch_tokens", "stretch_turns", "total_turns", "turn_tool_calls", "wall_clock_seconds", "identical_calls", "consecutive_failures", "drift", "tree_tokens", "owner_spend_today_usd", "tenant_spend_today_usd", "provider_refusals", "children", "tree_runs", "run_spend_usd")
     STRETCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STRETCH_TURNS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TURNS_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,7 @@ class Counters(_message.Message):
     PROVIDER_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     CHILDREN_FIELD_NUMBER: _ClassVar[int]
     TREE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    RUN_SPEND_USD_FIELD_NUMBER: _ClassVar[int]
     stretch_tokens: int
     stretch_turns: int
     total_turns: int
@@ -150,7 +151,8 @@ class Counters(_message.Message):
     provider_refusals: int
     children: int
     tree_runs: int
-    def __init__(self, stretch_tokens: _Optional[int] = ..., stretch_turns: _Optional[int] = ..., total_turns: _Optional[int] = ..., turn_tool_calls: _Optional[int] = ..., wall_clock_seconds: _Optional[float] = ..., identical_calls: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., drift: _Optional[int] = ..., tree_tokens: _Optional[int] = ..., owner_spend_today_usd: _Optional[float] = ..., tenant_spend_today_usd: _Optional[float] = ..., provider_refusals: _Optional[int] = ..., children: _Optional[int] = ..., tree_runs: _Optional[int] = ...) -> None: ...
+    run_spend_usd: float
+    def __init__(self, stretch_tokens: _Optional[int] = ..., stretch_turns: _Optional[int] = ..., total_turns: _Optional[int] = ..., turn_tool_calls: _Optional[int] = ..., wall_clock_seconds: _Optional[float] = ..., identical_calls: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., drift: _Optional[int] = ..., tree_tokens: _Optional[int] = ..., owner_spend_today_usd: _Optional[float] = ..., tenant_spend_today_usd: _Optional[float] = ..., provider_refusals: _Optional[int] = ..., children: _Optional[int] = ..., tree_runs: _Optional[int] = ..., run_spend_usd: _Optional[float] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("tool", "arguments", "plan_step")
@@ -205,7 +207,7 @@ class Plan(_message.Message):
     def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ...) -> None: ...
 
 class CheckRequest(_message.Message):
-    __slots__ = ("run", "tool_call", "model_call", "delegation", "plan", "counters", "explain")
+    __slots__ = ("run", "tool_call", "model_call", "delegation", "plan", "counters", "explain", "approval")
     RUN_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALL_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +215,7 @@ class CheckRequest(_message.Message):
     PLAN_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
     run: RunContext
     tool_call: ToolCall
     model_call: ModelCall
@@ -220,7 +223,16 @@ class CheckRequest(_message.Message):
     plan: Plan
     counters: Counters
     explain: bool
-    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., model_call: _Optional[_Union[ModelCall, _Mapping]] = ..., delegation: _Optional[_Union[Delegation, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., explain: _Optional[bool] = ...) -> None: ...
+    approval: Approval
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., model_call: _Optional[_Union[ModelCall, _Mapping]] = ..., delegation: _Optional[_Union[Delegation, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., explain: _Optional[bool] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
+
+class Approval(_message.Message):
+    __slots__ = ("decision_id", "approver")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    approver: str
+    def __init__(self, decision_id: _Optional[str] = ..., approver: _Optional[str] = ...) -> None: ...
 
 class Grant(_message.Message):
     __slots__ = ("decision_id", "run_id", "agent", "agent_version", "tool", "arguments_sha256", "policy_revision", "expires_at", "key_id", "signature")

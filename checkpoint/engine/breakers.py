@@ -1,0 +1,101 @@
+"""The eleven breakers: artificial ends for a loop that has no natural one.
+
+A breaker trips when its counter has reached its ceiling: the run has used what it may, so
+this call is refused with HALT and the run pauses for a person. Ceilings only narrow: the
+effective ceiling is the smallest one set among the instance, the tenant, the agent, the
+run's budget, and every ancestor in the chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from checkpoint.engine import codes
+from checkpoint.engine.context import Call
+from checkpoint.engine.outcome import HALT
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    name: str
+    ceiling: str  # Budget field
+    counter: str  # Counters field
+    tool_calls_only: bool
+    what: str
+
+
+BREAKERS = (
+    Breaker("tokens", "tokens", "stretch_tokens", False, "tokens used this stretch"),
+    Breaker("turns", "turns", "stretch_turns", False, "model turns this stretch"),
+    Breaker("turns_total", "turns_total", "total_turns", False, "model turns over the run's lifetime"),
+    Breaker("tool_calls", "tool_calls", "turn_tool_calls", True, "tool calls in this turn"),
+    Breaker("wall_clock", "wall_clock_seconds", "wall_clock_seconds", False, "seconds of wall clock this stretch"),
+    Breaker("repetition", "repetition", "identical_calls", True, "identical earlier calls"),
+    Breaker("failures", "failures", "consecutive_failures", False, "failed or denied calls in a row"),
+    Breaker("drift", "drift", "drift", False, "calls that served no plan step"),
+    Breaker("tree_budget", "tree_tokens", "tree_tokens", False, "tokens used by the delegation tree"),
+    Breaker("spend", "spend_usd", "run_spend_usd", False, "USD spent by this run"),
+    Breaker("provider", "provider_refusals", "provider_refusals", False, "refusals by the model provider"),
+)
+assert tuple(b.name for b in BREAKERS) == codes.BREAKERS
+BUDGET_FIELDS = tuple(f.name for f in pb.Budget.DESCRIPTOR.fields)
+
+
+def effective_budget(call: Call, extra: pb.Budget | None = None) -> dict[str, float]:
+    """The smallest ceiling set at any level, per Budget field; absent fields are unlimited."""
+    levels: list[object] = [call.policies.instance.ceilings, call.tenant.ceilings]
+    levels.extend(link.agent.budget for link in call.links)
+    levels.extend(link.budget for link in call.links if link.budget is not None)
+    if call.request.run.HasField("budget"):
+        levels.append(call.request.run.budget)
+    if extra is not None:
+        levels.append(extra)
+    out: dict[str, float] = {}
+    for level in levels:
+        for name in BUDGET_FIELDS:
+            value = getattr(level, name, None)
+            if value:  # None (policy file) and 0 (proto) both mean "not set here"
+                current = out.get(name)
+                out[name] = value if current is None else min(current, value)
+    return out
+
+
+def _daily_spend(call: Call) -> Iterator[tuple[str, float, float]]:
+    counters = call.request.counters
+    for field, counter in (("per_owner_usd", counters.owner_spend_today_usd),
+                           ("tenant_usd", counters.tenant_spend_today_usd)):
+        limits = [v for v in (getattr(call.policies.instance.daily_spend, field),
+                              getattr(call.tenant.daily_spend, field)) if v is not None]
+        if limits:
+            yield field, counter, min(limits)
+
+
+def check(call: Call, is_tool_call: bool) -> None:
+    counters = call.request.counters
+    ceilings = effective_budget(call)
+    trace = call.trace
+    for b in BREAKERS:
+        if b.tool_calls_only and not is_tool_call:
+            continue
+        ceiling = ceilings.get(b.ceiling)
+        used = getattr(counters, b.counter)
+        if ceiling is not None and used >= ceiling:
+            raise trace.stop(
+                HALT, codes.BREAKER_CODES[b.name], f"breaker.{b.name}",
+                f"breaker {b.name} tripped: {_num(used)} {b.what}, ceiling {_num(ceiling)}; the run pauses for a person",
+            )
+        if b.name == "spend":
+            for field, spent, limit in _daily_spend(call):
+                if spent >= limit:
+                    who = "the accountable person" if field == "per_owner_usd" else f"tenant {call.tenant.name!r}"
+                    raise trace.stop(
+                        HALT, codes.BREAKER_CODES["spend"], "breaker.spend",
+                        f"breaker spend tripped: {who} spent {_num(spent)} USD today, daily allowance {_num(limit)}",
+                    )
+        trace.add(f"breaker.{b.name}", "pass")
+
+
+def _num(v: float) -> str:
+    return f"{v:g}"

@@ -1,0 +1,66 @@
+"""Stable decision codes. Clients, tests and dashboards count by code: never change a meaning.
+
+Each code is documented in docs/codes.md; a test keeps that page and this list in step.
+"""
+
+ALLOWED = "allowed"
+
+# 1. request shape
+INVALID_REQUEST = "invalid_request"
+UNKNOWN_AGENT = "unknown_agent"
+UNKNOWN_AGENT_VERSION = "unknown_agent_version"
+UNKNOWN_TOOL = "unknown_tool"
+INVALID_ARGUMENTS = "invalid_arguments"
+# 2. allowlist
+TOOL_NOT_ALLOWED = "tool_not_allowed"
+WILDCARD_IN_BACKGROUND = "wildcard_in_background"
+AGENT_MANAGEMENT_TOOL = "agent_management_tool"
+DELEGATION_NOT_ALLOWED = "delegation_not_allowed"
+# 3. scope
+ACCESS_NOT_ALLOWED = "access_not_allowed"
+OUT_OF_SCOPE = {
+    "images": "image_out_of_scope",
+    "nodes": "node_out_of_scope",
+    "connections": "connection_out_of_scope",
+    "subjects": "subject_out_of_scope",
+}
+# 4. off-limits
+SUBJECT_OFF_LIMITS = "subject_off_limits"
+# 5. rules
+RULE_DENIED = "rule_denied"
+APPROVAL_REQUIRED = "approval_required"
+POLICY_ERROR = "policy_error"
+# plans
+PLAN_STEP_NOT_ALLOWED = "plan_step_not_allowed"
+# 6. breakers
+BREAKERS = (
+    "tokens",
+    "turns",
+    "turns_total",
+    "tool_calls",
+    "wall_clock",
+    "repetition",
+    "failures",
+    "drift",
+    "tree_budget",
+    "spend",
+    "provider",
+)
+BREAKER_CODES = {name: f"breaker_{name}" for name in BREAKERS}
+# 7. delegation
+DELEGATION_DEPTH = "delegation_depth"
+DELEGATION_CHILDREN = "delegation_children"
+DELEGATION_TREE_SIZE = "delegation_tree_size"
+DELEGATION_CYCLE = "delegation_cycle"
+# service
+AUDIT_UNAVAILABLE = "audit_unavailable"
+
+DECISION_CODES = frozenset(
+    [
+        ALLOWED, INVALID_REQUEST, UNKNOWN_AGENT, UNKNOWN_AGENT_VERSION, UNKNOWN_TOOL, INVALID_ARGUMENTS,
+        TOOL_NOT_ALLOWED, WILDCARD_IN_BACKGROUND, AGENT_MANAGEMENT_TOOL, DELEGATION_NOT_ALLOWED,
+        ACCESS_NOT_ALLOWED, *OUT_OF_SCOPE.values(), SUBJECT_OFF_LIMITS, RULE_DENIED, APPROVAL_REQUIRED,
+        POLICY_ERROR, PLAN_STEP_NOT_ALLOWED, *BREAKER_CODES.values(), DELEGATION_DEPTH,
+        DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE,
+    ]
+)

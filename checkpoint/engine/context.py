@@ -1,0 +1,120 @@
+"""Who is acting, under which pinned version, inside which chain: resolved from the catalog.
+
+The request names versions; the checkpoint never takes an allowlist or scope from the request.
+It looks every agent of the chain up in its own catalog of pinned versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from checkpoint.engine import codes
+from checkpoint.engine.outcome import DENY, InvalidRequest, Trace
+from checkpoint.policy import AgentVersion, PolicySet
+from checkpoint.policy.model import Tenant
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+MODES = {pb.RUN_MODE_INTERACTIVE: "interactive", pb.RUN_MODE_BACKGROUND: "background"}
+
+
+@dataclass(slots=True)
+class Link:
+    """One agent of the chain: its pinned version, the narrowing it received, its run's budget."""
+
+    agent: AgentVersion
+    narrowing: pb.Scope | None
+    budget: pb.Budget | None
+
+
+@dataclass(slots=True)
+class Call:
+    policies: PolicySet
+    request: pb.CheckRequest
+    trace: Trace
+    person: str
+    links: list[Link]  # root agent first, the acting agent last; empty when a person acts
+    tenant: Tenant
+    mode: str
+
+    @property
+    def agent(self) -> AgentVersion | None:
+        return self.links[-1].agent if self.links else None
+
+    @property
+    def depth(self) -> int:
+        """Delegation depth of the acting agent: 0 for a run a person started."""
+        return max(len(self.links) - 1, 0)
+
+    def run_map(self) -> dict[str, Any]:
+        run = self.request.run
+        return {
+            "tenant": self.tenant.name,
+            "run_id": run.run_id,
+            "root_run_id": run.root_run_id or run.run_id,
+            "parent_run_id": run.parent_run_id,
+            "mode": self.mode,
+            "depth": self.depth,
+            "accountable_person": self.person,
+            "has_plan": run.has_plan,
+        }
+
+
+def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call:
+    """Check the request's shape and resolve the chain; raise InvalidRequest or a DENY Stop."""
+    if not request.HasField("run"):
+        raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
+    if request.WhichOneof("action") is None:
+        raise InvalidRequest(codes.INVALID_REQUEST, "the request proposes no action", "action")
+    run = request.run
+    chain = run.actor_chain
+    if not chain or chain[0].kind != pb.ACTOR_KIND_PERSON or not chain[0].id:
+        raise InvalidRequest(
+            codes.INVALID_REQUEST,
+            "run.actor_chain must start with the accountable person (kind PERSON, with an id)",
+            "run.actor_chain",
+        )
+    if run.mode not in MODES:
+        raise InvalidRequest(codes.INVALID_REQUEST, "run.mode must be INTERACTIVE or BACKGROUND", "run.mode")
+    if any(a.kind == pb.ACTOR_KIND_PERSON for a in chain[1:]):
+        raise InvalidRequest(
+            codes.INVALID_REQUEST, "only the first actor of the chain may be a person", "run.actor_chain"
+        )
+    links = []
+    for i, actor in enumerate(chain[1:], start=1):
+        if actor.kind != pb.ACTOR_KIND_AGENT or not actor.id or not actor.agent_version:
+            raise InvalidRequest(
+                codes.INVALID_REQUEST,
+                f"run.actor_chain[{i}] must be an agent with an id and its pinned agent_version",
+                f"run.actor_chain[{i}]",
+            )
+        version = policies.agent_version(actor.id, actor.agent_version)
+        if version is None:
+            if actor.id not in policies.agents and not policies.catalog.versions(actor.id):
+                raise trace.stop(DENY, codes.UNKNOWN_AGENT, "request.agent", f"no agent named {actor.id!r}")
+            raise trace.stop(
+                DENY,
+                codes.UNKNOWN_AGENT_VERSION,
+                "request.agent_version",
+                f"agent {actor.id!r} has no version {actor.agent_version!r} in the catalog",
+            )
+        links.append(
+            Link(
+                agent=version,
+                narrowing=actor.narrowing if actor.HasField("narrowing") else None,
+                budget=actor.budget if actor.HasField("budget") else None,
+            )
+        )
+    tenant_name = links[-1].agent.tenant if links else run.tenant
+    if run.tenant and run.tenant != tenant_name:
+        raise trace.stop(
+            DENY,
+            codes.INVALID_REQUEST,
+            "request.tenant",
+            f"run.tenant {run.tenant!r} is not the agent's tenant {tenant_name!r}",
+        )
+    tenant = policies.tenants.get(tenant_name or "default")
+    if tenant is None:
+        raise trace.stop(DENY, codes.INVALID_REQUEST, "request.tenant", f"unknown tenant {tenant_name!r}")
+    trace.add("request.shape", "pass")
+    return Call(policies, request, trace, chain[0].id, links, tenant, MODES[run.mode])

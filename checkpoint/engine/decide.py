@@ -1,0 +1,315 @@
+"""The decision function: one proposed action in, one verdict with a stable code out.
+
+Pure: no I/O, no clock, no log. The service stamps the decision id, signs the grant and
+records the decision. Steps run in DESIGN.md's order and the first failure wins:
+request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, delegation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+
+from checkpoint.engine import authority, breakers, codes
+from checkpoint.engine.context import Call, resolve
+from checkpoint.engine.convert import struct_to_dict
+from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, Stop, Trace
+from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+MAX_ARGUMENT_BYTES = 64 * 1024
+MAX_PLAN_STEPS = 100
+
+
+def decide(policies: PolicySet, request: pb.CheckRequest) -> pb.CheckResponse:
+    """Decide one request. Raises InvalidRequest when it is not well formed enough to decide."""
+    trace = Trace(enabled=request.explain, outcomes=[])
+    response = pb.CheckResponse(policy_revision=policies.revision)
+    call: Call | None = None
+    try:
+        call = resolve(policies, request, trace)
+        action = request.WhichOneof("action")
+        if action == "tool_call":
+            _tool_call(call, request.tool_call, response)
+        elif action == "model_call":
+            _model_call(call)
+        elif action == "delegation":
+            _delegation(call, request.delegation, response)
+        else:
+            _plan(call, request.plan, response)
+        response.verdict, response.code, response.rule = ALLOW, codes.ALLOWED, "allow"
+        response.reason = "every rule passed"
+    except Stop as stop:
+        response.verdict, response.code, response.rule, response.reason = (
+            stop.verdict, stop.code, stop.rule, stop.reason
+        )
+    if call is not None and call.agent is not None:
+        response.agent, response.agent_version = call.agent.name, call.agent.version
+    elif request.run.actor_chain:
+        last = request.run.actor_chain[-1]
+        response.agent, response.agent_version = last.id, last.agent_version
+    response.explanation.extend(trace.outcomes)
+    return response
+
+
+# -- tool calls ---------------------------------------------------------------------------
+
+
+def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
+    tool, args = _shape(call, tc.tool, tc.arguments if tc.HasField("arguments") else None)
+    if call.agent is not None:
+        authority.check_tool(call, tool)
+        authority.check_access(call, tool)
+    touched = _touched(call, tool, args)
+    if call.agent is not None:
+        authority.check_touched(call, touched)
+    _off_limits(call, touched.get("subjects", ()))
+    approval = _rules(call, call.policies.rules_by_tool.get(tool.name, ()), lambda: _tool_activation(call, tool, args, touched))
+    if call.agent is not None:
+        breakers.check(call, is_tool_call=True)
+    response.counts_as_drift = call.request.run.has_plan and not tc.plan_step
+    if approval is not None:
+        _approve_or_stop(call, approval)
+
+
+def _shape(call: Call, name: str, arguments: Any) -> tuple[CompiledTool, dict[str, Any]]:
+    """Step 1: a known tool, and arguments that match its input schema."""
+    trace = call.trace
+    tool = call.policies.tools.get(name)
+    if tool is None:
+        raise trace.stop(DENY, codes.UNKNOWN_TOOL, "request.tool", f"no tool named {name[:100]!r}")
+    if arguments is not None and arguments.ByteSize() > MAX_ARGUMENT_BYTES:
+        raise trace.stop(
+            DENY, codes.INVALID_ARGUMENTS, "request.arguments",
+            f"arguments are larger than {MAX_ARGUMENT_BYTES} bytes",
+        )
+    args = struct_to_dict(arguments) if arguments is not None else {}
+    error = jsonschema.exceptions.best_match(tool.validator.iter_errors(args))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        raise trace.stop(
+            DENY, codes.INVALID_ARGUMENTS, "request.arguments",
+            f"arguments do not match {name}'s input schema at {where}: {error.message[:300]}",
+        )
+    trace.add("request.arguments", "pass")
+    return tool, args
+
+
+def _touched(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, list[str]]:
+    """What the call touches, read from the arguments by the tool's CEL expressions."""
+    touched: dict[str, list[str]] = {}
+    if not tool.touches:
+        return touched
+    activation = {"args": args}
+    for dim, program in tool.touches.items():
+        result = program.evaluate(activation)
+        value = result.value
+        if result.error is not None or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            problem = result.error or f"returned {type(value).__name__}, not a list of strings"
+            raise call.trace.stop(
+                DENY, codes.POLICY_ERROR, f"tool:{tool.name}.touches.{dim}",
+                f"tool {tool.name!r} touches.{dim} failed: {problem}",
+            )
+        touched[dim] = value
+    return touched
+
+
+def _off_limits(call: Call, subjects: Any) -> None:
+    """Step 4: off-limits subjects refuse everyone, agent or person."""
+    for subject in subjects:
+        reason = call.policies.off_limits_reason(subject)
+        if reason is not None:
+            raise call.trace.stop(
+                DENY, codes.SUBJECT_OFF_LIMITS, "off_limits", f"subject {subject!r} is off-limits: {reason}"
+            )
+    call.trace.add("off_limits", "pass")
+
+
+# -- rules --------------------------------------------------------------------------------
+
+
+def _rules(call: Call, rules: tuple[CompiledRule, ...], activation_of: Any) -> CompiledRule | None:
+    """Step 5: deny-if rules refuse; approve-if rules ask for a person (after the breakers)."""
+    agent_name = call.agent.name if call.agent is not None else ""
+    approval: CompiledRule | None = None
+    activation = None
+    for rule in rules:
+        if rule.spec.agents and agent_name not in rule.spec.agents:
+            continue
+        if activation is None:
+            activation = activation_of()
+        result = rule.program.evaluate(activation)
+        if result.error is not None or not isinstance(result.value, bool):
+            problem = result.error or f"returned {type(result.value).__name__}, not a bool"
+            raise call.trace.stop(
+                DENY, codes.POLICY_ERROR, f"rule:{rule.name}",
+                f"rule {rule.name!r} ({rule.where}) could not be evaluated, so the call is refused: {problem}",
+            )
+        if not result.value:
+            call.trace.add(f"rule:{rule.name}", "pass")
+            continue
+        if rule.spec.effect == "deny_if":
+            raise call.trace.stop(DENY, rule.code, f"rule:{rule.name}", rule.spec.reason or f"rule {rule.name!r} denies this")
+        call.trace.add(f"rule:{rule.name}", "approval", rule.code, rule.spec.reason)
+        approval = approval or rule
+    return approval
+
+
+def _approve_or_stop(call: Call, rule: CompiledRule) -> None:
+    approval = call.request.approval
+    if call.request.HasField("approval") and approval.decision_id and approval.approver:
+        call.trace.add(f"rule:{rule.name}", "approved", detail=f"by {approval.approver}")
+        return
+    reason = rule.spec.reason or f"rule {rule.name!r} asks a person to approve this"
+    raise call.trace.stop(APPROVE, rule.code, f"rule:{rule.name}", reason)
+
+
+def _base_activation(call: Call, action: str) -> dict[str, Any]:
+    agent = call.agent
+    counters = call.request.counters
+    return {
+        "action": action,
+        "args": {},
+        "tool": {},
+        "agent": {}
+        if agent is None
+        else {"name": agent.name, "version": agent.version, "tenant": agent.tenant,
+              "tools": sorted(agent.tools), "access": sorted(agent.access)},
+        "run": call.run_map(),
+        "counters": {f.name: getattr(counters, f.name) for f in pb.Counters.DESCRIPTOR.fields},
+        "subjects": [],
+        "model": {},
+        "delegation": {},
+        "plan": [],
+    }
+
+
+def _tool_activation(call: Call, tool: CompiledTool, args: dict[str, Any], touched: dict[str, list[str]]) -> dict[str, Any]:
+    activation = _base_activation(call, "tool_call")
+    activation["args"] = args
+    activation["tool"] = {"name": tool.name, "access": tool.spec.access.value}
+    activation["subjects"] = touched.get("subjects", [])
+    return activation
+
+
+# -- model calls, delegations, plans -------------------------------------------------------
+
+
+def _require_agent(call: Call, what: str) -> None:
+    if call.agent is None:
+        raise call.trace.stop(DENY, codes.INVALID_REQUEST, "request.actor", f"only an agent makes {what}")
+
+
+def _model_call(call: Call) -> None:
+    _require_agent(call, "model calls")
+    mc = call.request.model_call
+
+    def activation() -> dict[str, Any]:
+        act = _base_activation(call, "model_call")
+        act["model"] = {"provider": mc.provider, "name": mc.model, "max_tokens": mc.max_tokens,
+                        "input_tokens": mc.input_tokens}
+        return act
+
+    approval = _rules(call, call.policies.rules_by_action["model_call"], activation)
+    breakers.check(call, is_tool_call=False)
+    if approval is not None:
+        _approve_or_stop(call, approval)
+
+
+def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> None:
+    _require_agent(call, "delegations")
+    parent, trace = call.agent, call.trace
+    assert parent is not None
+    if d.agent not in parent.delegates:
+        raise trace.stop(
+            DENY, codes.DELEGATION_NOT_ALLOWED, "delegation.allowlist",
+            f"agent {parent.name!r} may not delegate to {d.agent[:100]!r}",
+        )
+    child = (call.policies.agent_version(d.agent, d.agent_version) if d.agent_version
+             else call.policies.agents.get(d.agent))
+    if child is None:
+        code = codes.UNKNOWN_AGENT_VERSION if d.agent in call.policies.agents else codes.UNKNOWN_AGENT
+        raise trace.stop(DENY, code, "delegation.agent", f"cannot resolve agent {d.agent!r} {d.agent_version}".strip())
+    trace.add("delegation.allowlist", "pass")
+
+    def activation() -> dict[str, Any]:
+        act = _base_activation(call, "delegation")
+        act["delegation"] = {"agent": child.name, "version": child.version}
+        return act
+
+    approval = _rules(call, call.policies.rules_by_action["delegation"], activation)
+    breakers.check(call, is_tool_call=False)
+    _delegation_limits(call, child.name)
+    response.child_authority.CopyFrom(authority.child_authority(call, child.tools, child.access, d.narrowing))
+    for dim in ("images", "nodes", "connections", "subjects"):
+        getattr(response.child_authority, dim).extend(getattr(d.narrowing, dim) or getattr(child.scope, dim))
+    ceilings = breakers.effective_budget(call, d.budget if d.HasField("budget") else None)
+    for name, value in ceilings.items():
+        setattr(response.child_budget, name, value)
+    if approval is not None:
+        _approve_or_stop(call, approval)
+
+
+def _delegation_limits(call: Call, child: str) -> None:
+    """Step 7: depth, children per run, runs per tree, and no agent twice in a chain."""
+    trace, counters = call.trace, call.request.counters
+    limits = [call.policies.instance.delegation, call.tenant.delegation]
+
+    def limit(field: str, hard: int) -> int:
+        return min([hard, *(getattr(lv, field) for lv in limits if getattr(lv, field) is not None)])
+
+    if any(link.agent.name == child for link in call.links):
+        raise trace.stop(DENY, codes.DELEGATION_CYCLE, "delegation.cycle",
+                         f"agent {child!r} is already in this chain; authority does not go round in circles")
+    max_depth, max_children, max_tree = limit("max_depth", 3), limit("max_children", 5), limit("max_tree", 20)
+    if call.depth + 1 > max_depth:
+        raise trace.stop(DENY, codes.DELEGATION_DEPTH, "delegation.depth",
+                         f"a child here would be at depth {call.depth + 1}; the limit is {max_depth}")
+    if counters.children >= max_children:
+        raise trace.stop(DENY, codes.DELEGATION_CHILDREN, "delegation.children",
+                         f"this run already started {counters.children} children; the limit is {max_children}")
+    if counters.tree_runs >= max_tree:
+        raise trace.stop(DENY, codes.DELEGATION_TREE_SIZE, "delegation.tree_size",
+                         f"the tree already holds {counters.tree_runs} runs; the limit is {max_tree}")
+    trace.add("delegation.limits", "pass")
+
+
+def _plan(call: Call, plan: pb.Plan, response: pb.CheckResponse) -> None:
+    """Every step checked against the pinned allowlist and scope before anything runs."""
+    _require_agent(call, "plans")
+    trace = call.trace
+    if not plan.steps or len(plan.steps) > MAX_PLAN_STEPS:
+        raise trace.stop(DENY, codes.INVALID_REQUEST, "plan.shape",
+                         f"a plan holds between 1 and {MAX_PLAN_STEPS} steps")
+    first_refusal: pb.PlanStepResult | None = None
+    for i, step in enumerate(plan.steps):
+        result = pb.PlanStepResult(step_id=step.id, index=i, verdict=ALLOW, code=codes.ALLOWED, rule="allow")
+        try:
+            tool, args = _shape(call, step.tool, step.arguments if step.HasField("arguments") else None)
+            authority.check_tool(call, tool)
+            authority.check_access(call, tool)
+            if step.HasField("arguments"):
+                touched = _touched(call, tool, args)
+                authority.check_touched(call, touched)
+                _off_limits(call, touched.get("subjects", ()))
+        except Stop as stop:
+            result.verdict, result.code, result.rule, result.reason = DENY, stop.code, stop.rule, stop.reason
+            first_refusal = first_refusal or result
+        response.plan_steps.append(result)
+    if first_refusal is not None:
+        raise trace.stop(
+            DENY, codes.PLAN_STEP_NOT_ALLOWED, f"plan.step[{first_refusal.index}]",
+            f"step {first_refusal.index + 1} ({first_refusal.step_id or plan.steps[first_refusal.index].tool}) "
+            f"is refused: {first_refusal.code}: {first_refusal.reason}",
+        )
+
+    def activation() -> dict[str, Any]:
+        act = _base_activation(call, "plan")
+        act["plan"] = [{"id": s.id, "tool": s.tool} for s in plan.steps]
+        return act
+
+    approval = _rules(call, call.policies.rules_by_action["plan"], activation)
+    breakers.check(call, is_tool_call=False)
+    if approval is not None:
+        _approve_or_stop(call, approval)

@@ -1,0 +1,48 @@
+"""ResolveAgent: the version a run pins at start, and what its model may be shown."""
+
+from __future__ import annotations
+
+from google.protobuf import struct_pb2
+
+from checkpoint.engine import codes
+from checkpoint.engine.outcome import InvalidRequest
+from checkpoint.policy import PolicySet
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+
+def resolve_agent(policies: PolicySet, name: str, version: str = "") -> pb.ResolveAgentResponse:
+    agent = policies.agent_version(name, version) if version else policies.agents.get(name)
+    if agent is None:
+        known = name in policies.agents or bool(policies.catalog.versions(name))
+        if version and known:
+            raise InvalidRequest(codes.UNKNOWN_AGENT_VERSION, f"agent {name!r} has no version {version!r}", "agent_version")
+        raise InvalidRequest(codes.UNKNOWN_AGENT, f"no agent named {name[:100]!r}", "agent")
+    budget = pb.Budget()
+    for field, value in agent.budget.model_dump(exclude_none=True).items():
+        setattr(budget, field, value)
+    response = pb.ResolveAgentResponse(
+        agent=agent.name,
+        agent_version=agent.version,
+        persona=agent.persona,
+        tools=sorted(agent.tools),
+        scope=pb.Scope(
+            tools=sorted(agent.tools),
+            access=sorted(agent.access),
+            images=agent.scope.images,
+            nodes=agent.scope.nodes,
+            connections=agent.scope.connections,
+            subjects=agent.scope.subjects,
+        ),
+        budget=budget,
+        policy_revision=policies.revision,
+        tenant=agent.tenant,
+    )
+    for tool_name in sorted(agent.tools):
+        tool = policies.tools.get(tool_name)
+        if tool is None:  # an old version may name a tool the current files dropped
+            continue
+        schema = struct_pb2.Struct()
+        schema.update(tool.spec.input_schema)
+        response.tool_specs.add(name=tool.name, description=tool.spec.description, input_schema=schema,
+                                access=tool.spec.access.value)
+    return response

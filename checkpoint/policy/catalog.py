@@ -1,0 +1,78 @@
+"""The catalog of agent versions: every version ever loaded, kept durably.
+
+A run pins its agent's version when it starts; the version must still decide that run after
+the policy files change, and after the checkpoint restarts. Versions are content-addressed,
+so recording the same definition twice is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import sqlite_utils
+
+from checkpoint.policy.policyset import AgentVersion
+
+
+class AgentCatalog:
+    def __init__(self, path: str | Path | None = None):
+        """`path=None` keeps versions in memory only (one-shot CLI checks, tests)."""
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str], AgentVersion] = {}
+        self._db: sqlite_utils.Database | None = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite_utils.Database(str(path))
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db["agent_versions"].create(
+                {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
+                pk=("agent", "version"),
+                if_not_exists=True,
+            )
+
+    def record(self, versions: list[AgentVersion], policy_revision: str) -> None:
+        with self._lock:
+            fresh = [v for v in versions if (v.name, v.version) not in self._cache]
+            if self._db is not None and fresh:
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                with self._db.conn:
+                    self._db["agent_versions"].insert_all(
+                        (
+                            {
+                                "agent": v.name,
+                                "version": v.version,
+                                "snapshot": json.dumps(v.snapshot(), sort_keys=True),
+                                "first_seen": now,
+                                "policy_revision": policy_revision,
+                            }
+                            for v in fresh
+                        ),
+                        ignore=True,
+                    )
+            for v in fresh:
+                self._cache[(v.name, v.version)] = v
+
+    def get(self, agent: str, version: str) -> AgentVersion | None:
+        found = self._cache.get((agent, version))
+        if found is not None or self._db is None:
+            return found
+        with self._lock:
+            rows = list(
+                self._db.query(
+                    "select snapshot from agent_versions where agent = ? and version = ?", [agent, version]
+                )
+            )
+            if not rows:
+                return None
+            found = AgentVersion.from_snapshot(version, json.loads(rows[0]["snapshot"]))
+            self._cache[(agent, version)] = found
+            return found
+
+    def versions(self, agent: str) -> list[str]:
+        if self._db is None:
+            return sorted(v for (a, v) in self._cache if a == agent)
+        return [r["version"] for r in self._db.query(
+            "select version from agent_versions where agent = ? order by first_seen, version", [agent])]

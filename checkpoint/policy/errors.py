@@ -1,0 +1,25 @@
+"""Policy load errors: every problem in a set, reported at once, sorted by file and line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class PolicyError:
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
+
+
+class PolicyLoadError(Exception):
+    """The set did not load; nothing of it is used. `errors` holds every problem found."""
+
+    code = "policy_error"
+
+    def __init__(self, errors: list[PolicyError]):
+        self.errors = sorted(set(errors))
+        super().__init__("\n".join(str(e) for e in self.errors))

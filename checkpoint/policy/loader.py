@@ -1,0 +1,307 @@
+"""Load a policy folder: parse strictly, validate, cross-check, compile. All of it or none.
+
+Every problem found is collected and reported at once, sorted, as `file:line: message`:
+an operator fixes a broken edit in one pass, not one error per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from pydantic import ValidationError
+
+from checkpoint.cel import CelCompileError, CelType, get_engine
+from checkpoint.policy import model
+from checkpoint.policy.catalog import AgentCatalog
+from checkpoint.policy.errors import PolicyError, PolicyLoadError
+from checkpoint.policy.policyset import (
+    AgentVersion,
+    CompiledRule,
+    CompiledTool,
+    PatternSet,
+    PolicySet,
+)
+from checkpoint.policy.yamlsource import SourceDocument, YamlIssue, load_documents
+from warden import canonical
+
+MAX_FILE_BYTES = 1024 * 1024
+TEST_SUFFIXES = ("_test.yaml", "_test.yml")
+
+# What a rule's condition may read. Every rule sees every name; values not relevant to the
+# action (say `args` on a model call) are empty maps, so `has()` tells them apart.
+RULE_VARIABLES: dict[str, CelType] = {
+    "action": CelType.STRING,
+    "args": CelType.MAP_STRING_DYN,
+    "tool": CelType.MAP_STRING_DYN,
+    "agent": CelType.MAP_STRING_DYN,
+    "run": CelType.MAP_STRING_DYN,
+    "counters": CelType.MAP_STRING_DYN,
+    "subjects": CelType.LIST_STRING,
+    "model": CelType.MAP_STRING_DYN,
+    "delegation": CelType.MAP_STRING_DYN,
+    "plan": CelType.LIST_DYN,
+}
+TOUCHES_VARIABLES: dict[str, CelType] = {"args": CelType.MAP_STRING_DYN}
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass
+class _Doc:
+    file: str
+    source: SourceDocument
+    spec: Any  # a model.* instance
+
+    def at(self, *path: str | int) -> int:
+        return self.source.line_of(path)
+
+
+def policy_files(directory: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in directory.rglob("*")
+        if p.suffix in (".yaml", ".yml") and p.is_file() and not p.name.endswith(TEST_SUFFIXES)
+    )
+
+
+def revision_of(directory: Path, files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def load_policy_dir(
+    directory: str | Path, *, catalog: AgentCatalog | None = None, cel_engine: str = "native"
+) -> PolicySet:
+    """Load, validate and compile every policy file under `directory`; raise PolicyLoadError."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise PolicyLoadError([PolicyError(str(root), 0, "not a directory")])
+    files = policy_files(root)
+    errors: list[PolicyError] = []
+    docs: list[_Doc] = []
+    for path in files:
+        docs.extend(_parse_file(path, os.path.join(str(directory), str(path.relative_to(root))), errors))
+    compiler = _Compiler(get_engine(cel_engine), errors)
+    policies = compiler.build(docs, revision_of(root, files), str(directory), catalog or AgentCatalog(None),
+                              cel_engine)
+    if errors or policies is None:
+        raise PolicyLoadError(errors)
+    policies.catalog.record(list(policies.agents.values()), policies.revision)
+    return policies
+
+
+def _parse_file(path: Path, shown: str, errors: list[PolicyError]) -> list[_Doc]:
+    if path.stat().st_size > MAX_FILE_BYTES:
+        errors.append(PolicyError(shown, 1, f"file is larger than {MAX_FILE_BYTES} bytes"))
+        return []
+    try:
+        text = path.read_text(encoding="utf-8")
+        sources = load_documents(text)
+    except UnicodeDecodeError:
+        errors.append(PolicyError(shown, 1, "file is not UTF-8 text"))
+        return []
+    except YamlIssue as issue:
+        errors.append(PolicyError(shown, issue.line, issue.message))
+        return []
+    if not sources:
+        errors.append(PolicyError(shown, 1, "file holds no document"))
+    out = []
+    for source in sources:
+        data = source.data
+        if not isinstance(data, dict):
+            errors.append(PolicyError(shown, source.line, "a policy document must be a mapping with a 'kind'"))
+            continue
+        kind = data.get("kind")
+        cls = model.KINDS.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            errors.append(
+                PolicyError(
+                    shown,
+                    source.line_of(("kind",)),
+                    f"unknown kind {kind!r}; expected one of: {', '.join(model.KINDS)}",
+                )
+            )
+            continue
+        try:
+            out.append(_Doc(shown, source, cls.model_validate(data)))
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = tuple(err["loc"])
+                where = ".".join(str(p) for p in loc) or kind
+                message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+                errors.append(PolicyError(shown, source.line_of(loc), f"{kind} {where}: {message}"))
+    return out
+
+
+class _Compiler:
+    def __init__(self, engine: Any, errors: list[PolicyError]):
+        self.engine = engine
+        self.errors = errors
+
+    def error(self, doc: _Doc, path: tuple[str | int, ...], message: str) -> None:
+        self.errors.append(PolicyError(doc.file, doc.at(*path), message))
+
+    def compile_cel(
+        self, doc: _Doc, path: tuple[str | int, ...], source: str, variables: dict[str, CelType]
+    ) -> Any:
+        try:
+            return self.engine.compile(source, variables)
+        except CelCompileError as exc:
+            self.error(doc, path, f"CEL does not compile: {exc.message}")
+            return None
+
+    def build(
+        self, docs: list[_Doc], revision: str, directory: str, catalog: AgentCatalog, cel_engine: str
+    ) -> PolicySet | None:
+        by_kind: dict[str, list[_Doc]] = {k: [] for k in model.KINDS}
+        for d in docs:
+            by_kind[d.spec.kind].append(d)
+        named = {k: self._unique(by_kind[k]) for k in ("Agent", "Tool", "Rule", "Tenant")}
+
+        instance = self._instance(by_kind["Instance"])
+        tenants = {name: d.spec for name, d in named["Tenant"].items()}
+        tenants.setdefault("default", model.Tenant(kind="Tenant", name="default"))
+        for d in named["Tenant"].values():
+            self._ceilings_narrow(d, instance)
+
+        tools = {name: self._tool(d) for name, d in named["Tool"].items()}
+        agents = {name: self._agent(d, named["Tool"], named["Agent"], tenants) for name, d in named["Agent"].items()}
+        rules = [self._rule(d, named["Tool"], named["Agent"]) for d in named["Rule"].values()]
+        off_limits = [
+            (PatternSet([s.pattern]), s.reason) for d in by_kind["OffLimits"] for s in d.spec.subjects
+        ]
+        if self.errors:
+            return None
+        return PolicySet(
+            revision=revision,
+            directory=directory,
+            tools={k: v for k, v in tools.items() if v is not None},
+            agents={k: v for k, v in agents.items() if v is not None},
+            rules=[r for r in rules if r is not None],
+            off_limits=off_limits,
+            tenants=tenants,
+            instance=instance,
+            catalog=catalog,
+            cel_engine=cel_engine,
+        )
+
+    def _unique(self, docs: list[_Doc]) -> dict[str, _Doc]:
+        seen: dict[str, _Doc] = {}
+        for d in docs:
+            first = seen.get(d.spec.name)
+            if first is not None:
+                self.error(d, ("name",), f"{d.spec.kind} {d.spec.name!r} is defined twice (first in {first.file}:{first.at('name')})")
+            else:
+                seen[d.spec.name] = d
+        return seen
+
+    def _instance(self, docs: list[_Doc]) -> model.Instance:
+        for extra in docs[1:]:
+            self.error(extra, ("kind",), f"only one Instance document is allowed (first in {docs[0].file})")
+        return docs[0].spec if docs else model.Instance(kind="Instance")
+
+    def _ceilings_narrow(self, doc: _Doc, instance: model.Instance) -> None:
+        """A tenant may only narrow the instance's ceilings; widening is a mistake worth stopping."""
+        for name, value in doc.spec.ceilings:
+            above = getattr(instance.ceilings, name)
+            if value is not None and above is not None and value > above:
+                self.error(doc, ("ceilings", name), f"tenant ceiling {name}={value} exceeds the instance's {above}")
+        for name in ("per_owner_usd", "tenant_usd"):
+            value, above = getattr(doc.spec.daily_spend, name), getattr(instance.daily_spend, name)
+            if value is not None and above is not None and value > above:
+                self.error(doc, ("daily_spend", name), f"tenant daily_spend {name}={value} exceeds the instance's {above}")
+
+    def _tool(self, doc: _Doc) -> CompiledTool | None:
+        spec: model.Tool = doc.spec
+        try:
+            validator_cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
+            validator_cls.check_schema(spec.input_schema)
+            validator = validator_cls(spec.input_schema)
+        except jsonschema.SchemaError as exc:
+            self.error(doc, ("input_schema", *exc.path), f"input_schema is not a valid JSON Schema: {exc.message}")
+            return None
+        if spec.input_schema.get("type") != "object":
+            self.error(doc, ("input_schema",), "input_schema must describe an object (type: object)")
+        touches = {}
+        for dim in ("images", "nodes", "connections", "subjects"):
+            source = getattr(spec.touches, dim)
+            if source is not None:
+                touches[dim] = self.compile_cel(doc, ("touches", dim), source, TOUCHES_VARIABLES)
+        if spec.run is not None:
+            properties = spec.input_schema.get("properties", {})
+            for i, part in enumerate(spec.run.command):
+                for name in _PLACEHOLDER.findall(part):
+                    if name not in properties:
+                        self.error(doc, ("run", "command", i), f"command placeholder {{{name}}} is not an input_schema property")
+            if spec.run.network and spec.touches.connections is None:
+                self.error(doc, ("run", "network"), "network needs touches.connections, so scope can decide where it may go")
+        if any(v is None for v in touches.values()):
+            return None
+        return CompiledTool(spec=spec, validator=validator, touches=touches)
+
+    def _agent(
+        self, doc: _Doc, tools: dict[str, _Doc], agents: dict[str, _Doc], tenants: dict[str, model.Tenant]
+    ) -> AgentVersion | None:
+        spec: model.Agent = doc.spec
+        wildcard = "*" in spec.allowlist
+        resolved: set[str] = set()
+        for i, name in enumerate(spec.allowlist):
+            if name == "*":
+                continue
+            tool = tools.get(name)
+            if tool is None:
+                self.error(doc, ("allowlist", i), f"agent {spec.name!r}: allowlist names unknown tool {name!r}")
+            elif tool.spec.agent_management:
+                self.error(doc, ("allowlist", i), f"agent {spec.name!r}: {name!r} manages agents and can never be on an allowlist")
+            else:
+                resolved.add(name)
+        if wildcard:
+            resolved |= {n for n, t in tools.items() if not t.spec.agent_management}
+        for i, name in enumerate(spec.delegates):
+            if name not in agents:
+                self.error(doc, ("delegates", i), f"agent {spec.name!r}: delegates to unknown agent {name!r}")
+            elif name == spec.name:
+                self.error(doc, ("delegates", i), f"agent {spec.name!r} cannot delegate to itself")
+        if spec.tenant not in tenants:
+            self.error(doc, ("tenant",), f"agent {spec.name!r}: unknown tenant {spec.tenant!r}")
+        needed = {tools[n].spec.access.value for n in resolved if n in tools}
+        if not wildcard and needed - {a.value for a in spec.scope.access}:
+            missing = ", ".join(sorted(needed - {a.value for a in spec.scope.access}))
+            self.error(doc, ("scope", "access"), f"agent {spec.name!r}: its tools need access {missing} that its scope does not grant")
+        version = AgentVersion(
+            name=spec.name,
+            version="",
+            tenant=spec.tenant,
+            persona=spec.persona,
+            description=spec.description,
+            wildcard=wildcard,
+            tools=frozenset(resolved),
+            scope=spec.scope,
+            budget=spec.budget,
+            delegates=frozenset(spec.delegates),
+        )
+        version_id = canonical.sha256_hex(version.snapshot())[:20]
+        return AgentVersion.from_snapshot(version_id, version.snapshot())
+
+    def _rule(self, doc: _Doc, tools: dict[str, _Doc], agents: dict[str, _Doc]) -> CompiledRule | None:
+        spec: model.Rule = doc.spec
+        for i, name in enumerate(spec.tools):
+            if name not in tools:
+                self.error(doc, ("tools", i), f"rule {spec.name!r} names unknown tool {name!r}")
+        for i, name in enumerate(spec.agents):
+            if name not in agents:
+                self.error(doc, ("agents", i), f"rule {spec.name!r} names unknown agent {name!r}")
+        if spec.tools and spec.actions != ["tool_call"]:
+            self.error(doc, ("tools",), f"rule {spec.name!r}: 'tools' only applies to tool_call rules")
+        program = self.compile_cel(doc, ("condition",), spec.condition, RULE_VARIABLES)
+        if program is None:
+            return None
+        return CompiledRule(spec=spec, program=program, code=spec.effective_code(), where=f"{doc.file}:{doc.at('condition')}")

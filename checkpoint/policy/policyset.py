@@ -1,0 +1,172 @@
+"""A loaded, compiled policy set: everything a decision reads, built once per load.
+
+Nothing here is parsed or compiled per request: tool schemas are compiled validators, CEL is
+compiled programs, glob patterns are compiled regular expressions, and rules are indexed by
+action and tool so a call evaluates only the rules that can apply to it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from checkpoint.cel import CelProgram
+from checkpoint.policy import model
+
+if TYPE_CHECKING:
+    from checkpoint.policy.catalog import AgentCatalog
+
+SCOPE_DIMENSIONS = ("images", "nodes", "connections", "subjects")
+
+
+class PatternSet:
+    """Glob patterns (`*.lab.example.com`, `10.0.0.*`) compiled into one regular expression."""
+
+    __slots__ = ("patterns", "_regex", "everything")
+
+    def __init__(self, patterns: Iterable[str]):
+        self.patterns = tuple(patterns)
+        self.everything = "*" in self.patterns
+        self._regex = (
+            re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns)) if self.patterns else None
+        )
+
+    def matches(self, value: str) -> bool:
+        return self._regex is not None and self._regex.match(value) is not None
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+
+@dataclass(frozen=True)
+class AgentVersion:
+    """An immutable, content-addressed snapshot of an agent, its allowlist resolved to tools."""
+
+    name: str
+    version: str
+    tenant: str
+    persona: str
+    description: str
+    wildcard: bool
+    tools: frozenset[str]
+    scope: model.Scope
+    budget: model.Budget
+    delegates: frozenset[str]
+    access: frozenset[str] = field(init=False)
+    patterns: dict[str, PatternSet] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "access", frozenset(a.value for a in self.scope.access))
+        object.__setattr__(
+            self, "patterns", {dim: PatternSet(getattr(self.scope, dim)) for dim in SCOPE_DIMENSIONS}
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """The content the version id is the hash of; also what the catalog stores."""
+        return {
+            "name": self.name,
+            "tenant": self.tenant,
+            "persona": self.persona,
+            "description": self.description,
+            "wildcard": self.wildcard,
+            "tools": sorted(self.tools),
+            "scope": self.scope.model_dump(mode="json"),
+            "budget": self.budget.model_dump(mode="json", exclude_none=True),
+            "delegates": sorted(self.delegates),
+        }
+
+    @classmethod
+    def from_snapshot(cls, version: str, snap: dict[str, Any]) -> AgentVersion:
+        return cls(
+            name=snap["name"],
+            version=version,
+            tenant=snap["tenant"],
+            persona=snap["persona"],
+            description=snap.get("description", ""),
+            wildcard=snap["wildcard"],
+            tools=frozenset(snap["tools"]),
+            scope=model.Scope.model_validate(snap["scope"]),
+            budget=model.Budget.model_validate(snap["budget"]),
+            delegates=frozenset(snap["delegates"]),
+        )
+
+
+@dataclass(frozen=True)
+class CompiledTool:
+    spec: model.Tool
+    validator: Any  # jsonschema validator, compiled once
+    touches: dict[str, CelProgram]  # dimension -> program returning list[str]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    spec: model.Rule
+    program: CelProgram
+    code: str
+    where: str  # file:line, for errors that name the rule
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Instance or tenant level settings that bound every run below them."""
+
+    budget: model.Budget
+    per_owner_usd: float | None
+    tenant_usd: float | None
+    max_depth: int
+    max_children: int
+    max_tree: int
+
+
+@dataclass
+class PolicySet:
+    revision: str
+    directory: str
+    tools: dict[str, CompiledTool]
+    agents: dict[str, AgentVersion]  # current version of each agent, by name
+    rules: list[CompiledRule]
+    off_limits: list[tuple[PatternSet, str]]  # (pattern, reason)
+    tenants: dict[str, model.Tenant]
+    instance: model.Instance
+    catalog: AgentCatalog
+    cel_engine: str
+    # indexes built in __post_init__
+    rules_by_tool: dict[str, tuple[CompiledRule, ...]] = field(init=False)
+    rules_by_action: dict[str, tuple[CompiledRule, ...]] = field(init=False)
+    off_limits_any: PatternSet = field(init=False)
+
+    def __post_init__(self) -> None:
+        tool_rules = [r for r in self.rules if "tool_call" in r.spec.actions]
+        self.rules_by_tool = {
+            name: tuple(r for r in tool_rules if not r.spec.tools or name in r.spec.tools) for name in self.tools
+        }
+        self.rules_by_action = {
+            action: tuple(r for r in self.rules if action in r.spec.actions)
+            for action in ("model_call", "delegation", "plan")
+        }
+        self.off_limits_any = PatternSet(p for ps, _ in self.off_limits for p in ps.patterns)
+
+    def agent_version(self, name: str, version: str) -> AgentVersion | None:
+        current = self.agents.get(name)
+        if current is not None and current.version == version:
+            return current
+        return self.catalog.get(name, version)
+
+    def off_limits_reason(self, subject: str) -> str | None:
+        if not self.off_limits_any.matches(subject):
+            return None
+        for patterns, reason in self.off_limits:
+            if patterns.matches(subject):
+                return reason
+        return None

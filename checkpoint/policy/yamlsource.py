@@ -1,0 +1,92 @@
+"""Read policy YAML strictly and remember where every value came from.
+
+PyYAML's safe loader silently keeps the last of two duplicate keys; an operator who writes
+`allowlist:` twice must hear about it. So documents are composed to nodes and built here,
+with duplicate keys refused and the line of every key path recorded for error messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+Path_ = tuple[str | int, ...]
+
+MAX_DEPTH = 64
+
+
+class YamlIssue(Exception):
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+@dataclass
+class SourceDocument:
+    """One YAML document: its data and the 1-based line of every key path in it."""
+
+    data: Any
+    line: int
+    lines: dict[Path_, int] = field(default_factory=dict)
+
+    def line_of(self, path: Path_) -> int:
+        """The line of the deepest recorded prefix of `path` (a pydantic `loc`, say)."""
+        for end in range(len(path), 0, -1):
+            found = self.lines.get(tuple(path[:end]))
+            if found is not None:
+                return found
+        return self.line
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self._scalars = SafeConstructor()
+
+    def build(self, node: Node) -> SourceDocument:
+        doc = SourceDocument(data=None, line=node.start_mark.line + 1)
+        doc.data = self._value(node, (), doc, 0)
+        return doc
+
+    def _value(self, node: Node, path: Path_, doc: SourceDocument, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise YamlIssue(node.start_mark.line + 1, f"nesting deeper than {MAX_DEPTH} levels")
+        doc.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, MappingNode):
+            result: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise YamlIssue(key_node.start_mark.line + 1, "merge keys (<<) are not allowed")
+                key = self._scalars.construct_object(key_node) if isinstance(key_node, ScalarNode) else None
+                if not isinstance(key, str):
+                    raise YamlIssue(key_node.start_mark.line + 1, "keys must be strings")
+                if key in result:
+                    first = doc.lines[(*path, key)]
+                    raise YamlIssue(key_node.start_mark.line + 1, f"duplicate key {key!r} (first at line {first})")
+                doc.lines[(*path, key)] = key_node.start_mark.line + 1
+                result[key] = self._value(value_node, (*path, key), doc, depth + 1)
+            return result
+        if isinstance(node, SequenceNode):
+            return [self._value(item, (*path, i), doc, depth + 1) for i, item in enumerate(node.value)]
+        value = self._scalars.construct_object(node)
+        if not isinstance(value, (str, int, float, bool)) and value is not None:
+            # dates and binary scalars have no meaning in policy files; refuse rather than guess
+            raise YamlIssue(node.start_mark.line + 1, f"unsupported YAML value of type {type(value).__name__}")
+        return value
+
+
+def load_documents(text: str) -> list[SourceDocument]:
+    """Every document in a YAML stream; raises YamlIssue with the line of the first problem."""
+    try:
+        nodes = [n for n in yaml.compose_all(text, Loader=yaml.SafeLoader) if n is not None]
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise YamlIssue(mark.line + 1 if mark else 1, f"YAML syntax: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise YamlIssue(1, f"YAML: {exc}") from None
+    builder = _Builder()
+    return [builder.build(n) for n in nodes]
