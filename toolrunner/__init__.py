@@ -1,0 +1,14 @@
+"""toolrunner: runs a granted tool call in a hardened, short-lived Docker container.
+
+Modules, in the order a call passes through them:
+
+- ``errors``: the typed refusals, each with a stable code and a gRPC status
+- ``runner``: grant check, idempotency, concurrency, the whole call (``ToolRunner``)
+- ``argv``: fills a tool's argv template from its validated arguments (no shell)
+- ``images``: pins each tool's image to a local image id; never pulls
+- ``container``: the hardened container spec and one container's life (attach, start, timeout, remove)
+- ``scrub`` / ``output``: masking secrets and credentials; the head-and-tail output cap
+- ``store``: receipts in SQLite, the idempotency record
+- ``reaper``: removes labelled containers past their deadline
+- ``server`` / ``cli``: the gRPC service and ``warden toolrunner serve``
+"""

@@ -73,8 +73,12 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
         _approve_or_stop(call, approval)
 
 
-def _shape(call: Call, name: str, arguments: Any) -> tuple[CompiledTool, dict[str, Any]]:
-    """Step 1: a known tool, and arguments that match its input schema."""
+def _shape(call: Call, name: str, arguments: Any, validate_absent: bool = True) -> tuple[CompiledTool, dict[str, Any]]:
+    """Step 1: a known tool, and arguments that match its input schema.
+
+    A plan step may name a tool without its arguments (`validate_absent=False`): the step is
+    then checked for reach (allowlist, access) and its arguments when the call comes.
+    """
     trace = call.trace
     tool = call.policies.tools.get(name)
     if tool is None:
@@ -84,6 +88,9 @@ def _shape(call: Call, name: str, arguments: Any) -> tuple[CompiledTool, dict[st
             DENY, codes.INVALID_ARGUMENTS, "request.arguments",
             f"arguments are larger than {MAX_ARGUMENT_BYTES} bytes",
         )
+    if arguments is None and not validate_absent:
+        trace.add("request.arguments", "skip", detail="plan step without arguments")
+        return tool, {}
     args = struct_to_dict(arguments) if arguments is not None else {}
     error = jsonschema.exceptions.best_match(tool.validator.iter_errors(args))
     if error is not None:
@@ -286,7 +293,8 @@ def _plan(call: Call, plan: pb.Plan, response: pb.CheckResponse) -> None:
     for i, step in enumerate(plan.steps):
         result = pb.PlanStepResult(step_id=step.id, index=i, verdict=ALLOW, code=codes.ALLOWED, rule="allow")
         try:
-            tool, args = _shape(call, step.tool, step.arguments if step.HasField("arguments") else None)
+            tool, args = _shape(call, step.tool, step.arguments if step.HasField("arguments") else None,
+                                validate_absent=False)
             authority.check_tool(call, tool)
             authority.check_access(call, tool)
             if step.HasField("arguments"):

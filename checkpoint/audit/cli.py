@@ -1,0 +1,227 @@
+"""`warden audit`: read, follow, verify and export the decision log.
+
+Every subcommand opens the log read-only and never creates it: pointing the CLI at the wrong
+folder is an error, not an empty log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from checkpoint.audit.reader import DecisionReader
+from checkpoint.audit.record import format_time
+
+EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
+_RELATIVE = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    audit = subparsers.add_parser(
+        "audit",
+        help="read, follow, verify and export the decision log",
+        description="The checkpoint's decision log: every decision, hash-chained. See docs/audit.md.",
+    )
+    audit.set_defaults(func=lambda _args: (audit.print_help(), EXIT_USAGE)[1])
+    commands = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
+
+    where = argparse.ArgumentParser(add_help=False)
+    group = where.add_mutually_exclusive_group()
+    group.add_argument("--data", default="./.warden", metavar="DIR", help="data folder; the log is DIR/decisions.db (default ./.warden)")
+    group.add_argument("--log", metavar="FILE", help="the decision log file itself")
+
+    filters = argparse.ArgumentParser(add_help=False)
+    filters.add_argument("--run", metavar="RUN_ID", help="only this run")
+    filters.add_argument("--agent", help="only this agent")
+    filters.add_argument("--verdict", type=str.upper, choices=["ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"], help="only this verdict")
+    filters.add_argument("--code", help="only this stable code (e.g. tool_not_allowed)")
+
+    tail = commands.add_parser("tail", parents=[where, filters], help="the last records; --follow for new ones")
+    tail.add_argument("-n", type=int, default=10, metavar="N", help="how many records to show first (default 10)")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep printing records as they are committed")
+    tail.add_argument("--format", choices=["line", "jsonl"], default="line")
+    tail.set_defaults(func=_tail)
+
+    query = commands.add_parser("query", parents=[where, filters], help="records matching filters")
+    query.add_argument("--since", type=_since, metavar="WHEN", help="RFC 3339 time or an age like 15m, 2h, 7d")
+    query.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq")
+    query.add_argument("--limit", type=int, metavar="N", help="at most N records")
+    query.add_argument("--format", choices=["table", "jsonl"], default="table")
+    query.set_defaults(func=_query)
+
+    verify = commands.add_parser(
+        "verify",
+        parents=[where],
+        help="check the hash chain; exit 1 naming the first broken record",
+        description="Recompute every record's hash and link. Exit 0 when the chain is whole, 1 when it is "
+        "broken (the first broken record is named), 2 when the log cannot be read. Records deleted "
+        "from the end leave a shorter whole chain: pass a head recorded earlier with --expect-head.",
+    )
+    verify.add_argument("--expect-head", type=_anchor, metavar="SEQ:HASH", help="a head from `warden audit head`, kept elsewhere")
+    verify.set_defaults(func=_verify)
+
+    head = commands.add_parser("head", parents=[where], help="print the last seq and hash, to keep elsewhere as an anchor")
+    head.set_defaults(func=_head)
+
+    export = commands.add_parser("export", parents=[where, filters], help="JSON lines for a SIEM, with hashes")
+    export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    export.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq (incremental shipping)")
+    export.add_argument("--since", type=_since, metavar="WHEN", help="RFC 3339 time or an age like 15m, 2h, 7d")
+    export.set_defaults(func=_export)
+
+
+# -- argument types -----------------------------------------------------------------------
+
+
+def _since(text: str) -> str:
+    match = _RELATIVE.fullmatch(text.strip())
+    if match:
+        moment = datetime.now(UTC) - timedelta(**{_UNITS[match[2]]: int(match[1])})
+        return format_time(moment)
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an RFC 3339 time or an age like 15m: {text!r}") from None
+    if moment.tzinfo is None:
+        if len(text.strip()) > 10:  # a time of day without an offset is ambiguous
+            raise argparse.ArgumentTypeError(f"give a UTC offset (Z or +hh:mm): {text!r}")
+        moment = moment.replace(tzinfo=UTC)
+    return format_time(moment)
+
+
+def _anchor(text: str) -> tuple[int, str]:
+    seq, _, digest = text.partition(":")
+    if not seq.isdigit() or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise argparse.ArgumentTypeError("expected SEQ:HASH, e.g. 1234:9f86d0...")
+    return int(seq), digest
+
+
+# -- commands -----------------------------------------------------------------------------
+
+
+def _reader(args: argparse.Namespace) -> DecisionReader | None:
+    path = Path(args.log) if args.log else Path(args.data) / "decisions.db"
+    if not path.is_file():
+        print(f"warden audit: no decision log at {path}", file=sys.stderr)
+        return None
+    return DecisionReader(path)
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    return {"run_id": args.run, "agent": args.agent, "verdict": args.verdict, "code": args.code}
+
+
+def _tail(args: argparse.Namespace) -> int:
+    reader = _reader(args)
+    if reader is None:
+        return EXIT_USAGE
+    records = reader.tail(max(args.n, 0), **_filters(args)) if args.n > 0 else []
+    _print_stream(records, args.format, sys.stdout)
+    if not args.follow:
+        return EXIT_OK
+    after = records[-1]["seq"] if records else (reader.head() or (0, ""))[0]
+    try:
+        _print_stream(reader.follow(after, **_filters(args)), args.format, sys.stdout)
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+def _query(args: argparse.Namespace) -> int:
+    reader = _reader(args)
+    if reader is None:
+        return EXIT_USAGE
+    records = reader.read(args.after, since=args.since, limit=args.limit, **_filters(args))
+    if args.format == "jsonl":
+        _write_jsonl(records, sys.stdout)
+    else:
+        _print_table(records)
+    return EXIT_OK
+
+
+def _verify(args: argparse.Namespace) -> int:
+    reader = _reader(args)
+    if reader is None:
+        return EXIT_USAGE
+    report = reader.verify(expect_head=args.expect_head)
+    print(report.summary(), file=sys.stdout if report.ok else sys.stderr)
+    return EXIT_OK if report.ok else EXIT_BROKEN
+
+
+def _head(args: argparse.Namespace) -> int:
+    reader = _reader(args)
+    if reader is None:
+        return EXIT_USAGE
+    seq, digest = reader.head() or (0, "0" * 64)
+    print(f"{seq}:{digest}")
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    reader = _reader(args)
+    if reader is None:
+        return EXIT_USAGE
+    records = reader.read(args.after, since=args.since, **_filters(args))
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            count = _write_jsonl(records, out)
+        print(f"exported {count} records to {args.output}", file=sys.stderr)
+    else:
+        _write_jsonl(records, sys.stdout)
+    return EXIT_OK
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def _write_jsonl(records: Iterable[dict[str, Any]], out: IO[str]) -> int:
+    count = 0
+    for record in records:
+        out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        count += 1
+    return count
+
+
+def _line(record: dict[str, Any]) -> str:
+    parts = [f"{record['seq']:>7}", record["time"], f"{record['verdict']:<16}", f"{record['code'] or '-':<24}"]
+    parts.append(f"{record['action']}")
+    for label, name in (("tool", "tool"), ("agent", "agent"), ("run", "run_id"), ("rule", "rule")):
+        if record.get(name):
+            parts.append(f"{label}={record[name]}")
+    return " ".join(parts)
+
+
+def _print_stream(records: Iterable[dict[str, Any]], fmt: str, out: IO[str]) -> None:
+    for record in records:
+        if fmt == "jsonl":
+            out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        else:
+            out.write(_line(record) + "\n")
+        out.flush()  # a follower is read live, often through a pipe
+
+
+def _print_table(records: Iterable[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False, header_style="bold")
+    for name in ("seq", "time", "verdict", "code", "action", "tool", "agent", "run", "rule", "reason"):
+        table.add_column(name, overflow="fold", justify="right" if name == "seq" else "left")
+    count = 0
+    for r in records:
+        table.add_row(
+            str(r["seq"]), r["time"], r["verdict"], r["code"] or "", r["action"], r["tool"] or "",
+            r["agent"] or "", r["run_id"] or "", r["rule"] or "", r["reason"] or "",
+        )
+        count += 1
+    # Piped output gets a wide fixed width, so a grep of the table does not see folded cells.
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    console.print(f"{count} record(s)")

@@ -1,0 +1,275 @@
+"""The decision log: every decision appended, hash-chained, durably committed before it counts.
+
+Group commit. ``append`` queues its record in the current batch and waits; one writer thread
+takes the whole batch, chains and inserts it in one transaction, commits, and wakes every
+waiter at once. One commit (the expensive part) is shared by every record that arrived while
+the previous one was in flight, so throughput grows with concurrency while a lone caller pays
+one commit.
+
+Chain consistency. The writer reads the head (last seq and hash) inside each write transaction,
+so the chain continues from what is committed, never from what it hoped to commit: a failed
+batch rolls back whole, and the next one links to the last committed record. That also makes a
+restart resume the chain for free.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from checkpoint.audit import store
+from checkpoint.audit.errors import AuditUnavailable
+from checkpoint.audit.reader import DecisionReader
+from checkpoint.audit.record import GENESIS_HASH, HASHED_FIELDS, record_hash, to_row
+from checkpoint.audit.verify import VerifyReport
+
+log = logging.getLogger(__name__)
+
+
+class _Batch:
+    __slots__ = ("rows", "done", "first_seq", "error")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self.done = threading.Event()
+        self.first_seq = 0
+        self.error: BaseException | None = None
+
+
+class DecisionLog:
+    """An append-only, hash-chained decision log in one SQLite file.
+
+    ``synchronous="NORMAL"`` (default) keeps every commit across a killed process;
+    ``"FULL"`` also keeps it across power loss, at the price of an fsync per batch.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: store.Synchronous = "NORMAL",
+        append_timeout: float = 10.0,
+        busy_timeout_ms: int = 5000,
+    ) -> None:
+        self.path = Path(path)
+        self._synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._append_timeout = append_timeout
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn: sqlite3.Connection | None = self._open()
+            last = store.head(self._conn)
+        except (OSError, sqlite3.Error) as exc:
+            raise AuditUnavailable(f"cannot open decision log {self.path}: {exc}") from exc
+        self._committed_seq, self._committed_hash = last or (0, GENESIS_HASH)
+        self._reader = DecisionReader(self.path)
+
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # writer waits here for records
+        self._pending = _Batch()
+        self._closing = False
+        self._writer_alive = True
+        self._committed = threading.Condition()  # followers wait here for commits
+        self._batches = self._records = self._failures = self._writing = 0
+
+        self._writer = threading.Thread(target=self._run, name="decision-log-writer", daemon=True)
+        self._writer.start()
+
+    def _open(self) -> sqlite3.Connection:
+        return store.open_writer(self.path, self._synchronous, self._busy_timeout_ms)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(self, record: Mapping[str, Any], *, timeout: float | None = None) -> int:
+        """Record one decision; return its seq once it is committed.
+
+        Raises ``InvalidAuditRecord`` for a malformed record and ``AuditUnavailable`` when the
+        record could not be committed (or not within ``timeout``). Either way the caller must
+        deny. After a timeout the record may still be committed later: the log then holds a
+        decision the caller did not act on, which errs on the safe side.
+        """
+        row = to_row(record)
+        with self._lock:
+            if self._closing or not self._writer_alive:
+                raise AuditUnavailable("decision log is closed")
+            batch = self._pending
+            index = len(batch.rows)
+            batch.rows.append(row)
+            if index == 0:
+                self._work.notify()
+        if not batch.done.wait(self._append_timeout if timeout is None else timeout):
+            raise AuditUnavailable("decision log write timed out")
+        if batch.error is not None:
+            # A fresh exception per caller: one shared instance would collect every
+            # thread's traceback.
+            raise AuditUnavailable(str(batch.error)) from batch.error
+        return batch.first_seq + index
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while not self._pending.rows and not self._closing:
+                        self._work.wait()
+                    batch = self._pending
+                    if not batch.rows:
+                        return  # closing, and everything queued is written
+                    self._pending = _Batch()
+                    self._writing = len(batch.rows)
+                self._write(batch)
+                self._writing = 0
+                batch.done.set()
+                with self._committed:
+                    self._committed.notify_all()
+        except BaseException:
+            log.exception("decision log writer stopped")
+            raise
+        finally:
+            with self._lock:
+                self._writer_alive = False
+                leftover, self._pending = self._pending, _Batch()
+            if leftover.rows:
+                leftover.error = AuditUnavailable("decision log writer stopped")
+                leftover.done.set()
+            with self._committed:
+                self._committed.notify_all()
+
+    def _write(self, batch: _Batch) -> None:
+        try:
+            if self._conn is None:
+                self._conn = self._open()
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                seq, prev = store.head(conn) or (0, GENESIS_HASH)
+                first = seq + 1
+                rows = []
+                for values in batch.rows:
+                    seq += 1
+                    digest = record_hash(prev, dict(zip(HASHED_FIELDS, (seq, *values), strict=True)))
+                    rows.append((seq, *values, prev, digest))
+                    prev = digest
+                conn.executemany(store.INSERT_SQL, rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+        except Exception as exc:
+            self._failures += 1
+            log.error("decision log write of %d record(s) failed: %s", len(batch.rows), exc)
+            batch.error = AuditUnavailable(f"decision log write failed: {exc}")
+            batch.error.__cause__ = exc
+            # Start the next batch on a fresh connection: after an I/O error or a connection
+            # closed underneath us the old one is not to be trusted.
+            self._discard_connection()
+            return
+        batch.first_seq = first
+        self._batches += 1
+        self._records += len(rows)
+        self._committed_seq, self._committed_hash = seq, prev
+
+    def _discard_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Write everything queued, stop the writer, release the file. Idempotent."""
+        with self._lock:
+            self._closing = True
+            self._work.notify()
+        self._writer.join(timeout)
+        if not self._writer.is_alive():
+            self._discard_connection()
+
+    def __enter__(self) -> DecisionLog:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closing or not self._writer_alive
+
+    def head(self) -> tuple[int, str]:
+        """(seq, hash) of the last committed record; (0, genesis) when empty. Keep it somewhere
+        else (another system, a signed note) to make deleting records from the end detectable."""
+        return self._reader.head() or (0, GENESIS_HASH)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            queued = len(self._pending.rows)
+        return {
+            "queued": queued,  # waiting for the next batch
+            "writing": self._writing,  # in the batch being written now
+            "committed_seq": self._committed_seq,
+            "batches": self._batches,
+            "records": self._records,
+            "failures": self._failures,
+        }
+
+    def read(self, after_seq: int = 0, **filters: Any) -> Iterator[dict[str, Any]]:
+        return self._reader.read(after_seq, **filters)
+
+    def tail(self, n: int, **filters: Any) -> list[dict[str, Any]]:
+        return self._reader.tail(n, **filters)
+
+    def verify(self, *, expect_head: tuple[int, str] | None = None) -> VerifyReport:
+        return self._reader.verify(expect_head=expect_head)
+
+    def follow(
+        self,
+        after_seq: int = 0,
+        *,
+        run_id: str | None = None,
+        agent: str | None = None,
+        verdict: str | None = None,
+        code: str | None = None,
+        stop_event: threading.Event | None = None,
+        poll_interval: float = 0.5,
+    ) -> Iterator[dict[str, Any]]:
+        """Stored records after ``after_seq``, then live ones as this log commits them.
+
+        Any number of followers may run at once; each is woken by the writer on every commit
+        (and polls every ``poll_interval`` for records another process wrote). It ends when
+        ``stop_event`` is set (call ``wake_followers()`` to make that immediate) or when the
+        log is closed, after yielding everything committed.
+        """
+
+        def wait(pos: int, timeout: float) -> None:
+            with self._committed:
+                if self._committed_seq <= pos and self._writer_alive:
+                    self._committed.wait(timeout)
+
+        return self._reader.follow(
+            after_seq,
+            run_id=run_id,
+            agent=agent,
+            verdict=verdict,
+            code=code,
+            stop_event=stop_event,
+            poll_interval=poll_interval,
+            wait=wait,
+            ended=lambda: not self._writer_alive,
+        )
+
+    def wake_followers(self) -> None:
+        with self._committed:
+            self._committed.notify_all()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # already rolled back by SQLite (e.g. after an I/O error), or the connection is gone

@@ -1,0 +1,119 @@
+"""The SQLite side of the decision log: schema, connections, queries.
+
+sqlite-utils owns the schema (table, indexes, WAL). The hot path uses the plain connection with
+one prepared INSERT, because building SQL per call would cost more than the write itself.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import sqlite_utils
+
+from checkpoint.audit.errors import AuditUnavailable
+from checkpoint.audit.record import COLUMNS
+
+TABLE = "decisions"
+SCHEMA_VERSION = 1
+INDEXED = ("run_id", "agent", "verdict", "code")
+Synchronous = Literal["NORMAL", "FULL"]
+
+_TYPES: dict[str, type] = {name: str for name in COLUMNS} | {"seq": int, "latency_us": int}
+_NOT_NULL = ("decision_id", "time", "action", "verdict", "prev_hash", "hash")
+INSERT_SQL = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+HEAD_SQL = f"SELECT seq, hash FROM {TABLE} ORDER BY seq DESC LIMIT 1"
+
+
+def open_writer(path: Path, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A connection for the one writer thread, schema ensured.
+
+    isolation_level=None: the writer issues BEGIN IMMEDIATE / COMMIT itself, so a batch is one
+    transaction and nothing else opens one behind its back.
+    """
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        db = sqlite_utils.Database(conn, execute_plugins=False)
+        db.enable_wal()
+        # WAL + NORMAL: a commit is in the OS before COMMIT returns, so it survives the process
+        # being killed; FULL also fsyncs the WAL on every commit, for power loss.
+        conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+        _ensure_schema(db)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _ensure_schema(db: sqlite_utils.Database) -> None:
+    table = db.table(TABLE)
+    if not table.exists():
+        table.create(
+            {name: _TYPES[name] for name in COLUMNS},
+            pk="seq",
+            not_null=_NOT_NULL,
+            if_not_exists=True,
+            # STRICT: a column holds only its declared type, so a value cannot change meaning
+            # (text "7" vs integer 7) between the writer and an auditor's reader.
+            strict=True,
+        )
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    columns = tuple(c.name for c in table.columns)
+    if columns != COLUMNS:
+        raise AuditUnavailable(f"decision log schema mismatch: columns {columns}, expected {COLUMNS}")
+    for column in INDEXED:
+        table.create_index([column], if_not_exists=True)
+
+
+def open_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection. Never creates the file: a missing log is an error, not an empty one."""
+    if not path.exists():
+        raise FileNotFoundError(f"no decision log at {path}")
+    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+def head(conn: sqlite3.Connection) -> tuple[int, str] | None:
+    row = conn.execute(HEAD_SQL).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def select(
+    conn: sqlite3.Connection,
+    *,
+    after_seq: int = 0,
+    upto_seq: int | None = None,
+    run_id: str | None = None,
+    agent: str | None = None,
+    verdict: str | None = None,
+    code: str | None = None,
+    since: str | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """Stored rows as dicts of column values (JSON columns still text), by seq."""
+    where = ["seq > ?"]
+    params: list[Any] = [after_seq]
+    if upto_seq is not None:
+        where.append("seq <= ?")
+        params.append(upto_seq)
+    for column, value in (("run_id", run_id), ("agent", agent), ("verdict", verdict), ("code", code)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if since is not None:  # fixed-width UTC text: text order is time order
+        where.append("time >= ?")
+        params.append(since)
+    sql = f"SELECT {', '.join(COLUMNS)} FROM {TABLE} WHERE {' AND '.join(where)} ORDER BY seq"
+    if newest_first:
+        sql += " DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(int(limit))
+    for row in conn.execute(sql, params):
+        yield dict(zip(COLUMNS, row, strict=True))

@@ -1,0 +1,74 @@
+"""The engine-neutral surface: declared types, results, errors and the two protocols."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class CelType(enum.Enum):
+    """Declared type of a top-level variable.
+
+    Kept deliberately small: policies only see JSON-shaped data, so richer CEL types
+    (timestamps, messages) would be declarations nothing can fill.
+    """
+
+    DYN = "dyn"
+    BOOL = "bool"
+    INT = "int"
+    UINT = "uint"
+    DOUBLE = "double"
+    STRING = "string"
+    BYTES = "bytes"
+    LIST_DYN = "list(dyn)"
+    LIST_STRING = "list(string)"
+    MAP_STRING_DYN = "map(string, dyn)"
+    MAP_STRING_STRING = "map(string, string)"
+
+
+class CelCompileError(Exception):
+    """Parse or type-check failure. `message` is human-readable and names line:column."""
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None,
+                 source: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+        self.source = source
+
+
+@dataclass(frozen=True, slots=True)
+class CelResult:
+    """Outcome of one evaluation; exactly one of value/error is meaningful."""
+
+    value: object | None = None
+    error: str | None = None
+
+    def is_true(self) -> bool:
+        # `is True` on purpose: 1, "true", a non-empty error string must never count as a match.
+        return self.error is None and self.value is True
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# Shared results for the common outcomes: building a frozen dataclass per evaluation costs
+# about as much as a whole native evaluation of a small condition.
+TRUE = CelResult(value=True)
+FALSE = CelResult(value=False)
+
+
+class CelProgram(Protocol):
+    source: str
+
+    def evaluate(self, activation: Mapping[str, object]) -> CelResult: ...
+
+
+class CelEngine(Protocol):
+    name: str
+
+    def compile(self, source: str, variables: Mapping[str, CelType]) -> CelProgram: ...

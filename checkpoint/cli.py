@@ -1,0 +1,159 @@
+"""`warden policy ...`, `warden check` and (from checkpoint.server_cli) `warden checkpoint serve`, `warden keys`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+from google.protobuf import json_format
+
+from checkpoint.policy import AgentCatalog, PolicyLoadError, load_policy_dir
+
+# Exit codes, documented in docs/cli.md.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOAD = 0, 1, 2, 3
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    policy = subparsers.add_parser("policy", help="check, test and describe policy files")
+    policy_sub = policy.add_subparsers(dest="policy_command", metavar="COMMAND", required=True)
+
+    check = policy_sub.add_parser("check", help="load a policy folder and report every error with file:line")
+    check.add_argument("directory", type=Path, help="the policy folder, e.g. policies")
+    check.add_argument("--cel-engine", choices=("native", "python"), default="native")
+    check.set_defaults(func=cmd_policy_check)
+
+    test = policy_sub.add_parser(
+        "test", help="run the *_test.yaml cases beside the policies",
+        description="Exit codes: 0 all cases pass, 1 a case failed, 3 the policies or the tests do not load.",
+    )
+    test.add_argument("directory", type=Path)
+    test.add_argument("--cel-engine", choices=("native", "python"), default="native")
+    test.add_argument("-v", "--verbose", action="store_true", help="list every case, not only failures")
+    test.set_defaults(func=cmd_policy_test)
+
+    schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files, for editors")
+    schema.add_argument("--output", type=Path, help="write to this file instead of stdout")
+    schema.set_defaults(func=cmd_policy_schema)
+
+    one = subparsers.add_parser(
+        "check", help="decide one request (proto3 JSON CheckRequest) and print the CheckResponse",
+        description="Exit codes: 0 decided (any verdict), 1 the request is invalid, 3 the policies do not load.",
+    )
+    one.add_argument("request", help="a file holding a CheckRequest in proto3 JSON, or - for stdin")
+    one.add_argument("--policies", type=Path, default=Path("policies"), help="policy folder (default: policies)")
+    one.add_argument("--data", type=Path, help="data folder whose agent catalog resolves pinned old versions")
+    one.add_argument("--explain", action="store_true", help="list every rule evaluated and its outcome")
+    one.add_argument("--cel-engine", choices=("native", "python"), default="native")
+    one.set_defaults(func=cmd_check)
+
+    try:
+        server_cli = importlib.import_module("checkpoint.server_cli")
+    except ModuleNotFoundError as exc:
+        if exc.name != "checkpoint.server_cli":
+            raise
+    else:
+        server_cli.register(subparsers)
+
+
+def _load(directory: Path, cel_engine: str, catalog: AgentCatalog | None = None):  # noqa: ANN202
+    try:
+        return load_policy_dir(directory, catalog=catalog, cel_engine=cel_engine)
+    except PolicyLoadError as exc:
+        for error in exc.errors:
+            print(error, file=sys.stderr)
+        print(f"{len(exc.errors)} error(s); nothing was loaded", file=sys.stderr)
+        return None
+
+
+def cmd_policy_check(args: argparse.Namespace) -> int:
+    policies = _load(args.directory, args.cel_engine)
+    if policies is None:
+        return EXIT_FAILED
+    print(
+        f"ok: {len(policies.agents)} agents, {len(policies.tools)} tools, {len(policies.rules)} rules, "
+        f"{len(policies.off_limits)} off-limits subjects; revision {policies.revision}"
+    )
+    for agent in sorted(policies.agents.values(), key=lambda a: a.name):
+        print(f"  agent {agent.name:<12} version {agent.version}  tools: {', '.join(sorted(agent.tools)) or '(none)'}")
+    return EXIT_OK
+
+
+def cmd_policy_test(args: argparse.Namespace) -> int:
+    from checkpoint.policytest import load_cases, run_case, test_files
+
+    policies = _load(args.directory, args.cel_engine)
+    if policies is None:
+        return EXIT_LOAD
+    files = test_files(args.directory)
+    if not files:
+        print(f"no *_test.yaml files under {args.directory}", file=sys.stderr)
+        return EXIT_LOAD
+    suites = []
+    try:
+        for path in files:
+            suites.append((str(path), *load_cases(path, str(path))))
+    except PolicyLoadError as exc:
+        for error in exc.errors:
+            print(error, file=sys.stderr)
+        return EXIT_LOAD
+    passed = failed = 0
+    for shown, suite, cases in suites:
+        for line, case in cases:
+            ok, detail = run_case(policies, case)
+            passed += ok
+            failed += not ok
+            if not ok:
+                print(f"FAIL {shown}:{line}: {suite} / {case.name}: {detail}")
+            elif args.verbose:
+                print(f"ok   {shown}:{line}: {suite} / {case.name}: {detail}")
+    print(f"{passed} passed, {failed} failed, in {len(suites)} suite(s); policy revision {policies.revision}")
+    return EXIT_OK if failed == 0 else EXIT_FAILED
+
+
+def policy_json_schema() -> dict:
+    from pydantic import TypeAdapter
+
+    from checkpoint.policy import model
+
+    schema = TypeAdapter(model.Document).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "warden policy document"
+    return schema
+
+
+def cmd_policy_schema(args: argparse.Namespace) -> int:
+    text = json.dumps(policy_json_schema(), indent=2, sort_keys=True) + "\n"
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from checkpoint.engine import InvalidRequest, decide
+    from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+    catalog = AgentCatalog(args.data / "catalog.db") if args.data else None
+    policies = _load(args.policies, args.cel_engine, catalog)
+    if policies is None:
+        return EXIT_LOAD
+    text = sys.stdin.read() if args.request == "-" else Path(args.request).read_text()
+    request = pb.CheckRequest()
+    try:
+        json_format.Parse(text, request)
+    except json_format.ParseError as exc:
+        print(f"invalid_request: {args.request}: not a CheckRequest in proto3 JSON: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.explain:
+        request.explain = True
+    try:
+        response = decide(policies, request)
+    except InvalidRequest as exc:
+        print(f"{exc.code}: {exc.message}" + (f" (field {exc.field})" if exc.field else ""), file=sys.stderr)
+        return EXIT_FAILED
+    print(json_format.MessageToJson(response, indent=2))
+    return EXIT_OK

@@ -1,0 +1,181 @@
+"""Policy tests that live beside the policies: `*_test.yaml` files, table-driven.
+
+A case names the acting agent by name (its current version is pinned for the case), the
+proposed action in shorthand, and the expected verdict, code and (optionally) rule:
+
+    suite: recon agent
+    defaults: {person: alice, agent: recon, mode: interactive}
+    cases:
+      - name: a lab host can be scanned
+        tool: create_task_from_template
+        args: {template: web-basic, target: www.lab.example.com}
+        expect: {verdict: ALLOW, code: allowed}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from google.protobuf import json_format
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from checkpoint.engine import InvalidRequest, decide
+from checkpoint.policy import PolicyError, PolicyLoadError, PolicySet
+from checkpoint.policy.loader import TEST_SUFFIXES
+from checkpoint.policy.yamlsource import YamlIssue, load_documents
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Expect(_Strict):
+    verdict: Literal["ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"]
+    code: str
+    rule: str | None = None
+    reason_contains: str | None = None
+
+
+class StepSpec(_Strict):
+    id: str = ""
+    tool: str
+    args: dict[str, Any] | None = None
+
+
+class Case(_Strict):
+    name: str = Field(..., min_length=1)
+    person: str | None = None
+    agent: str | None = Field(None, description="the acting agent; its current version is pinned")
+    chain: list[str] | None = Field(None, description="agents from the root run down to the acting one")
+    narrowing: dict[str, list[str]] | None = Field(None, description="narrowing the acting agent received")
+    mode: Literal["interactive", "background"] | None = None
+    tenant: str | None = None
+    has_plan: bool | None = None
+    budget: dict[str, float] | None = None
+    counters: dict[str, float] | None = None
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    plan_step: str = ""
+    model_call: dict[str, Any] | None = None
+    delegation: dict[str, Any] | None = None
+    plan: list[StepSpec] | None = None
+    approval: dict[str, str] | None = None
+    expect: Expect
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Case:
+        actions = [a for a in ("tool", "model_call", "delegation", "plan") if getattr(self, a) is not None]
+        if len(actions) != 1:
+            raise ValueError("a case proposes exactly one of: tool, model_call, delegation, plan")
+        return self
+
+
+class Suite(_Strict):
+    suite: str
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    cases: list[dict[str, Any]] = Field(..., min_length=1)
+
+
+@dataclass
+class CaseResult:
+    file: str
+    line: int
+    suite: str
+    name: str
+    passed: bool
+    detail: str
+
+
+def test_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name.endswith(TEST_SUFFIXES))
+
+
+def build_request(policies: PolicySet, case: Case) -> pb.CheckRequest:
+    """Turn a case's shorthand into the CheckRequest a driver would send."""
+    chain = case.chain or ([case.agent] if case.agent else [])
+    run = pb.RunContext(
+        run_id=f"test-{case.name[:40]}",
+        tenant=case.tenant or "",
+        mode=pb.RUN_MODE_BACKGROUND if case.mode == "background" else pb.RUN_MODE_INTERACTIVE,
+        has_plan=bool(case.has_plan),
+    )
+    run.actor_chain.add(kind=pb.ACTOR_KIND_PERSON, id=case.person or "tester")
+    for i, name in enumerate(chain):
+        current = policies.agents.get(name)
+        actor = run.actor_chain.add(kind=pb.ACTOR_KIND_AGENT, id=name,
+                                    agent_version=current.version if current else "unknown")
+        if i == len(chain) - 1 and case.narrowing:
+            json_format.ParseDict(case.narrowing, actor.narrowing)
+    if case.budget:
+        json_format.ParseDict(case.budget, run.budget)
+    request = pb.CheckRequest(run=run)
+    if case.counters:
+        json_format.ParseDict(case.counters, request.counters)
+    if case.tool is not None:
+        request.tool_call.tool = case.tool
+        request.tool_call.plan_step = case.plan_step
+        request.tool_call.arguments.update(case.args or {})
+    elif case.model_call is not None:
+        json_format.ParseDict(case.model_call, request.model_call)
+    elif case.delegation is not None:
+        json_format.ParseDict(case.delegation, request.delegation)
+    elif case.plan is not None:
+        for step in case.plan:
+            s = request.plan.steps.add(id=step.id, tool=step.tool)
+            if step.args is not None:
+                s.arguments.update(step.args)
+    if case.approval:
+        json_format.ParseDict(case.approval, request.approval)
+    return request
+
+
+def load_cases(path: Path, shown: str) -> tuple[str, list[tuple[int, Case]]]:
+    """Parse one test file strictly; raise PolicyLoadError naming every problem with its line."""
+    errors: list[PolicyError] = []
+    try:
+        docs = load_documents(path.read_text(encoding="utf-8"))
+    except YamlIssue as issue:
+        raise PolicyLoadError([PolicyError(shown, issue.line, issue.message)]) from None
+    if len(docs) != 1:
+        raise PolicyLoadError([PolicyError(shown, 1, "a test file holds exactly one suite document")])
+    doc = docs[0]
+    try:
+        suite = Suite.model_validate(doc.data)
+    except ValidationError as exc:
+        raise PolicyLoadError(
+            [PolicyError(shown, doc.line_of(tuple(e["loc"])), f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+             for e in exc.errors()]
+        ) from None
+    cases = []
+    for i, raw in enumerate(suite.cases):
+        line = doc.line_of(("cases", i))
+        try:
+            cases.append((line, Case.model_validate({**suite.defaults, **raw})))
+        except ValidationError as exc:
+            for e in exc.errors():
+                loc = ("cases", i, *e["loc"])
+                errors.append(PolicyError(shown, doc.line_of(loc), f"case {i + 1}: {'.'.join(map(str, e['loc'])) or 'case'}: {e['msg']}"))
+    if errors:
+        raise PolicyLoadError(errors)
+    return suite.suite, cases
+
+
+def run_case(policies: PolicySet, case: Case) -> tuple[bool, str]:
+    try:
+        response = decide(policies, build_request(policies, case))
+    except InvalidRequest as exc:
+        got = ("INVALID", exc.code, "", exc.message)
+    else:
+        got = (pb.Verdict.Name(response.verdict).removeprefix("VERDICT_"), response.code, response.rule, response.reason)
+    want = case.expect
+    problems = []
+    if got[0] != want.verdict or got[1] != want.code:
+        problems.append(f"expected {want.verdict}/{want.code}, got {got[0]}/{got[1]}")
+    if want.rule is not None and got[2] != want.rule:
+        problems.append(f"expected rule {want.rule!r}, got {got[2]!r}")
+    if want.reason_contains is not None and want.reason_contains not in got[3]:
+        problems.append(f"reason {got[3]!r} does not contain {want.reason_contains!r}")
+    return not problems, "; ".join(problems) or f"{got[0]}/{got[1]}"

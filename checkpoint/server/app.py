@@ -1,0 +1,246 @@
+"""Assembling a checkpoint: policy store and watcher, decision log, key, gRPC server, metrics.
+
+`create_server` builds and binds everything and returns `(server, port)` without blocking, so
+tests bind port 0 and talk to a real server; `serve` is the blocking entry point for the CLI.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import stat
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from checkpoint.audit import DecisionLog
+from checkpoint.policy import AgentCatalog
+from checkpoint.server.auth import AuthInterceptor, AuthPolicy
+from checkpoint.server.grpc_api import SERVICE_NAME, handlers
+from checkpoint.server.metrics import Metrics, MetricsServer
+from checkpoint.server.reload import PolicyStore, PolicyWatcher, ReloadStatus
+from checkpoint.server.service import CheckpointService
+from warden.grants import SigningKey
+
+log = logging.getLogger("warden.checkpoint")
+
+# A health entry of its own for the newest policy edit: SERVING while it loaded, NOT_SERVING
+# while it is broken (the last good set keeps serving under SERVICE_NAME meanwhile).
+RELOAD_HEALTH_NAME = "warden.checkpoint.v1.PolicyReload"
+DEFAULT_MAX_REQUEST_BYTES = 1 << 20  # a Check is a few KB; a 1000-item batch still fits
+MAX_RESPONSE_BYTES = 16 << 20
+
+
+@dataclass
+class TlsConfig:
+    """Server certificate and key, and the CA that client certificates must chain to (mTLS)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path
+
+
+class CheckpointServer:
+    """A bound, not yet started checkpoint. `start()`, then `stop()`; usable as a context manager."""
+
+    def __init__(
+        self,
+        grpc_server: grpc.Server,
+        service: CheckpointService,
+        store: PolicyStore,
+        watcher: PolicyWatcher | None,
+        decisions: DecisionLog,
+        health_servicer: health.HealthServicer,
+        metrics_server: MetricsServer | None,
+        uds_path: Path | None,
+    ):
+        self.grpc_server = grpc_server
+        self.service = service
+        self.store = store
+        self.watcher = watcher
+        self.log = decisions
+        self.health = health_servicer
+        self.metrics_server = metrics_server
+        self.uds_path = uds_path
+        self.metrics_port = metrics_server.port if metrics_server else None
+        self._stopped = threading.Event()
+
+    def start(self) -> CheckpointServer:
+        self.grpc_server.start()
+        if self.watcher is not None:
+            self.watcher.start()
+        if self.metrics_server is not None:
+            self.metrics_server.start()
+        return self
+
+    def stop(self, grace: float | None = 2.0) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self.watcher is not None:
+            self.watcher.stop()
+        self.health.enter_graceful_shutdown()
+        self.service.stop_watchers()
+        self.grpc_server.stop(grace).wait()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+        self.log.close()
+        if self.uds_path is not None:
+            try:
+                self.uds_path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        return self.grpc_server.wait_for_termination(timeout)
+
+    def health_details(self) -> dict[str, Any]:
+        status = self.store.status
+        out: dict[str, Any] = {"status": "SERVING" if status.loaded else "NOT_SERVING", **status.as_dict()}
+        out["decision_log"] = self.log.stats() | {"closed": self.log.closed}
+        return out
+
+    def __enter__(self) -> CheckpointServer:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def create_server(
+    address: str | None = "127.0.0.1:0",
+    *,
+    uds_path: str | Path | None = None,
+    uds_mode: int = 0o600,
+    policy_dir: str | Path,
+    data_dir: str | Path,
+    key: SigningKey,
+    auth: AuthPolicy | None = None,
+    tls: TlsConfig | None = None,
+    metrics_address: str | None = None,
+    watch_interval: float | None = 0.5,
+    debounce: float = 0.3,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    max_workers: int = 64,
+    max_watchers: int = 16,
+    log_synchronous: str = "NORMAL",
+) -> tuple[CheckpointServer, int]:
+    """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
+
+    The first policy load happens here, so a good folder serves from the first request; a broken
+    one leaves health NOT_SERVING and every Check UNAVAILABLE until an edit loads.
+    """
+    data = Path(data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    auth = auth or AuthPolicy()
+    if address and tls is None and not auth.tokens and not auth.allow_unauthenticated_tcp:
+        raise ValueError(
+            "TCP needs caller authentication: give a tokens file or mTLS, or listen on the Unix socket only"
+        )
+    metrics = Metrics()
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    for name in ("", SERVICE_NAME, RELOAD_HEALTH_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    def on_reload(status: ReloadStatus) -> None:
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        metrics.reloads.labels("ok" if status.last_ok else "error").inc()
+        metrics.policy_loaded.set(1 if status.loaded else 0)
+        metrics.policy_last_reload_ok.set(1 if status.last_ok else 0)
+        metrics.policy_errors.set(len(status.errors))
+        for name in ("", SERVICE_NAME):
+            health_servicer.set(name, serving if status.loaded else not_serving)
+        health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
+
+    store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
+    store.reload()
+    decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
+    service = CheckpointService(store, decisions, key, metrics)
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),
+        interceptors=[AuthInterceptor(auth, lambda method, request, _ctx: service.record_unauthenticated(method, request))],
+        options=[
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
+            # Two checkpoints on one port would split traffic silently; fail the second bind instead.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    server.add_generic_rpc_handlers((handlers(service, max_watchers=max_watchers),))
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+
+    port = 0
+    if address:
+        if tls is not None:
+            creds = grpc.ssl_server_credentials(
+                [(tls.key.read_bytes(), tls.cert.read_bytes())],
+                root_certificates=tls.client_ca.read_bytes(),
+                require_client_auth=True,
+            )
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+    uds = Path(uds_path).resolve() if uds_path else None
+    if uds is not None:
+        _bind_unix_socket(server, uds, uds_mode)
+
+    metrics_server = MetricsServer(metrics_address, metrics, lambda: {}) if metrics_address else None
+    watcher = PolicyWatcher(store, interval=watch_interval, debounce=debounce) if watch_interval else None
+    checkpoint = CheckpointServer(server, service, store, watcher, decisions, health_servicer, metrics_server, uds)
+    if metrics_server is not None:
+        metrics_server.health = checkpoint.health_details
+    return checkpoint, port
+
+
+def _bind_unix_socket(server: grpc.Server, path: Path, mode: int) -> None:
+    """Bind the socket so it is never, even for an instant, open wider than `mode`.
+
+    The umask is process-wide, so this belongs at startup, before other threads create files.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise FileExistsError(f"{path} exists and is not a socket")
+        path.unlink()  # left behind by a checkpoint that was killed
+    old = os.umask(0o777 & ~mode)
+    try:
+        server.add_insecure_port(f"unix:{path}")
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+
+
+def serve(**kwargs: Any) -> int:
+    """Run until SIGTERM or SIGINT, then drain in-flight calls and close the log cleanly."""
+    server, port = create_server(**kwargs)
+    server.start()
+    where = [f"tcp port {port}"] if port else []
+    if server.uds_path:
+        where.append(f"unix socket {server.uds_path}")
+    if server.metrics_port:
+        where.append(f"metrics on port {server.metrics_port}")
+    log.info("checkpoint serving (%s), policy revision %s", ", ".join(where), server.store.status.revision or "none")
+    done = threading.Event()
+
+    def stop(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not done.wait(1.0):
+        pass
+    server.stop(grace=5.0)
+    return 0

@@ -1,0 +1,133 @@
+"""Caller authentication: who may ask the checkpoint for decisions.
+
+- Unix domain socket: the socket file's permissions (0600 / 0660) decide who can connect at all,
+  so a connected caller is trusted; no token is asked for.
+- TCP with mTLS: the TLS handshake already refused clients without a certificate signed by the
+  configured CA; a verified peer is trusted.
+- TCP otherwise: the caller sends `authorization: Bearer <token>`; tokens come from a file.
+
+Health checks and reflection are open: a liveness probe carries no token, and the service
+description is the published proto. Refusals are answered with UNAUTHENTICATED and the stable code
+`unauthenticated`, and handed to `on_refused` so the service can record them in the decision log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from checkpoint.server.errors import Unauthenticated, abort
+
+OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+_BEARER = "bearer "
+
+
+class TokenFileError(ValueError):
+    code = "token_file_invalid"
+
+
+def load_tokens(path: str | Path) -> dict[bytes, str]:
+    """Read a token file: one token per line, optionally `caller-name token`; `#` comments.
+
+    Returns sha256(token) -> caller name. Tokens are kept hashed so a memory dump or a log line
+    of this structure does not hand out credentials. A file others can read is refused.
+    """
+    path = Path(path)
+    mode = path.stat().st_mode
+    if mode & stat.S_IRWXO:
+        raise TokenFileError(f"{path}: token file must not be readable by others (chmod 600)")
+    tokens: dict[bytes, str] = {}
+    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) > 2:
+            raise TokenFileError(f"{path}:{lineno}: expected 'token' or 'caller token'")
+        caller, token = (parts[0], parts[1]) if len(parts) == 2 else (f"token-{lineno}", parts[0])
+        if len(token) < 16:
+            raise TokenFileError(f"{path}:{lineno}: token shorter than 16 characters")
+        tokens[hashlib.sha256(token.encode()).digest()] = caller
+    if not tokens:
+        raise TokenFileError(f"{path}: no tokens")
+    return tokens
+
+
+@dataclass
+class AuthPolicy:
+    """How TCP callers prove who they are. With neither tokens nor mTLS, TCP is refused entirely
+    unless `allow_unauthenticated_tcp` says otherwise (tests and throwaway demos only)."""
+
+    tokens: dict[bytes, str] = field(default_factory=dict)
+    mtls: bool = False
+    allow_unauthenticated_tcp: bool = False
+
+    def caller(self, context: grpc.ServicerContext) -> str | None:
+        """The authenticated caller's name, or None."""
+        peer = context.peer()
+        if peer.startswith("unix:"):
+            return "unix-socket"
+        if self.mtls:
+            ids = context.peer_identities()
+            if ids:
+                return "mtls:" + ids[0].decode(errors="replace")
+        if self.tokens:
+            for key, value in context.invocation_metadata():
+                if key == "authorization" and isinstance(value, str) and value[:7].lower() == _BEARER:
+                    digest = hashlib.sha256(value[7:].strip().encode()).digest()
+                    # The dict lookup is on a hash of the token, so its timing says nothing about
+                    # the token; compare_digest keeps the final check constant-time anyway.
+                    for known, name in self.tokens.items():
+                        if hmac.compare_digest(known, digest):
+                            return name
+                    return None
+        if self.allow_unauthenticated_tcp:
+            return "anonymous"
+        return None
+
+
+Refused = Callable[[str, Any, grpc.ServicerContext], None]
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    def __init__(self, policy: AuthPolicy, on_refused: Refused | None = None):
+        self.policy = policy
+        self.on_refused = on_refused
+
+    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(OPEN_PREFIXES):
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._guard(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._guard(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # no streaming-request methods exist in this service
+
+    def _guard(self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[..., Any]:
+        policy = self.policy
+
+        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+            if policy.caller(context) is None:
+                if self.on_refused is not None:
+                    self.on_refused(method, request, context)
+                abort(context, Unauthenticated("unauthenticated", "a valid bearer token or client certificate is required"))
+            return behavior(request, context)
+
+        return guarded

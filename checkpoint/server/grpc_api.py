@@ -1,0 +1,111 @@
+"""The gRPC face of the service: thin handlers, and the one place errors become statuses.
+
+Handlers are built here rather than through the generated `add_..._to_server`, for one reason:
+the request deserializer. The generated one lets a message that does not parse fail inside
+gRPC with an opaque INTERNAL; ours hands the handler a marker, so the caller gets
+INVALID_ARGUMENT with the stable code `invalid_request` like any other bad request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from checkpoint.server.errors import InvalidArgument, ServiceError, Unavailable, abort
+from checkpoint.server.service import CheckpointService
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+SERVICE_NAME = "warden.checkpoint.v1.CheckpointService"
+
+
+class Malformed:
+    """Stands in for a request whose bytes did not parse as the expected message."""
+
+    def __init__(self, message_type: str, error: str):
+        self.message_type = message_type
+        self.error = error
+
+
+def _parser(cls: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except (DecodeError, RuntimeError, ValueError) as exc:
+            return Malformed(cls.DESCRIPTOR.name, str(exc))
+
+    return parse
+
+
+def _well_formed(request: Any) -> None:
+    if isinstance(request, Malformed):
+        raise InvalidArgument("invalid_request", f"the request is not a well-formed {request.message_type}")
+
+
+def _unary(fn: Callable[[Any], Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            _well_formed(request)
+            return fn(request)
+        except ServiceError as exc:
+            abort(context, exc)
+
+    return handle
+
+
+class Watchers:
+    """Caps concurrent WatchDecisions streams: each holds a server thread while it follows."""
+
+    def __init__(self, limit: int):
+        self._sem = threading.BoundedSemaphore(limit)
+        self.limit = limit
+
+    def acquire(self) -> bool:
+        return self._sem.acquire(blocking=False)
+
+    def release(self) -> None:
+        self._sem.release()
+
+
+def handlers(service: CheckpointService, *, max_watchers: int = 16) -> grpc.GenericRpcHandler:
+    watchers = Watchers(max_watchers)
+
+    def watch(request: Any, context: grpc.ServicerContext) -> Iterator[pb.WatchDecisionsResponse]:
+        try:
+            _well_formed(request)
+            if not watchers.acquire():
+                raise Unavailable("too_many_watchers", f"at most {watchers.limit} decision streams at once")
+        except ServiceError as exc:
+            abort(context, exc)
+        stop = threading.Event()
+        try:
+            # Wakes the follower at once when the client goes away or the server stops.
+            context.add_callback(lambda: (stop.set(), service.wake_watchers()))
+            yield from service.watch(request, stop)
+        except ServiceError as exc:
+            abort(context, exc)
+        finally:
+            watchers.release()
+
+    def unary(fn: Callable[[Any], Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(
+            _unary(fn), request_deserializer=_parser(req), response_serializer=resp.SerializeToString
+        )
+
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME,
+        {
+            "Check": unary(service.check, pb.CheckRequest, pb.CheckResponse),
+            "CheckBatch": unary(service.check_batch, pb.CheckBatchRequest, pb.CheckBatchResponse),
+            "CheckPlan": unary(service.check_plan, pb.CheckPlanRequest, pb.CheckPlanResponse),
+            "ResolveAgent": unary(service.resolve_agent, pb.ResolveAgentRequest, pb.ResolveAgentResponse),
+            "WatchDecisions": grpc.unary_stream_rpc_method_handler(
+                watch,
+                request_deserializer=_parser(pb.WatchDecisionsRequest),
+                response_serializer=pb.WatchDecisionsResponse.SerializeToString,
+            ),
+        },
+    )

@@ -1,0 +1,310 @@
+"""The service layer: turns a decision into an answer that may leave the checkpoint.
+
+For every request it: takes the policy set in force (one reference, so a reload mid-request
+changes nothing), runs the pure decision function, stamps a time-ordered decision id and the time,
+signs a grant on an ALLOW of a tool call, and appends the record to the decision log. The answer
+leaves only after the record is committed; when the log cannot take it, the answer becomes
+DENY `audit_unavailable` without a grant. No gRPC here: `grpc_api` maps this to the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
+from checkpoint.engine import InvalidRequest, decide, resolve_agent
+from checkpoint.policy import PolicySet
+from checkpoint.server import convert
+from checkpoint.server.errors import InvalidArgument, Unavailable
+from checkpoint.server.ids import new_decision_id
+from checkpoint.server.metrics import Metrics
+from checkpoint.server.reload import PolicyStore
+from warden import canonical, grants
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+log = logging.getLogger("warden.checkpoint.service")
+
+ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
+KNOWN_VERDICTS = frozenset({pb.VERDICT_ALLOW, pb.VERDICT_DENY, pb.VERDICT_REQUIRE_APPROVAL, pb.VERDICT_HALT})
+MAX_BATCH_ITEMS = 256
+
+
+class CheckpointService:
+    def __init__(
+        self,
+        store: PolicyStore,
+        decisions: DecisionLog,
+        key: grants.SigningKey,
+        metrics: Metrics,
+        *,
+        max_batch_items: int = MAX_BATCH_ITEMS,
+    ):
+        self.store = store
+        self.log = decisions
+        self.key = key
+        self.metrics = metrics
+        self.max_batch_items = max_batch_items
+        self._watch_stops: set[threading.Event] = set()
+        self._watch_lock = threading.Lock()
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def _policies(self) -> PolicySet:
+        policies = self.store.current
+        if policies is None:
+            raise Unavailable("policy_error", "no policy set is loaded; see the checkpoint's health details")
+        return policies
+
+    def check(self, request: pb.CheckRequest) -> pb.CheckResponse:
+        """Decide, sign, record. Raises InvalidArgument / Unavailable when no decision is possible."""
+        started = time.perf_counter_ns()
+        policies = self._policies()
+        try:
+            response = decide(policies, request)
+        except InvalidRequest as exc:
+            self.metrics.refusals.labels(exc.code).inc()
+            self._record_refusal(request, exc.code, str(exc.message), policies.revision)
+            raise InvalidArgument(exc.code, str(exc.message), exc.field or "") from exc
+        except Exception:
+            # A crash in the decision function must not become an ALLOW, nor an unrecorded error.
+            log.exception("decision function failed")
+            response = pb.CheckResponse(
+                verdict=DENY, code="policy_error", rule="engine", reason="the decision function failed"
+            )
+        decided = time.perf_counter_ns()
+        self.metrics.decision_seconds.observe((decided - started) / 1e9)
+        if response.verdict not in KNOWN_VERDICTS:
+            response = _fail_closed(response, "policy_error", "the decision function gave no verdict")
+        if not response.policy_revision:
+            response.policy_revision = policies.revision
+
+        now_ns = time.time_ns()
+        response.decision_id = new_decision_id()
+        convert.timestamp_from_ns(now_ns, response.decided_at)
+        action = request.WhichOneof("action")
+        arguments: dict[str, Any] | None = None
+        if action == "tool_call":
+            arguments = convert.struct_to_dict(request.tool_call.arguments)
+            if response.verdict == ALLOW:
+                try:
+                    self._sign(policies, request, response, arguments)
+                except (ValueError, TypeError) as exc:  # e.g. NaN: no canonical form, no grant
+                    response = _fail_closed(response, "invalid_arguments", f"arguments cannot be signed: {exc}")
+
+        record = self._record(request, response, action, arguments, policies, now_ns)
+        record["latency_us"] = (time.perf_counter_ns() - started) // 1000
+        try:
+            self.log.append(record)
+        except AuditUnavailable as exc:
+            self.metrics.audit_failures.inc()
+            log.error("decision %s not recorded, denying: %s", response.decision_id, exc)
+            response = _fail_closed(response, exc.code, "the decision could not be recorded")
+        self.metrics.decisions.labels(convert.verdict_name(response.verdict), response.code).inc()
+        return response
+
+    def check_plan(self, request: pb.CheckPlanRequest) -> pb.CheckPlanResponse:
+        check = pb.CheckRequest(run=request.run, plan=request.plan, counters=request.counters, explain=request.explain)
+        return pb.CheckPlanResponse(decision=self.check(check))
+
+    def check_batch(self, request: pb.CheckBatchRequest) -> pb.CheckBatchResponse:
+        if len(request.items) > self.max_batch_items:
+            raise InvalidArgument(
+                "batch_too_large", f"{len(request.items)} items; at most {self.max_batch_items}", "items"
+            )
+        self._policies()  # no policies: the whole batch is unavailable, not each item
+        out = pb.CheckBatchResponse()
+        for item in request.items:
+            result = out.results.add(correlation_id=item.correlation_id)
+            if not item.HasField("request"):
+                result.error.CopyFrom(pb.ErrorDetail(code="invalid_request", message="item has no request", field="request"))
+                continue
+            try:
+                result.response.CopyFrom(self.check(item.request))
+            except (InvalidArgument, Unavailable) as exc:
+                result.error.CopyFrom(exc.detail())
+        return out
+
+    def resolve_agent(self, request: pb.ResolveAgentRequest) -> pb.ResolveAgentResponse:
+        policies = self._policies()
+        if not request.agent:
+            raise InvalidArgument("invalid_request", "agent is required", "agent")
+        try:
+            response = resolve_agent(policies, request.agent, request.agent_version)
+        except InvalidRequest as exc:
+            raise InvalidArgument(exc.code, str(exc.message), exc.field or "agent") from exc
+        if not response.policy_revision:
+            response.policy_revision = policies.revision
+        return response
+
+    # -- grants and records ----------------------------------------------------------------
+
+    def _sign(
+        self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse, arguments: dict[str, Any]
+    ) -> None:
+        response.grant.CopyFrom(
+            grants.sign(
+                self.key,
+                decision_id=response.decision_id,
+                run_id=request.run.run_id,
+                agent=response.agent,
+                agent_version=response.agent_version,
+                tool=request.tool_call.tool,
+                arguments=arguments,
+                policy_revision=response.policy_revision,
+                ttl_seconds=policies.instance.grant_ttl_seconds,
+            )
+        )
+        self.metrics.grants.inc()
+
+    def _record(
+        self,
+        request: pb.CheckRequest,
+        response: pb.CheckResponse,
+        action: str | None,
+        arguments: dict[str, Any] | None,
+        policies: PolicySet | None,
+        now_ns: int,
+    ) -> dict[str, Any]:
+        run = request.run
+        chain = convert.actor_chain(run.actor_chain)
+        person = next((a["id"] for a in chain if a["kind"] == "person"), None)
+        last = chain[-1] if chain else {}
+        tool = request.tool_call.tool if action == "tool_call" else None
+        return {
+            "decision_id": response.decision_id or new_decision_id(),
+            "time": convert.format_time_ns(now_ns),
+            "tenant": run.tenant or None,
+            "run_id": run.run_id or None,
+            "root_run_id": run.root_run_id or None,
+            "parent_run_id": run.parent_run_id or None,
+            "actor_chain": chain,
+            "accountable_person": person,
+            "agent": response.agent or last.get("id") or None,
+            "agent_version": response.agent_version or last.get("agent_version") or None,
+            "action": action,
+            "tool": tool or None,
+            "arguments": _logged_arguments(request, action, arguments, policies),
+            "verdict": convert.verdict_name(response.verdict),
+            "code": response.code,
+            "rule": response.rule or None,
+            "reason": response.reason or None,
+            "policy_revision": response.policy_revision or None,
+        }
+
+    def _record_refusal(self, request: Any, code: str, reason: str, revision: str | None) -> None:
+        """Record a request refused before any decision (invalid, unauthenticated).
+
+        Best effort: the caller is refused either way, so a log failure here changes no answer.
+        The log keeps only the four actions, so a request that names none cannot be recorded
+        and is counted and logged instead.
+        """
+        if isinstance(request, pb.CheckPlanRequest):
+            request = pb.CheckRequest(run=request.run, plan=request.plan, counters=request.counters)
+        if not isinstance(request, pb.CheckRequest) or request.WhichOneof("action") is None:
+            log.warning("refused (%s) a request that names no action: %s", code, reason)
+            return
+        action = request.WhichOneof("action")
+        response = pb.CheckResponse(
+            decision_id=new_decision_id(), verdict=DENY, code=code, rule="request", reason=reason,
+            policy_revision=revision or "",
+        )  # fmt: skip
+        arguments = convert.struct_to_dict(request.tool_call.arguments) if action == "tool_call" else None
+        try:
+            self.log.append(self._record(request, response, action, arguments, self.store.current, time.time_ns()))
+        except AuditUnavailable as exc:
+            self.metrics.audit_failures.inc()
+            log.error("refusal (%s) not recorded: %s", code, exc)
+
+    def record_unauthenticated(self, method: str, request: Any) -> None:
+        self.metrics.refusals.labels("unauthenticated").inc()
+        requests = [i.request for i in request.items] if isinstance(request, pb.CheckBatchRequest) else [request]
+        revision = self.store.status.revision or None
+        for item in requests:
+            self._record_refusal(item, "unauthenticated", f"{method}: no valid credentials", revision)
+
+    # -- the decision stream ---------------------------------------------------------------
+
+    def watch(self, request: pb.WatchDecisionsRequest, stop: threading.Event) -> Iterator[pb.WatchDecisionsResponse]:
+        filters = {
+            "run_id": request.run_id or None,
+            "agent": request.agent or None,
+            "verdict": convert.verdict_name(request.verdict) if request.verdict else None,
+            "code": request.code or None,
+        }
+        if request.after_seq < 0:
+            raise InvalidArgument("invalid_request", "after_seq must not be negative", "after_seq")
+        if request.no_follow:
+            records = self.log.read(request.after_seq, **filters)
+        else:
+            records = self.log.follow(request.after_seq, stop_event=stop, **filters)
+        with self._watch_lock:
+            self._watch_stops.add(stop)
+        try:
+            for record in records:
+                if stop.is_set():
+                    return
+                yield pb.WatchDecisionsResponse(record=convert.record_to_proto(record))
+        finally:
+            with self._watch_lock:
+                self._watch_stops.discard(stop)
+
+    def wake_watchers(self) -> None:
+        self.log.wake_followers()
+
+    def stop_watchers(self) -> None:
+        with self._watch_lock:
+            stops = list(self._watch_stops)
+        for stop in stops:
+            stop.set()
+        self.log.wake_followers()
+
+
+def _fail_closed(response: pb.CheckResponse, code: str, reason: str) -> pb.CheckResponse:
+    """The same decision id and context, but DENY, with no grant and nothing that widens."""
+    out = pb.CheckResponse(
+        decision_id=response.decision_id,
+        verdict=DENY,
+        code=code,
+        rule=response.rule or "checkpoint",
+        reason=reason,
+        agent=response.agent,
+        agent_version=response.agent_version,
+        policy_revision=response.policy_revision,
+    )
+    if response.HasField("decided_at"):
+        out.decided_at.CopyFrom(response.decided_at)
+    return out
+
+
+def _logged_arguments(
+    request: pb.CheckRequest, action: str | None, arguments: dict[str, Any] | None, policies: PolicySet | None
+) -> dict[str, Any] | None:
+    """What the log keeps of the action's inputs, masked by the tool's `audit` section.
+
+    A call to a tool the policy does not know has no masking rules to apply, so only the hash
+    of its arguments is kept: enough to match it against other evidence, nothing that could be
+    a secret.
+    """
+    if action == "tool_call":
+        tool = policies.tools.get(request.tool_call.tool) if policies is not None else None
+        if arguments is None:
+            return None
+        if tool is None:
+            return {"sha256": canonical.sha256_hex(arguments)}
+        masking = tool.spec.audit
+        if masking.drop or masking.hash:
+            return mask_arguments(arguments, drop=masking.drop, hash=masking.hash)
+        return arguments
+    if action == "model_call":
+        m = request.model_call
+        return {"provider": m.provider, "model": m.model, "max_tokens": m.max_tokens, "input_tokens": m.input_tokens}
+    if action == "delegation":
+        d = request.delegation
+        return {"agent": d.agent, "agent_version": d.agent_version}
+    if action == "plan":
+        return {"steps": [{"id": s.id, "tool": s.tool} for s in request.plan.steps]}
+    return None

@@ -1,0 +1,165 @@
+"""`warden checkpoint serve` and `warden keys init`.
+
+`register(subparsers)` is called from `checkpoint/cli.py`. Defaults keep everything under one
+data folder (`./.warden`): the decision log `decisions.db`, the agent catalog `catalog.db`, the
+grant key `grant.key`, caller tokens `checkpoint.tokens`, and the socket `checkpoint.sock`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import sys
+from pathlib import Path
+
+DEFAULT_DATA = "./.warden"
+DEFAULT_ADDRESS = "127.0.0.1:7401"
+KEY_FILE = "grant.key"
+TOKENS_FILE = "checkpoint.tokens"
+SOCKET_FILE = "checkpoint.sock"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    checkpoint = subparsers.add_parser(
+        "checkpoint", help="run the checkpoint (the policy decision point)", description="The checkpoint sidecar."
+    )
+    checkpoint.set_defaults(func=lambda _a: (checkpoint.print_help(), 2)[1])
+    commands = checkpoint.add_subparsers(dest="checkpoint_command", metavar="SUBCOMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="serve Check() over gRPC on TCP and a Unix socket",
+        description="Serve CheckpointService, health and reflection; reload policies on change. "
+        "See docs/checkpoint-service.md.",
+    )
+    serve.add_argument("--address", default=DEFAULT_ADDRESS, help=f"TCP host:port (default {DEFAULT_ADDRESS}); '' for none")
+    serve.add_argument("--socket", metavar="PATH", help=f"Unix socket (default DATA/{SOCKET_FILE}); '' for none")
+    serve.add_argument("--socket-mode", default="0600", choices=["0600", "0660"], help="socket permissions (default 0600)")
+    serve.add_argument("--policies", default="policies", metavar="DIR", help="policy folder (default ./policies)")
+    serve.add_argument("--data", default=DEFAULT_DATA, metavar="DIR", help=f"data folder (default {DEFAULT_DATA})")
+    serve.add_argument("--key", metavar="FILE", help=f"grant signing key (default DATA/{KEY_FILE}; see `warden keys init`)")
+    serve.add_argument("--tokens", metavar="FILE", help=f"bearer tokens for TCP callers (default DATA/{TOKENS_FILE} when it exists)")
+    serve.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM) for mTLS on TCP")
+    serve.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
+    serve.add_argument("--tls-client-ca", metavar="FILE", help="CA that client certificates must chain to")
+    serve.add_argument("--insecure-no-auth", action="store_true", help="accept unauthenticated TCP callers (never in production)")
+    serve.add_argument("--metrics-address", metavar="HOST:PORT", help="serve /metrics and /healthz here (default off)")
+    serve.add_argument("--max-request-bytes", type=int, default=1 << 20, help="largest request accepted (default 1 MiB)")
+    serve.add_argument("--workers", type=int, default=64, help="gRPC worker threads (default 64)")
+    serve.add_argument("--reload-interval", type=float, default=0.5, help="seconds between policy folder polls; 0 disables")
+    serve.add_argument("--durability", choices=["NORMAL", "FULL"], default="NORMAL",
+                       help="log commits survive a killed process (NORMAL) or also power loss (FULL, fsync per batch)")  # fmt: skip
+    serve.add_argument("-v", "--verbose", action="store_true")
+    serve.set_defaults(func=_serve)
+
+    keys = subparsers.add_parser("keys", help="create key material", description="Key material for grants and callers.")
+    keys.set_defaults(func=lambda _a: (keys.print_help(), 2)[1])
+    key_commands = keys.add_subparsers(dest="keys_command", metavar="SUBCOMMAND")
+    init = key_commands.add_parser(
+        "init",
+        help="create the grant signing key and a caller token",
+        description="Create DATA/grant.key (HMAC-SHA256 key shared by checkpoint and toolrunner, mode 0600) "
+        "and DATA/checkpoint.tokens (a bearer token for TCP callers, mode 0600). Existing files are kept.",
+    )
+    init.add_argument("--data", default=DEFAULT_DATA, metavar="DIR", help=f"data folder (default {DEFAULT_DATA})")
+    init.add_argument("--key", metavar="FILE", help=f"key file (default DATA/{KEY_FILE})")
+    init.add_argument("--tokens", metavar="FILE", help=f"token file (default DATA/{TOKENS_FILE})")
+    init.add_argument("--caller", default="driver", help="name of the caller the token is for (default driver)")
+    init.set_defaults(func=_keys_init)
+
+
+def _keys_init(args: argparse.Namespace) -> int:
+    from warden.grants import SigningKey
+
+    data = Path(args.data)
+    key_path = Path(args.key) if args.key else data / KEY_FILE
+    tokens_path = Path(args.tokens) if args.tokens else data / TOKENS_FILE
+    if key_path.exists():
+        print(f"kept existing key {key_path} (id {SigningKey.load(key_path).key_id})")
+    else:
+        key = SigningKey.generate()
+        key.save(key_path)
+        print(f"created grant key {key_path} (id {key.key_id}); give it to the toolrunner, never to the driver")
+    if tokens_path.exists():
+        print(f"kept existing tokens {tokens_path}")
+    else:
+        tokens_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tokens_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("# caller-name token; one per line. Clients send `authorization: Bearer <token>`.\n")
+            f.write(f"{args.caller} {secrets.token_urlsafe(32)}\n")
+        print(f"created caller token for {args.caller!r} in {tokens_path}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from checkpoint.server import AuthPolicy, TlsConfig, load_tokens, serve
+    from checkpoint.server.auth import TokenFileError
+    from warden.grants import SigningKey
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    data = Path(args.data)
+    key_path = Path(args.key) if args.key else data / KEY_FILE
+    try:
+        key = SigningKey.load(key_path)
+    except FileNotFoundError:
+        print(f"warden: no grant key at {key_path}; run `warden keys init --data {data}`", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError) as exc:
+        print(f"warden: bad grant key {key_path}: {exc}", file=sys.stderr)
+        return 2
+
+    tokens_path = Path(args.tokens) if args.tokens else data / TOKENS_FILE
+    tokens = {}
+    if args.tokens or tokens_path.exists():
+        try:
+            tokens = load_tokens(tokens_path)
+        except (OSError, TokenFileError) as exc:
+            print(f"warden: {exc}", file=sys.stderr)
+            return 2
+    tls_args = (args.tls_cert, args.tls_key, args.tls_client_ca)
+    if any(tls_args) and not all(tls_args):
+        print("warden: mTLS needs --tls-cert, --tls-key and --tls-client-ca together", file=sys.stderr)
+        return 2
+    tls = TlsConfig(Path(args.tls_cert), Path(args.tls_key), Path(args.tls_client_ca)) if all(tls_args) else None
+    auth = AuthPolicy(tokens=tokens, mtls=tls is not None, allow_unauthenticated_tcp=args.insecure_no_auth)
+    socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
+    try:
+        return serve(
+            address=args.address or None,
+            uds_path=socket or None,
+            uds_mode=int(args.socket_mode, 8),
+            policy_dir=args.policies,
+            data_dir=data,
+            key=key,
+            auth=auth,
+            tls=tls,
+            metrics_address=args.metrics_address,
+            watch_interval=args.reload_interval or None,
+            max_request_bytes=args.max_request_bytes,
+            max_workers=args.workers,
+            log_synchronous=args.durability,
+        )
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)
+        return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run these subcommands alone (`python -m checkpoint.server_cli ...`) before the lead wires them."""
+    parser = argparse.ArgumentParser(prog="warden")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The model boundary: an untrusted provider reply becomes a typed decision, or a rejection.
+
+A provider adapter turns its SDK's response into a `ProviderReply`: the stop reason, token usage
+and a list of raw action objects (one per tool_use block, or the JSON object the model wrote as
+its answer). Nothing in that reply is trusted. `decide()` checks it and returns exactly one of:
+
+- `ToolCalls`: one or more `tool_call` proposals (a model may ask for several calls in one
+  turn; each is checked by the checkpoint on its own, and the tool_calls breaker counts them),
+- `Final`: the model reports an outcome for each criterion,
+- `Handoff`: stop and give the run to a person (the model asked, or the reply was cut off),
+- `Idle`: the model wrote prose and proposed nothing (the loop nudges once, then pauses),
+- `Rejection`: the reply broke the contract; `code` is stable and the rejection is fed back to
+  the model as data and counted as a failure.
+
+Checks, first failure wins: cut off (max_tokens / refusal -> handoff `cut_off`, because a
+partial tool input is never safe to run); each action is an object; `action` is one of the
+closed set (`unknown_action`); a final or handoff names no tool (`tool_on_final`); no unknown
+field anywhere (`unknown_field`); types are right (`malformed_response`); the tool is in this
+run's contract (`tool_not_in_contract`). Arguments are deep-copied so no later change to the raw
+reply can change what runs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ACTIONS = ("tool_call", "final", "handoff")
+CUT_OFF_STOP_REASONS = frozenset({"max_tokens", "refusal", "model_context_window_exceeded"})
+
+UNKNOWN_FIELD = "unknown_field"
+UNKNOWN_ACTION = "unknown_action"
+TOOL_NOT_IN_CONTRACT = "tool_not_in_contract"
+TOOL_ON_FINAL = "tool_on_final"
+MALFORMED_RESPONSE = "malformed_response"
+CUT_OFF = "cut_off"
+REJECTION_CODES = (UNKNOWN_FIELD, UNKNOWN_ACTION, TOOL_NOT_IN_CONTRACT, TOOL_ON_FINAL, MALFORMED_RESPONSE)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ProviderReply(BaseModel):
+    """What an adapter hands the boundary. `actions` and `text` are untrusted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stop_reason: str
+    actions: list[Any] = Field(default_factory=list)
+    text: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str = ""
+    # The provider-shaped assistant message, kept so the adapter can replay the conversation.
+    transcript: Any = None
+
+
+# -- the raw shapes the model may send (validated with extra=forbid) ---------------------------
+
+
+class _RawToolCall(_Strict):
+    action: Literal["tool_call"]
+    tool: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str = ""
+    plan_step: str = ""
+
+
+class Outcome(_Strict):
+    criterion: str = Field(min_length=1)
+    met: bool
+    evidence: str = ""
+
+
+class _RawFinal(_Strict):
+    action: Literal["final"]
+    outcomes: list[Outcome] = Field(default_factory=list)
+    summary: str = ""
+
+
+class _RawHandoff(_Strict):
+    action: Literal["handoff"]
+    reason: str = ""
+
+
+_SHAPES: dict[str, type[_Strict]] = {"tool_call": _RawToolCall, "final": _RawFinal, "handoff": _RawHandoff}
+
+
+# -- decisions ------------------------------------------------------------------------------
+
+
+class ToolCallProposal(_Strict):
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    plan_step: str = ""
+
+
+class ToolCalls(_Strict):
+    kind: Literal["tool_calls"] = "tool_calls"
+    calls: list[ToolCallProposal]
+
+
+class Final(_Strict):
+    kind: Literal["final"] = "final"
+    outcomes: list[Outcome]
+    summary: str = ""
+
+
+class Handoff(_Strict):
+    kind: Literal["handoff"] = "handoff"
+    # "handoff" when the model asked for a person; "cut_off" when the reply was cut short.
+    code: str
+    reason: str = ""
+
+
+class Idle(_Strict):
+    kind: Literal["idle"] = "idle"
+    text: str = ""
+
+
+class Rejection(_Strict):
+    kind: Literal["rejection"] = "rejection"
+    code: str
+    detail: str
+    # tool_use ids of the rejected reply: each still needs a (refused) result in the transcript.
+    call_ids: list[str] = Field(default_factory=list)
+
+
+Decision = ToolCalls | Final | Handoff | Idle | Rejection
+
+
+class _Reject(Exception):
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def _call_ids(actions: list[Any]) -> list[str]:
+    ids = []
+    for a in actions:
+        if isinstance(a, dict) and a.get("action") == "tool_call" and isinstance(a.get("id"), str) and a["id"]:
+            ids.append(a["id"])
+    return ids
+
+
+def _parse_action(raw: Any, contract: frozenset[str]) -> _Strict:
+    if not isinstance(raw, dict):
+        raise _Reject(MALFORMED_RESPONSE, f"an action must be an object, got {type(raw).__name__}")
+    action = raw.get("action")
+    if action is None:
+        raise _Reject(MALFORMED_RESPONSE, "the object has no 'action'")
+    if not isinstance(action, str) or action not in ACTIONS:
+        raise _Reject(UNKNOWN_ACTION, f"action {action!r} is not one of {', '.join(ACTIONS)}")
+    if action != "tool_call" and ("tool" in raw or "arguments" in raw):
+        raise _Reject(TOOL_ON_FINAL, f"a {action} must not name a tool")
+    try:
+        parsed = _SHAPES[action].model_validate(raw)
+    except ValidationError as exc:
+        extra = [e for e in exc.errors() if e["type"] == "extra_forbidden"]
+        if extra:
+            where = ".".join(str(p) for p in extra[0]["loc"])
+            raise _Reject(UNKNOWN_FIELD, f"unknown field {where!r} in {action}") from None
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or action
+        raise _Reject(MALFORMED_RESPONSE, f"{where}: {first['msg']}") from None
+    if isinstance(parsed, _RawToolCall) and parsed.tool not in contract:
+        raise _Reject(TOOL_NOT_IN_CONTRACT, f"tool {parsed.tool!r} is not in this run's contract")
+    return parsed
+
+
+def decide(reply: ProviderReply, contract: Iterable[str]) -> Decision:
+    """Check one reply against the run's contract (the tool names the model may call)."""
+    allowed = frozenset(contract)
+    actions = list(reply.actions)
+    if reply.stop_reason in CUT_OFF_STOP_REASONS:
+        return Handoff(code=CUT_OFF, reason=f"the reply was cut off ({reply.stop_reason}); nothing in it runs")
+    if not actions:
+        return Idle(text=reply.text)
+    try:
+        parsed = [_parse_action(a, allowed) for a in actions]
+    except _Reject as r:
+        return Rejection(code=r.code, detail=r.detail, call_ids=_call_ids(actions))
+    calls = [p for p in parsed if isinstance(p, _RawToolCall)]
+    others = [p for p in parsed if not isinstance(p, _RawToolCall)]
+    if calls and others:
+        return Rejection(
+            code=TOOL_ON_FINAL,
+            detail="a reply that finishes or hands off must not also call a tool",
+            call_ids=_call_ids(actions),
+        )
+    if len(others) > 1:
+        return Rejection(code=MALFORMED_RESPONSE, detail="a reply holds at most one final or handoff")
+    if others:
+        only = others[0]
+        if isinstance(only, _RawFinal):
+            return Final(outcomes=list(only.outcomes), summary=only.summary)
+        assert isinstance(only, _RawHandoff)
+        return Handoff(code="handoff", reason=only.reason)
+    seen: set[str] = set()
+    proposals = []
+    for i, c in enumerate(calls):
+        call_id = c.id or f"call_{i}"
+        if call_id in seen:
+            return Rejection(code=MALFORMED_RESPONSE, detail=f"call id {call_id!r} used twice")
+        seen.add(call_id)
+        proposals.append(
+            ToolCallProposal(
+                call_id=call_id, tool=c.tool, arguments=copy.deepcopy(c.arguments), plan_step=c.plan_step
+            )
+        )
+    return ToolCalls(calls=proposals)

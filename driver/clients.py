@@ -1,0 +1,118 @@
+"""gRPC clients of the checkpoint and the toolrunner, with one place that maps their failures.
+
+An unreachable peer (UNAVAILABLE, DEADLINE_EXCEEDED) becomes `DependencyUnavailable` with the
+stable code `checkpoint_unavailable` / `toolrunner_unavailable`: the loop pauses the run and no
+tool runs (fail closed). Any other gRPC error keeps the code the peer put in its ErrorDetail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.protobuf import struct_pb2
+
+from driver.errors import DependencyUnavailable, DriverError
+from warden.checkpoint.v1 import checkpoint_pb2 as cp
+from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
+from warden.toolrunner.v1 import toolrunner_pb2 as tr
+from warden.toolrunner.v1 import toolrunner_pb2_grpc as tr_grpc
+
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+
+
+def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(value)
+    return s
+
+
+def _detail_code(err: grpc.RpcError) -> str:
+    # Peers put a stable code in an ErrorDetail in the trailing metadata or the details string.
+    for key, value in (err.trailing_metadata() or ()):  # type: ignore[attr-defined]
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            try:
+                from google.rpc import status_pb2
+
+                st = status_pb2.Status.FromString(value)
+                for any_ in st.details:
+                    detail = cp.ErrorDetail()
+                    if any_.Unpack(detail) and detail.code:
+                        return detail.code
+            except Exception:  # noqa: BLE001 - a detail we cannot read is simply absent
+                pass
+    return ""
+
+
+def _map(err: grpc.RpcError, who: str) -> DriverError:
+    status = err.code()  # type: ignore[attr-defined]
+    message = err.details() or str(status)  # type: ignore[attr-defined]
+    if status in _UNREACHABLE:
+        return DependencyUnavailable(f"{who} unreachable: {message}", code=f"{who}_unavailable")
+    code = _detail_code(err) or {
+        grpc.StatusCode.INVALID_ARGUMENT: "invalid_request",
+        grpc.StatusCode.UNAUTHENTICATED: "unauthenticated",
+        grpc.StatusCode.PERMISSION_DENIED: "unauthenticated",
+    }.get(status, f"{who}_error")
+    if code == "audit_unavailable":  # the checkpoint cannot record, so it cannot decide: fail closed
+        return DependencyUnavailable(f"{who}: {message}", code=code)
+    return DriverError(f"{who}: {message}", code=code)
+
+
+def _metadata(token: str | None) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")] if token else []
+
+
+class CheckpointClient:
+    def __init__(self, address: str, *, token: str | None = None, timeout: float = 10.0) -> None:
+        self.address = address
+        self._channel = grpc.insecure_channel(address)
+        self._stub = cp_grpc.CheckpointServiceStub(self._channel)
+        self._md = _metadata(token)
+        self.timeout = timeout
+
+    def check(self, request: cp.CheckRequest) -> cp.CheckResponse:
+        try:
+            return self._stub.Check(request, timeout=self.timeout, metadata=self._md)
+        except grpc.RpcError as err:
+            raise _map(err, "checkpoint") from None
+
+    def check_plan(self, request: cp.CheckPlanRequest) -> cp.CheckResponse:
+        try:
+            return self._stub.CheckPlan(request, timeout=self.timeout, metadata=self._md).decision
+        except grpc.RpcError as err:
+            raise _map(err, "checkpoint") from None
+
+    def resolve_agent(self, agent: str, version: str = "") -> cp.ResolveAgentResponse:
+        try:
+            return self._stub.ResolveAgent(cp.ResolveAgentRequest(agent=agent, agent_version=version),
+                                           timeout=self.timeout, metadata=self._md)
+        except grpc.RpcError as err:
+            raise _map(err, "checkpoint") from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+class ToolRunnerClient:
+    def __init__(self, address: str, *, token: str | None = None, timeout: float = 600.0) -> None:
+        self.address = address
+        self._channel = grpc.insecure_channel(address)
+        self._stub = tr_grpc.ToolRunnerServiceStub(self._channel)
+        self._md = _metadata(token)
+        self.timeout = timeout
+
+    def execute(self, request: tr.ExecuteRequest) -> tr.Receipt:
+        try:
+            return self._stub.Execute(request, timeout=self.timeout, metadata=self._md).receipt
+        except grpc.RpcError as err:
+            raise _map(err, "toolrunner") from None
+
+    def cancel(self, run_id: str) -> int:
+        try:
+            return self._stub.Cancel(tr.CancelRequest(run_id=run_id), timeout=10, metadata=self._md).cancelled
+        except grpc.RpcError as err:
+            raise _map(err, "toolrunner") from None
+
+    def close(self) -> None:
+        self._channel.close()

@@ -1,0 +1,82 @@
+"""A goal, written by a person: objective, success criteria, constraints and budget.
+
+The agent never writes or amends its criteria; a person's amendment is stored as a new goal
+version (see RunStore.add_goal), so the record shows what the agent was asked at every point.
+
+A criterion may carry a `check` the driver runs itself instead of trusting the model:
+- `receipt_ok`: a receipt of this run (of `tool`, when given) exited 0 with no error code, and
+  its output contains `output_contains` when given ("a task succeeded", "an artifact exists").
+Criteria without a check count as met only when the model gives evidence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from driver.errors import GoalError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CriterionCheck(_Strict):
+    kind: Literal["receipt_ok"]
+    tool: str | None = None
+    output_contains: str | None = None
+
+
+class Criterion(_Strict):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,63}$")
+    description: str = Field(min_length=1)
+    check: CriterionCheck | None = None
+
+
+class GoalBudget(_Strict):
+    """The person's budget for this run: it can only narrow the agent's, tenant's, instance's."""
+
+    tokens: int | None = Field(None, ge=0)
+    turns: int | None = Field(None, ge=0)
+    turns_total: int | None = Field(None, ge=0)
+    tool_calls: int | None = Field(None, ge=0)
+    wall_clock_seconds: float | None = Field(None, ge=0)
+    repetition: int | None = Field(None, ge=0)
+    failures: int | None = Field(None, ge=0)
+    drift: int | None = Field(None, ge=0)
+    spend_usd: float | None = Field(None, ge=0)
+    provider_refusals: int | None = Field(None, ge=0)
+
+
+class Goal(_Strict):
+    objective: str = Field(min_length=1)
+    criteria: list[Criterion] = Field(min_length=1)
+    constraints: list[str] = Field(default_factory=list)
+    budget: GoalBudget = Field(default_factory=GoalBudget)
+
+    @field_validator("criteria")
+    @classmethod
+    def _unique_ids(cls, v: list[Criterion]) -> list[Criterion]:
+        ids = [c.id for c in v]
+        if len(set(ids)) != len(ids):
+            raise ValueError("criterion ids must be unique")
+        return v
+
+
+def parse_goal(data: object, source: str = "goal") -> Goal:
+    try:
+        return Goal.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise GoalError(f"{source}: {problems}") from None
+
+
+def load_goal(path: str | Path) -> Goal:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise GoalError(f"{path}: {exc}") from None
+    return parse_goal(data, str(path))

@@ -1,0 +1,83 @@
+"""A model that replays a YAML script: deterministic runs with no network and no key.
+
+The script is a list under ``responses``. An entry is either a raw action object (anything with
+an ``action`` key, passed to the boundary untouched, so a script can hold unknown fields or
+unknown actions on purpose), or a mapping with some of:
+
+    actions: [ ...raw action objects... ]   # several tool calls in one turn
+    text: "prose"                           # a reply with no action (the loop nudges)
+    stop_reason: max_tokens                 # a cut-off reply
+    error: overloaded | credit | quota | auth | unavailable
+    usage: {input_tokens: N, output_tokens: M}
+
+Entry n answers the run's n-th model call (counted across restarts and resumes, from the run
+store). When the script runs out the model hands off, so a run never loops on an empty script.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from driver.boundary import ProviderReply
+from driver.errors import ProviderError
+from driver.providers.base import ModelRequest, estimate_tokens
+
+_ENTRY_KEYS = {"actions", "text", "stop_reason", "error", "usage"}
+_ERROR_STATUS = {"overloaded": 529, "credit": 400, "quota": 429, "auth": 401, "unavailable": 503}
+
+
+class ScriptError(ValueError):
+    pass
+
+
+def load_script(path: str | Path) -> list[Any]:
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict) or set(data) != {"responses"} or not isinstance(data["responses"], list):
+        raise ScriptError(f"{path}: a script is a mapping with one key, 'responses', holding a list")
+    for i, entry in enumerate(data["responses"]):
+        if not isinstance(entry, dict):
+            raise ScriptError(f"{path}: response {i} is not a mapping")
+        if "action" not in entry and not set(entry) <= _ENTRY_KEYS:
+            raise ScriptError(f"{path}: response {i} has unknown keys {sorted(set(entry) - _ENTRY_KEYS)}")
+        if "error" in entry and entry["error"] not in _ERROR_STATUS:
+            raise ScriptError(f"{path}: response {i}: unknown error {entry['error']!r}")
+    return list(data["responses"])
+
+
+class ScriptedProvider:
+    name = "scripted"
+
+    def __init__(self, script: str | Path | list[Any], model: str = "scripted") -> None:
+        self.model = model
+        self.responses = load_script(script) if isinstance(script, (str, Path)) else list(script)
+
+    def complete(self, request: ModelRequest) -> ProviderReply:
+        input_tokens = estimate_tokens(request.system + json.dumps(request.transcript, default=str))
+        if request.attempt >= len(self.responses):
+            action = {"action": "handoff", "reason": "the model script has no more responses"}
+            return ProviderReply(stop_reason="end_turn", actions=[action], transcript=[action],
+                                 input_tokens=input_tokens, output_tokens=10, model=self.model)
+        entry = self.responses[request.attempt]
+        if "action" in entry:
+            entry = {"actions": [entry]}
+        if "error" in entry:
+            kind = entry["error"]
+            raise ProviderError(kind, f"scripted provider error: {kind}", status=_ERROR_STATUS[kind])
+        usage = entry.get("usage") or {}
+        actions = list(entry.get("actions") or [])
+        text = str(entry.get("text") or "")
+        stop = entry.get("stop_reason") or ("tool_use" if any(
+            isinstance(a, dict) and a.get("action") == "tool_call" for a in actions) else "end_turn")
+        return ProviderReply(
+            stop_reason=stop,
+            actions=actions,
+            text=text,
+            input_tokens=int(usage.get("input_tokens", input_tokens)),
+            output_tokens=int(usage.get("output_tokens", estimate_tokens(json.dumps(actions) + text))),
+            model=self.model,
+            transcript={"actions": actions, "text": text},
+        )

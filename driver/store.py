@@ -1,0 +1,325 @@
+"""The run store: everything the driver knows about its runs, in one SQLite file.
+
+Tables (sqlite-utils, WAL):
+- runs: one row per run: pinned agent version, status, pause code, counters, budget;
+- goals: (run_id, version) -> the goal a person wrote; amendments add versions;
+- events: the append-only event log of every run (seq is global and increasing);
+- transcript: the model-visible conversation, kept apart from run state;
+- calls: every tool call the model proposed, per turn, with its decision and result;
+- approvals: REQUIRE_APPROVAL answers waiting for, or decided by, a person;
+- receipts: the toolrunner's receipts, by decision id;
+- spend: USD per model call, for the daily owner and tenant allowances.
+
+Events are never updated or deleted. A driver that restarts reads runs back from here: a run that
+was running is picked up where its last committed step left it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from driver.errors import RunStateError
+
+RUNNING = "running"
+PAUSED = "paused"
+AWAITING_APPROVAL = "awaiting_approval"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+ACTIVE = (RUNNING, AWAITING_APPROVAL)
+TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+
+_RUN_COLUMNS: dict[str, Any] = {
+    "run_id": str, "agent": str, "agent_version": str, "tenant": str, "owner": str, "mode": str,
+    "provider": str, "provider_options": str, "model": str, "note": str, "status": str, "code": str, "reason": str, "goal_version": int,
+    "budget": str, "persona": str, "tool_specs": str, "policy_revision": str, "plan": str,
+    "has_plan": int, "created_at": float, "updated_at": float, "stretch_started_at": float,
+    "stretch": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
+    "consecutive_failures": int, "drift": int, "provider_refusals": int, "spend_usd": float,
+    "model_attempts": int, "turn": int, "nudged": int, "missing": str,
+}
+_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options")
+
+
+def now() -> float:
+    return time.time()
+
+
+def today(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(ts if ts is not None else now(), UTC).strftime("%Y-%m-%d")
+
+
+class RunStore:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self._lock = threading.RLock()
+        self.changed = threading.Condition(self._lock)
+        self._create()
+
+    def _create(self) -> None:
+        db = self.db
+        if "runs" not in db.table_names():
+            db["runs"].create(_RUN_COLUMNS, pk="run_id")
+            db["goals"].create({"run_id": str, "version": int, "goal": str, "author": str, "created_at": float},
+                               pk=("run_id", "version"))
+            db["events"].create({"seq": int, "run_id": str, "time": float, "kind": str, "data": str}, pk="seq")
+            db["events"].create_index(["run_id", "seq"])
+            db["transcript"].create({"id": int, "run_id": str, "entry": str}, pk="id")
+            db["transcript"].create_index(["run_id", "id"])
+            db["calls"].create({
+                "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
+                "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
+                "decision_id": str, "grant": bytes, "verdict": str, "code": str, "approval_id": str,
+            }, pk="id")
+            db["calls"].create_index(["run_id", "turn"])
+            db["approvals"].create({
+                "approval_id": str, "run_id": str, "call": int, "decision_id": str, "tool": str,
+                "arguments": str, "code": str, "rule": str, "reason": str, "status": str,
+                "decided_by": str, "decided_at": float, "note": str, "created_at": float,
+            }, pk="approval_id")
+            db["receipts"].create({"decision_id": str, "run_id": str, "tool": str, "exit_code": int,
+                                   "code": str, "output": str, "receipt": str, "created_at": float},
+                                  pk="decision_id")
+            db["spend"].create({"id": int, "day": str, "owner": str, "tenant": str, "run_id": str,
+                                "usd": float}, pk="id")
+            db["spend"].create_index(["day", "owner"])
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def create_run(self, **fields: Any) -> dict[str, Any]:
+        t = now()
+        row: dict[str, Any] = {c: (0 if typ in (int, float) else "") for c, typ in _RUN_COLUMNS.items()}
+        row.update(run_id=fields.pop("run_id", None) or "run-" + uuid.uuid4().hex[:12], status=RUNNING,
+                   created_at=t, updated_at=t, stretch_started_at=t, stretch=1, goal_version=1,
+                   plan="null", missing="[]", provider_options="{}", budget="{}")
+        for k, v in fields.items():
+            if k not in _RUN_COLUMNS:
+                raise KeyError(k)
+            row[k] = json.dumps(v) if k in _JSON_RUN_FIELDS else v
+        with self._lock:
+            self.db["runs"].insert(row)
+        return self.run(row["run_id"])
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        with self._lock:
+            try:
+                row = dict(self.db["runs"].get(run_id))
+            except sqlite_utils.db.NotFoundError:
+                raise RunStateError(f"no run {run_id!r}", code="run_not_found") from None
+        for k in _JSON_RUN_FIELDS:
+            row[k] = json.loads(row[k]) if row[k] else None
+        return row
+
+    def runs(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        with self._lock:
+            where, params = ("status = ?", [status]) if status else (None, None)
+            ids = [r["run_id"] for r in self.db["runs"].rows_where(where, params, order_by="created_at desc",
+                                                                    limit=limit)]
+        return [self.run(i) for i in ids]
+
+    def update_run(self, run_id: str, **fields: Any) -> dict[str, Any]:
+        for k in _JSON_RUN_FIELDS:
+            if k in fields:
+                fields[k] = json.dumps(fields[k])
+        fields["updated_at"] = now()
+        with self._lock:
+            self.db["runs"].update(run_id, fields)
+            self.changed.notify_all()
+        return self.run(run_id)
+
+    def add_to_run(self, run_id: str, **deltas: float) -> dict[str, Any]:
+        """Add to counters in one statement, so no increment is lost between threads."""
+        sets = ", ".join(f"{k} = {k} + ?" for k in deltas if k in _RUN_COLUMNS)
+        with self._lock:
+            self.db.execute(f"UPDATE runs SET {sets}, updated_at = ? WHERE run_id = ?",
+                            [*deltas.values(), now(), run_id])
+        return self.run(run_id)
+
+    # -- goals ----------------------------------------------------------------------------
+
+    def add_goal(self, run_id: str, goal: dict[str, Any], author: str) -> int:
+        with self._lock:
+            row = self.db.execute("SELECT COALESCE(MAX(version), 0) FROM goals WHERE run_id = ?", [run_id]).fetchone()
+            version = int(row[0]) + 1
+            self.db["goals"].insert({"run_id": run_id, "version": version, "goal": json.dumps(goal),
+                                     "author": author, "created_at": now()})
+        return version
+
+    def goal(self, run_id: str, version: int | None = None) -> dict[str, Any]:
+        with self._lock:
+            if version is None:
+                rows = list(self.db["goals"].rows_where("run_id = ?", [run_id], order_by="version desc", limit=1))
+            else:
+                rows = list(self.db["goals"].rows_where("run_id = ? AND version = ?", [run_id, version]))
+        if not rows:
+            raise RunStateError(f"run {run_id!r} has no goal", code="run_not_found")
+        return json.loads(rows[0]["goal"])
+
+    # -- events ---------------------------------------------------------------------------
+
+    def append_event(self, run_id: str, kind: str, **data: Any) -> int:
+        with self._lock:
+            cur = self.db.execute("INSERT INTO events (run_id, time, kind, data) VALUES (?, ?, ?, ?)",
+                                  [run_id, now(), kind, json.dumps(data, default=str)])
+            self.changed.notify_all()
+            return int(cur.lastrowid or 0)
+
+    def events(self, run_id: str | None = None, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        with self._lock:
+            if run_id:
+                rows = self.db["events"].rows_where("run_id = ? AND seq > ?", [run_id, after_seq],
+                                                    order_by="seq", limit=limit)
+            else:
+                rows = self.db["events"].rows_where("seq > ?", [after_seq], order_by="seq", limit=limit)
+            return [{**r, "data": json.loads(r["data"])} for r in rows]
+
+    def follow(self, run_id: str, after_seq: int, stop: threading.Event,
+               poll_seconds: float = 0.5) -> Iterator[dict[str, Any]]:
+        """Stored events after `after_seq`, then live ones until `stop` or the run is terminal and drained."""
+        while not stop.is_set():
+            batch = self.events(run_id, after_seq)
+            for e in batch:
+                after_seq = e["seq"]
+                yield e
+            if not batch:
+                if self.run(run_id)["status"] in TERMINAL:
+                    return
+                with self.changed:
+                    self.changed.wait(poll_seconds)
+
+    # -- transcript -----------------------------------------------------------------------
+
+    def add_transcript(self, run_id: str, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self.db["transcript"].insert({"run_id": run_id, "entry": json.dumps(entry, default=str)})
+
+    def transcript(self, run_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [json.loads(r["entry"]) for r in self.db["transcript"].rows_where("run_id = ?", [run_id],
+                                                                                     order_by="id")]
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def add_call(self, run_id: str, turn: int, idx: int, **fields: Any) -> int:
+        row = {"run_id": run_id, "turn": turn, "idx": idx, "status": "pending", "result": "", "decision_id": "",
+               "grant": b"", "verdict": "", "code": "", "approval_id": "", **fields}
+        row["arguments"] = json.dumps(row.get("arguments", {}))
+        with self._lock:
+            return int(self.db["calls"].insert(row).last_pk)
+
+    def calls(self, run_id: str, turn: int | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            if turn is None:
+                rows = self.db["calls"].rows_where("run_id = ?", [run_id], order_by="id")
+            else:
+                rows = self.db["calls"].rows_where("run_id = ? AND turn = ?", [run_id, turn], order_by="idx")
+            out = []
+            for r in rows:
+                r = dict(r)
+                r["arguments"] = json.loads(r["arguments"])
+                r["result"] = json.loads(r["result"]) if r["result"] else None
+                out.append(r)
+            return out
+
+    def update_call(self, call_pk: int, **fields: Any) -> None:
+        if "result" in fields:
+            fields["result"] = json.dumps(fields["result"])
+        with self._lock:
+            self.db["calls"].update(call_pk, fields)
+
+    def identical_calls(self, run_id: str, args_sha: str, tool: str, before_pk: int) -> int:
+        with self._lock:
+            row = self.db.execute(
+                "SELECT COUNT(*) FROM calls WHERE run_id = ? AND tool = ? AND args_sha = ? AND id < ? AND status = 'done'",
+                [run_id, tool, args_sha, before_pk]).fetchone()
+        return int(row[0])
+
+    # -- approvals ------------------------------------------------------------------------
+
+    def add_approval(self, **fields: Any) -> str:
+        approval_id = "apr-" + uuid.uuid4().hex[:12]
+        row = {"approval_id": approval_id, "status": "pending", "decided_by": "", "decided_at": 0.0, "note": "",
+               "created_at": now(), **fields}
+        row["arguments"] = json.dumps(row.get("arguments", {}))
+        with self._lock:
+            self.db["approvals"].insert(row)
+        return approval_id
+
+    def approvals(self, run_id: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        clauses, params = [], []
+        if run_id:
+            clauses.append("run_id = ?")
+            params.append(run_id)
+        if status:
+            clauses.append("status = ?")
+            params.append(status)
+        with self._lock:
+            rows = self.db["approvals"].rows_where(" AND ".join(clauses) or None, params or None,
+                                                   order_by="created_at")
+            return [{**r, "arguments": json.loads(r["arguments"])} for r in rows]
+
+    def approval(self, approval_id: str) -> dict[str, Any]:
+        with self._lock:
+            try:
+                r = dict(self.db["approvals"].get(approval_id))
+            except sqlite_utils.db.NotFoundError:
+                raise RunStateError(f"no approval {approval_id!r}", code="approval_not_found") from None
+        r["arguments"] = json.loads(r["arguments"])
+        return r
+
+    def decide_approval(self, approval_id: str, status: str, person: str, note: str = "") -> dict[str, Any]:
+        with self._lock:
+            current = self.approval(approval_id)
+            if current["status"] != "pending":
+                raise RunStateError(f"approval {approval_id} is already {current['status']}",
+                                    code="approval_not_pending")
+            self.db["approvals"].update(approval_id, {"status": status, "decided_by": person,
+                                                      "decided_at": now(), "note": note})
+        return self.approval(approval_id)
+
+    # -- receipts and spend ---------------------------------------------------------------
+
+    def add_receipt(self, run_id: str, decision_id: str, tool: str, exit_code: int, code: str, output: str,
+                    receipt: dict[str, Any]) -> None:
+        with self._lock:
+            self.db["receipts"].upsert({"decision_id": decision_id, "run_id": run_id, "tool": tool,
+                                        "exit_code": exit_code, "code": code, "output": output,
+                                        "receipt": json.dumps(receipt, default=str), "created_at": now()},
+                                       pk="decision_id")
+
+    def receipts(self, run_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self.db["receipts"].rows_where("run_id = ?", [run_id], order_by="created_at")]
+
+    def add_spend(self, run_id: str, owner: str, tenant: str, usd: float) -> None:
+        if usd <= 0:
+            return
+        with self._lock:
+            self.db["spend"].insert({"day": today(), "owner": owner, "tenant": tenant, "run_id": run_id, "usd": usd})
+
+    def spend_today(self, owner: str, tenant: str) -> tuple[float, float]:
+        with self._lock:
+            o = self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM spend WHERE day = ? AND owner = ?",
+                                [today(), owner]).fetchone()[0]
+            t = self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM spend WHERE day = ? AND tenant = ?",
+                                [today(), tenant]).fetchone()[0]
+        return float(o), float(t)
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.conn.close()

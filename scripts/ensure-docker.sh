@@ -1,0 +1,69 @@
+#!/bin/sh
+# Make sure a Docker engine answers: install Debian's docker.io when `docker` is missing,
+# start dockerd in the background when no engine answers, wait until `docker info` works.
+# Anything it cannot do, it says how to do by hand, and exits non-zero.
+set -u
+
+WAIT_SECONDS=${WAIT_SECONDS:-60}
+LOG=${DOCKERD_LOG:-/tmp/dockerd.log}
+
+say() { echo "ensure-docker: $*" >&2; }
+sudo_cmd() {
+	if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"; else return 1; fi
+}
+how_to() {
+	say "$1"
+	cat >&2 <<'HELP'
+ensure-docker: to get a Docker engine by hand (Debian/Ubuntu):
+    sudo apt-get update && sudo apt-get install -y docker.io busybox-static
+    sudo dockerd >/tmp/dockerd.log 2>&1 &        # or: sudo systemctl start docker
+    docker info                                  # must answer; as non-root: sudo usermod -aG docker $USER
+  or point DOCKER_HOST at a reachable engine (e.g. DOCKER_HOST=unix:///run/docker.sock).
+HELP
+	exit 1
+}
+
+if ! command -v docker >/dev/null 2>&1; then
+	command -v apt-get >/dev/null 2>&1 || how_to "docker is not installed and apt-get is not available"
+	say "installing docker.io with apt-get"
+	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+		sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null ||
+		how_to "apt-get install docker.io failed (no root, or no package mirror)"
+fi
+if [ ! -x /usr/bin/busybox ] && command -v apt-get >/dev/null 2>&1; then
+	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null ||
+		say "could not install busybox-static (needed by scripts/build-images.sh)"
+fi
+
+if docker info >/dev/null 2>&1; then
+	exit 0
+fi
+
+if [ -n "${DOCKER_HOST:-}" ]; then
+	how_to "DOCKER_HOST=$DOCKER_HOST is set but no engine answers there"
+fi
+if command -v dockerd >/dev/null 2>&1 && ! pgrep -x dockerd >/dev/null 2>&1; then
+	say "starting dockerd in the background (log: $LOG)"
+	if [ "$(id -u)" = 0 ]; then
+		nohup dockerd >"$LOG" 2>&1 &
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		sudo -n sh -c "nohup dockerd >'$LOG' 2>&1 &"
+	else
+		how_to "dockerd is not running and starting it needs root"
+	fi
+fi
+
+i=0
+while [ "$i" -lt "$WAIT_SECONDS" ]; do
+	if docker info >/dev/null 2>&1; then
+		say "Docker engine is up"
+		exit 0
+	fi
+	sleep 1
+	i=$((i + 1))
+done
+if [ -r "$LOG" ]; then
+	say "last lines of $LOG:"
+	tail -n 20 "$LOG" >&2
+fi
+how_to "no Docker engine answered within ${WAIT_SECONDS}s"

@@ -1,0 +1,224 @@
+"""Both engines must give the same normalised answer on every expression of the corpus.
+
+Each entry also pins the expected outcome, so a bug shared by both engines (or a change in
+the chosen semantics) fails here too, not only a disagreement.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from checkpoint.cel import Case, CelResult, differential, get_engine
+from checkpoint.cel.differential import Mismatch, agree
+
+from .cel_corpus import POLICY_VARIABLES, base_activation
+
+ERR = object()  # expected: an evaluation error (any message)
+COMPILE = object()  # expected: rejected at compile time
+
+# (expression, expected, activation overrides)
+CORPUS: list[tuple[str, object, dict[str, object]]] = [
+    # booleans and logic, including CEL's commutative error absorption
+    ("true && !false", True, {}),
+    ("args.flag || action == 'tool_call'", True, {}),
+    ("args.missing || true", True, {}),
+    ("true || args.missing", True, {}),
+    ("args.missing && false", False, {}),
+    ("!args.missing", ERR, {}),
+    ("args.missing || false", ERR, {}),
+    ("args.flag ? 'yes' : 'no'", "no", {}),
+    ("args.count > 1 ? args.count : 0", 3, {}),
+    # arithmetic
+    ("args.count * 2 + 1", 7, {}),
+    ("args.ratio * 2.0", 5.0, {}),
+    ("7 / 2", 3, {}),
+    ("-7 / 2", -3, {}),
+    ("-7 % 3", -1, {}),
+    ("args.count / 0", ERR, {}),
+    ("args.count % 0", ERR, {}),
+    ("args.ratio / 0.0", math.inf, {}),
+    ("9223372036854775807 + args.count", ERR, {}),
+    ("args.amount + 1", ERR, {}),  # no mixed arithmetic
+    ("args.count + 0.5", ERR, {}),
+    ("double(args.count) + 0.5", 3.5, {}),
+    ("int(args.amount) + 1", 151, {}),
+    ("counters.spend_usd + 0.75", 2.0, {}),
+    # mixed-number comparisons: by value, in both engines
+    ("args.amount > 100", True, {}),
+    ("args.amount > 100.0", True, {}),
+    ("args.amount == 150", True, {}),
+    ("args.count == 3.0", True, {}),
+    ("args.count < 3.5", True, {}),
+    ("args.count >= 3.0", True, {}),
+    ("args.count != 3.0", False, {}),
+    ("args.ratio > 2", True, {}),
+    ("counters.tool_calls <= 4.0", True, {}),
+    ("args.count == dyn(3u)", True, {}),
+    ("3 == 3.0", COMPILE, {}),  # statically typed: the checker refuses it
+    ("3 == 3u", COMPILE, {}),
+    ("args.count in [1.0, 3.0]", True, {}),
+    ("args.amount in [150]", True, {}),
+    ("[1, 2] == dyn([1.0, 2.0])", True, {}),
+    ("{'a': 1} == dyn({'a': 1.0})", True, {}),
+    # equality across kinds is false, not an error
+    ("args.customer == 42", False, {}),
+    ("args.note == 0", False, {}),
+    ("args.flag == 0", False, {}),
+    ("args.mixed.exists(v, v == 'x')", True, {}),
+    ("args.mixed.all(v, v != 'y')", True, {}),
+    # ordering across kinds is an error
+    ("args.customer < 3", ERR, {}),
+    ("args.note > 1", ERR, {}),
+    ("args.mixed.all(v, v > 0)", ERR, {}),
+    # strings
+    ("args.customer.startsWith('cus_')", True, {}),
+    ("args.email.endsWith('@example.com')", True, {}),
+    ("args.email.contains('@')", True, {}),
+    ("args.email.matches('^[a-z]+@example\\\\.com$')", True, {}),
+    ("args.customer.matches('[')", ERR, {}),
+    ("size(args.customer)", 6, {}),
+    ("args.customer + '!'", "cus_42!", {}),
+    ("string(args.count)", "3", {}),
+    ("args.customer[0]", ERR, {}),
+    ("'abc' < 'abd'", True, {}),
+    # in, has, missing keys
+    ("tool.name in ['issue_refund', 'void']", True, {}),
+    ("'write' in agent.access", True, {}),
+    ("'amount' in args", True, {}),
+    ("'nope' in args", False, {}),
+    ("has(args.amount)", True, {}),
+    ("has(args.missing)", False, {}),
+    ("has(args.nested.level.deep)", True, {}),
+    ("has(args.nested.level.shallow)", False, {}),
+    ("args.missing", ERR, {}),
+    ("args.missing == 1", ERR, {}),
+    ("args['customer']", "cus_42", {}),
+    ("args['nope']", ERR, {}),
+    ("args.nested.level.deep", True, {}),
+    ("args.nested.nope.deep", ERR, {}),
+    ("args.customer.x", ERR, {}),
+    # nulls
+    ("args.note == null", True, {}),
+    ("args.note != null", False, {}),
+    ("has(args.note)", True, {}),
+    ("args.note", None, {}),
+    # lists, size and the macros
+    ("size(args.tags)", 2, {}),
+    ("args.tags.size() == 2", True, {}),
+    ("args.tags[1]", "eu", {}),
+    ("args.tags[5]", ERR, {}),
+    ("args.tags + ['new']", ["vip", "eu", "new"], {}),
+    ("args.items.all(i, i.qty >= 0)", True, {}),
+    ("args.items.exists(i, i.qty == 0)", True, {}),
+    ("args.items.exists_one(i, i.sku == 'a')", True, {}),
+    ("args.items.map(i, i.sku)", ["a", "b"], {}),
+    ("args.items.filter(i, i.qty > 0).map(i, i.sku)", ["a"], {}),
+    ("args.items.map(i, i.qty * 2)", [4, 0], {}),
+    ("args.items.map(i, i.missing)", ERR, {}),
+    ("subjects.exists(s, s.startsWith('customer:'))", True, {}),
+    ("subjects.filter(s, s.startsWith('order:'))", ["order:o-9"], {}),
+    ("args.exists(k, k == 'amount')", True, {}),
+    ("[].all(x, x > 0)", True, {}),
+    ("[1, 2, 3].map(x, x * x)", [1, 4, 9], {}),
+    # maps and literals as results
+    ("{'k': args.count, 'v': [args.flag]}", {"k": 3, "v": [False]}, {}),
+    ("tool", {"name": "issue_refund", "access": "write"}, {}),
+    ("args.mixed", [1, 2.5, "x", None], {}),
+    ("b'ab'", b"ab", {}),
+    ("1u + 2u", 3, {}),
+    ("1u - 2u", ERR, {}),
+    # realistic policy conditions
+    ("args.amount > 100.0 && tool.name in ['issue_refund'] && !(run.mode == 'background')", True, {}),
+    ("run.depth > 0 && action == 'delegation'", False, {}),
+    ("counters.tool_calls >= 4 && agent.version == 'v3'", True, {}),
+    ("run.tenant == 'acme' && subjects.all(s, !s.startsWith('vip:'))", True, {}),
+    # activation shapes
+    ("args.big", ERR, {"args": {"big": 2**70}}),
+    ("args.t", ERR, {"args": {"t": (1, 2)}}),
+    ("args.count", ERR, {"args": {"count": {1, 2}}}),
+    ("args.deep.a[0].b", [True, None], {"args": {"deep": {"a": [{"b": [True, None]}]}}}),
+    ("size(args)", 0, {"args": {}}),
+    ("action", ERR, {"action": 5}),
+    ("subjects", ERR, {"subjects": ["ok", 3]}),
+    ("size(subjects)", ERR, {"subjects": None}),
+    ("run.mode", ERR, {"run": None}),
+    ("action", "plan", {"action": "plan"}),
+    # a bad value only fails expressions that read that variable (both engines convert lazily)
+    ("true", True, {"action": 7}),
+    ("args.count == 3", True, {"subjects": [1]}),
+    ("has(args.y)", ERR, {"args": {"x": 2**70}}),
+    ("run.depth == 0", True, {"args": {"x": 2**70}}),
+    # compile-time rejections
+    ("undeclared_var == 1", COMPILE, {}),
+    ("args.amount >", COMPILE, {}),
+    ("nosuchfn(args)", COMPILE, {}),
+    ("1 + 'a'", COMPILE, {}),
+    ("args.items.map(i, j)", COMPILE, {}),
+    ("action + 1", COMPILE, {}),
+]
+
+
+def _cases() -> list[Case]:
+    return [Case(src, base_activation(**over), POLICY_VARIABLES) for src, _, over in CORPUS]
+
+
+def test_corpus_is_big_enough() -> None:
+    assert len(CORPUS) >= 60
+
+
+def test_engines_agree_on_corpus() -> None:
+    mismatches = differential(_cases())
+    assert mismatches == [], "\n".join(str(m) for m in mismatches)
+
+
+@pytest.mark.parametrize(("source", "expected", "overrides"), CORPUS, ids=[c[0] for c in CORPUS])
+@pytest.mark.parametrize("engine_name", ["native", "python"])
+def test_expected_outcome(engine_name: str, source: str, expected: object, overrides: dict) -> None:
+    from checkpoint.cel import CelCompileError
+
+    engine = get_engine(engine_name)
+    if expected is COMPILE:
+        with pytest.raises(CelCompileError):
+            engine.compile(source, POLICY_VARIABLES)
+        return
+    result = engine.compile(source, POLICY_VARIABLES).evaluate(base_activation(**overrides))
+    if expected is ERR:
+        assert result.error is not None, result
+        assert result.value is None
+        return
+    assert result.error is None, result
+    assert agree(result, CelResult(value=expected)), f"{result.value!r} != {expected!r}"
+
+
+def test_differential_reports_a_real_disagreement() -> None:
+    # An engine that answers "false" to everything must be caught by the helper.
+    class Liar:
+        name = "liar"
+
+        def compile(self, source, variables):
+            class P:
+                def evaluate(self, activation):
+                    return CelResult(value=False)
+
+            p = P()
+            p.source = source
+            return p
+
+    from checkpoint.cel.differential import differential as raw
+
+    cases = [Case("1 == 1", {}, {}), Case("1 == 2", {}, {})]
+    out = raw(cases, get_engine("native"), Liar())
+    assert [m.source for m in out] == ["1 == 1"]
+    assert isinstance(out[0], Mismatch)
+
+
+def test_agree_is_strict_about_types() -> None:
+    assert not agree(CelResult(value=1), CelResult(value=1.0))
+    assert not agree(CelResult(value=True), CelResult(value=1))
+    assert not agree(CelResult(value=[1]), CelResult(value=[1.0]))
+    assert agree(CelResult(value=math.nan), CelResult(value=math.nan))
+    assert agree(CelResult(error="a"), CelResult(error="b"))
+    assert not agree(CelResult(error="a"), CelResult(value=None))
+    assert not agree("compile error: x", CelResult(value=None))

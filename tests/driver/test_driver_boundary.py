@@ -1,0 +1,86 @@
+"""The model boundary: every stable code, and the typed proposals that pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from driver.boundary import (
+    Final,
+    Handoff,
+    Idle,
+    ProviderReply,
+    Rejection,
+    ToolCalls,
+    decide,
+)
+
+CONTRACT = {"get_task", "create_task_from_template", "propose_plan"}
+
+
+def reply(*actions, stop="tool_use", text=""):
+    return ProviderReply(stop_reason=stop, actions=list(actions), text=text)
+
+
+CASES = [
+    ("unknown_field", reply({"action": "tool_call", "tool": "get_task", "arguments": {}, "confidence": 0.9})),
+    ("unknown_field", reply({"action": "final", "outcomes": [{"criterion": "a", "met": True, "approved": True}]},
+                            stop="end_turn")),
+    ("unknown_action", reply({"action": "approve_myself"})),
+    ("unknown_action", reply({"action": 3})),
+    ("tool_not_in_contract", reply({"action": "tool_call", "tool": "cancel_task", "arguments": {}})),
+    ("tool_on_final", reply({"action": "final", "tool": "get_task", "outcomes": []}, stop="end_turn")),
+    ("tool_on_final", reply({"action": "handoff", "arguments": {}}, stop="end_turn")),
+    ("tool_on_final", reply({"action": "tool_call", "tool": "get_task", "arguments": {}},
+                            {"action": "final", "outcomes": []})),
+    ("malformed_response", reply("not an object")),
+    ("malformed_response", reply({"tool": "get_task"})),
+    ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "arguments": ["x"]})),
+    ("malformed_response", reply({"action": "final", "outcomes": [{"criterion": "a", "met": "yes"}]})),
+    ("malformed_response", reply({"action": "final", "outcomes": []}, {"action": "handoff"})),
+    ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "id": "x"},
+                                 {"action": "tool_call", "tool": "get_task", "id": "x"})),
+]
+
+
+@pytest.mark.parametrize("code,r", CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(CASES)])
+def test_rejections_carry_stable_codes(code, r):
+    d = decide(r, CONTRACT)
+    assert isinstance(d, Rejection), d
+    assert d.code == code
+
+
+def test_rejection_keeps_tool_use_ids_so_each_gets_a_refused_result():
+    d = decide(reply({"action": "tool_call", "id": "toolu_9", "tool": "rm_rf", "arguments": {}}), CONTRACT)
+    assert isinstance(d, Rejection) and d.call_ids == ["toolu_9"]
+
+
+@pytest.mark.parametrize("stop", ["max_tokens", "refusal"])
+def test_cut_off_reply_is_a_handoff_even_with_a_tool_call(stop):
+    d = decide(reply({"action": "tool_call", "tool": "get_task", "arguments": {"id": "1"}}, stop=stop), CONTRACT)
+    assert isinstance(d, Handoff) and d.code == "cut_off"
+
+
+def test_tool_call_passes_and_arguments_are_copied():
+    raw = {"action": "tool_call", "id": "t1", "tool": "get_task", "arguments": {"q": {"id": "1"}}}
+    d = decide(reply(raw), CONTRACT)
+    assert isinstance(d, ToolCalls)
+    raw["arguments"]["q"]["id"] = "changed"
+    assert d.calls[0].arguments == {"q": {"id": "1"}}
+    assert d.calls[0].call_id == "t1" and d.calls[0].tool == "get_task"
+
+
+def test_several_tool_calls_in_one_turn():
+    d = decide(reply({"action": "tool_call", "tool": "get_task", "arguments": {}},
+                     {"action": "tool_call", "tool": "get_task", "arguments": {"id": "2"}}), CONTRACT)
+    assert isinstance(d, ToolCalls) and [c.call_id for c in d.calls] == ["call_0", "call_1"]
+
+
+def test_final_and_handoff_and_idle():
+    f = decide(reply({"action": "final", "summary": "ok",
+                      "outcomes": [{"criterion": "scan", "met": True, "evidence": "receipt"}]}, stop="end_turn"),
+               CONTRACT)
+    assert isinstance(f, Final) and f.outcomes[0].criterion == "scan" and f.outcomes[0].met is True
+    h = decide(reply({"action": "handoff", "reason": "need a human"}, stop="end_turn"), CONTRACT)
+    assert isinstance(h, Handoff) and h.code == "handoff" and h.reason == "need a human"
+    i = decide(reply(stop="end_turn", text="let me think"), CONTRACT)
+    assert isinstance(i, Idle) and i.text == "let me think"

@@ -1,0 +1,210 @@
+"""One tool call's container: the hardened spec, and its life from create to remove.
+
+The hardening defaults, and why (CIS Docker benchmark section 5; what e2b, Modal, Docker's MCP
+gateway and Codex do): a tool is untrusted code with untrusted input, so the container gets
+no network, a read-only root with a small noexec tmpfs at /tmp, no capabilities, no privilege
+gain through setuid (no-new-privileges), a non-root user, an init process that reaps zombies and
+forwards the kill, ceilings on processes, memory (swap included), CPU, open files and file size,
+no host namespaces, no mounts of the host at all (so no Docker socket), no log driver (the runner
+reads the output from the attach stream, so a huge writer cannot fill the daemon's disk), and no
+proxy settings copied from the client's config. Only the tool definition loosens any of them.
+
+Output is read from an attach made before the container starts, so nothing printed early is
+lost; the wall-clock timeout is enforced here, server side, with SIGKILL, and what was printed
+until then is kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import docker
+import docker.errors
+from docker.types import LogConfig, Ulimit
+from docker.utils.socket import frames_iter
+
+from checkpoint.policy.model import Limits
+
+# Every container the runner creates carries these labels; the reaper finds leftovers by them.
+LABEL = "warden.toolrunner"
+LABEL_RUNNER = "warden.runner"
+LABEL_DEADLINE = "warden.deadline"
+LABEL_DECISION = "warden.decision_id"
+LABEL_RUN = "warden.run_id"
+LABEL_TOOL = "warden.tool"
+# Past its timeout a container still gets this long to be read and removed by its runner
+# before the reaper may take it.
+REAP_GRACE_SECONDS = 30.0
+# After a kill, how long the output stream may take to close before the runner closes it.
+_DRAIN_SECONDS = 5.0
+
+OnOutput = Callable[[str, bytes], None]
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image_id: str
+    argv: list[str]
+    env: dict[str, str]
+    user: str
+    timeout_seconds: float
+    limits: Limits = field(default_factory=Limits)
+    network: str | None = None  # a Docker network name; None means no network at all
+    read_only_root: bool = True
+    runtime: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    oom_killed: bool
+    timed_out: bool
+    cancelled: bool
+    started_at: float
+    finished_at: float
+
+
+def host_config(api: docker.APIClient, spec: ContainerSpec) -> dict:
+    limits = spec.limits
+    memory = f"{limits.memory_mb}m"
+    fsize = limits.fsize_mb * 1024 * 1024
+    return api.create_host_config(
+        network_mode=spec.network or "none",
+        read_only=spec.read_only_root,
+        tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges:true"],
+        privileged=False,
+        pids_limit=limits.pids,
+        mem_limit=memory,
+        memswap_limit=memory,  # equal to the memory limit: no swap
+        nano_cpus=int(limits.cpus * 1e9),
+        ulimits=[
+            Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+            Ulimit(name="fsize", soft=fsize, hard=fsize),
+            Ulimit(name="core", soft=0, hard=0),
+        ],
+        init=True,
+        ipc_mode="private",
+        log_config=LogConfig(type="none"),
+        oom_score_adj=500,  # if the host runs short, a tool dies before the services
+        runtime=spec.runtime,
+    )
+
+
+def create(api: docker.APIClient, spec: ContainerSpec) -> str:
+    deadline = time.time() + spec.timeout_seconds + REAP_GRACE_SECONDS
+    labels = {LABEL: "1", LABEL_DEADLINE: f"{deadline:.3f}", **spec.labels}
+    created = api.create_container(
+        image=spec.image_id,
+        # entrypoint + command together are exactly the tool's argv, whatever the image declares.
+        entrypoint=spec.argv[:1],
+        command=spec.argv[1:],
+        user=spec.user,
+        environment=dict(spec.env),
+        working_dir="/tmp",
+        labels=labels,
+        host_config=host_config(api, spec),
+        network_disabled=spec.network is None,
+        use_config_proxy=False,
+        stdin_open=False,
+        tty=False,
+    )
+    return created["Id"]
+
+
+class ContainerRun:
+    """Runs one container to completion, timeout or cancel; always removes it."""
+
+    def __init__(self, api: docker.APIClient, spec: ContainerSpec, on_output: OnOutput):
+        self._api = api
+        self._spec = spec
+        self._on_output = on_output
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self.container_id: str | None = None
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        with self._lock:
+            cid = self.container_id
+        if cid:
+            self._kill(cid)
+
+    def run(self) -> Outcome:
+        api = self._api
+        cid = create(api, self._spec)
+        with self._lock:
+            self.container_id = cid
+        try:
+            return self._attach_and_run(cid)
+        finally:
+            try:
+                api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                pass
+
+    def _attach_and_run(self, cid: str) -> Outcome:
+        api = self._api
+        sock = api.attach_socket(cid, params={"stdout": 1, "stderr": 1, "stream": 1, "logs": 0})
+        reader = threading.Thread(target=self._read, args=(sock,), name=f"attach-{cid[:12]}", daemon=True)
+        reader.start()
+        started = time.time()
+        timed_out = False
+        if self._cancelled.is_set():  # cancelled between create and start: never start it
+            _close(sock)
+            reader.join(_DRAIN_SECONDS)
+            return Outcome(-1, False, False, True, started, time.time())
+        api.start(cid)
+        reader.join(self._spec.timeout_seconds)
+        if reader.is_alive():
+            timed_out = not self._cancelled.is_set()
+            self._kill(cid)
+            reader.join(_DRAIN_SECONDS)
+            if reader.is_alive():  # a hung stream must not hang the call
+                _close(sock)
+                reader.join(_DRAIN_SECONDS)
+        try:
+            status = api.wait(cid, timeout=_DRAIN_SECONDS + 5)
+            exit_code = int(status.get("StatusCode", -1))
+        except Exception:  # the wait itself timed out: the container is removed anyway
+            self._kill(cid)
+            exit_code = -1
+        finished = time.time()
+        state = api.inspect_container(cid).get("State", {})
+        _close(sock)
+        return Outcome(
+            exit_code=exit_code,
+            oom_killed=bool(state.get("OOMKilled")),
+            timed_out=timed_out,
+            cancelled=self._cancelled.is_set(),
+            started_at=started,
+            finished_at=finished,
+        )
+
+    def _read(self, sock) -> None:  # type: ignore[no-untyped-def]
+        try:
+            for stream, data in frames_iter(sock, tty=False):
+                if data:
+                    self._on_output("stderr" if stream == 2 else "stdout", data)
+        except (OSError, ValueError):
+            pass  # the socket was closed under us after a kill: the output ends here
+
+    def _kill(self, cid: str) -> None:
+        try:
+            self._api.kill(cid)
+        except docker.errors.APIError:
+            pass  # already exited, or already gone
+
+
+def _close(sock) -> None:  # type: ignore[no-untyped-def]
+    for closer in ("shutdown", "close"):
+        try:
+            fn = getattr(sock, closer)
+            fn(2) if closer == "shutdown" else fn()
+        except Exception:
+            pass

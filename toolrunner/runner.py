@@ -1,0 +1,348 @@
+"""The whole of one call, in order: grant, replay, tool, arguments, image, secrets, slot,
+claim, container, scrub, cap, receipt.
+
+Everything before the claim is a refusal (``RunnerError``) and nothing starts. From the claim
+on, the call has happened: whatever the container does (exit, crash, timeout, cancel), there is
+a receipt, it is stored under the decision id, and the same grant only ever returns it again.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import jsonschema
+from google.protobuf import json_format
+
+from checkpoint.policy.model import Tool
+from toolrunner import argv as argv_mod
+from toolrunner.container import (
+    LABEL_DECISION,
+    LABEL_RUN,
+    LABEL_RUNNER,
+    LABEL_TOOL,
+    ContainerRun,
+    ContainerSpec,
+    Outcome,
+)
+from toolrunner.errors import (
+    AlreadyStarted,
+    GrantRefused,
+    InvalidArguments,
+    ReceiptNotFound,
+    RunnerBusy,
+    RuntimeUnavailable,
+    SecretUnavailable,
+    UnknownTool,
+)
+from toolrunner.images import ImagePins
+from toolrunner.output import CappedOutput, RawDigest
+from toolrunner.scrub import Scrubber, StreamScrubber
+from toolrunner.store import ReceiptStore
+from warden import canonical, grants
+from warden.toolrunner.v1 import toolrunner_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# (stream, scrubbed text): what ExecuteStream sends while the tool runs.
+OnChunk = Callable[[str, str], None]
+_STREAM_NOTICE = "\n[... live output stopped at the cap; the receipt holds the start and the end ...]\n"
+
+
+@dataclass
+class RunnerConfig:
+    max_concurrency: int = 4
+    network_name: str = "bridge"  # the Docker network a tool with `run.network: true` joins
+    default_runtime: str | None = None  # e.g. "runsc"; a tool's run.runtime overrides it
+    runner_id: str = ""
+
+
+class _Inflight:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.run: ContainerRun | None = None
+        self.run_id = ""
+        self.cancelled = False
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        *,
+        tools: Mapping[str, Tool],
+        keys: Mapping[str, grants.SigningKey] | grants.SigningKey,
+        store: ReceiptStore,
+        api: docker.APIClient,
+        secrets: Mapping[str, str] | None = None,
+        config: RunnerConfig | None = None,
+    ):
+        self.tools = dict(tools)
+        self.keys = keys
+        self.store = store
+        self.api = api
+        self.secrets = dict(secrets or {})
+        self.config = config or RunnerConfig()
+        if not self.config.runner_id:
+            self.config.runner_id = uuid.uuid4().hex[:12]
+        self.images = ImagePins(api)
+        self.pinned = self.images.pin_all(t.run.image for t in self.tools.values() if t.run)
+        self._slots = threading.BoundedSemaphore(self.config.max_concurrency)
+        self._inflight: dict[str, _Inflight] = {}
+        self._lock = threading.Lock()
+        self._runtimes: set[str] | None = None
+        interrupted = store.mark_interrupted()
+        if interrupted:
+            log.warning("%d call(s) were cut off by the previous runner; marked interrupted", interrupted)
+
+    # -- the call ----------------------------------------------------------------------------
+
+    def execute(self, request: pb.ExecuteRequest, on_chunk: OnChunk | None = None) -> pb.Receipt:
+        arguments = canonical.normalise(json_format.MessageToDict(request.arguments))
+        grant = request.grant if request.HasField("grant") else None
+        try:
+            grants.verify(
+                self.keys,
+                grant,
+                run_id=request.run_id,
+                agent_version=request.agent_version,
+                tool=request.tool,
+                arguments=arguments,
+            )
+        except grants.GrantError as exc:
+            # An authentic grant that expired after its call ran still gets its receipt back:
+            # nothing runs, and a driver retrying after a lost answer needs it.
+            if exc.code == "grant_expired" and grant is not None:
+                stored = self._stored(grant.decision_id)
+                if stored is not None:
+                    return stored
+            raise GrantRefused(exc.message, code=exc.code) from None
+        assert grant is not None
+        if request.agent and grant.agent and request.agent != grant.agent:
+            raise GrantRefused("the grant was issued for a different agent", code="grant_mismatch")
+        decision_id = grant.decision_id
+
+        stored = self._stored(decision_id)
+        if stored is not None:
+            return stored
+
+        tool = self.tools.get(request.tool)
+        if tool is None or tool.run is None:
+            raise UnknownTool(f"no runnable tool {request.tool!r} in the loaded policies")
+        run = tool.run
+        try:
+            jsonschema.validate(arguments, tool.input_schema)
+        except jsonschema.ValidationError as exc:
+            raise InvalidArguments(f"arguments do not match {tool.name}'s input schema: {exc.message}") from None
+        argv = argv_mod.fill(list(run.command), arguments)
+        image_id = self.images.resolve(run.image)
+        env = dict(run.env)
+        injected: dict[str, str] = {}
+        for name in run.secrets:
+            if name not in self.secrets:
+                raise SecretUnavailable(f"tool {tool.name} needs secret {name}, which the secrets file lacks")
+            injected[name] = self.secrets[name]
+        env.update(injected)
+        runtime = run.runtime or self.config.default_runtime
+        if runtime:
+            self._check_runtime(runtime)
+
+        if not self._slots.acquire(blocking=False):
+            raise RunnerBusy(f"{self.config.max_concurrency} calls are already running; retry later")
+        try:
+            entry, first = self._enter(decision_id, request.run_id)
+            if not first:
+                entry.done.wait()
+                stored = self._stored(decision_id)
+                if stored is None:
+                    raise AlreadyStarted("the same grant is being run and produced no receipt")
+                return stored
+            try:
+                if not self.store.claim(decision_id, request.run_id, tool.name):
+                    stored = self._stored(decision_id)
+                    if stored is not None:
+                        return stored
+                    raise AlreadyStarted(
+                        f"decision {decision_id} was claimed by an earlier runner that never finished it"
+                    )
+                spec = ContainerSpec(
+                    image_id=image_id,
+                    argv=argv,
+                    env=env,
+                    user=run.user,
+                    timeout_seconds=run.timeout_seconds,
+                    limits=run.limits,
+                    network=self.config.network_name if run.network else None,
+                    read_only_root=run.read_only_root,
+                    runtime=runtime,
+                    labels={
+                        LABEL_RUNNER: self.config.runner_id,
+                        LABEL_DECISION: decision_id,
+                        LABEL_RUN: request.run_id,
+                        LABEL_TOOL: tool.name,
+                    },
+                )
+                receipt = self._run(spec, entry, grant, tool.name, image_id, injected, run.output_cap_bytes, on_chunk)
+                self.store.finish(receipt)
+                return receipt
+            finally:
+                self._leave(decision_id, entry)
+        finally:
+            self._slots.release()
+
+    def _run(
+        self,
+        spec: ContainerSpec,
+        entry: _Inflight,
+        grant: Any,
+        tool: str,
+        image_id: str,
+        injected: Mapping[str, str],
+        cap: int,
+        on_chunk: OnChunk | None,
+    ) -> pb.Receipt:
+        scrubber = Scrubber(injected)
+        streams = {name: _StreamState(scrubber) for name in ("stdout", "stderr")}
+        capped = CappedOutput(cap)
+        raw = RawDigest()
+        emit_lock = threading.Lock()
+        live = {"sent": 0, "stopped": False}
+
+        def emit(stream: str, text: str) -> None:
+            if not text:
+                return
+            capped.add(text)
+            if on_chunk is None or live["stopped"]:
+                return
+            size = len(text.encode())
+            if live["sent"] + size > cap:
+                live["stopped"] = True
+                on_chunk(stream, _STREAM_NOTICE)
+                return
+            live["sent"] += size
+            on_chunk(stream, text)
+
+        def on_output(stream: str, data: bytes) -> None:
+            with emit_lock:
+                raw.add(data)
+                state = streams[stream]
+                emit(stream, state.scrub.feed(state.decoder.decode(data)))
+
+        container = ContainerRun(self.api, spec, on_output)
+        entry.run = container
+        if entry.cancelled:
+            container.cancel()
+        try:
+            outcome = container.run()
+        except docker.errors.APIError as exc:
+            # Could not create or start it (a bad runtime, a removed image): the call ran and
+            # failed; a receipt says so rather than leaving the claim dangling.
+            log.error("container for %s failed: %s", grant.decision_id, exc)
+            now = time.time()
+            outcome = Outcome(-1, False, False, False, now, now)
+            with emit_lock:
+                emit("stderr", f"toolrunner: the container could not run: {exc.explanation or exc}\n")
+        with emit_lock:
+            for name, state in streams.items():
+                emit(name, state.scrub.feed(state.decoder.decode(b"", final=True)) + state.scrub.finish())
+
+        if outcome.timed_out:
+            code = "timeout"
+        elif outcome.cancelled:
+            code = "cancelled"
+        elif capped.truncated:
+            code = "output_truncated"
+        else:
+            code = ""
+        receipt = pb.Receipt(
+            decision_id=grant.decision_id,
+            run_id=grant.run_id,
+            tool=tool,
+            image_id=image_id,
+            exit_code=outcome.exit_code,
+            oom_killed=outcome.oom_killed,
+            timed_out=outcome.timed_out,
+            duration_seconds=round(outcome.finished_at - outcome.started_at, 6),
+            bytes_out=raw.size,
+            truncated=capped.truncated,
+            output=capped.text(),
+            raw_output_sha256=raw.hexdigest(),
+            masked_count=sum(s.scrub.masked for s in streams.values()),
+            code=code,
+        )
+        receipt.started_at.FromNanoseconds(int(outcome.started_at * 1e9))
+        receipt.finished_at.FromNanoseconds(int(outcome.finished_at * 1e9))
+        return receipt
+
+    # -- cancel, receipts ------------------------------------------------------------------
+
+    def cancel(self, decision_id: str = "", run_id: str = "") -> int:
+        """Kill the running call with this decision id, or every running call of this run."""
+        with self._lock:
+            targets = [
+                e
+                for d, e in self._inflight.items()
+                if (decision_id and d == decision_id) or (run_id and e.run_id == run_id)
+            ]
+        for entry in targets:
+            entry.cancelled = True
+            if entry.run is not None:
+                entry.run.cancel()
+        return len(targets)
+
+    def get_receipt(self, decision_id: str) -> pb.Receipt:
+        found = self.store.get(decision_id)
+        if found is None or found[1] is None:
+            state = "is still running" if found else "has no receipt"
+            raise ReceiptNotFound(f"decision {decision_id!r} {state}")
+        return found[1]
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return sorted(self._inflight)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _stored(self, decision_id: str) -> pb.Receipt | None:
+        found = self.store.get(decision_id)
+        if found is None or found[1] is None:
+            return None
+        receipt = found[1]
+        receipt.replayed = True
+        return receipt
+
+    def _enter(self, decision_id: str, run_id: str) -> tuple[_Inflight, bool]:
+        with self._lock:
+            existing = self._inflight.get(decision_id)
+            if existing is not None:
+                return existing, False
+            entry = _Inflight()
+            entry.run_id = run_id
+            self._inflight[decision_id] = entry
+            return entry, True
+
+    def _leave(self, decision_id: str, entry: _Inflight) -> None:
+        with self._lock:
+            self._inflight.pop(decision_id, None)
+        entry.done.set()
+
+    def _check_runtime(self, runtime: str) -> None:
+        if self._runtimes is None:
+            self._runtimes = set((self.api.info().get("Runtimes") or {}).keys())
+        if runtime not in self._runtimes:
+            raise RuntimeUnavailable(
+                f"runtime {runtime!r} is not configured on this Docker engine "
+                f"(it has: {', '.join(sorted(self._runtimes)) or 'none'})"
+            )
+
+
+class _StreamState:
+    def __init__(self, scrubber: Scrubber):
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.scrub = StreamScrubber(scrubber)

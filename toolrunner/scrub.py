@@ -1,0 +1,209 @@
+"""Masking secrets and credentials in tool output before it leaves the runner.
+
+Three layers, applied to the same text in one pass (overlapping finds are merged):
+
+1. the exact values of the secrets injected into this call, and their base64 (standard and
+   URL-safe, with and without padding), URL-encoded and hex (lower and upper case) forms;
+2. well-known credential shapes: cloud keys, provider tokens, private key blocks, JWTs,
+   bearer/basic authorization headers, passwords in URLs;
+3. high-entropy assignments: ``name=value`` / ``"name": "value"`` whose value looks random, or
+   whose name says secret/token/password/key and whose value is not trivially short or plain.
+
+``StreamScrubber`` does the same on a stream: it holds back the tail of what it has seen until
+no find can still grow across the next chunk boundary, so a secret split over two chunks is
+masked exactly as if it had arrived whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import quote
+
+# Held-back window while streaming: longer than any credential shape below except private key
+# blocks, which are held open until their END line (see _PRIVATE_KEY) or _MAX_HOLD.
+_HOLD_CHARS = 1024
+# A find that keeps growing (one endless token) is cut here rather than buffering forever; the
+# remainder is scanned again on its own, so it is still masked when it still looks like a secret.
+_MAX_HOLD = 1 << 20
+
+# Why each pattern is shaped as it is: the vendor's documented token format, tight enough that
+# ordinary output (ids, hashes, base64 payloads) is not masked.
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "private_key",
+        # An unterminated block is masked to the end: a key cut off by the output cap or a kill
+        # must not leak its first half.
+        re.compile(
+            r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY( BLOCK)?-----"
+            r"(?:.*?-----END[A-Z0-9 ]{0,40}PRIVATE KEY( BLOCK)?-----|.*\Z)",
+            re.S,
+        ),
+    ),
+    ("aws_access_key_id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b")),
+    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b")),
+    ("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}")),
+    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}")),
+    ("stripe_key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}")),
+    ("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}")),
+    ("openai_key", re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9_\-]{20,}")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*")),
+    ("bearer", re.compile(r"(?i)(?<=\bbearer )[A-Za-z0-9\-._~+/]{8,}=*")),
+    ("basic_auth", re.compile(r"(?i)(?<=\bbasic )[A-Za-z0-9+/]{8,}=*")),
+    ("url_password", re.compile(r"(?<=://)[^/\s:@]{1,128}:[^/\s@]{1,256}(?=@)")),
+)
+
+_SECRET_NAME = r"[A-Za-z0-9_.\-]*(?:secret|token|passw(?:or)?d|passwd|pwd|api[_\-]?key|private[_\-]?key|access[_\-]?key|credential|auth)[A-Za-z0-9_.\-]*"
+# name, optional closing quote, = or :, optional opening quote, value. The value group is what
+# gets masked; the name stays so the output still reads.
+_NAMED_ASSIGNMENT = re.compile(
+    r"(?i)\b" + _SECRET_NAME + r"""["']?\s*[:=]\s*["']?([^\s"'`,;&<>{}\[\]]{8,})"""
+)
+_ANY_ASSIGNMENT = re.compile(r"""\b[A-Za-z_][A-Za-z0-9_.\-]*["']?\s*[:=]\s*["']?([A-Za-z0-9+/_\-=.]{20,})""")
+
+
+def shannon_entropy(value: str) -> float:
+    """Bits per character of `value`'s own character distribution."""
+    if not value:
+        return 0.0
+    counts = Counter(value)
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def _looks_random(value: str, threshold: float) -> bool:
+    has_digit = any(ch.isdigit() for ch in value)
+    has_alpha = any(ch.isalpha() for ch in value)
+    return has_digit and has_alpha and shannon_entropy(value) > threshold
+
+
+def secret_forms(value: str) -> set[str]:
+    """The spellings of one secret value that a tool could plausibly print."""
+    if not value:
+        return set()
+    raw = value.encode()
+    forms = {value, quote(value, safe=""), quote(value), raw.hex(), raw.hex().upper()}
+    for encoded in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()):
+        forms.add(encoded)
+        forms.add(encoded.rstrip("="))
+    return {f for f in forms if f}
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    label: str
+
+
+class Scrubber:
+    """Finds and masks secrets in text. Immutable; safe to share between threads."""
+
+    def __init__(self, secrets: Mapping[str, str] | None = None):
+        forms: dict[str, str] = {}
+        for name, value in sorted((secrets or {}).items()):
+            for form in secret_forms(value):
+                forms.setdefault(form, name)
+        self._form_names = forms
+        # Longest first, so a secret's base64 form wins over a shorter secret inside it.
+        self._literals = (
+            re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+            if forms
+            else None
+        )
+        self.longest_literal = max((len(f) for f in forms), default=0)
+
+    def spans(self, text: str) -> list[Span]:
+        """Every find, merged so that none overlap, in order."""
+        found: list[Span] = []
+        if self._literals is not None:
+            for m in self._literals.finditer(text):
+                found.append(Span(m.start(), m.end(), "secret:" + self._form_names[m.group(0)]))
+        for label, pattern in _PATTERNS:
+            for m in pattern.finditer(text):
+                if m.end() > m.start():
+                    found.append(Span(m.start(), m.end(), label))
+        for m in _NAMED_ASSIGNMENT.finditer(text):
+            value = m.group(1)
+            # Lower-case words ("required", "redacted") are settings, not secrets.
+            if len(set(value)) >= 4 and not (value.isalpha() and value.islower()):
+                found.append(Span(m.start(1), m.end(1), "assignment"))
+        for m in _ANY_ASSIGNMENT.finditer(text):
+            if _looks_random(m.group(1), 4.0):
+                found.append(Span(m.start(1), m.end(1), "high_entropy"))
+        return _merge(found)
+
+    def scrub(self, text: str) -> tuple[str, int]:
+        """`text` with every find replaced by ``[masked:<label>]``, and how many there were."""
+        spans = self.spans(text)
+        return apply(text, spans), len(spans)
+
+
+def _merge(spans: Iterable[Span]) -> list[Span]:
+    merged: list[Span] = []
+    for span in sorted(spans, key=lambda s: (s.start, -s.end)):
+        if merged and span.start < merged[-1].end:
+            last = merged[-1]
+            if span.end > last.end:
+                merged[-1] = Span(last.start, span.end, last.label)
+            continue
+        merged.append(span)
+    return merged
+
+
+def apply(text: str, spans: list[Span]) -> str:
+    parts: list[str] = []
+    pos = 0
+    for span in spans:
+        parts.append(text[pos : span.start])
+        parts.append(f"[masked:{span.label}]")
+        pos = span.end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+class StreamScrubber:
+    """Scrubs one stream chunk by chunk, with the same result as scrubbing it whole.
+
+    ``feed`` returns the scrubbed text that is safe to release now; ``finish`` the rest.
+    """
+
+    def __init__(self, scrubber: Scrubber, hold_chars: int = _HOLD_CHARS, max_hold: int = _MAX_HOLD):
+        self._scrubber = scrubber
+        self._hold = max(hold_chars, 2 * scrubber.longest_literal + 64)
+        self._max_hold = max(max_hold, 4 * self._hold)
+        self._buffer = ""
+        self.masked = 0
+
+    def feed(self, text: str) -> str:
+        self._buffer += text
+        if len(self._buffer) <= self._hold:
+            return ""
+        spans = self._scrubber.spans(self._buffer)
+        cut = len(self._buffer) - self._hold
+        # A find that reaches past the cut could still grow with the next chunk: release only
+        # what lies before it.
+        for span in spans:
+            if span.start < cut < span.end or (span.start < cut and span.end == len(self._buffer)):
+                cut = span.start
+                break
+        if cut <= 0:
+            if len(self._buffer) < self._max_hold:
+                return ""
+            cut = len(self._buffer) - self._hold
+        released = [s for s in spans if s.end <= cut]
+        out = apply(self._buffer[:cut], released)
+        self.masked += len(released)
+        self._buffer = self._buffer[cut:]
+        return out
+
+    def finish(self) -> str:
+        out, count = self._scrubber.scrub(self._buffer)
+        self.masked += count
+        self._buffer = ""
+        return out
