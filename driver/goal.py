@@ -47,6 +47,7 @@ class GoalBudget(_Strict):
     repetition: int | None = Field(None, ge=0)
     failures: int | None = Field(None, ge=0)
     drift: int | None = Field(None, ge=0)
+    tree_tokens: int | None = Field(None, ge=0)
     spend_usd: float | None = Field(None, ge=0)
     provider_refusals: int | None = Field(None, ge=0)
 

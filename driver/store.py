@@ -172,7 +172,7 @@ class RunStore:
 
     # -- events ---------------------------------------------------------------------------
 
-    def append_event(self, run_id: str, kind: str, **data: Any) -> int:
+    def append_event(self, run_id: str, kind: str, /, **data: Any) -> int:
         with self._lock:
             cur = self.db.execute("INSERT INTO events (run_id, time, kind, data) VALUES (?, ?, ?, ?)",
                                   [run_id, now(), kind, json.dumps(data, default=str)])

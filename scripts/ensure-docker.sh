@@ -23,7 +23,7 @@ HELP
 	exit 1
 }
 
-if ! command -v docker >/dev/null 2>&1; then
+if ! command -v dockerd >/dev/null 2>&1; then
 	command -v apt-get >/dev/null 2>&1 || how_to "docker is not installed and apt-get is not available"
 	say "installing docker.io with apt-get"
 	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&

@@ -4,7 +4,8 @@ Each element of ``run.command`` is one argv element, and stays one: a value with
 or ``$(...)`` is passed as bytes to the program, never through a shell. Placeholders are
 ``{name}`` for a top-level argument; ``{{`` and ``}}`` are literal braces. An element that is
 exactly ``{name}`` whose value is a list expands to one argv element per item (how `run_shell`
-takes a program and its arguments). `str.format` is deliberately not used: it would let an
+takes a program and its arguments), and such an element whose argument is absent (an optional
+argument not given) is left out. `str.format` is deliberately not used: it would let an
 argument name reach attributes and indexes (``{x.__class__}``).
 """
 
@@ -36,10 +37,12 @@ def fill(template: list[str], arguments: Mapping[str, Any]) -> list[str]:
     argv: list[str] = []
     for element in template:
         whole = re.fullmatch(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", element)
-        if whole and isinstance(arguments.get(whole.group(1)), list):
+        if whole and whole.group(1) not in arguments:
+            continue
+        if whole and isinstance(arguments[whole.group(1)], list):
             argv.extend(render(item) for item in arguments[whole.group(1)])
             continue
-        argv.append(_PLACEHOLDER.sub(lambda m: _replace(m, arguments, element), element))
+        argv.append(_PLACEHOLDER.sub(lambda m, e=element: _replace(m, arguments, e), element))
     for element in argv:
         if "\x00" in element:
             raise InvalidArguments("an argument contains a NUL byte, which argv cannot carry")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import docker
+import docker.errors
 import jsonschema
 from google.protobuf import json_format
 
@@ -153,16 +154,16 @@ class ToolRunner:
         if runtime:
             self._check_runtime(runtime)
 
-        if not self._slots.acquire(blocking=False):
-            raise RunnerBusy(f"{self.config.max_concurrency} calls are already running; retry later")
+        entry, first = self._enter(decision_id, request.run_id)
+        if not first:  # the same grant is running right now: wait for its receipt
+            entry.done.wait()
+            stored = self._stored(decision_id)
+            if stored is None:
+                raise AlreadyStarted("the same grant was being run and produced no receipt")
+            return stored
         try:
-            entry, first = self._enter(decision_id, request.run_id)
-            if not first:
-                entry.done.wait()
-                stored = self._stored(decision_id)
-                if stored is None:
-                    raise AlreadyStarted("the same grant is being run and produced no receipt")
-                return stored
+            if not self._slots.acquire(blocking=False):
+                raise RunnerBusy(f"{self.config.max_concurrency} calls are already running; retry later")
             try:
                 if not self.store.claim(decision_id, request.run_id, tool.name):
                     stored = self._stored(decision_id)
@@ -188,13 +189,29 @@ class ToolRunner:
                         LABEL_TOOL: tool.name,
                     },
                 )
-                receipt = self._run(spec, entry, grant, tool.name, image_id, injected, run.output_cap_bytes, on_chunk)
+                try:
+                    receipt = self._run(
+                        spec, entry, grant, tool.name, image_id, injected, run.output_cap_bytes, on_chunk
+                    )
+                except Exception as exc:
+                    # The container may have run: the grant is spent either way, and the
+                    # receipt says the runner failed rather than leaving the claim open.
+                    log.exception("call %s failed inside the runner", decision_id)
+                    receipt = pb.Receipt(
+                        decision_id=decision_id,
+                        run_id=grant.run_id,
+                        tool=tool.name,
+                        image_id=image_id,
+                        exit_code=-1,
+                        code="runner_error",
+                        output=f"toolrunner: internal error: {type(exc).__name__}",
+                    )
                 self.store.finish(receipt)
                 return receipt
             finally:
-                self._leave(decision_id, entry)
+                self._slots.release()
         finally:
-            self._slots.release()
+            self._leave(decision_id, entry)
 
     def _run(
         self,

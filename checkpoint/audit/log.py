@@ -3,13 +3,18 @@
 Group commit. ``append`` queues its record in the current batch and waits; one writer thread
 takes the whole batch, chains and inserts it in one transaction, commits, and wakes every
 waiter at once. One commit (the expensive part) is shared by every record that arrived while
-the previous one was in flight, so throughput grows with concurrency while a lone caller pays
-one commit.
+the previous one was in flight, so throughput grows with concurrency.
 
-Chain consistency. The writer reads the head (last seq and hash) inside each write transaction,
-so the chain continues from what is committed, never from what it hoped to commit: a failed
-batch rolls back whole, and the next one links to the last committed record. That also makes a
-restart resume the chain for free.
+Fast path. When nothing is queued and nothing is being written, the caller writes its own
+record inline instead of handing it to the writer thread: the two thread handoffs would cost a
+lone caller more than the commit itself (about 130 us against 50 us here). Both paths hold the
+same `busy` flag, so exactly one transaction is ever in flight; as soon as callers overlap,
+records queue and the writer thread batches them.
+
+Chain consistency. Every transaction reads the head (last seq and hash) after BEGIN IMMEDIATE,
+so the chain continues from what is committed, never from what was hoped to be: a failed batch
+rolls back whole and the next one links to the last committed record. That also makes a
+restart resume the chain with no extra step.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,20 +30,37 @@ from typing import Any
 from checkpoint.audit import store
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.reader import DecisionReader
-from checkpoint.audit.record import GENESIS_HASH, HASHED_FIELDS, record_hash, to_row
+from checkpoint.audit.record import GENESIS_HASH, record_hash, to_row
 from checkpoint.audit.verify import VerifyReport
 
 log = logging.getLogger(__name__)
 
 
 class _Batch:
-    __slots__ = ("rows", "done", "first_seq", "error")
+    """Records waiting for the same transaction, and one parked lock per waiting caller.
+
+    A plain lock per caller, released by the writer, wakes exactly that caller; an Event
+    shared by the batch would make every woken caller queue again on the Event's own lock.
+    """
+
+    __slots__ = ("rows", "waiters", "first_seq", "error")
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
-        self.done = threading.Event()
+        self.waiters: list[Any] = []
         self.first_seq = 0
         self.error: BaseException | None = None
+
+    def add(self, row: tuple[Any, ...]) -> tuple[int, Any]:
+        waiter = _allocate_lock()
+        waiter.acquire()
+        self.rows.append(row)
+        self.waiters.append(waiter)
+        return len(self.rows) - 1, waiter
+
+    def finish(self) -> None:
+        for waiter in self.waiters:
+            waiter.release()
 
 
 class DecisionLog:
@@ -72,6 +95,7 @@ class DecisionLog:
         self._work = threading.Condition(self._lock)  # writer waits here for records
         self._pending = _Batch()
         self._closing = False
+        self._busy = False  # a transaction is in flight (writer thread or an inline caller)
         self._writer_alive = True
         self._committed = threading.Condition()  # followers wait here for commits
         self._batches = self._records = self._failures = self._writing = 0
@@ -88,20 +112,28 @@ class DecisionLog:
         """Record one decision; return its seq once it is committed.
 
         Raises ``InvalidAuditRecord`` for a malformed record and ``AuditUnavailable`` when the
-        record could not be committed (or not within ``timeout``). Either way the caller must
-        deny. After a timeout the record may still be committed later: the log then holds a
-        decision the caller did not act on, which errs on the safe side.
+        record could not be committed (or not within ``timeout``, default ``append_timeout``).
+        Either way the caller must deny. After a timeout the record may still be committed
+        later: the log then holds a decision the caller did not act on, the safe direction.
+        An inline write (see the module docstring) is bounded by ``busy_timeout_ms`` instead,
+        so it is taken only without an explicit timeout.
         """
         row = to_row(record)
         with self._lock:
             if self._closing or not self._writer_alive:
                 raise AuditUnavailable("decision log is closed")
-            batch = self._pending
-            index = len(batch.rows)
-            batch.rows.append(row)
-            if index == 0:
-                self._work.notify()
-        if not batch.done.wait(self._append_timeout if timeout is None else timeout):
+            inline = not self._busy and not self._pending.rows and timeout is None
+            if inline:
+                self._busy = True
+                self._writing = 1
+            else:
+                batch = self._pending
+                index, waiter = batch.add(row)
+                if index == 0:
+                    self._work.notify()
+        if inline:
+            return self._append_inline(row)
+        if not waiter.acquire(timeout=self._append_timeout if timeout is None else timeout):
             raise AuditUnavailable("decision log write timed out")
         if batch.error is not None:
             # A fresh exception per caller: one shared instance would collect every
@@ -109,22 +141,40 @@ class DecisionLog:
             raise AuditUnavailable(str(batch.error)) from batch.error
         return batch.first_seq + index
 
+    def _append_inline(self, row: tuple[Any, ...]) -> int:
+        try:
+            return self._commit([row])
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            self._busy = False
+            self._writing = 0
+            if self._pending.rows or self._closing:
+                self._work.notify()
+        with self._committed:
+            self._committed.notify_all()
+
     def _run(self) -> None:
         try:
             while True:
                 with self._lock:
-                    while not self._pending.rows and not self._closing:
+                    while self._busy or not (self._pending.rows or self._closing):
                         self._work.wait()
                     batch = self._pending
                     if not batch.rows:
                         return  # closing, and everything queued is written
                     self._pending = _Batch()
+                    self._busy = True
                     self._writing = len(batch.rows)
-                self._write(batch)
-                self._writing = 0
-                batch.done.set()
-                with self._committed:
-                    self._committed.notify_all()
+                try:
+                    batch.first_seq = self._commit(batch.rows)
+                except AuditUnavailable as exc:
+                    batch.error = exc
+                finally:
+                    batch.finish()
+                    self._release()
         except BaseException:
             log.exception("decision log writer stopped")
             raise
@@ -134,11 +184,12 @@ class DecisionLog:
                 leftover, self._pending = self._pending, _Batch()
             if leftover.rows:
                 leftover.error = AuditUnavailable("decision log writer stopped")
-                leftover.done.set()
+                leftover.finish()
             with self._committed:
                 self._committed.notify_all()
 
-    def _write(self, batch: _Batch) -> None:
+    def _commit(self, batch: list[tuple[Any, ...]]) -> int:
+        """Chain and insert ``batch`` in one transaction; return the first seq. Caller holds busy."""
         try:
             if self._conn is None:
                 self._conn = self._open()
@@ -148,9 +199,9 @@ class DecisionLog:
                 seq, prev = store.head(conn) or (0, GENESIS_HASH)
                 first = seq + 1
                 rows = []
-                for values in batch.rows:
+                for values in batch:
                     seq += 1
-                    digest = record_hash(prev, dict(zip(HASHED_FIELDS, (seq, *values), strict=True)))
+                    digest = record_hash(prev, (seq, *values))
                     rows.append((seq, *values, prev, digest))
                     prev = digest
                 conn.executemany(store.INSERT_SQL, rows)
@@ -160,17 +211,15 @@ class DecisionLog:
                 raise
         except Exception as exc:
             self._failures += 1
-            log.error("decision log write of %d record(s) failed: %s", len(batch.rows), exc)
-            batch.error = AuditUnavailable(f"decision log write failed: {exc}")
-            batch.error.__cause__ = exc
+            log.error("decision log write of %d record(s) failed: %s", len(batch), exc)
             # Start the next batch on a fresh connection: after an I/O error or a connection
             # closed underneath us the old one is not to be trusted.
             self._discard_connection()
-            return
-        batch.first_seq = first
+            raise AuditUnavailable(f"decision log write failed: {exc}") from exc
         self._batches += 1
         self._records += len(rows)
         self._committed_seq, self._committed_hash = seq, prev
+        return first
 
     def _discard_connection(self) -> None:
         conn, self._conn = self._conn, None

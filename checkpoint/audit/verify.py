@@ -53,7 +53,7 @@ def verify_rows(
         if row["prev_hash"] != prev:
             return broken(seq, BROKEN_LINK, f"prev_hash {row['prev_hash']} is not the hash of seq {seq - 1} ({prev})")
         try:
-            computed = record_hash(prev, {name: row[name] for name in HASHED_FIELDS})
+            computed = record_hash(prev, tuple(row[name] for name in HASHED_FIELDS))
         except (TypeError, ValueError, UnicodeError) as exc:
             return broken(seq, HASH_MISMATCH, f"fields cannot be hashed: {exc}")
         if computed != row["hash"]:

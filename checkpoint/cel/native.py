@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from checkpoint.cel.api import FALSE, TRUE, CelCompileError, CelResult, CelType
@@ -49,34 +49,61 @@ def compile_error_from(source: str, exc: Exception) -> CelCompileError:
     return CelCompileError("; ".join(problems), line=line, column=col, source=source)
 
 
-class NativeProgram:
-    __slots__ = ("source", "_expr", "_names", "_error_type")
+class Prepared:
+    """An activation converted to the runtime's values once, for several programs of one Env.
 
-    def __init__(self, source: str, expr: Any, names: tuple[str, ...]) -> None:
+    Converting a policy activation costs a few microseconds; a request that evaluates several
+    rules pays it once instead of once per rule.
+    """
+
+    __slots__ = ("env", "native", "error")
+
+    def __init__(self, env: Any, native: Any, error: str | None) -> None:
+        self.env = env
+        self.native = native
+        self.error = error
+
+
+class NativeProgram:
+    __slots__ = ("source", "_expr", "_names", "_error_type", "_env")
+
+    def __init__(self, source: str, expr: Any, names: tuple[str, ...], env: Any = None) -> None:
         self.source = source
         self._expr = expr
         self._names = names
         self._error_type = _cel.Type.ERROR
+        self._env = env
 
-    def evaluate(self, activation: Mapping[str, object]) -> CelResult:
-        missing = missing_variable(activation, self._names)
-        if missing is not None:
-            return CelResult(error=missing)
-        try:
+    def evaluate(self, activation: Mapping[str, object] | Prepared) -> CelResult:
+        if type(activation) is Prepared:
+            if activation.error is not None:
+                return CelResult(error=activation.error)
+            if activation.env is not self._env:
+                return CelResult(error="activation was prepared for other declarations")
+            native, data = activation.native, None
+        else:
+            assert not isinstance(activation, Prepared)
+            missing = missing_variable(activation, self._names)
+            if missing is not None:
+                return CelResult(error=missing)
             # The runtime validates the data itself (declared types, int64 range, non-JSON
             # objects) and reports problems as an ERROR value, so no Python-side walk.
-            data = activation if type(activation) is dict else dict(activation)
-            value = self._expr.eval(data=data)
+            native, data = None, activation if type(activation) is dict else dict(activation)
+        try:
+            value = self._expr.eval(native) if native is not None else self._expr.eval(data=data)
+            plain = value.plain_value()
+            # A bool cannot be an error value, so the common case skips the type check.
+            if plain is True:
+                return TRUE
+            if plain is False:
+                return FALSE
+            # Errors come back as values whose .value() is the message string (truthy!).
+            if value.type() == self._error_type:
+                return CelResult(error=str(value.value()))
         except Exception as exc:  # noqa: BLE001 - a crash in the binding must fail closed, not raise
             return CelResult(error=f"evaluation failed: {type(exc).__name__}: {exc}")
-        # Errors come back as values whose .value() is the message string (truthy!).
-        if value.type() == self._error_type:
-            return CelResult(error=str(value.value()))
-        plain = value.plain_value()
-        if plain is True:
-            return TRUE
-        if plain is False:
-            return FALSE
+        if type(plain) is list and all(type(item) is str for item in plain):
+            return CelResult(plain)  # the shape touches expressions return: nothing to normalise
         return CelResult(value=normalise(plain))
 
     def __repr__(self) -> str:
@@ -113,4 +140,21 @@ class NativeEngine:
             expr = env.compile(source)
         except Exception as exc:  # noqa: BLE001 - the binding raises RuntimeError with a status text
             raise compile_error_from(source, exc) from exc
-        return NativeProgram(source, expr, tuple(variables))
+        return NativeProgram(source, expr, tuple(variables), env)
+
+    def preparer(self, variables: Mapping[str, CelType]) -> Callable[[Mapping[str, object]], Prepared]:
+        """A function that converts an activation once for every program compiled with
+        these declarations (resolve the Env once, at load, not per request)."""
+        env = self._env_for(variables)
+        names = tuple(variables)
+
+        def prepare(data: Mapping[str, object]) -> Prepared:
+            missing = missing_variable(data, names)
+            if missing is not None:
+                return Prepared(env, None, missing)
+            try:
+                return Prepared(env, env.Activation(data if type(data) is dict else dict(data)), None)
+            except Exception as exc:  # noqa: BLE001 - bad data must fail closed as an error result
+                return Prepared(env, None, f"activation rejected: {type(exc).__name__}: {exc}")
+
+        return prepare

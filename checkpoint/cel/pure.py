@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import celpy
@@ -223,6 +223,10 @@ class PythonEngine:
         # The default InterpretedRunner: CompiledRunner crashes in cel-python 0.5.0.
         self._env = celpy.Environment(runner_class=celpy.InterpretedRunner)
         self._checker = native.NativeEngine() if full_check and native.AVAILABLE else None
+
+    def preparer(self, variables: Mapping[str, CelType]) -> Callable[[Mapping[str, object]], Mapping[str, object]]:
+        """cel-python converts per evaluation; preparing is the identity here."""
+        return lambda data: data
 
     def compile(self, source: str, variables: Mapping[str, CelType]) -> PythonProgram:
         try:

@@ -45,14 +45,21 @@ BUDGET_FIELDS = tuple(f.name for f in pb.Budget.DESCRIPTOR.fields)
 
 def effective_budget(call: Call, extra: pb.Budget | None = None) -> dict[str, float]:
     """The smallest ceiling set at any level, per Budget field; absent fields are unlimited."""
-    levels: list[object] = [call.policies.instance.ceilings, call.tenant.ceilings]
-    levels.extend(link.agent.budget for link in call.links)
-    levels.extend(link.budget for link in call.links if link.budget is not None)
+    key = (call.tenant.name, *(link.agent.version for link in call.links))
+    static = call.policies.memo.get(key)
+    if static is None:  # instance, tenant and agent levels only change with the policy set
+        levels: list[object] = [call.policies.instance.ceilings, call.tenant.ceilings]
+        levels.extend(link.agent.budget for link in call.links)
+        static = call.policies.memo[key] = _narrowest({}, levels)
+    levels = [link.budget for link in call.links if link.budget is not None]
     if call.request.run.HasField("budget"):
         levels.append(call.request.run.budget)
     if extra is not None:
         levels.append(extra)
-    out: dict[str, float] = {}
+    return _narrowest(dict(static), levels) if levels else static
+
+
+def _narrowest(out: dict[str, float], levels: list[object]) -> dict[str, float]:
     for level in levels:
         for name in BUDGET_FIELDS:
             value = getattr(level, name, None)

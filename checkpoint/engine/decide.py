@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import fastjsonschema
 import jsonschema
 
 from checkpoint.engine import authority, breakers, codes
@@ -92,13 +93,17 @@ def _shape(call: Call, name: str, arguments: Any, validate_absent: bool = True) 
         trace.add("request.arguments", "skip", detail="plan step without arguments")
         return tool, {}
     args = struct_to_dict(arguments) if arguments is not None else {}
-    error = jsonschema.exceptions.best_match(tool.validator.iter_errors(args))
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+    try:
+        tool.fast_validate(args)
+    except fastjsonschema.JsonSchemaException as fast_error:
+        # the slow validator only runs on refusals, for a message a person can act on
+        error = jsonschema.exceptions.best_match(tool.validator.iter_errors(args))
+        where = "/".join(str(p) for p in error.absolute_path) if error is not None else ""
+        message = error.message if error is not None else fast_error.message
         raise trace.stop(
             DENY, codes.INVALID_ARGUMENTS, "request.arguments",
-            f"arguments do not match {name}'s input schema at {where}: {error.message[:300]}",
-        )
+            f"arguments do not match {name}'s input schema at {where or '(root)'}: {message[:300]}",
+        ) from None
     trace.add("request.arguments", "pass")
     return tool, args
 
@@ -108,7 +113,9 @@ def _touched(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, 
     touched: dict[str, list[str]] = {}
     if not tool.touches:
         return touched
-    activation = {"args": args}
+    activation: Any = {"args": args}
+    if tool.touches_need_cel:
+        activation = call.policies.prepare_touches_activation(activation)
     for dim, program in tool.touches.items():
         result = program.evaluate(activation)
         value = result.value
@@ -145,7 +152,7 @@ def _rules(call: Call, rules: tuple[CompiledRule, ...], activation_of: Any) -> C
         if rule.spec.agents and agent_name not in rule.spec.agents:
             continue
         if activation is None:
-            activation = activation_of()
+            activation = call.policies.prepare_rule_activation(activation_of())
         result = rule.program.evaluate(activation)
         if result.error is not None or not isinstance(result.value, bool):
             problem = result.error or f"returned {type(result.value).__name__}, not a bool"
@@ -172,19 +179,32 @@ def _approve_or_stop(call: Call, rule: CompiledRule) -> None:
     raise call.trace.stop(APPROVE, rule.code, f"rule:{rule.name}", reason)
 
 
-def _base_activation(call: Call, action: str) -> dict[str, Any]:
+COUNTER_FIELDS = tuple(f.name for f in pb.Counters.DESCRIPTOR.fields)
+
+
+def _agent_map(call: Call) -> dict[str, Any]:
     agent = call.agent
+    if agent is None:
+        return {}
+    key = ("agent_map", agent.name, agent.version)
+    found = call.policies.memo.get(key)
+    if found is None:
+        found = call.policies.memo[key] = {
+            "name": agent.name, "version": agent.version, "tenant": agent.tenant,
+            "tools": sorted(agent.tools), "access": sorted(agent.access),
+        }
+    return found
+
+
+def _base_activation(call: Call, action: str) -> dict[str, Any]:
     counters = call.request.counters
     return {
         "action": action,
         "args": {},
         "tool": {},
-        "agent": {}
-        if agent is None
-        else {"name": agent.name, "version": agent.version, "tenant": agent.tenant,
-              "tools": sorted(agent.tools), "access": sorted(agent.access)},
+        "agent": _agent_map(call),
         "run": call.run_map(),
-        "counters": {f.name: getattr(counters, f.name) for f in pb.Counters.DESCRIPTOR.fields},
+        "counters": {name: getattr(counters, name) for name in COUNTER_FIELDS},
         "subjects": [],
         "model": {},
         "delegation": {},

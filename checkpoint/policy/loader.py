@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fastjsonschema
 import jsonschema
 from pydantic import ValidationError
 
 from checkpoint.cel import CelCompileError, CelType, get_engine
+from checkpoint.cel.fastpath import FastProgram, compile_fast
 from checkpoint.policy import model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
@@ -181,6 +183,8 @@ class _Compiler:
         if self.errors:
             return None
         return PolicySet(
+            prepare_rule_activation=self.engine.preparer(RULE_VARIABLES),
+            prepare_touches_activation=self.engine.preparer(TOUCHES_VARIABLES),
             revision=revision,
             directory=directory,
             tools={k: v for k, v in tools.items() if v is not None},
@@ -222,11 +226,15 @@ class _Compiler:
     def _tool(self, doc: _Doc) -> CompiledTool | None:
         spec: model.Tool = doc.spec
         try:
-            validator_cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
+            validator_cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft7Validator)
             validator_cls.check_schema(spec.input_schema)
             validator = validator_cls(spec.input_schema)
+            fast = fastjsonschema.compile(spec.input_schema)
         except jsonschema.SchemaError as exc:
             self.error(doc, ("input_schema", *exc.path), f"input_schema is not a valid JSON Schema: {exc.message}")
+            return None
+        except fastjsonschema.JsonSchemaDefinitionException as exc:
+            self.error(doc, ("input_schema",), f"input_schema cannot be compiled: {exc}")
             return None
         if spec.input_schema.get("type") != "object":
             self.error(doc, ("input_schema",), "input_schema must describe an object (type: object)")
@@ -234,7 +242,9 @@ class _Compiler:
         for dim in ("images", "nodes", "connections", "subjects"):
             source = getattr(spec.touches, dim)
             if source is not None:
-                touches[dim] = self.compile_cel(doc, ("touches", dim), source, TOUCHES_VARIABLES)
+                # always compile through the engine: it type-checks; keep the fast form when there is one
+                program = self.compile_cel(doc, ("touches", dim), source, TOUCHES_VARIABLES)
+                touches[dim] = compile_fast(source) or program if program is not None else None
         if spec.run is not None:
             properties = spec.input_schema.get("properties", {})
             for i, part in enumerate(spec.run.command):
@@ -245,7 +255,10 @@ class _Compiler:
                 self.error(doc, ("run", "network"), "network needs touches.connections, so scope can decide where it may go")
         if any(v is None for v in touches.values()):
             return None
-        return CompiledTool(spec=spec, validator=validator, touches=touches)
+        return CompiledTool(
+            spec=spec, validator=validator, fast_validate=fast, touches=touches,
+            touches_need_cel=any(not isinstance(p, FastProgram) for p in touches.values()),
+        )
 
     def _agent(
         self, doc: _Doc, tools: dict[str, _Doc], agents: dict[str, _Doc], tenants: dict[str, model.Tenant]

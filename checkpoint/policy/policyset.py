@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -97,8 +97,10 @@ class AgentVersion:
 @dataclass(frozen=True)
 class CompiledTool:
     spec: model.Tool
-    validator: Any  # jsonschema validator, compiled once
+    validator: Any  # jsonschema validator: the readable error message when a call is refused
+    fast_validate: Any  # fastjsonschema compiled function: the hot path, ~25x faster
     touches: dict[str, CelProgram]  # dimension -> program returning list[str]
+    touches_need_cel: bool  # False when every touches expression is a plain argument lookup
 
     @property
     def name(self) -> str:
@@ -141,10 +143,16 @@ class PolicySet:
     instance: model.Instance
     catalog: AgentCatalog
     cel_engine: str
+    # convert a CEL activation once per request for every program of that declaration set
+    prepare_rule_activation: Callable[[dict[str, Any]], Any]
+    prepare_touches_activation: Callable[[dict[str, Any]], Any]
     # indexes built in __post_init__
     rules_by_tool: dict[str, tuple[CompiledRule, ...]] = field(init=False)
     rules_by_action: dict[str, tuple[CompiledRule, ...]] = field(init=False)
     off_limits_any: PatternSet = field(init=False)
+    # derived values keyed by what they depend on (e.g. effective ceilings per chain); a new
+    # policy set starts empty, so nothing outlives the policies it came from
+    memo: dict[Any, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         tool_rules = [r for r in self.rules if "tool_call" in r.spec.actions]

@@ -51,7 +51,7 @@ def test_update_with_recomputed_hash_breaks_the_next_link(filled):
     conn.row_factory = sqlite3.Row
     row = dict(conn.execute("SELECT * FROM decisions WHERE seq = 6").fetchone())
     row["verdict"] = "ALLOW"
-    forged = record_hash(row["prev_hash"], {k: row[k] for k in HASHED_FIELDS})
+    forged = record_hash(row["prev_hash"], tuple(row[k] for k in HASHED_FIELDS))
     with conn:
         conn.execute("UPDATE decisions SET verdict = 'ALLOW', hash = ? WHERE seq = 6", (forged,))
     conn.close()

@@ -1,6 +1,6 @@
 #!/bin/sh
 # leak.sh NAME: print the secret NAME in every form a careless tool might (plain, base64, hex, URL).
-v=$(printenv "$1")
+v=$(awk -v n="$1" 'BEGIN { printf "%s", ENVIRON[n] }')
 echo "plain: $v"
 printf 'b64: %s\n' "$(printf '%s' "$v" | base64 | tr -d '\n')"
 printf 'hex: %s\n' "$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')"

@@ -1,0 +1,34 @@
+"""Run every benchmark (`make bench`), or those named: `python -m bench decide grpc`."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import time
+from pathlib import Path
+
+ORDER = ["decide", "cel", "audit", "grpc", "toolrunner"]
+
+
+def main(argv: list[str]) -> int:
+    found = sorted(
+        m.name.removeprefix("bench_") for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+        if m.name.startswith("bench_")
+    )
+    names = argv or sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+    failed = []
+    for name in names:
+        print(f"\n=== bench {name} ===", flush=True)
+        started = time.perf_counter()
+        try:
+            importlib.import_module(f"bench.bench_{name}").main()
+        except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
+            print(f"bench {name} failed: {type(exc).__name__}: {exc}", flush=True)
+            failed.append(name)
+        print(f"--- {name}: {time.perf_counter() - started:.1f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,245 @@
+"""Check() over gRPC on loopback vs a no-op grpcio server, side by side in one run.
+
+Both servers run as their own processes with the same thread pool and options; the no-op one
+answers the same method with the bytes of a real checkpoint answer (grant included), so message
+sizes are identical. The client (grpc.aio, one channel) sends the same request bytes, with the
+same bearer token, to both. Reported: throughput and p50/p99 latency at each concurrency, the
+checkpoint/no-op ratios against the targets in DESIGN.md, and the checkpoint's resident memory
+after start and after N decisions (decision log on, synchronous=NORMAL).
+
+    .venv/bin/python bench/bench_grpc.py [--seconds 5] [--concurrency 1,32] [--decisions 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent import futures
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+
+from warden.checkpoint.v1 import checkpoint_pb2 as pb  # noqa: E402
+
+METHOD = "/warden.checkpoint.v1.CheckpointService/Check"
+WORKERS = 64
+TARGET_THROUGHPUT = 0.85
+TARGET_P99_C1 = 1.3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- the no-op server (run in its own process: `bench_grpc.py --noop-server PORT FILE`) -----------
+
+
+def noop_server(port: int, response_file: str) -> None:
+    answer = Path(response_file).read_bytes()
+
+    def check(_request: bytes, _context: grpc.ServicerContext) -> bytes:
+        return answer
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=WORKERS),
+        options=[("grpc.max_receive_message_length", 1 << 20), ("grpc.so_reuseport", 0)],
+    )
+    handler = grpc.unary_unary_rpc_method_handler(check)  # raw bytes in and out: no parsing at all
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("warden.checkpoint.v1.CheckpointService", {"Check": handler}),)
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    server.wait_for_termination()
+
+
+# -- the client -----------------------------------------------------------------------------
+
+
+async def _load(target: str, request: bytes, token: str, concurrency: int, *, seconds: float, count: int | None) -> dict:
+    metadata = (("authorization", f"Bearer {token}"),)
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(METHOD)
+        for _ in range(50):  # warm the connection and the server's threads
+            await call(request, metadata=metadata, timeout=10)
+        latencies: list[int] = []
+        deadline = time.perf_counter() + seconds
+        remaining = [count]
+
+        async def worker() -> None:
+            while True:
+                if count is None:
+                    if time.perf_counter() >= deadline:
+                        return
+                else:
+                    if remaining[0] <= 0:
+                        return
+                    remaining[0] -= 1
+                t0 = time.perf_counter_ns()
+                await call(request, metadata=metadata, timeout=30)
+                latencies.append(time.perf_counter_ns() - t0)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "n": n,
+        "rps": n / elapsed,
+        "p50_us": latencies[n // 2] / 1000,
+        "p99_us": latencies[min(n - 1, int(n * 0.99))] / 1000,
+    }
+
+
+def _wait_ready(target: str, request: bytes, token: str, proc: subprocess.Popen) -> bytes:
+    deadline = time.monotonic() + 30
+    channel = grpc.insecure_channel(target)
+    call = channel.unary_unary(METHOD)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                return call(request, metadata=(("authorization", f"Bearer {token}"),), timeout=2)
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    finally:
+        channel.close()
+
+
+def _request(version: str) -> bytes:
+    req = pb.CheckRequest(
+        run=pb.RunContext(
+            tenant="acme",
+            run_id="run-bench",
+            root_run_id="run-bench",
+            mode=pb.RUN_MODE_INTERACTIVE,
+            actor_chain=[
+                pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="alice"),
+                pb.Actor(kind=pb.ACTOR_KIND_AGENT, id="recon", agent_version=version, run_id="run-bench"),
+            ],
+        ),
+        tool_call=pb.ToolCall(tool="get_task"),
+        counters=pb.Counters(stretch_turns=1, total_turns=1, turn_tool_calls=0),
+    )
+    req.tool_call.arguments.update({"task_id": "task-42"})
+    return req.SerializeToString()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement (default 5)")
+    parser.add_argument("--concurrency", default="1,32")
+    parser.add_argument("--decisions", type=int, default=200_000, help="decisions before the second RSS reading")
+    parser.add_argument("--noop-server", nargs=2, metavar=("PORT", "RESPONSE_FILE"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.noop_server:
+        noop_server(int(args.noop_server[0]), args.noop_server[1])
+        return 0
+
+    levels = [int(c) for c in args.concurrency.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="warden-bench-grpc-"))
+    data = tmp / "data"
+    token = secrets.token_urlsafe(32)
+    data.mkdir()
+    subprocess.run([sys.executable, "-m", "warden.cli", "keys", "init", "--data", str(data)], cwd=ROOT, check=True, capture_output=True)
+    tokens = data / "checkpoint.tokens"
+    tokens.write_text(f"bench {token}\n")
+
+    cp_port, noop_port = _free_port(), _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    checkpoint = subprocess.Popen(
+        [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(data), "--policies", str(ROOT / "policies"),
+         "--address", f"127.0.0.1:{cp_port}", "--socket", "", "--reload-interval", "0", "--workers", str(WORKERS)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    noop = None
+    try:
+        from checkpoint.policy import load_policy_dir
+
+        version = load_policy_dir(ROOT / "policies").agents["recon"].version
+        request = _request(version)
+        cp_target, noop_target = f"127.0.0.1:{cp_port}", f"127.0.0.1:{noop_port}"
+        answer = _wait_ready(cp_target, request, token, checkpoint)
+        decoded = pb.CheckResponse.FromString(answer)
+        if decoded.verdict != pb.VERDICT_ALLOW or not decoded.HasField("grant"):
+            raise RuntimeError(f"the bench request should be allowed with a grant, got {decoded}")
+        rss_start = _rss_mb(checkpoint.pid)
+        (tmp / "answer.bin").write_bytes(answer)
+        noop = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--noop-server", str(noop_port), str(tmp / "answer.bin")],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        _wait_ready(noop_target, request, token, noop)
+
+        print(f"Check() over gRPC, loopback, {args.seconds:.0f} s per run; request {len(request)} B, answer {len(answer)} B")
+        print(f"{'server':<12} {'conc':>4} {'calls':>8} {'calls/s':>9} {'p50 us':>8} {'p99 us':>8}")
+        results: dict[tuple[str, int], dict] = {}
+        decisions = 0
+        for c in levels:
+            for name, target in (("no-op", noop_target), ("checkpoint", cp_target)):
+                r = asyncio.run(_load(target, request, token, c, seconds=args.seconds, count=None))
+                results[(name, c)] = r
+                if name == "checkpoint":
+                    decisions += r["n"] + 50
+                print(f"{name:<12} {c:>4} {r['n']:>8} {r['rps']:>9.0f} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f}")
+        print()
+        for c in levels:
+            cp, base = results[("checkpoint", c)], results[("no-op", c)]
+            ratio = cp["rps"] / base["rps"]
+            line = f"concurrency {c:>2}: throughput {ratio:.0%} of no-op (target >= {TARGET_THROUGHPUT:.0%})"
+            p99 = cp["p99_us"] / base["p99_us"]
+            line += f", p99 {p99:.2f}x no-op"
+            if c == 1:
+                line += f" (target <= {TARGET_P99_C1}x)"
+            print(line)
+
+        rest = max(0, args.decisions - decisions)
+        if rest:
+            asyncio.run(_load(cp_target, request, token, 32, seconds=0, count=rest))
+            decisions += rest + 50
+        rss_end = _rss_mb(checkpoint.pid)
+        growth = (rss_end - rss_start) / rss_start
+        print(
+            f"checkpoint RSS: {rss_start:.1f} MB after start, {rss_end:.1f} MB after {decisions:,} decisions "
+            f"({growth:+.1%}; target: under 150 MB and growth <= 10%)"
+        )
+        log_size = (data / "decisions.db").stat().st_size + sum(
+            p.stat().st_size for p in data.glob("decisions.db-*") if p.exists()
+        )
+        print(f"decision log: {log_size / 1e6:.1f} MB on disk")
+    finally:
+        for proc in (checkpoint, noop):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

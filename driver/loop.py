@@ -1,0 +1,566 @@
+"""The governed loop: from a person's goal to a verified outcome, one checked step at a time.
+
+Every model call and every tool call is decided by the checkpoint first, with the run's counters.
+The loop keeps all state in the RunStore and advances in small committed steps, so a driver that
+crashes and restarts continues a run from its last step (a tool call in flight is re-sent with the
+same grant: the toolrunner answers a repeated grant with the stored receipt, it never runs twice).
+
+Statuses: running -> (awaiting_approval | paused) -> running ... -> succeeded | failed | cancelled.
+A pause always carries a stable code: breaker_<name>, cut_off, handoff, no_progress,
+criteria_unmet, checkpoint_unavailable, toolrunner_unavailable, audit_unavailable, model_call_denied.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf import json_format
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from driver import context
+from driver.boundary import Final, Handoff, Idle, Rejection, ToolCalls, decide
+from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
+from driver.errors import DependencyUnavailable, DriverError, ProviderError, RunStateError
+from driver.goal import Goal, GoalBudget
+from driver.pricing import Prices
+from driver.providers.base import ModelRequest, Provider, ToolDef, estimate_tokens
+from driver.store import (
+    AWAITING_APPROVAL,
+    CANCELLED,
+    FAILED,
+    PAUSED,
+    RUNNING,
+    SUCCEEDED,
+    TERMINAL,
+    RunStore,
+    now,
+)
+from driver.verify import verify_outcomes
+from warden import canonical
+from warden.checkpoint.v1 import checkpoint_pb2 as cp
+from warden.toolrunner.v1 import toolrunner_pb2 as tr
+
+log = logging.getLogger("warden.driver")
+
+NUDGE = ("Your last answer started nothing and reported nothing. Call one of your tools, or answer "
+         "with the final JSON object, or hand off. Another such answer pauses the run.")
+MAX_TOKENS = 2048
+_ALLOW, _DENY, _APPROVAL, _HALT = (cp.VERDICT_ALLOW, cp.VERDICT_DENY, cp.VERDICT_REQUIRE_APPROVAL,
+                                   cp.VERDICT_HALT)
+_BUDGET_FIELDS = tuple(GoalBudget.model_fields)
+
+
+class _PlanStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    tool: str = Field(min_length=1)
+    arguments: dict[str, Any] | None = None
+    description: str = ""
+
+
+class _Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    steps: list[_PlanStep] = Field(min_length=1)
+
+
+def verdict_name(v: int) -> str:
+    return cp.Verdict.Name(v).removeprefix("VERDICT_")
+
+
+class Driver:
+    """One driver process: a store, the two peers, and the providers runs may use."""
+
+    def __init__(self, store: RunStore, checkpoint: CheckpointClient, toolrunner: ToolRunnerClient,
+                 provider_factory: Callable[[str, str, dict[str, Any]], Provider], *,
+                 prices: Prices | None = None, provider_backoff_seconds: float = 1.0) -> None:
+        self.store = store
+        self.checkpoint = checkpoint
+        self.toolrunner = toolrunner
+        self.provider_factory = provider_factory
+        self.prices = prices or Prices({})
+        self.provider_backoff_seconds = provider_backoff_seconds
+        self._workers: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    # -- person actions --------------------------------------------------------------------
+
+    def start_run(self, agent: str, goal: Goal, *, owner: str, mode: str = "interactive",
+                  provider: str = "scripted", model: str = "", provider_options: dict[str, Any] | None = None,
+                  agent_version: str = "", spawn: bool = True) -> dict[str, Any]:
+        resolved = self.checkpoint.resolve_agent(agent, agent_version)
+        specs = [{"name": s.name, "description": s.description, "access": s.access,
+                  "input_schema": json_format.MessageToDict(s.input_schema)} for s in resolved.tool_specs]
+        if not specs and resolved.tools:
+            specs = [{"name": n, "description": "", "access": "", "input_schema": {"type": "object"}}
+                     for n in resolved.tools]
+        budget = goal.budget.model_dump(exclude_none=True)
+        run = self.store.create_run(
+            agent=resolved.agent, agent_version=resolved.agent_version, tenant=resolved.tenant, owner=owner,
+            mode=mode, provider=provider, model=model or provider, provider_options=provider_options or {},
+            persona=resolved.persona, tool_specs=specs, policy_revision=resolved.policy_revision, budget=budget,
+        )
+        run_id = run["run_id"]
+        self.store.add_goal(run_id, goal.model_dump(), author=owner)
+        self.store.add_transcript(run_id, {"role": "user", "text": context.goal_message(goal.model_dump(), 1)})
+        self.store.append_event(run_id, "run_started", agent=resolved.agent, agent_version=resolved.agent_version,
+                                owner=owner, mode=mode, provider=provider, model=run["model"],
+                                tools=[s["name"] for s in specs], budget=budget,
+                                policy_revision=resolved.policy_revision)
+        if spawn:
+            self.spawn(run_id)
+        return self.store.run(run_id)
+
+    def approve(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True) -> dict[str, Any]:
+        return self._decide_approval(approval_id, person, note, approved=True, spawn=spawn)
+
+    def reject(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True) -> dict[str, Any]:
+        return self._decide_approval(approval_id, person, note, approved=False, spawn=spawn)
+
+    def _decide_approval(self, approval_id: str, person: str, note: str, *, approved: bool,
+                         spawn: bool) -> dict[str, Any]:
+        if not person:
+            raise RunStateError("an approval needs the person's id", code="person_required")
+        approval = self.store.approval(approval_id)
+        run = self.store.run(approval["run_id"])
+        if run["status"] != AWAITING_APPROVAL:
+            raise RunStateError(f"run {run['run_id']} is {run['status']}, not awaiting approval",
+                                code="run_not_awaiting_approval")
+        approval = self.store.decide_approval(approval_id, "approved" if approved else "rejected", person, note)
+        if approved:
+            self.store.update_call(approval["call"], status="approved")
+        else:
+            reason = f"a person ({person}) rejected this call" + (f": {note}" if note else "")
+            self.store.update_call(approval["call"], status="done", verdict="REJECTED", code="approval_rejected",
+                                   result={"content": context.refusal_result("approval_rejected", reason),
+                                           "is_error": True})
+            self.store.add_to_run(run["run_id"], consecutive_failures=1)
+        self.store.append_event(run["run_id"], "approval_decided", approval_id=approval_id,
+                                decision="approved" if approved else "rejected", person=person, note=note,
+                                tool=approval["tool"])
+        self.store.update_run(run["run_id"], status=RUNNING, code="", reason="")
+        if spawn:
+            self.spawn(run["run_id"])
+        return self.store.run(run["run_id"])
+
+    def resume(self, run_id: str, person: str, reply: str = "", raise_budget: dict[str, Any] | None = None,
+               *, spawn: bool = True) -> dict[str, Any]:
+        """A person continues a paused run: a new stretch, ceilings possibly raised, same pinned version."""
+        run = self.store.run(run_id)
+        if run["status"] != PAUSED:
+            raise RunStateError(f"run {run_id} is {run['status']}, not paused", code="run_not_paused")
+        if not person:
+            raise RunStateError("a resume needs the person's id", code="person_required")
+        raise_budget = {k: v for k, v in (raise_budget or {}).items() if v}
+        if "turns_total" in raise_budget:
+            raise RunStateError("turns_total is the run's lifetime ceiling; no resume passes it",
+                                code="turns_total_fixed")
+        if run["code"] == "breaker_turns_total":
+            raise RunStateError("the run used its lifetime turns (turns_total); start a new run",
+                                code="turns_total_exhausted")
+        unknown = set(raise_budget) - set(_BUDGET_FIELDS)
+        if unknown:
+            raise RunStateError(f"unknown budget fields {sorted(unknown)}", code="invalid_budget")
+        budget = dict(run["budget"] or {})
+        budget.update(raise_budget)
+        GoalBudget.model_validate(budget)
+        note = f"A person ({person}) resumed the run." + (f" They wrote: {reply}" if reply else "")
+        self.store.update_run(run_id, status=RUNNING, code="", reason="", budget=budget, note=note,
+                              stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_tokens=0,
+                              stretch_turns=0, provider_refusals=0, consecutive_failures=0, nudged=0)
+        self.store.append_event(run_id, "run_resumed", person=person, reply=reply, raised=raise_budget,
+                                agent_version=run["agent_version"])
+        if spawn:
+            self.spawn(run_id)
+        return self.store.run(run_id)
+
+    def amend_goal(self, run_id: str, goal: Goal, person: str) -> int:
+        run = self.store.run(run_id)
+        if run["status"] in TERMINAL:
+            raise RunStateError(f"run {run_id} is {run['status']}", code=f"run_{run['status']}")
+        version = self.store.add_goal(run_id, goal.model_dump(), author=person)
+        self.store.update_run(run_id, goal_version=version, budget={**(run["budget"] or {}),
+                                                                    **goal.budget.model_dump(exclude_none=True)})
+        self.store.update_run(run_id, note=context.goal_message(goal.model_dump(), version))
+        self.store.append_event(run_id, "goal_amended", version=version, person=person)
+        return version
+
+    def cancel(self, run_id: str, person: str, reason: str = "") -> dict[str, Any]:
+        run = self.store.run(run_id)
+        if run["status"] in TERMINAL:
+            raise RunStateError(f"run {run_id} is already {run['status']}", code=f"run_{run['status']}")
+        self.store.update_run(run_id, status=CANCELLED, code="cancelled", reason=reason or f"cancelled by {person}")
+        for a in self.store.approvals(run_id, status="pending"):
+            self.store.decide_approval(a["approval_id"], "cancelled", person, "run cancelled")
+        stopped = 0
+        try:
+            stopped = self.toolrunner.cancel(run_id)
+        except DriverError as exc:  # the run is cancelled either way; say what could not be stopped
+            self.store.append_event(run_id, "cancel_incomplete", code=exc.code, message=exc.message)
+        self.store.append_event(run_id, "run_cancelled", person=person, reason=reason, stopped_calls=stopped)
+        return self.store.run(run_id)
+
+    # -- workers --------------------------------------------------------------------------
+
+    def spawn(self, run_id: str) -> None:
+        with self._lock:
+            t = self._workers.get(run_id)
+            if t is not None and t.is_alive():
+                return
+            t = threading.Thread(target=self._worker, args=(run_id,), name=f"run-{run_id}", daemon=True)
+            self._workers[run_id] = t
+            t.start()
+
+    def _worker(self, run_id: str) -> None:
+        try:
+            self.run_until_stopped(run_id)
+        except Exception as exc:  # noqa: BLE001 - a bug must pause the run, never leave it "running"
+            log.exception("run %s: unexpected error", run_id)
+            self._pause(self.store.run(run_id), "driver_error", f"{type(exc).__name__}: {exc}")
+
+    def recover(self) -> list[str]:
+        """After a restart: continue every run that was running when the driver stopped."""
+        ids = [r["run_id"] for r in self.store.runs(status=RUNNING, limit=10000)]
+        for run_id in ids:
+            self.store.append_event(run_id, "run_recovered")
+            self.spawn(run_id)
+        return ids
+
+    def wait(self, run_id: str, timeout: float = 60.0) -> None:
+        with self._lock:
+            t = self._workers.get(run_id)
+        if t is not None:
+            t.join(timeout)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            workers = list(self._workers.values())
+        for t in workers:
+            t.join(10)
+
+    def run_until_stopped(self, run_id: str, max_steps: int = 10_000) -> dict[str, Any]:
+        """Advance a run until it leaves `running` (or the driver stops)."""
+        for _ in range(max_steps):
+            run = self.store.run(run_id)
+            if run["status"] != RUNNING or self._stopping.is_set():
+                return run
+            try:
+                if self._open_calls(run):
+                    self._process_calls(run)
+                else:
+                    self._model_turn(run)
+            except DependencyUnavailable as exc:
+                self._pause(self.store.run(run_id), exc.code, exc.message)
+        return self.store.run(run_id)
+
+    # -- the pieces of a turn ---------------------------------------------------------------
+
+    def _open_calls(self, run: dict[str, Any]) -> list[dict[str, Any]]:
+        return [c for c in self.store.calls(run["run_id"], run["turn"]) if c["status"] != "done"]
+
+    def _pause(self, run: dict[str, Any], code: str, reason: str, **extra: Any) -> None:
+        if run["status"] in TERMINAL:
+            return
+        self.store.update_run(run["run_id"], status=PAUSED, code=code, reason=reason)
+        self.store.append_event(run["run_id"], "run_paused", code=code, reason=reason, **extra)
+
+    def _finish(self, run: dict[str, Any], status: str, code: str, reason: str, **extra: Any) -> None:
+        self.store.update_run(run["run_id"], status=status, code=code, reason=reason)
+        self.store.append_event(run["run_id"], f"run_{status}", code=code, reason=reason, **extra)
+
+    def _run_context(self, run: dict[str, Any]) -> cp.RunContext:
+        budget = cp.Budget(**{k: v for k, v in (run["budget"] or {}).items() if k in cp.Budget.DESCRIPTOR.fields_by_name})
+        return cp.RunContext(
+            tenant=run["tenant"], run_id=run["run_id"], root_run_id=run["run_id"],
+            actor_chain=[cp.Actor(kind=cp.ACTOR_KIND_PERSON, id=run["owner"]),
+                         cp.Actor(kind=cp.ACTOR_KIND_AGENT, id=run["agent"], agent_version=run["agent_version"],
+                                  run_id=run["run_id"])],
+            mode=cp.RUN_MODE_BACKGROUND if run["mode"] == "background" else cp.RUN_MODE_INTERACTIVE,
+            budget=budget, has_plan=bool(run["has_plan"]),
+        )
+
+    def _counters(self, run: dict[str, Any], *, turn_tool_calls: int = 0, identical: int = 0) -> cp.Counters:
+        owner_spend, tenant_spend = self.store.spend_today(run["owner"], run["tenant"])
+        return cp.Counters(
+            stretch_tokens=run["stretch_tokens"], stretch_turns=run["stretch_turns"],
+            total_turns=run["total_turns"], turn_tool_calls=turn_tool_calls,
+            wall_clock_seconds=max(0.0, now() - run["stretch_started_at"]), identical_calls=identical,
+            consecutive_failures=run["consecutive_failures"], drift=run["drift"], tree_tokens=run["total_tokens"],
+            owner_spend_today_usd=owner_spend, tenant_spend_today_usd=tenant_spend,
+            provider_refusals=run["provider_refusals"], children=0, tree_runs=1, run_spend_usd=run["spend_usd"],
+        )
+
+    def _record_decision(self, run: dict[str, Any], action: str, resp: cp.CheckResponse, **extra: Any) -> None:
+        self.store.append_event(run["run_id"], "decision", action=action, verdict=verdict_name(resp.verdict),
+                                code=resp.code, rule=resp.rule, reason=resp.reason, decision_id=resp.decision_id,
+                                **extra)
+
+    def _flush_feedback(self, run: dict[str, Any]) -> None:
+        """Before the next model call: answer every tool_use of the last reply, then any note."""
+        run_id = run["run_id"]
+        transcript = self.store.transcript(run_id)
+        if transcript and transcript[-1]["role"] == "assistant":
+            calls = {c["call_id"]: c for c in self.store.calls(run_id, run["turn"])}
+            results = []
+            for action in transcript[-1]["reply"].get("actions") or []:
+                if not (isinstance(action, dict) and action.get("action") == "tool_call" and action.get("id")):
+                    continue
+                c = calls.get(action["id"])
+                if c is not None and c["result"]:
+                    results.append({"call_id": action["id"], **c["result"]})
+                else:
+                    results.append({"call_id": action["id"], "is_error": True,
+                                    "content": context.refusal_result("not_run", "this call did not run")})
+            # scripted replies carry no tool_use ids: their results are listed by the loop's ids
+            if not results:
+                results = [{"call_id": c["call_id"], **c["result"]} for c in calls.values() if c["result"]]
+            self.store.add_transcript(run_id, {"role": "results", "results": results,
+                                               "text": ""})
+        if run["note"]:
+            self.store.add_transcript(run_id, {"role": "user", "text": context.note(run["note"])})
+            self.store.update_run(run_id, note="")
+
+    def _model_turn(self, run: dict[str, Any]) -> None:
+        run_id = run["run_id"]
+        self._flush_feedback(run)
+        run = self.store.run(run_id)
+        transcript = self.store.transcript(run_id)
+        system = context.system_prompt(run["persona"])
+        tools = [ToolDef(name=s["name"], description=s["description"], input_schema=s["input_schema"])
+                 for s in run["tool_specs"]]
+        tools.append(ToolDef(name=context.PLAN_TOOL, description="Propose your plan before any other tool call.",
+                             input_schema=context.PLAN_TOOL_SCHEMA))
+        input_estimate = estimate_tokens(system + str(transcript))
+        req = cp.CheckRequest(run=self._run_context(run), counters=self._counters(run),
+                              model_call=cp.ModelCall(provider=run["provider"], model=run["model"],
+                                                      max_tokens=MAX_TOKENS, input_tokens=input_estimate))
+        resp = self.checkpoint.check(req)
+        self._record_decision(run, "model_call", resp, model=run["model"])
+        if resp.verdict == _HALT:
+            self._pause(run, resp.code, resp.reason, breaker=resp.code.removeprefix("breaker_"))
+            return
+        if resp.verdict != _ALLOW:
+            self._pause(run, "model_call_denied", f"{resp.code}: {resp.reason}", decision_code=resp.code)
+            return
+        provider = self.provider_factory(run["provider"], run["model"], run["provider_options"] or {})
+        attempt = run["model_attempts"]
+        self.store.add_to_run(run_id, model_attempts=1)
+        try:
+            reply = provider.complete(ModelRequest(run_id=run_id, attempt=attempt, system=system,
+                                                   transcript=transcript, tools=tools, max_tokens=MAX_TOKENS))
+        except ProviderError as exc:
+            self.store.add_to_run(run_id, provider_refusals=1)
+            self.store.append_event(run_id, "provider_refused", kind=exc.kind, code=exc.code, status=exc.status,
+                                    message=exc.message[:500])
+            if self.provider_backoff_seconds:
+                time.sleep(min(30.0, self.provider_backoff_seconds * (2 ** run["provider_refusals"])))
+            return
+        tokens = reply.input_tokens + reply.output_tokens
+        usd = self.prices.cost(run["model"], reply.input_tokens, reply.output_tokens)
+        self.store.add_spend(run_id, run["owner"], run["tenant"], usd)
+        run = self.store.add_to_run(run_id, stretch_tokens=tokens, total_tokens=tokens, stretch_turns=1,
+                                    total_turns=1, turn=1, spend_usd=usd)
+        self.store.add_transcript(run_id, {"role": "assistant", "reply": reply.model_dump(mode="json")})
+        contract = [s["name"] for s in run["tool_specs"]] + [context.PLAN_TOOL]
+        decision = decide(reply, contract)
+        self.store.append_event(run_id, "model_reply", turn=run["turn"], kind=decision.kind,
+                                input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
+                                stop_reason=reply.stop_reason, usd=usd, proposal=decision.model_dump(mode="json"))
+        if isinstance(decision, ToolCalls):
+            for i, call in enumerate(decision.calls):
+                self.store.add_call(run_id, run["turn"], i, call_id=call.call_id, tool=call.tool,
+                                    arguments=call.arguments, args_sha=canonical.sha256_hex(call.arguments),
+                                    plan_step=call.plan_step)
+        elif isinstance(decision, Rejection):
+            self.store.add_to_run(run_id, consecutive_failures=1)
+            self.store.append_event(run_id, "reply_rejected", code=decision.code, detail=decision.detail)
+            for i, call_id in enumerate(decision.call_ids):
+                pk = self.store.add_call(run_id, run["turn"], i, call_id=call_id, tool="", arguments={},
+                                         args_sha="", plan_step="")
+                self.store.update_call(pk, status="done", verdict="REJECTED", code=decision.code,
+                                       result={"is_error": True, "content": context.refusal_result(
+                                           decision.code, decision.detail)})
+            self.store.update_run(run_id, note=f"Your last reply was rejected ({decision.code}): {decision.detail}")
+        elif isinstance(decision, Idle):
+            if run["nudged"]:
+                self._pause(run, "no_progress", "two turns in a row started nothing and reported nothing")
+            else:
+                self.store.update_run(run_id, nudged=1, note=NUDGE)
+                self.store.append_event(run_id, "nudged")
+        elif isinstance(decision, Handoff):
+            self._pause(run, decision.code, decision.reason or "the model handed the run to a person")
+        elif isinstance(decision, Final):
+            goal = self.store.goal(run_id)
+            met, missing = verify_outcomes(goal, decision.outcomes, self.store.receipts(run_id))
+            self.store.append_event(run_id, "outcome_verified", met=met, missing=missing, summary=decision.summary)
+            if missing:
+                self.store.update_run(run_id, missing=missing)
+                self._pause(run, "criteria_unmet", "not every criterion is met: " + "; ".join(missing),
+                            missing=missing)
+            else:
+                self.store.update_run(run_id, missing=[])
+                self._finish(run, SUCCEEDED, "succeeded", decision.summary or "every criterion is met", met=met)
+
+    def _process_calls(self, run: dict[str, Any]) -> None:
+        run_id = run["run_id"]
+        for call in self.store.calls(run_id, run["turn"]):
+            if call["status"] == "done":
+                continue
+            run = self.store.run(run_id)
+            if run["status"] != RUNNING:
+                return
+            if call["status"] == "awaiting_approval":
+                self.store.update_run(run_id, status=AWAITING_APPROVAL)
+                return
+            if call["status"] == "executing":
+                self._execute(run, call)
+                continue
+            if not self._decide_call(run, call):
+                return
+
+    def _made_in_turn(self, run: dict[str, Any], call: dict[str, Any]) -> int:
+        return sum(1 for c in self.store.calls(run["run_id"], run["turn"])
+                   if c["status"] == "done" and c["idx"] < call["idx"])
+
+    def _refuse(self, run: dict[str, Any], call: dict[str, Any], code: str, reason: str, *,
+                failure: bool = True, stop: bool = False, verdict: str = "DENY", decision_id: str = "") -> None:
+        self.store.update_call(call["id"], status="done", verdict=verdict, code=code, decision_id=decision_id,
+                               result={"is_error": True, "content": context.refusal_result(code, reason, stop=stop)})
+        if failure:
+            self.store.add_to_run(run["run_id"], consecutive_failures=1)
+
+    def _decide_call(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
+        """Check one call; return False when the run stops advancing (approval, halt)."""
+        if call["tool"] == context.PLAN_TOOL:
+            return self._plan(run, call)
+        if not run["has_plan"]:
+            self._refuse(run, call, "plan_required", "propose a plan with propose_plan before calling tools")
+            self.store.append_event(run["run_id"], "call_refused", tool=call["tool"], code="plan_required")
+            return True
+        plan_step = self._match_step(run, call)
+        tool_call = cp.ToolCall(tool=call["tool"], arguments=to_struct(call["arguments"]), plan_step=plan_step)
+        req = cp.CheckRequest(run=self._run_context(run), tool_call=tool_call,
+                              counters=self._counters(run, turn_tool_calls=self._made_in_turn(run, call),
+                                                      identical=self.store.identical_calls(
+                                                          run["run_id"], call["args_sha"], call["tool"], call["id"])))
+        if call["status"] == "approved":
+            approval = self.store.approval(call["approval_id"])
+            req.approval.CopyFrom(cp.Approval(decision_id=approval["decision_id"], approver=approval["decided_by"]))
+        resp = self.checkpoint.check(req)
+        self._record_decision(run, "tool_call", resp, tool=call["tool"], arguments=call["arguments"],
+                              plan_step=plan_step, counts_as_drift=resp.counts_as_drift)
+        if resp.counts_as_drift:
+            self.store.add_to_run(run["run_id"], drift=1)
+        if resp.verdict == _ALLOW:
+            self.store.update_call(call["id"], status="executing", decision_id=resp.decision_id, verdict="ALLOW",
+                                   code=resp.code, plan_step=plan_step, grant=resp.grant.SerializeToString())
+            self._execute(self.store.run(run["run_id"]), self.store.calls(run["run_id"], run["turn"])[call["idx"]])
+            return True
+        if resp.verdict == _DENY:
+            self._refuse(run, call, resp.code, resp.reason, decision_id=resp.decision_id)
+            return True
+        if resp.verdict == _APPROVAL:
+            approval_id = self.store.add_approval(run_id=run["run_id"], call=call["id"], decision_id=resp.decision_id,
+                                                  tool=call["tool"], arguments=call["arguments"], code=resp.code,
+                                                  rule=resp.rule, reason=resp.reason)
+            self.store.update_call(call["id"], status="awaiting_approval", approval_id=approval_id,
+                                   decision_id=resp.decision_id, verdict="REQUIRE_APPROVAL", code=resp.code)
+            self.store.update_run(run["run_id"], status=AWAITING_APPROVAL, code=resp.code, reason=resp.reason)
+            self.store.append_event(run["run_id"], "approval_requested", approval_id=approval_id, tool=call["tool"],
+                                    arguments=call["arguments"], rule=resp.rule, reason=resp.reason)
+            return False
+        # HALT (or a verdict this driver does not know: fail closed the same way)
+        breaker = resp.code.removeprefix("breaker_")
+        self._refuse(run, call, resp.code, resp.reason, failure=False, stop=True, verdict="HALT",
+                     decision_id=resp.decision_id)
+        for other in self.store.calls(run["run_id"], run["turn"]):
+            if other["status"] != "done":
+                self._refuse(run, other, resp.code, f"breaker {breaker} tripped earlier in this turn",
+                             failure=False, stop=True, verdict="HALT")
+                self.store.append_event(run["run_id"], "call_refused", tool=other["tool"], code=resp.code)
+        self._pause(self.store.run(run["run_id"]), resp.code, resp.reason, breaker=breaker)
+        return False
+
+    def _match_step(self, run: dict[str, Any], call: dict[str, Any]) -> str:
+        steps = (run["plan"] or {}).get("steps") or []
+        if call["plan_step"] and any(s["id"] == call["plan_step"] and s["tool"] == call["tool"] for s in steps):
+            return str(call["plan_step"])
+        same_tool = [s for s in steps if s["tool"] == call["tool"]]
+        exact = [s for s in same_tool if s.get("arguments") is not None
+                 and canonical.sha256_hex(s["arguments"]) == call["args_sha"]]
+        loose = [s for s in same_tool if s.get("arguments") is None]
+        chosen = (exact or loose)[:1]
+        return chosen[0]["id"] if chosen else ""
+
+    def _plan(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
+        try:
+            plan = _Plan.model_validate(call["arguments"])
+        except ValidationError as exc:
+            self._refuse(run, call, "malformed_response", f"the plan is not valid: {exc.errors()[0]['msg']}")
+            return True
+        steps = [cp.PlanStep(id=s.id, tool=s.tool, description=s.description,
+                             **({"arguments": to_struct(s.arguments)} if s.arguments is not None else {}))
+                 for s in plan.steps]
+        resp = self.checkpoint.check_plan(cp.CheckPlanRequest(run=self._run_context(run), plan=cp.Plan(steps=steps),
+                                                              counters=self._counters(run)))
+        self._record_decision(run, "plan", resp, steps=[s.model_dump() for s in plan.steps],
+                              step_results=[{"step": r.step_id, "verdict": verdict_name(r.verdict), "code": r.code}
+                                            for r in resp.plan_steps])
+        if resp.verdict == _ALLOW:
+            self.store.update_call(call["id"], status="done", verdict="ALLOW", code=resp.code,
+                                   decision_id=resp.decision_id,
+                                   result={"is_error": False, "content": context.note(
+                                       f"plan accepted ({len(plan.steps)} steps); go ahead")})
+            self.store.update_run(run["run_id"], plan=plan.model_dump(), has_plan=1, consecutive_failures=0)
+            return True
+        if resp.verdict == _HALT:
+            self._refuse(run, call, resp.code, resp.reason, failure=False, stop=True, verdict="HALT")
+            self._pause(self.store.run(run["run_id"]), resp.code, resp.reason,
+                        breaker=resp.code.removeprefix("breaker_"))
+            return False
+        refused = [f"{r.step_id}: {r.code}" for r in resp.plan_steps if r.verdict != _ALLOW]
+        self._refuse(run, call, resp.code, resp.reason, stop=True)
+        for other in self.store.calls(run["run_id"], run["turn"]):
+            if other["status"] != "done":
+                self._refuse(run, other, "plan_refused", "the plan was refused", failure=False, stop=True)
+        self._finish(run, FAILED, "plan_refused", f"the plan was refused ({resp.code}): {'; '.join(refused)}",
+                     decision_code=resp.code, steps=refused)
+        return False
+
+    def _execute(self, run: dict[str, Any], call: dict[str, Any]) -> None:
+        grant = cp.Grant.FromString(call["grant"])
+        if grant.expires_at.seconds and grant.expires_at.seconds < now():
+            # The grant lapsed (e.g. the toolrunner was down): decide again rather than run unchecked.
+            self.store.update_call(call["id"], status="pending", grant=b"")
+            return
+        req = tr.ExecuteRequest(run_id=run["run_id"], agent=run["agent"], agent_version=run["agent_version"],
+                                tool=call["tool"], arguments=to_struct(call["arguments"]), grant=grant)
+        try:
+            receipt = self.toolrunner.execute(req)
+        except DependencyUnavailable:
+            raise
+        except DriverError as exc:  # the toolrunner refused (grant_*, image_not_allowed, runner_busy, ...)
+            self._refuse(run, call, exc.code, exc.message, decision_id=call["decision_id"])
+            self.store.append_event(run["run_id"], "tool_refused", tool=call["tool"], code=exc.code,
+                                    message=exc.message, decision_id=call["decision_id"])
+            return
+        ok = receipt.exit_code == 0 and not receipt.code and not receipt.timed_out
+        self.store.add_receipt(run["run_id"], receipt.decision_id or call["decision_id"], call["tool"],
+                               receipt.exit_code, receipt.code, receipt.output,
+                               json_format.MessageToDict(receipt, preserving_proto_field_name=True))
+        content = context.receipt_result(call["tool"], call["decision_id"], receipt.exit_code, receipt.code,
+                                         receipt.output, receipt.truncated)
+        self.store.update_call(call["id"], status="done", result={"is_error": not ok, "content": content})
+        if ok:
+            self.store.update_run(run["run_id"], consecutive_failures=0)
+        else:
+            self.store.add_to_run(run["run_id"], consecutive_failures=1)
+        self.store.append_event(run["run_id"], "tool_receipt", tool=call["tool"], decision_id=call["decision_id"],
+                                exit_code=receipt.exit_code, code=receipt.code, duration=receipt.duration_seconds,
+                                truncated=receipt.truncated, masked=receipt.masked_count, replayed=receipt.replayed,
+                                output=receipt.output[:2000])

@@ -1,0 +1,80 @@
+"""Builds a Driver wired to real servers, with a scripted model, for the loop tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from driver.clients import CheckpointClient, ToolRunnerClient
+from driver.goal import parse_goal
+from driver.loop import Driver
+from driver.pricing import Prices
+from driver.providers import make_provider
+from driver.store import RunStore
+
+PLAN = {"action": "tool_call", "tool": "propose_plan", "arguments": {"steps": [
+    {"id": "list", "tool": "list_templates"},
+    {"id": "scan", "tool": "create_task_from_template"},
+    {"id": "check", "tool": "get_task"},
+]}}
+
+
+def call(tool: str, **arguments: Any) -> dict[str, Any]:
+    return {"action": "tool_call", "tool": tool, "arguments": arguments}
+
+
+def final(**evidence: str) -> dict[str, Any]:
+    return {"action": "final", "summary": "done",
+            "outcomes": [{"criterion": k, "met": True, "evidence": v} for k, v in evidence.items()]}
+
+
+def goal(**budget: Any) -> Any:
+    return parse_goal({
+        "objective": "Scan web.lab.example.com with the web template and report the task status.",
+        "criteria": [
+            {"id": "scan_ran", "description": "a scan task was created",
+             "check": {"kind": "receipt_ok", "tool": "create_task_from_template"}},
+            {"id": "reported", "description": "the task status is reported with evidence"},
+        ],
+        "constraints": ["lab hosts only"],
+        "budget": budget,
+    })
+
+
+class Stack:
+    def __init__(self, tmp: Path, policy_dir: Path, checkpoint: str, toolrunner: str) -> None:
+        self.tmp = tmp
+        self.policy_dir = policy_dir
+        self.checkpoint_address = checkpoint
+        self.toolrunner_address = toolrunner
+        self.db = tmp / "driver.db"
+        self.drivers: list[Driver] = []
+
+    def driver(self, *, checkpoint: str | None = None, toolrunner: str | None = None) -> Driver:
+        store = RunStore(self.db)
+        d = Driver(store, CheckpointClient(checkpoint or self.checkpoint_address, timeout=5),
+                   ToolRunnerClient(toolrunner or self.toolrunner_address, timeout=60),
+                   lambda name, model, options: make_provider(name, **options),
+                   prices=Prices.from_policy_dir(self.policy_dir), provider_backoff_seconds=0)
+        self.drivers.append(d)
+        return d
+
+    def start(self, d: Driver, script: list[Any], g: Any = None, *, agent: str = "recon",
+              mode: str = "interactive") -> dict[str, Any]:
+        run = d.start_run(agent, g or goal(), owner="alice", mode=mode, provider="scripted",
+                          provider_options={"script": script}, spawn=False)
+        return d.run_until_stopped(run["run_id"])
+
+    def close(self) -> None:
+        for d in self.drivers:
+            d.stop()
+            d.store.close()
+
+
+def kinds(d: Driver, run_id: str) -> list[str]:
+    return [e["kind"] for e in d.store.events(run_id)]
+
+
+def decisions(d: Driver, run_id: str) -> list[tuple[str, str, str]]:
+    return [(e["data"]["action"], e["data"]["verdict"], e["data"]["code"])
+            for e in d.store.events(run_id) if e["kind"] == "decision"]

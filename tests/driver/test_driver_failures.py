@@ -1,0 +1,78 @@
+"""Fail closed: peers down, a driver that crashes mid-run and comes back."""
+
+from __future__ import annotations
+
+import socket
+
+from driver_harness import PLAN, call, final, goal
+
+SCAN = call("create_task_from_template", template="web", target="web.lab.example.com")
+SCRIPT = [PLAN, SCAN, call("get_task", task_id="task-abc"), final(reported="succeeded")]
+
+
+def dead_address() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_checkpoint_down_pauses_with_a_clear_code_and_runs_nothing(stack, checkpoint_server):
+    d = stack.driver()
+    run = d.start_run("recon", goal(), owner="alice", provider="scripted", provider_options={"script": SCRIPT},
+                      spawn=False)
+    checkpoint_server.stop(0)
+    run = d.run_until_stopped(run["run_id"])
+    assert run["status"] == "paused" and run["code"] == "checkpoint_unavailable"
+    assert run["model_attempts"] == 0  # not even the model was called unchecked
+    assert d.store.receipts(run["run_id"]) == []
+
+
+def test_toolrunner_down_pauses_then_the_same_grant_runs_after_resume(stack):
+    down = stack.driver(toolrunner=dead_address())
+    run = down.start_run("recon", goal(), owner="alice", provider="scripted", provider_options={"script": SCRIPT},
+                         spawn=False)
+    run = down.run_until_stopped(run["run_id"])
+    assert run["status"] == "paused" and run["code"] == "toolrunner_unavailable"
+    [scan] = [c for c in down.store.calls(run["run_id"]) if c["tool"] == SCAN["tool"]]
+    assert scan["status"] == "executing" and scan["grant"]
+    decision_id = scan["decision_id"]
+    down.store.close()
+
+    up = stack.driver()  # a restarted driver, same store, the toolrunner back
+    up.resume(run["run_id"], "alice", "toolrunner is back", spawn=False)
+    run = up.run_until_stopped(run["run_id"])
+    assert run["status"] == "succeeded", (run["code"], run["reason"])
+    receipts = up.store.receipts(run["run_id"])
+    assert receipts[0]["decision_id"] == decision_id  # the grant issued before the outage
+
+
+def test_driver_crash_mid_run_is_recovered_from_the_store(stack):
+    first = stack.driver()
+    run = first.start_run("recon", goal(), owner="alice", provider="scripted", provider_options={"script": SCRIPT},
+                          spawn=False)
+    first.run_until_stopped(run["run_id"], max_steps=3)  # plan, its result, the scan's model turn: then "crash"
+    mid = first.store.run(run["run_id"])
+    assert mid["status"] == "running" and mid["total_turns"] == 2
+    first.store.close()
+
+    second = stack.driver()
+    assert second.recover() == [run["run_id"]]
+    second.wait(run["run_id"], timeout=120)
+    run = second.store.run(run["run_id"])
+    assert run["status"] == "succeeded", (run["code"], run["reason"])
+    assert run["total_turns"] == 4  # no model turn repeated, none lost
+    assert [r["tool"] for r in second.store.receipts(run["run_id"])] == ["create_task_from_template", "get_task"]
+    assert "run_recovered" in [e["kind"] for e in second.store.events(run["run_id"])]
+
+
+def test_cancel_stops_the_run_and_its_pending_approval(stack):
+    d = stack.driver()
+    run = d.start_run("recon", goal(), owner="alice", provider="scripted", spawn=False,
+                      provider_options={"script": [PLAN, call("create_task_from_template", template="web",
+                                                                target="10.20.0.0/24")]})
+    run = d.run_until_stopped(run["run_id"])
+    assert run["status"] == "awaiting_approval"
+    run = d.cancel(run["run_id"], "alice", "not today")
+    assert run["status"] == "cancelled"
+    assert d.store.approvals(run["run_id"])[0]["status"] == "cancelled"
+    assert d.run_until_stopped(run["run_id"])["status"] == "cancelled"

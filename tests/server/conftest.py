@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from checkpoint.audit import DecisionReader
+from checkpoint.server import AuthPolicy, CheckpointServer, create_server
+from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
+from warden.grants import SigningKey
+
+from .helpers import BearerAuth
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "test-token-0123456789abcdef"
+
+
+@dataclass
+class Running:
+    server: CheckpointServer
+    port: int
+    key: SigningKey
+    data: Path
+    policies: Path
+    channels: list[grpc.Channel]
+
+    def _channel(self, target: str, token: str | None) -> grpc.Channel:
+        channel = grpc.insecure_channel(target)
+        self.channels.append(channel)
+        if token is not None:
+            channel = grpc.intercept_channel(channel, BearerAuth(token))
+        return channel
+
+    def tcp(self, token: str | None = TOKEN) -> grpc.Channel:
+        return self._channel(f"127.0.0.1:{self.port}", token)
+
+    def uds(self) -> grpc.Channel:
+        return self._channel(f"unix:{self.server.uds_path}", None)
+
+    def stub(self, token: str | None = TOKEN) -> pb_grpc.CheckpointServiceStub:
+        return pb_grpc.CheckpointServiceStub(self.tcp(token))
+
+    def records(self) -> list[dict]:
+        return list(DecisionReader(self.data / "decisions.db").read())
+
+    def version(self, agent: str) -> str:
+        policies = self.server.store.current
+        assert policies is not None
+        return policies.agents[agent].version
+
+
+@pytest.fixture
+def policy_dir(tmp_path: Path) -> Path:
+    """A private copy of the shipped policies, so a test may edit it."""
+    target = tmp_path / "policies"
+    shutil.copytree(REPO / "policies", target)
+    return target
+
+
+@pytest.fixture
+def start(tmp_path: Path, policy_dir: Path) -> Iterator:
+    started: list[Running] = []
+
+    def _start(**overrides) -> Running:
+        key = overrides.pop("key", None) or SigningKey.generate()
+        data = overrides.pop("data_dir", tmp_path / f"data{len(started)}")
+        kwargs = dict(
+            uds_path=tmp_path / f"cp{len(started)}.sock",
+            policy_dir=overrides.pop("policy_dir", policy_dir),
+            data_dir=data,
+            key=key,
+            auth=AuthPolicy(tokens={hashlib.sha256(TOKEN.encode()).digest(): "tests"}),
+            watch_interval=0.05,
+            debounce=0.1,
+        )
+        kwargs.update(overrides)
+        server, port = create_server(kwargs.pop("address", "127.0.0.1:0"), **kwargs)
+        server.start()
+        running = Running(server, port, key, Path(data), Path(kwargs["policy_dir"]), [])
+        started.append(running)
+        return running
+
+    yield _start
+    for running in started:
+        for channel in running.channels:
+            channel.close()
+        running.server.stop(grace=0.5)
+
+
+@pytest.fixture
+def checkpoint(start) -> Running:
+    return start()

@@ -1,0 +1,62 @@
+"""Requests and clients shared by the server tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from checkpoint.server.errors import error_detail_of
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
+
+
+def run_context(agent: str, version: str, *, run_id: str = "run-1", mode: int = pb.RUN_MODE_INTERACTIVE) -> pb.RunContext:
+    return pb.RunContext(
+        tenant="acme",
+        run_id=run_id,
+        root_run_id=run_id,
+        mode=mode,  # type: ignore[arg-type]
+        actor_chain=[
+            pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="alice"),
+            pb.Actor(kind=pb.ACTOR_KIND_AGENT, id=agent, agent_version=version, run_id=run_id),
+        ],
+    )
+
+
+def tool_call(agent: str, version: str, tool: str, args: dict[str, Any], **run: Any) -> pb.CheckRequest:
+    req = pb.CheckRequest(run=run_context(agent, version, **run), tool_call=pb.ToolCall(tool=tool))
+    req.tool_call.arguments.update(args)
+    return req
+
+
+LOOKUP_ARGS = {"order_id": "ord-1", "customer": "customer:bob"}
+
+
+class BearerAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every call on an insecure channel."""
+
+    def __init__(self, token: str):
+        self.token = token
+
+    def _with_token(self, details: Any) -> Any:
+        metadata = list(details.metadata or []) + [("authorization", f"Bearer {self.token}")]
+        return details._replace(metadata=metadata)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+
+def stub_for(channel: grpc.Channel) -> pb_grpc.CheckpointServiceStub:
+    return pb_grpc.CheckpointServiceStub(channel)
+
+
+def rpc_error(fn: Any, request: Any) -> tuple[grpc.StatusCode, pb.ErrorDetail | None]:
+    try:
+        fn(request, timeout=10)
+    except grpc.RpcError as exc:
+        return exc.code(), error_detail_of(exc)
+    raise AssertionError("the call succeeded; an error was expected")

@@ -1,0 +1,45 @@
+"""Small parts on their own: decision ids, `warden keys init`, the policy snapshot."""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+
+from checkpoint.server.ids import new_decision_id
+from checkpoint.server.reload import snapshot
+from checkpoint.server_cli import main
+from warden.grants import SigningKey
+
+
+def test_decision_ids_are_uuid7_unique_and_increasing():
+    ids = [new_decision_id() for _ in range(20_000)]  # many share a millisecond
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    parsed = uuid.UUID(ids[0])
+    assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+
+
+def test_keys_init_creates_owner_only_files_and_keeps_them(tmp_path, capsys):
+    assert main(["keys", "init", "--data", str(tmp_path)]) == 0
+    key_file, tokens = tmp_path / "grant.key", tmp_path / "checkpoint.tokens"
+    for path in (key_file, tokens):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    key = SigningKey.load(key_file)
+    token_line = [line for line in tokens.read_text().splitlines() if not line.startswith("#")]
+    assert token_line[0].startswith("driver ") and len(token_line[0].split()[1]) >= 32
+    assert key.secret.hex() not in capsys.readouterr().out  # never printed
+    assert main(["keys", "init", "--data", str(tmp_path)]) == 0
+    assert SigningKey.load(key_file) == key  # not overwritten
+
+
+def test_serve_without_key_explains_what_to_run(tmp_path, capsys):
+    assert main(["checkpoint", "serve", "--data", str(tmp_path), "--address", ""]) == 2
+    assert "warden keys init" in capsys.readouterr().err
+
+
+def test_snapshot_ignores_editor_files(tmp_path):
+    (tmp_path / "a.yaml").write_text("x")
+    (tmp_path / ".a.yaml.swp").write_text("x")
+    (tmp_path / "a.yaml~").write_text("x")
+    assert list(snapshot(tmp_path)) == ["a.yaml"]

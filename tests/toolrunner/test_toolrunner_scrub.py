@@ -1,0 +1,133 @@
+"""Scrubbing and the output cap, without Docker."""
+
+from __future__ import annotations
+
+import base64
+import random
+from urllib.parse import quote
+
+import pytest
+
+from toolrunner.output import CappedOutput
+from toolrunner.scrub import Scrubber, StreamScrubber
+
+SECRET = "hunter2-Sup3r/Secret+Value="
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        SECRET,
+        base64.b64encode(SECRET.encode()).decode(),
+        base64.b64encode(SECRET.encode()).decode().rstrip("="),
+        base64.urlsafe_b64encode(SECRET.encode()).decode(),
+        quote(SECRET, safe=""),
+        SECRET.encode().hex(),
+        SECRET.encode().hex().upper(),
+    ],
+)
+def test_every_form_of_an_injected_secret_is_masked(form: str) -> None:
+    out, count = Scrubber({"DB_PASSWORD": SECRET}).scrub(f"before {form} after")
+    assert form not in out
+    assert out == "before [masked:secret:DB_PASSWORD] after"
+    assert count == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [
+        ("key AKIAIOSFODNN7EXAMPLE here", "aws_access_key_id"),
+        ("ghp_" + "a1B2c3D4e5" * 4, "github_token"),
+        ("xoxb-1234567890-abcdefghij", "slack_token"),
+        ("AIza" + "S" * 35, "google_api_key"),
+        ("sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "stripe_key"),
+        ("sk-ant-api03-" + "abcDEF123_-" * 3, "anthropic_key"),
+        ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "jwt"),
+        ("Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123", "bearer"),
+        ("https://bob:s3cr3tpw@example.com/x", "url_password"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "private_key"),
+        ("export API_TOKEN=abc123XYZ789", "assignment"),
+        ('{"client_secret": "Zx9-Qw8-Er7-Ty6"}', "assignment"),
+        ("random=AbC9dEf8GhI7jKl6MnO5pQr4StU3", "high_entropy"),
+    ],
+)
+def test_credential_patterns_are_masked(text: str, label: str) -> None:
+    out, count = Scrubber().scrub(text)
+    assert f"[masked:{label}]" in out, out
+    assert count >= 1
+
+
+def test_an_unterminated_private_key_is_masked_to_the_end() -> None:
+    out, _ = Scrubber().scrub("x\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nmore")
+    assert out == "x\n[masked:private_key]"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"task_id":"task-4f979be03d18","status":"queued"}',
+        "sha256=9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        "id=123e4567-e89b-12d3-a456-426614174000",
+        "password_policy=required token: none",
+    ],
+)
+def test_ordinary_output_is_left_alone(text: str) -> None:
+    assert Scrubber().scrub(text) == (text, 0)
+
+
+def _stream(scrubber: Scrubber, text: str, sizes: list[int]) -> tuple[str, int]:
+    stream = StreamScrubber(scrubber)
+    out, pos = [], 0
+    for size in sizes:
+        out.append(stream.feed(text[pos : pos + size]))
+        pos += size
+    out.append(stream.feed(text[pos:]))
+    out.append(stream.finish())
+    return "".join(out), stream.masked
+
+
+def test_streaming_masks_secrets_split_across_chunks() -> None:
+    scrubber = Scrubber({"DB_PASSWORD": SECRET, "API_TOKEN": "tok_9fA7qZ2xK4mN8pR1"})
+    filler = "lorem ipsum dolor sit amet " * 80
+    text = (
+        filler + SECRET + filler + base64.b64encode(SECRET.encode()).decode() + "\n"
+        "AKIAIOSFODNN7EXAMPLE " + filler + "-----BEGIN PRIVATE KEY-----\n" + "QUJD" * 600 + "\n"
+        "-----END PRIVATE KEY-----\n" + filler + "tok_9fA7qZ2xK4mN8pR1"
+    )
+    whole, count = scrubber.scrub(text)
+    rng = random.Random(7)
+    for _ in range(30):
+        sizes = [rng.randint(1, 700) for _ in range(rng.randint(1, 40))]
+        streamed, streamed_count = _stream(scrubber, text, sizes)
+        assert streamed == whole
+        assert streamed_count == count
+    assert SECRET not in whole and "QUJDQUJD" not in whole and count == 5
+
+
+def test_the_cap_keeps_head_and_tail_and_counts_what_it_dropped() -> None:
+    capped = CappedOutput(100)
+    capped.add("HEAD" + "x" * 1000)
+    capped.add("y" * 1000 + "TAIL")
+    text = capped.text()
+    assert capped.truncated and capped.total == 2008
+    assert text.startswith("HEAD") and text.endswith("TAIL")
+    assert "[... 1908 bytes truncated ...]" in text
+
+
+def test_the_cap_does_not_truncate_what_fits() -> None:
+    capped = CappedOutput(100)
+    capped.add("a" * 60)
+    capped.add("b" * 40)
+    assert not capped.truncated and capped.text() == "a" * 60 + "b" * 40
+
+
+def test_scrubbing_happens_before_truncation() -> None:
+    # The secret straddles where the cap cuts: scrubbed first, so no fragment of it survives.
+    scrubber = Scrubber({"S": SECRET})
+    capped = CappedOutput(64)
+    stream = StreamScrubber(scrubber)
+    text = "a" * 20 + SECRET + "b" * 500 + SECRET + "c" * 20
+    capped.add(stream.feed(text) + stream.finish())
+    out = capped.text()
+    assert capped.truncated and SECRET[:8] not in out and SECRET[-8:] not in out
+    assert stream.masked == 2

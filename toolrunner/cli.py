@@ -1,0 +1,77 @@
+"""`warden toolrunner serve`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from toolrunner.errors import RunnerError
+from toolrunner.secrets import SecretsFileError, load_secrets
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("toolrunner", help="run granted tool calls in hardened containers")
+    sub = parser.add_subparsers(dest="toolrunner_command", metavar="COMMAND")
+    serve = sub.add_parser(
+        "serve",
+        help="serve ToolRunnerService over gRPC",
+        description="Serve ToolRunnerService: verify each call's grant, run it in a locked-down "
+        "container, return a scrubbed receipt. Needs a Docker engine and the tool images "
+        "(scripts/ensure-docker.sh, scripts/build-images.sh).",
+    )
+    serve.add_argument("--address", default="127.0.0.1:50053", help="host:port to listen on (default %(default)s)")
+    serve.add_argument("--data", default=".warden", type=Path, help="data folder for toolrunner.db (default %(default)s)")
+    serve.add_argument("--policies", default="policies", type=Path, help="policy folder with the tool definitions")
+    serve.add_argument(
+        "--key", default=None, type=Path, help="grant key file shared with the checkpoint (default DATA/grant.key)"
+    )
+    serve.add_argument("--secrets", default=None, type=Path, help="secrets file (JSON or YAML: NAME: value)")
+    serve.add_argument("--max-concurrency", type=int, default=4, help="calls at once; more are refused with runner_busy")
+    serve.add_argument("--network", default="bridge", help="Docker network for tools with run.network (default %(default)s)")
+    serve.add_argument("--runtime", default=None, help="default OCI runtime for every tool, e.g. runsc")
+    serve.add_argument("--reap-interval", type=float, default=30.0, help="seconds between leftover sweeps")
+    serve.set_defaults(func=_serve)
+    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
+
+
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from checkpoint.policy import load_policy_dir  # type: ignore[attr-defined]
+    from toolrunner.runner import RunnerConfig
+    from toolrunner.server import serve
+    from warden.grants import SigningKey
+
+    key_path = args.key or args.data / "grant.key"
+    try:
+        key = SigningKey.load(key_path)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"warden toolrunner: cannot load the grant key {key_path}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        policies = load_policy_dir(args.policies)
+    except Exception as exc:  # PolicyLoadError prints every error with file:line
+        print(f"warden toolrunner: policies in {args.policies} do not load:\n{exc}", file=sys.stderr)
+        return 2
+    try:
+        secrets = load_secrets(args.secrets)
+    except SecretsFileError as exc:
+        print(f"warden toolrunner: {exc}", file=sys.stderr)
+        return 2
+    config = RunnerConfig(
+        max_concurrency=args.max_concurrency, network_name=args.network, default_runtime=args.runtime
+    )
+    try:
+        return serve(
+            args.address,
+            tools=dict(policies.tools),
+            keys=key,
+            data_dir=args.data,
+            secrets=secrets,
+            config=config,
+            reap_interval_seconds=args.reap_interval,
+        )
+    except RunnerError as exc:
+        print(f"warden toolrunner: {exc}", file=sys.stderr)
+        return 1

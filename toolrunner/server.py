@@ -1,0 +1,177 @@
+"""The gRPC face of the runner: thin; every refusal is mapped to a status in one place.
+
+A refusal travels as a gRPC error: status per ``toolrunner.errors``, details
+``<code>: <message>``, and the stable code in trailing metadata under ``warden-code``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from checkpoint.policy.model import Tool
+from toolrunner.errors import DockerUnavailable, RunnerError
+from toolrunner.reaper import Reaper
+from toolrunner.runner import RunnerConfig, ToolRunner
+from toolrunner.store import ReceiptStore
+from warden import grants
+from warden.toolrunner.v1 import toolrunner_pb2 as pb
+from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ToolRunnerService"].full_name
+CODE_KEY = "warden-code"
+
+
+def connect_docker(timeout: float = 30.0) -> docker.APIClient:
+    """A client for the engine in the environment (DOCKER_HOST or the default socket)."""
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except Exception as exc:
+        raise DockerUnavailable(str(exc).splitlines()[0][:200]) from None
+    return client.api
+
+
+def _abort(context: grpc.ServicerContext, exc: RunnerError) -> None:
+    context.set_trailing_metadata(((CODE_KEY, exc.code),))
+    context.abort(exc.status, str(exc))
+
+
+class ToolRunnerServicer(pb_grpc.ToolRunnerServiceServicer):
+    def __init__(self, runner: ToolRunner):
+        self.runner = runner
+
+    def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.ExecuteResponse:
+        try:
+            return pb.ExecuteResponse(receipt=self.runner.execute(request))
+        except RunnerError as exc:
+            _abort(context, exc)
+            raise  # unreachable: abort raises
+
+    def ExecuteStream(
+        self, request: pb.ExecuteRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ExecuteStreamResponse]:
+        events: queue.Queue[pb.ExecuteStreamResponse | RunnerError | None] = queue.Queue()
+
+        def on_chunk(stream: str, text: str) -> None:
+            events.put(pb.ExecuteStreamResponse(chunk=pb.OutputChunk(stream=stream, data=text)))
+
+        def work() -> None:
+            try:
+                events.put(pb.ExecuteStreamResponse(receipt=self.runner.execute(request, on_chunk)))
+            except RunnerError as exc:
+                events.put(exc)
+            except Exception as exc:  # never leave the stream hanging
+                log.exception("ExecuteStream failed")
+                events.put(RunnerError(f"internal error: {type(exc).__name__}"))
+            finally:
+                events.put(None)
+
+        # The call runs to its receipt even if the client goes away: the grant is spent once
+        # the container starts, and GetReceipt returns the result later.
+        threading.Thread(target=work, name="execute-stream", daemon=True).start()
+        while True:
+            event = events.get()
+            if event is None:
+                return
+            if isinstance(event, RunnerError):
+                _abort(context, event)
+            yield event  # type: ignore[misc]
+
+    def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
+        if not request.decision_id and not request.run_id:
+            context.set_trailing_metadata(((CODE_KEY, "invalid_request"),))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "invalid_request: give a decision_id or a run_id")
+        return pb.CancelResponse(cancelled=self.runner.cancel(request.decision_id, request.run_id))
+
+    def GetReceipt(self, request: pb.GetReceiptRequest, context: grpc.ServicerContext) -> pb.GetReceiptResponse:
+        try:
+            return pb.GetReceiptResponse(receipt=self.runner.get_receipt(request.decision_id))
+        except RunnerError as exc:
+            _abort(context, exc)
+            raise
+
+
+@dataclass
+class RunningServer:
+    server: grpc.Server
+    port: int
+    runner: ToolRunner
+    reaper: Reaper | None
+    health: health.HealthServicer
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        self.health.enter_graceful_shutdown()
+        if self.reaper:
+            self.reaper.stop()
+        self.server.stop(grace).wait()
+        self.runner.store.close()
+
+
+def create_server(
+    address: str,
+    *,
+    tools: dict[str, Tool],
+    keys: dict[str, grants.SigningKey] | grants.SigningKey,
+    data_dir: str | Path,
+    secrets: dict[str, str] | None = None,
+    config: RunnerConfig | None = None,
+    api: docker.APIClient | None = None,
+    reap_interval_seconds: float = 30.0,
+    max_workers: int = 32,
+) -> tuple[RunningServer, int]:
+    """Build and start the server; returns it and the bound port (bind ``127.0.0.1:0`` in tests).
+
+    Fails with DockerUnavailable (saying how to get an engine) when no engine answers: a runner
+    that cannot run anything must not pretend to be healthy.
+    """
+    api = api or connect_docker()
+    reaper = Reaper(api, reap_interval_seconds)
+    removed = reaper.start()
+    if removed:
+        log.warning("removed %d leftover container(s) at start", len(removed))
+    store = ReceiptStore(Path(data_dir) / "toolrunner.db")
+    runner = ToolRunner(tools=tools, keys=keys, store=store, api=api, secrets=secrets, config=config)
+    for ref, image_id in runner.pinned.items():
+        if image_id:
+            log.info("image %s pinned to %s", ref, image_id)
+        else:
+            log.warning("image %s is not present: its tools are refused until it is built", ref)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="toolrunner"))
+    pb_grpc.add_ToolRunnerServiceServicer_to_server(ToolRunnerServicer(runner), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind {address}")
+    server.start()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(server, port, runner, reaper, health_servicer), port
+
+
+def serve(address: str, **kwargs) -> int:  # type: ignore[no-untyped-def]
+    running, port = create_server(address, **kwargs)
+    log.info("toolrunner listening on port %d", port)
+    print(f"toolrunner listening on {address.rsplit(':', 1)[0]}:{port}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    running.stop(grace=5.0)
+    return 0
