@@ -8,7 +8,8 @@ the previous one was in flight, so throughput grows with concurrency.
 Fast path. When nothing is queued and nothing is being written, the caller writes its own
 record inline instead of handing it to the writer thread: the two thread handoffs would cost a
 lone caller more than the commit itself (about 130 us against 50 us here). Both paths hold the
-same `busy` flag, so exactly one transaction is ever in flight; as soon as callers overlap,
+same `busy` flag, so exactly one transaction is ever in flight. As soon as callers overlap
+(a record arrives while a transaction is in flight, or the last one held several records),
 records queue and the writer thread batches them.
 
 Chain consistency. Every transaction reads the head (last seq and hash) after BEGIN IMMEDIATE,
@@ -96,6 +97,7 @@ class DecisionLog:
         self._pending = _Batch()
         self._closing = False
         self._busy = False  # a transaction is in flight (writer thread or an inline caller)
+        self._last_batch = 0  # records in the last committed transaction
         self._writer_alive = True
         self._committed = threading.Condition()  # followers wait here for commits
         self._batches = self._records = self._failures = self._writing = 0
@@ -122,7 +124,9 @@ class DecisionLog:
         with self._lock:
             if self._closing or not self._writer_alive:
                 raise AuditUnavailable("decision log is closed")
-            inline = not self._busy and not self._pending.rows and timeout is None
+            # The last batch held several records: callers overlap, so leave batching to the
+            # writer thread; writing one record inline now would spend a commit on it alone.
+            inline = not self._busy and not self._pending.rows and self._last_batch <= 1 and timeout is None
             if inline:
                 self._busy = True
                 self._writing = 1
@@ -218,6 +222,7 @@ class DecisionLog:
             raise AuditUnavailable(f"decision log write failed: {exc}") from exc
         self._batches += 1
         self._records += len(rows)
+        self._last_batch = len(rows)
         self._committed_seq, self._committed_hash = seq, prev
         return first
 

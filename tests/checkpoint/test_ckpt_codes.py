@@ -15,7 +15,7 @@ DOC = {"doc": "doc:readme"}
 CODE_CASES = [
     # 1. request shape
     case("allowed/read", "ALLOW", "allowed", "allow", chain=["reader"], tool="read_doc", args=DOC),
-    case("invalid_request/no-run-mode-person-plan", "DENY", "invalid_request", "request.actor",
+    case("invalid_request/person-proposes-plan", "DENY", "invalid_request", "request.actor",
          chain=[], plan=[{"id": "s1", "tool": "read_doc"}]),
     case("invalid_request/tenant-mismatch", "DENY", "invalid_request", "request.tenant",
          chain=["reader"], tenant="small", tool="read_doc", args=DOC),

@@ -1,0 +1,318 @@
+"""DriverService over gRPC: a thin layer over the Driver; errors are mapped in one place.
+
+Every RPC is a person's action and needs an operator credential (`authorization: Bearer <token>`,
+tokens from an operators file, `person token` per line, 0600). The person the token names is
+who approved, resumed or cancelled: it is never read from the request. Health and reflection are
+open. Stable codes travel in a warden.checkpoint.v1.ErrorDetail in the status details.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import stat
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+from google.protobuf import any_pb2, json_format, struct_pb2, timestamp_pb2
+from google.rpc import code_pb2, status_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
+
+from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
+from driver.goal import Goal, parse_goal
+from driver.loop import Driver
+from driver.providers.scripted import ScriptError
+from driver.store import TERMINAL
+from warden.checkpoint.v1 import checkpoint_pb2 as cp
+from warden.driver.v1 import driver_pb2 as pb
+from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+
+log = logging.getLogger("warden.driver.service")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DriverService"].full_name
+_STATUS = {s: pb.RunStatus.Value("RUN_STATUS_" + s.upper()) for s in
+           ("running", "paused", "awaiting_approval", "succeeded", "failed", "cancelled")}
+_STATUS_NAME = {v: k for k, v in _STATUS.items()}
+_BUDGET_FIELDS = [f.name for f in cp.Budget.DESCRIPTOR.fields]
+
+
+class OperatorsFileError(ValueError):
+    code = "operators_file_invalid"
+
+
+def load_operators(path: str | Path) -> dict[bytes, str]:
+    """`person token` per line; kept as sha256(token) -> person. A file others can read is refused."""
+    path = Path(path)
+    if path.stat().st_mode & stat.S_IRWXO:
+        raise OperatorsFileError(f"{path}: must not be readable by others (chmod 600)")
+    out: dict[bytes, str] = {}
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or len(parts[1]) < 16:
+            raise OperatorsFileError(f"{path}:{n}: expected 'person token' with a token of 16+ characters")
+        out[hashlib.sha256(parts[1].encode()).digest()] = parts[0]
+    if not out:
+        raise OperatorsFileError(f"{path}: no operators")
+    return out
+
+
+def _ts(t: float) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(int(t * 1e9))
+    return ts
+
+
+def _struct(d: dict[str, Any]) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(json_format_safe(d))
+    return s
+
+
+def json_format_safe(d: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(json.dumps(d, default=str))
+
+
+def budget_to_dict(b: cp.Budget) -> dict[str, Any]:
+    return {f: getattr(b, f) for f in _BUDGET_FIELDS if getattr(b, f)}
+
+
+def goal_from_proto(g: pb.Goal) -> Goal:
+    criteria = []
+    for c in g.criteria:
+        item: dict[str, Any] = {"id": c.id, "description": c.description}
+        if c.HasField("check") and c.check.kind:
+            item["check"] = {k: v for k, v in (("kind", c.check.kind), ("tool", c.check.tool),
+                                               ("output_contains", c.check.output_contains)) if v}
+        criteria.append(item)
+    return parse_goal({"objective": g.objective, "criteria": criteria, "constraints": list(g.constraints),
+                       "budget": budget_to_dict(g.budget)})
+
+
+def goal_to_proto(goal: Goal) -> pb.Goal:
+    out = pb.Goal(objective=goal.objective, constraints=goal.constraints,
+                  budget=cp.Budget(**goal.budget.model_dump(exclude_none=True)))
+    for c in goal.criteria:
+        crit = out.criteria.add(id=c.id, description=c.description)
+        if c.check:
+            crit.check.CopyFrom(pb.CriterionCheck(kind=c.check.kind, tool=c.check.tool or "",
+                                                  output_contains=c.check.output_contains or ""))
+    return out
+
+
+def run_to_proto(driver: Driver, run: dict[str, Any]) -> pb.Run:
+    counters = driver._counters(run)
+    out = pb.Run(
+        run_id=run["run_id"], agent=run["agent"], agent_version=run["agent_version"], tenant=run["tenant"],
+        owner=run["owner"], mode=pb.RUN_MODE_BACKGROUND if run["mode"] == "background" else pb.RUN_MODE_INTERACTIVE,
+        status=_STATUS.get(run["status"], pb.RUN_STATUS_UNSPECIFIED), code=run["code"], reason=run["reason"],
+        goal_version=run["goal_version"], counters=counters,
+        budget=cp.Budget(**{k: v for k, v in (run["budget"] or {}).items() if k in _BUDGET_FIELDS}),
+        missing=run["missing"] or [], provider=run["provider"], model=run["model"],
+        policy_revision=run["policy_revision"], created_at=_ts(run["created_at"]), updated_at=_ts(run["updated_at"]),
+        stretch=run["stretch"], total_tokens=run["total_tokens"],
+    )
+    for a in driver.store.approvals(run["run_id"], status="pending"):
+        out.pending_approvals.add(approval_id=a["approval_id"], run_id=a["run_id"], tool=a["tool"],
+                                  arguments=_struct(a["arguments"]), code=a["code"], rule=a["rule"],
+                                  reason=a["reason"], status=a["status"], decided_by=a["decided_by"],
+                                  decision_id=a["decision_id"])
+    return out
+
+
+def _abort(context: grpc.ServicerContext, status: grpc.StatusCode, code: str, message: str) -> None:
+    detail = any_pb2.Any()
+    detail.Pack(cp.ErrorDetail(code=code, message=message))
+    st = status_pb2.Status(code=getattr(code_pb2, status.name), message=f"{code}: {message}", details=[detail])
+    context.abort_with_status(rpc_status.to_status(st))
+
+
+class DriverServicer(pb_grpc.DriverServiceServicer):
+    def __init__(self, driver: Driver, operators: dict[bytes, str]) -> None:
+        self.driver = driver
+        self.operators = operators
+        self.stopping = threading.Event()
+
+    # One place where a caller becomes a person, and where errors become statuses.
+    def _person(self, context: grpc.ServicerContext) -> str:
+        md = dict(context.invocation_metadata())
+        auth = str(md.get("authorization", ""))
+        if auth.lower().startswith("bearer "):
+            digest = hashlib.sha256(auth[7:].strip().encode()).digest()
+            for known, person in self.operators.items():
+                if hmac.compare_digest(known, digest):
+                    return person
+        _abort(context, grpc.StatusCode.UNAUTHENTICATED, "unauthenticated",
+               "this action needs an operator credential (authorization: Bearer <token>)")
+        raise AssertionError("unreachable")
+
+    def _fail(self, context: grpc.ServicerContext, exc: DriverError) -> None:
+        if isinstance(exc, GoalError):
+            status = grpc.StatusCode.INVALID_ARGUMENT
+        elif isinstance(exc, DependencyUnavailable):
+            status = grpc.StatusCode.UNAVAILABLE
+        elif exc.code in ("run_not_found", "approval_not_found"):
+            status = grpc.StatusCode.NOT_FOUND
+        elif isinstance(exc, RunStateError):
+            status = grpc.StatusCode.FAILED_PRECONDITION
+        elif exc.code in ("unknown_agent", "unknown_agent_version", "invalid_request"):
+            status = grpc.StatusCode.INVALID_ARGUMENT
+        else:
+            status = grpc.StatusCode.INTERNAL
+        _abort(context, status, exc.code, exc.message)
+
+    def StartRun(self, request: pb.StartRunRequest, context: grpc.ServicerContext) -> pb.StartRunResponse:
+        person = self._person(context)
+        try:
+            goal = goal_from_proto(request.goal)
+            options: dict[str, Any] = {}
+            provider = request.provider or self.driver.default_provider
+            if provider == "scripted":
+                if not request.script_yaml:
+                    raise GoalError("the scripted provider needs a script", code="script_required")
+                try:
+                    data = yaml.safe_load(request.script_yaml)
+                    from driver.providers.scripted import validate_script
+
+                    options["script"] = validate_script(data, "script")
+                except (yaml.YAMLError, ScriptError) as exc:
+                    raise GoalError(str(exc), code="invalid_script") from None
+            elif provider != "anthropic":
+                raise GoalError(f"unknown provider {provider!r}", code="unknown_provider")
+            mode = "background" if request.mode == pb.RUN_MODE_BACKGROUND else "interactive"
+            run = self.driver.start_run(request.agent, goal, owner=person, mode=mode, provider=provider,
+                                        model=request.model or (self.driver.default_model if provider == "anthropic"
+                                                                else "scripted"),
+                                        provider_options=options, agent_version=request.agent_version)
+            return pb.StartRunResponse(run=run_to_proto(self.driver, run))
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+
+    def GetRun(self, request: pb.GetRunRequest, context: grpc.ServicerContext) -> pb.GetRunResponse:
+        self._person(context)
+        try:
+            return pb.GetRunResponse(run=run_to_proto(self.driver, self.driver.store.run(request.run_id)))
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+
+    def ListRuns(self, request: pb.ListRunsRequest, context: grpc.ServicerContext) -> pb.ListRunsResponse:
+        self._person(context)
+        status = _STATUS_NAME.get(request.status) if request.status else None
+        runs = self.driver.store.runs(status=status, limit=request.limit or 50)
+        return pb.ListRunsResponse(runs=[run_to_proto(self.driver, r) for r in runs])
+
+    def WatchRun(self, request: pb.WatchRunRequest, context: grpc.ServicerContext) -> Iterator[pb.WatchRunResponse]:
+        self._person(context)
+        try:
+            self.driver.store.run(request.run_id)
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+        stop = threading.Event()
+        context.add_callback(stop.set)
+        if request.no_follow:
+            stop.set()
+            events = iter(self.driver.store.events(request.run_id, request.after_seq, limit=100000))
+        else:
+            events = self.driver.store.follow(request.run_id, request.after_seq, stop)
+        for e in events:
+            if self.stopping.is_set():
+                return
+            yield pb.WatchRunResponse(event=pb.RunEvent(seq=e["seq"], run_id=e["run_id"], time=_ts(e["time"]),
+                                                        kind=e["kind"], data=_struct(e["data"])))
+
+    def ApproveCall(self, request: pb.ApproveCallRequest, context: grpc.ServicerContext) -> pb.ApproveCallResponse:
+        person = self._person(context)
+        try:
+            return pb.ApproveCallResponse(run=run_to_proto(self.driver, self.driver.approve(
+                request.approval_id, person, request.note)))
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+
+    def RejectCall(self, request: pb.RejectCallRequest, context: grpc.ServicerContext) -> pb.RejectCallResponse:
+        person = self._person(context)
+        try:
+            return pb.RejectCallResponse(run=run_to_proto(self.driver, self.driver.reject(
+                request.approval_id, person, request.note)))
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+
+    def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.ServicerContext) -> pb.ResumeRunResponse:
+        person = self._person(context)
+        try:
+            run = self.driver.resume(request.run_id, person, request.reply, budget_to_dict(request.raise_))
+            return pb.ResumeRunResponse(run=run_to_proto(self.driver, run))
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+
+    def CancelRun(self, request: pb.CancelRunRequest, context: grpc.ServicerContext) -> pb.CancelRunResponse:
+        person = self._person(context)
+        try:
+            return pb.CancelRunResponse(run=run_to_proto(self.driver, self.driver.cancel(
+                request.run_id, person, request.reason)))
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+
+    def AmendGoal(self, request: pb.AmendGoalRequest, context: grpc.ServicerContext) -> pb.AmendGoalResponse:
+        person = self._person(context)
+        try:
+            version = self.driver.amend_goal(request.run_id, goal_from_proto(request.goal), person)
+            return pb.AmendGoalResponse(goal_version=version)
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+
+
+class RunningDriver:
+    def __init__(self, server: grpc.Server, servicer: DriverServicer, health_servicer: health.HealthServicer) -> None:
+        self.server = server
+        self.servicer = servicer
+        self.health = health_servicer
+
+    def stop(self, grace: float = 2.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.servicer.stopping.set()
+        self.servicer.driver.stop()
+        self.server.stop(grace).wait()
+
+
+def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
+                  max_workers: int = 32) -> tuple[RunningDriver, int]:
+    """Bind and start DriverService (port 0 picks a free one); recovers runs that were running."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="driver-rpc"))
+    servicer = DriverServicer(driver, operators)
+    pb_grpc.add_DriverServiceServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind {address}")
+    server.start()
+    recovered = driver.recover()
+    if recovered:
+        log.info("recovered %d running run(s): %s", len(recovered), ", ".join(recovered))
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return RunningDriver(server, servicer, health_servicer), port
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL
