@@ -76,7 +76,10 @@ class Driver:
 
     def __init__(self, store: RunStore, checkpoint: CheckpointClient, toolrunner: ToolRunnerClient,
                  provider_factory: Callable[[str, str, dict[str, Any]], Provider], *,
-                 prices: Prices | None = None, provider_backoff_seconds: float = 1.0) -> None:
+                 prices: Prices | None = None, provider_backoff_seconds: float = 1.0,
+                 default_provider: str = "scripted", default_model: str = "") -> None:
+        self.default_provider = default_provider
+        self.default_model = default_model
         self.store = store
         self.checkpoint = checkpoint
         self.toolrunner = toolrunner

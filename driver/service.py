@@ -9,6 +9,7 @@ open. Stable codes travel in a warden.checkpoint.v1.ErrorDetail in the status de
 from __future__ import annotations
 
 import hashlib
+import json
 import hmac
 import logging
 import stat
@@ -20,7 +21,7 @@ from typing import Any
 
 import grpc
 import yaml
-from google.protobuf import any_pb2, json_format, struct_pb2, timestamp_pb2
+from google.protobuf import any_pb2, struct_pb2, timestamp_pb2
 from google.rpc import code_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -29,7 +30,7 @@ from grpc_status import rpc_status
 from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
-from driver.providers.scripted import ScriptError
+from driver.providers.scripted import ScriptError, validate_script
 from driver.store import TERMINAL
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.driver.v1 import driver_pb2 as pb
@@ -74,14 +75,8 @@ def _ts(t: float) -> timestamp_pb2.Timestamp:
 
 def _struct(d: dict[str, Any]) -> struct_pb2.Struct:
     s = struct_pb2.Struct()
-    s.update(json_format_safe(d))
+    s.update(json.loads(json.dumps(d, default=str)))  # plain JSON values only: Struct refuses the rest
     return s
-
-
-def json_format_safe(d: dict[str, Any]) -> dict[str, Any]:
-    import json
-
-    return json.loads(json.dumps(d, default=str))
 
 
 def budget_to_dict(b: cp.Budget) -> dict[str, Any]:
@@ -182,10 +177,7 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
                 if not request.script_yaml:
                     raise GoalError("the scripted provider needs a script", code="script_required")
                 try:
-                    data = yaml.safe_load(request.script_yaml)
-                    from driver.providers.scripted import validate_script
-
-                    options["script"] = validate_script(data, "script")
+                    options["script"] = validate_script(yaml.safe_load(request.script_yaml), "script")
                 except (yaml.YAMLError, ScriptError) as exc:
                     raise GoalError(str(exc), code="invalid_script") from None
             elif provider != "anthropic":
@@ -255,7 +247,7 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
     def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.ServicerContext) -> pb.ResumeRunResponse:
         person = self._person(context)
         try:
-            run = self.driver.resume(request.run_id, person, request.reply, budget_to_dict(request.raise_))
+            run = self.driver.resume(request.run_id, person, request.reply, budget_to_dict(request.raise_budget))
             return pb.ResumeRunResponse(run=run_to_proto(self.driver, run))
         except DriverError as exc:
             self._fail(context, exc)

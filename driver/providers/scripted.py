@@ -35,7 +35,12 @@ class ScriptError(ValueError):
 
 
 def load_script(path: str | Path) -> list[Any]:
-    data = yaml.safe_load(Path(path).read_text())
+    return validate_script(yaml.safe_load(Path(path).read_text()), str(path))
+
+
+def validate_script(data: Any, path: str = "script") -> list[Any]:
+    if isinstance(data, list):
+        data = {"responses": data}
     if not isinstance(data, dict) or set(data) != {"responses"} or not isinstance(data["responses"], list):
         raise ScriptError(f"{path}: a script is a mapping with one key, 'responses', holding a list")
     for i, entry in enumerate(data["responses"]):
@@ -53,7 +58,7 @@ class ScriptedProvider:
 
     def __init__(self, script: str | Path | list[Any], model: str = "scripted") -> None:
         self.model = model
-        self.responses = load_script(script) if isinstance(script, (str, Path)) else list(script)
+        self.responses = load_script(script) if isinstance(script, (str, Path)) else validate_script(script)
 
     def complete(self, request: ModelRequest) -> ProviderReply:
         input_tokens = estimate_tokens(request.system + json.dumps(request.transcript, default=str))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driver_harness import PLAN, call, decisions, final, goal, kinds
+from driver_harness import PLAN, call, decisions, final, kinds
 
 
 def test_happy_path_runs_in_a_container_and_succeeds_verified(stack):

@@ -249,13 +249,14 @@ class RejectCallResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
 class ResumeRunRequest(_message.Message):
-    __slots__ = ("run_id", "reply")
+    __slots__ = ("run_id", "reply", "raise_budget")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
-    RAISE_FIELD_NUMBER: _ClassVar[int]
+    RAISE_BUDGET_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     reply: str
-    def __init__(self, run_id: _Optional[str] = ..., reply: _Optional[str] = ..., **kwargs) -> None: ...
+    raise_budget: _checkpoint_pb2.Budget
+    def __init__(self, run_id: _Optional[str] = ..., reply: _Optional[str] = ..., raise_budget: _Optional[_Union[_checkpoint_pb2.Budget, _Mapping]] = ...) -> None: ...
 
 class ResumeRunResponse(_message.Message):
     __slots__ = ("run",)
