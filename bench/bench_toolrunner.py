@@ -52,7 +52,8 @@ def _cli(args: list[str], runs: int) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    args = parser.parse_args(argv)
+    # `python -m bench` calls main() with no arguments; its own argv is not ours.
+    args = parser.parse_args(argv or [])
 
     from checkpoint.policy.model import Tool
     from toolrunner.runner import RunnerConfig
@@ -124,4 +125,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

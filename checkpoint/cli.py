@@ -82,12 +82,12 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
-    from checkpoint.policytest import load_cases, run_case, test_files
+    from checkpoint.policytest import load_cases, run_case, find_test_files
 
     policies = _load(args.directory, args.cel_engine)
     if policies is None:
         return EXIT_LOAD
-    files = test_files(args.directory)
+    files = find_test_files(args.directory)
     if not files:
         print(f"no *_test.yaml files under {args.directory}", file=sys.stderr)
         return EXIT_LOAD

@@ -89,7 +89,7 @@ class CaseResult:
     detail: str
 
 
-def test_files(directory: Path) -> list[Path]:
+def find_test_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.name.endswith(TEST_SUFFIXES))
 
 

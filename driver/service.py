@@ -9,8 +9,8 @@ open. Stable codes travel in a warden.checkpoint.v1.ErrorDetail in the status de
 from __future__ import annotations
 
 import hashlib
-import json
 import hmac
+import json
 import logging
 import stat
 import threading
@@ -25,7 +25,6 @@ from google.protobuf import any_pb2, struct_pb2, timestamp_pb2
 from google.rpc import code_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from grpc_status import rpc_status
 
 from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
 from driver.goal import Goal, parse_goal
@@ -130,7 +129,8 @@ def _abort(context: grpc.ServicerContext, status: grpc.StatusCode, code: str, me
     detail = any_pb2.Any()
     detail.Pack(cp.ErrorDetail(code=code, message=message))
     st = status_pb2.Status(code=getattr(code_pb2, status.name), message=f"{code}: {message}", details=[detail])
-    context.abort_with_status(rpc_status.to_status(st))
+    context.set_trailing_metadata((("grpc-status-details-bin", st.SerializeToString()),))
+    context.abort(status, f"{code}: {message}")
 
 
 class DriverServicer(pb_grpc.DriverServiceServicer):

@@ -100,12 +100,22 @@ class AuthInterceptor(grpc.ServerInterceptor):
     def __init__(self, policy: AuthPolicy, on_refused: Refused | None = None):
         self.policy = policy
         self.on_refused = on_refused
+        # Wrapped handlers by method: gRPC asks on every call, and building one per call is
+        # measurable on a path that costs tens of microseconds in total.
+        self._wrapped: dict[str, Any] = {}
 
     def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         handler = continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or method.startswith(OPEN_PREFIXES):
             return handler
+        # Keyed by method alone: this server registers one fixed handler per method.
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            wrapped = self._wrapped[method] = self._wrap(method, handler)
+        return wrapped
+
+    def _wrap(self, method: str, handler: Any) -> Any:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._guard(method, handler.unary_unary),

@@ -148,3 +148,12 @@ def test_synchronous_full_is_accepted_and_set(log_path, make_record):
         assert full._conn is not None
         assert full._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert full._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_two_writers_on_one_file_still_form_one_chain(log_path, make_record):
+    # Each transaction reads the head after taking the write lock, so a second writer (another
+    # replica pointed at the same file by mistake) interleaves instead of forking the chain.
+    with DecisionLog(log_path) as one, DecisionLog(log_path) as two:
+        seqs = [(one if i % 2 else two).append(make_record()) for i in range(20)]
+        assert seqs == list(range(1, 21))
+        assert one.verify().ok and one.verify().checked == 20

@@ -84,6 +84,7 @@ def build(
     elif delegation is not None:
         json_format.ParseDict(delegation, request.delegation)
     elif plan is not None:
+        request.plan.SetInParent()  # an empty plan is still a plan action
         for step in plan:
             s = request.plan.steps.add(id=step.get("id", ""), tool=step["tool"])
             if "args" in step:

@@ -149,7 +149,7 @@ def test_moderately_nested_arguments_are_decided():
 ])
 @pytest.mark.parametrize("value", [
     pytest.param("www.lab.example.com\x00.gov", id="nul-then-off-limits"),
-    pytest.param("doc:readme\x00other:x", id="nul-then-out-of-scope"),
+    pytest.param("www.lab.example.com\x00.evil.org", id="nul-then-out-of-scope"),
 ])
 def test_nul_inside_a_touched_value_never_allows(cel_engine, value):
     p = policies("engine", cel_engine)

@@ -72,7 +72,7 @@ CODE_CASES = [
     case("rule_denied/model", "DENY", "rule_denied", "rule:no-forbidden-model",
          chain=["worker"], model={"provider": "p", "model": "forbidden-model"}),
     case("rule_denied/plan", "DENY", "rule_denied", "rule:plans-with-delete-denied",
-         chain=["star"], plan=[{"id": "s1", "tool": "learn_note"}]),
+         chain=["helper"], plan=[{"id": "s1", "tool": "learn_note"}]),
     case("approval_required/tool", "REQUIRE_APPROVAL", "approval_required", "rule:worker-writes-need-approval",
          chain=["worker"], tool="write_doc", args=DOC),
     case("approval/approved", "ALLOW", "allowed",

@@ -1,5 +1,5 @@
 """Fixtures for the toolrunner tests: a real Docker engine, the local tool image, a real gRPC
-server on port 0, and grants signed with a real key.
+server on port 0, and grants signed with a real key (helpers in toolrunner_harness.py).
 
 Without a Docker engine the container tests FAIL (never skip) with a message saying how to get
 one. After the session, no container labelled by these tests may be left.
@@ -8,97 +8,14 @@ one. After the session, no container labelled by these tests may be left.
 from __future__ import annotations
 
 import subprocess
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import docker
-import grpc
 import pytest
+from toolrunner_harness import ROOT, Harness, session_containers, start_harness
 
-from checkpoint.policy.model import Tool
-from toolrunner.container import LABEL, LABEL_RUNNER
 from toolrunner.errors import DockerUnavailable
-from toolrunner.runner import RunnerConfig
-from toolrunner.server import create_server
 from warden import grants
-from warden.toolrunner.v1 import toolrunner_pb2 as pb
-from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
-
-ROOT = Path(__file__).resolve().parents[2]
-IMAGE = "warden-tools:local"
-SESSION = "test-" + uuid.uuid4().hex[:8]
-SECRETS = {"DB_PASSWORD": "hunter2-Sup3r/Secret+Value=", "API_TOKEN": "tok_9fA7qZ2xK4mN8pR1"}
-
-
-def _tool(
-    name: str, command: list[str], schema_props: dict[str, Any] | None = None, image: str = IMAGE, **run: Any
-) -> Tool:
-    props = schema_props or {}
-    return Tool.model_validate(
-        {
-            "kind": "Tool",
-            "name": name,
-            "access": "read",
-            "input_schema": {
-                "type": "object",
-                "properties": props,
-                "required": sorted(props),
-                "additionalProperties": False,
-            },
-            "run": {"image": image, "command": command, **run},
-        }
-    )
-
-
-STR = {"type": "string"}
-NUM = {"type": "number"}
-
-
-def make_tools() -> dict[str, Tool]:
-    sh = "/bin/sh"
-    tools = [
-        _tool("get_task", [sh, "/tools/get_task.sh", "{task_id}"], {"task_id": STR}),
-        _tool("list_templates", [sh, "/tools/list_templates.sh"]),
-        _tool(
-            "create_task_from_template",
-            [sh, "/tools/create_task_from_template.sh", "{template}", "{target}", "{node}"],
-            {"template": STR, "target": STR, "node": STR},
-        ),
-        _tool("lookup_order", [sh, "/tools/lookup_order.sh", "{order_id}"], {"order_id": STR}),
-        _tool(
-            "issue_refund",
-            [sh, "/tools/issue_refund.sh", "{order_id}", "{amount}", "{reason}"],
-            {"order_id": STR, "amount": NUM, "reason": STR},
-        ),
-        _tool("run_shell", [sh, "/tools/run_shell.sh", "{argv}"], {"argv": {"type": "array", "items": STR}}),
-        _tool("echo_args", [sh, "/tools/test/echo_args.sh", "{a}", "x-{b}-y"], {"a": STR, "b": STR}),
-        _tool("sleeper", [sh, "/tools/test/sleep.sh", "{seconds}"], {"seconds": NUM}, timeout_seconds=2),
-        _tool("long_sleeper", [sh, "/tools/test/sleep.sh", "{seconds}"], {"seconds": NUM}, timeout_seconds=60),
-        _tool("env", [sh, "/tools/test/env.sh", "{name}"], {"name": STR}, env={"GREETING": "hello"}),
-        _tool("leak", [sh, "/tools/test/leak.sh", "DB_PASSWORD"], secrets=["DB_PASSWORD"]),
-        _tool("split_secret", [sh, "/tools/test/split_secret.sh", "API_TOKEN"], secrets=["API_TOKEN"]),
-        _tool("needs_missing_secret", [sh, "/tools/test/env.sh", "NOPE"], secrets=["NOT_IN_FILE"]),
-        _tool("forkbomb", [sh, "/tools/test/forkbomb.sh"], timeout_seconds=4),
-        _tool("spawn", [sh, "/tools/test/spawn.sh", "{n}"], {"n": NUM}, limits={"pids": 32}),
-        _tool("memhog", [sh, "/tools/test/memhog.sh", "{mb}"], {"mb": NUM}, limits={"memory_mb": 64}),
-        _tool(
-            "huge_writer",
-            [sh, "/tools/test/huge_writer.sh", "{mb}"],
-            {"mb": NUM},
-            output_cap_bytes=4096,
-            timeout_seconds=60,
-        ),
-        _tool("big_file", [sh, "/tools/test/big_file.sh", "{mb}"], {"mb": NUM}, limits={"fsize_mb": 2, "tmpfs_mb": 8}),
-        _tool("net_probe", [sh, "/tools/test/net_probe.sh"]),
-        _tool("net_probe_networked", [sh, "/tools/test/net_probe.sh"], network=True),
-        _tool("write_root", [sh, "/tools/test/write_root.sh"]),
-        _tool("whoami", [sh, "/tools/test/whoami.sh"]),
-        _tool("absent_image", [sh, "-c", "true"], image="warden-absent:never"),
-        _tool("gvisor", [sh, "/tools/list_templates.sh"], runtime="runsc-not-installed"),
-    ]
-    return {t.name: t for t in tools}
 
 
 @pytest.fixture(scope="session")
@@ -112,22 +29,10 @@ def docker_api() -> Iterator[docker.APIClient]:
     if build.returncode != 0:
         pytest.fail(f"scripts/build-images.sh failed:\n{build.stdout}{build.stderr}", pytrace=False)
     yield client.api
-    leftovers = [
-        c
-        for c in client.api.containers(all=True, filters={"label": LABEL})
-        if (c.get("Labels") or {}).get(LABEL_RUNNER, "").startswith(SESSION)
-    ]
+    leftovers = session_containers(client.api)
     for c in leftovers:
         client.api.remove_container(c["Id"], force=True)
     assert not leftovers, f"the toolrunner tests left {len(leftovers)} labelled container(s) behind"
-
-
-def session_containers(api: docker.APIClient) -> list[dict]:
-    return [
-        c
-        for c in api.containers(all=True, filters={"label": LABEL})
-        if (c.get("Labels") or {}).get(LABEL_RUNNER, "").startswith(SESSION)
-    ]
 
 
 @pytest.fixture(scope="session")
@@ -138,51 +43,6 @@ def signing_key(tmp_path_factory: pytest.TempPathFactory) -> grants.SigningKey:
     return grants.SigningKey.load(path)  # what `serve` does: the file written by save()
 
 
-class Harness:
-    def __init__(self, running: Any, port: int, key: grants.SigningKey):
-        self.running = running
-        self.port = port
-        self.key = key
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self.stub = pb_grpc.ToolRunnerServiceStub(self.channel)
-        self.runner = running.runner
-
-    def request(
-        self, tool: str, arguments: dict[str, Any] | None = None, *, decision_id: str | None = None, **grant_kw: Any
-    ) -> pb.ExecuteRequest:
-        arguments = arguments or {}
-        run_id = grant_kw.pop("run_id", "run-1")
-        fields = dict(
-            decision_id=decision_id or "d-" + uuid.uuid4().hex,
-            run_id=run_id,
-            agent="tester",
-            agent_version="tester@v1",
-            tool=tool,
-            arguments=arguments,
-            policy_revision="rev-1",
-        )
-        fields.update(grant_kw)
-        grant = grants.sign(self.key, **fields)
-        req = pb.ExecuteRequest(run_id=run_id, agent="tester", agent_version="tester@v1", tool=tool, grant=grant)
-        req.arguments.update(arguments)
-        return req
-
-    def execute(self, tool: str, arguments: dict[str, Any] | None = None, **kw: Any) -> pb.Receipt:
-        return self.stub.Execute(self.request(tool, arguments, **kw), timeout=120).receipt
-
-    def close(self) -> None:
-        self.channel.close()
-        self.running.stop(grace=None)
-
-
-def start_harness(api: docker.APIClient, key: grants.SigningKey, data_dir: Path, **config: Any) -> Harness:
-    cfg = RunnerConfig(runner_id=f"{SESSION}-{uuid.uuid4().hex[:6]}", **config)
-    running, port = create_server(
-        "127.0.0.1:0", tools=make_tools(), keys=key, data_dir=data_dir, secrets=SECRETS, config=cfg, api=api
-    )
-    return Harness(running, port, key)
-
-
 @pytest.fixture(scope="module")
 def harness(docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_path_factory) -> Iterator[Harness]:
     h = start_harness(docker_api, signing_key, tmp_path_factory.mktemp("toolrunner"))
@@ -190,8 +50,3 @@ def harness(docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_pa
     h.close()
 
 
-def error_code(err: grpc.RpcError) -> str:
-    for key, value in err.trailing_metadata() or ():
-        if key == "warden-code":
-            return value
-    return ""

@@ -9,9 +9,9 @@ from typing import Any
 import docker
 import grpc
 import pytest
-from conftest import SECRETS, SESSION, Harness, error_code, session_containers, start_harness
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from toolrunner_harness import SECRETS, SESSION, Harness, error_code, session_containers, start_harness
 
 from toolrunner.container import LABEL, LABEL_DEADLINE, LABEL_DECISION, LABEL_RUNNER
 from toolrunner.reaper import reap_once

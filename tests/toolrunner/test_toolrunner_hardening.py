@@ -6,7 +6,7 @@ import threading
 import time
 
 import docker
-from conftest import Harness, session_containers
+from toolrunner_harness import Harness, session_containers
 
 from toolrunner.container import LABEL_DECISION
 from warden.toolrunner.v1 import toolrunner_pb2 as pb

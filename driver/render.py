@@ -1,0 +1,88 @@
+"""Readable one-line renderings of run events and runs for the CLI (turns, proposals, verdicts,
+tool receipts, breaker trips)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def _args(a: Any) -> str:
+    text = json.dumps(a, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
+    p = f"[{seq:>4}] " if seq else ""
+    if kind == "run_started":
+        return (f"{p}run started: agent {d.get('agent')}@{str(d.get('agent_version'))[:12]} for {d.get('owner')} "
+                f"({d.get('mode')}, model {d.get('model')}); tools: {', '.join(d.get('tools') or [])}")
+    if kind == "decision":
+        what = d.get("action")
+        if what == "tool_call":
+            what = f"{d.get('tool')} {_args(d.get('arguments') or {})}"
+            if d.get("plan_step"):
+                what += f" [step {d['plan_step']}]"
+            elif d.get("counts_as_drift"):
+                what += " [drift: serves no plan step]"
+        elif what == "plan":
+            what = "plan " + ", ".join(f"{s['id']}:{s['tool']}" for s in d.get("steps") or [])
+        verdict = d.get("verdict")
+        mark = {"ALLOW": "+", "DENY": "x", "REQUIRE_APPROVAL": "?", "HALT": "!"}.get(str(verdict), " ")
+        reason = "" if verdict == "ALLOW" else f" ({d.get('reason')})"
+        return f"{p}  {mark} checkpoint {verdict} {d.get('code')}: {what}{reason}"
+    if kind == "model_reply":
+        prop = d.get("proposal") or {}
+        k = d.get("kind")
+        if k == "tool_calls":
+            body = "; ".join(f"{c['tool']} {_args(c['arguments'])}" for c in prop.get("calls", []))
+        elif k == "final":
+            body = "final: " + ", ".join(f"{o['criterion']}={'met' if o['met'] else 'unmet'}"
+                                         for o in prop.get("outcomes", []))
+        elif k == "handoff":
+            body = f"handoff ({prop.get('code')}): {prop.get('reason')}"
+        elif k == "rejection":
+            body = f"rejected at the boundary ({prop.get('code')}): {prop.get('detail')}"
+        else:
+            body = "no action (idle)"
+        return (f"{p}turn {d.get('turn')}: model proposes {body}  "
+                f"[{d.get('input_tokens')}+{d.get('output_tokens')} tokens]")
+    if kind == "tool_receipt":
+        out = (d.get("output") or "").strip().replace("\n", " ")
+        out = out if len(out) <= 100 else out[:97] + "..."
+        return (f"{p}  = receipt {d.get('tool')}: exit {d.get('exit_code')}{' ' + d['code'] if d.get('code') else ''}"
+                f" in {float(d.get('duration') or 0):.2f}s{' (replayed)' if d.get('replayed') else ''}: {out}")
+    if kind == "approval_requested":
+        return (f"{p}  ? waiting for a person: approval {d.get('approval_id')} for {d.get('tool')} "
+                f"{_args(d.get('arguments') or {})} ({d.get('reason')})\n"
+                f"        approve: warden approve {d.get('approval_id')}   reject: warden reject {d.get('approval_id')}")
+    if kind == "approval_decided":
+        return f"{p}  {d.get('person')} {d.get('decision')} {d.get('tool')}{': ' + d['note'] if d.get('note') else ''}"
+    if kind == "run_paused":
+        extra = f" (breaker {d['breaker']} tripped)" if d.get("breaker") else ""
+        return f"{p}|| run paused: {d.get('code')}{extra}: {d.get('reason')}"
+    if kind == "run_resumed":
+        raised = d.get("raised") or {}
+        return (f"{p}> run resumed by {d.get('person')}" + (f", ceilings raised {raised}" if raised else "")
+                + (f": {d.get('reply')}" if d.get("reply") else ""))
+    if kind == "outcome_verified":
+        return f"{p}  outcome: met {d.get('met')}; missing {d.get('missing') or 'nothing'}"
+    if kind in ("run_succeeded", "run_failed", "run_cancelled"):
+        return f"{p}== {kind.removeprefix('run_')}: {d.get('code')}: {d.get('reason')}"
+    if kind == "provider_refused":
+        return f"{p}  ! provider refused ({d.get('kind')}): {d.get('message')}"
+    if kind == "reply_rejected":
+        return f"{p}  x reply rejected ({d.get('code')}): {d.get('detail')}"
+    if kind == "nudged":
+        return f"{p}  nudge: the turn started nothing and reported nothing"
+    if kind == "call_refused":
+        return f"{p}  x {d.get('tool')} refused: {d.get('code')}"
+    return f"{p}{kind} {_args(d)}"
+
+
+def run_line(r: Any) -> str:
+    from warden.driver.v1 import driver_pb2 as pb
+
+    status = pb.RunStatus.Name(r.status).removeprefix("RUN_STATUS_").lower()
+    return (f"{r.run_id}  {r.agent}@{r.agent_version[:12]}  {status:<17} {r.code:<24} "
+            f"turns {r.counters.total_turns:<3} tokens {r.total_tokens:<7} owner {r.owner}")

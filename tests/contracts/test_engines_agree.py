@@ -1,0 +1,58 @@
+"""Differential: every shipped policy test case decided by both CEL engines gives the same answer,
+and every CEL expression in the shipped policies evaluates identically on both engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from checkpoint.cel import Case, differential
+from checkpoint.engine import decide
+from checkpoint.policy import load_policy_dir
+from checkpoint.policy.loader import RULE_VARIABLES, TOUCHES_VARIABLES
+from checkpoint.policytest import build_request, load_cases, find_test_files
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+NATIVE = load_policy_dir(POLICIES, cel_engine="native")
+PYTHON = load_policy_dir(POLICIES, cel_engine="python")
+CASES = [
+    pytest.param(case, id=f"{path.stem}:{case.name[:50]}")
+    for path in find_test_files(POLICIES)
+    for _, case in load_cases(path, str(path))[1]
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_both_engines_decide_every_policy_case_alike(case):
+    def answer(policies):
+        request = build_request(policies, case)
+        request.explain = True
+        r = decide(policies, request)
+        return r.verdict, r.code, r.rule, r.reason, [(o.rule, o.outcome) for o in r.explanation]
+
+    assert answer(NATIVE) == answer(PYTHON)
+
+
+def test_every_shipped_expression_evaluates_alike():
+    activations = [
+        {"args": {}, "action": "tool_call", "tool": {"name": "t", "access": "write"},
+         "agent": {"name": "recon"}, "run": {"mode": "background", "tenant": "acme"}, "counters": {},
+         "subjects": [], "model": {"name": "claude-opus-4-1"}, "delegation": {}, "plan": []},
+        {"args": {"target": "10.20.0.0/24", "template": "intrusive-x", "amount_usd": 501.5, "node": "n",
+                  "image": "i", "customer": "customer:jane"},
+         "action": "tool_call", "tool": {"name": "t", "access": "read"}, "agent": {"name": "refunds"},
+         "run": {"mode": "interactive", "tenant": "acme"}, "counters": {"drift": 2}, "subjects": ["x"],
+         "model": {"name": "claude-haiku-4-5"}, "delegation": {}, "plan": []},
+        {"args": {"amount_usd": 900, "target": 7}, "action": "tool_call", "tool": {}, "agent": {},
+         "run": {"mode": "background"}, "counters": {}, "subjects": [], "model": {"name": "x"},
+         "delegation": {}, "plan": []},
+    ]
+    cases = []
+    for rule in NATIVE.rules:
+        cases += [Case(rule.spec.condition, a, RULE_VARIABLES) for a in activations]
+    for tool in NATIVE.tools.values():
+        for program in tool.touches.values():
+            cases += [Case(program.source, {"args": a["args"]}, TOUCHES_VARIABLES) for a in activations]
+    assert len(cases) > 20
+    assert differential(cases) == []
