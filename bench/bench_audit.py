@@ -23,7 +23,10 @@ RECORD = {
     "tenant": "acme",
     "run_id": "run-1",
     "root_run_id": "run-1",
-    "actor_chain": [{"kind": "person", "id": "ann"}, {"kind": "agent", "id": "support", "agent_version": "v1"}],
+    "actor_chain": [
+        {"kind": "person", "id": "ann"},
+        {"kind": "agent", "id": "support", "agent_version": "v1"},
+    ],
     "accountable_person": "ann",
     "agent": "support",
     "agent_version": "v1",
@@ -89,11 +92,14 @@ def cpu_cost(n: int = 20000) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--threads", default="1,32")
     parser.add_argument("--sync", default="NORMAL,FULL")
-    args = parser.parse_args(argv)
+    # Called as bench_audit.main() by `python -m bench`, whose own argv is not ours.
+    args = parser.parse_args(argv if argv is not None else [])
     print(f"per-record CPU (validate + canonical JSON + sha256, no I/O): {cpu_cost():.1f} us")
     print(f"{'sync':<7} {'threads':>7} {'appends/s':>11} {'median us':>10} {'p99 us':>9} {'mean batch':>11}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,4 +115,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

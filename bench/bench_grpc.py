@@ -17,6 +17,7 @@ import asyncio
 import os
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,7 +76,9 @@ def noop_server(port: int, response_file: str) -> None:
 # -- the client -----------------------------------------------------------------------------
 
 
-async def _load(target: str, request: bytes, token: str, concurrency: int, *, seconds: float, count: int | None) -> dict:
+async def _load(
+    target: str, request: bytes, token: str, concurrency: int, *, seconds: float, count: int | None
+) -> dict:
     metadata = (("authorization", f"Bearer {token}"),)
     async with grpc.aio.insecure_channel(target) as channel:
         call = channel.unary_unary(METHOD)
@@ -149,10 +152,20 @@ def _request(version: str) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement (default 5)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement (default 3)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternating rounds per concurrency; medians reported (default 3)",
+    )
     parser.add_argument("--concurrency", default="1,32")
-    parser.add_argument("--decisions", type=int, default=200_000, help="decisions before the second RSS reading")
+    parser.add_argument(
+        "--decisions", type=int, default=200_000, help="decisions before the second RSS reading"
+    )
     parser.add_argument("--noop-server", nargs=2, metavar=("PORT", "RESPONSE_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.noop_server:
@@ -164,7 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     data = tmp / "data"
     token = secrets.token_urlsafe(32)
     data.mkdir()
-    subprocess.run([sys.executable, "-m", "warden.cli", "keys", "init", "--data", str(data)], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "warden.cli", "keys", "init", "--data", str(data)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     tokens = data / "checkpoint.tokens"
     tokens.write_text(f"bench {token}\n")
 
@@ -194,24 +212,31 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         _wait_ready(noop_target, request, token, noop)
 
-        print(f"Check() over gRPC, loopback, {args.seconds:.0f} s per run; request {len(request)} B, answer {len(answer)} B")
-        print(f"{'server':<12} {'conc':>4} {'calls':>8} {'calls/s':>9} {'p50 us':>8} {'p99 us':>8}")
+        print(
+            f"Check() over gRPC, loopback; request {len(request)} B, answer {len(answer)} B; "
+            f"{args.rounds} alternating rounds of {args.seconds:.0f} s, medians; load average {os.getloadavg()[0]:.1f}"
+        )
+        print(f"{'server':<12} {'conc':>4} {'calls/s':>9} {'p50 us':>8} {'p99 us':>8}")
         results: dict[tuple[str, int], dict] = {}
-        decisions = 0
+        decisions = 50
         for c in levels:
-            for name, target in (("no-op", noop_target), ("checkpoint", cp_target)):
-                r = asyncio.run(_load(target, request, token, c, seconds=args.seconds, count=None))
-                results[(name, c)] = r
-                if name == "checkpoint":
-                    decisions += r["n"] + 50
-                print(f"{name:<12} {c:>4} {r['n']:>8} {r['rps']:>9.0f} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f}")
+            runs: dict[str, list[dict]] = {"no-op": [], "checkpoint": []}
+            # Alternating the two servers round by round spreads drift in machine load evenly.
+            for _ in range(args.rounds):
+                for name, target in (("no-op", noop_target), ("checkpoint", cp_target)):
+                    r = asyncio.run(_load(target, request, token, c, seconds=args.seconds, count=None))
+                    runs[name].append(r)
+                    if name == "checkpoint":
+                        decisions += r["n"] + 50
+            for name, rs in runs.items():
+                med = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_us", "p99_us")}
+                results[(name, c)] = med
+                print(f"{name:<12} {c:>4} {med['rps']:>9.0f} {med['p50_us']:>8.0f} {med['p99_us']:>8.0f}")
         print()
         for c in levels:
             cp, base = results[("checkpoint", c)], results[("no-op", c)]
-            ratio = cp["rps"] / base["rps"]
-            line = f"concurrency {c:>2}: throughput {ratio:.0%} of no-op (target >= {TARGET_THROUGHPUT:.0%})"
-            p99 = cp["p99_us"] / base["p99_us"]
-            line += f", p99 {p99:.2f}x no-op"
+            line = f"concurrency {c:>2}: throughput {cp['rps'] / base['rps']:.0%} of no-op (target >= {TARGET_THROUGHPUT:.0%})"
+            line += f", p99 {cp['p99_us'] / base['p99_us']:.2f}x no-op"
             if c == 1:
                 line += f" (target <= {TARGET_P99_C1}x)"
             print(line)
@@ -219,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         rest = max(0, args.decisions - decisions)
         if rest:
             asyncio.run(_load(cp_target, request, token, 32, seconds=0, count=rest))
-            decisions += rest + 50
+            decisions += rest
         rss_end = _rss_mb(checkpoint.pid)
         growth = (rss_end - rss_start) / rss_start
         print(

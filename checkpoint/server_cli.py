@@ -23,7 +23,9 @@ SOCKET_FILE = "checkpoint.sock"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     checkpoint = subparsers.add_parser(
-        "checkpoint", help="run the checkpoint (the policy decision point)", description="The checkpoint sidecar."
+        "checkpoint",
+        help="run the checkpoint (the policy decision point)",
+        description="The checkpoint sidecar.",
     )
     checkpoint.set_defaults(func=lambda _a: (checkpoint.print_help(), 2)[1])
     commands = checkpoint.add_subparsers(dest="checkpoint_command", metavar="SUBCOMMAND")
@@ -33,27 +35,55 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Serve CheckpointService, health and reflection; reload policies on change. "
         "See docs/checkpoint-service.md.",
     )
-    serve.add_argument("--address", default=DEFAULT_ADDRESS, help=f"TCP host:port (default {DEFAULT_ADDRESS}); '' for none")
-    serve.add_argument("--socket", metavar="PATH", help=f"Unix socket (default DATA/{SOCKET_FILE}); '' for none")
-    serve.add_argument("--socket-mode", default="0600", choices=["0600", "0660"], help="socket permissions (default 0600)")
-    serve.add_argument("--policies", default="policies", metavar="DIR", help="policy folder (default ./policies)")
-    serve.add_argument("--data", default=DEFAULT_DATA, metavar="DIR", help=f"data folder (default {DEFAULT_DATA})")
-    serve.add_argument("--key", metavar="FILE", help=f"grant signing key (default DATA/{KEY_FILE}; see `warden keys init`)")
-    serve.add_argument("--tokens", metavar="FILE", help=f"bearer tokens for TCP callers (default DATA/{TOKENS_FILE} when it exists)")
+    serve.add_argument(
+        "--address", default=DEFAULT_ADDRESS, help=f"TCP host:port (default {DEFAULT_ADDRESS}); '' for none"
+    )
+    serve.add_argument(
+        "--socket", metavar="PATH", help=f"Unix socket (default DATA/{SOCKET_FILE}); '' for none"
+    )
+    serve.add_argument(
+        "--socket-mode", default="0600", choices=["0600", "0660"], help="socket permissions (default 0600)"
+    )
+    serve.add_argument(
+        "--policies", default="policies", metavar="DIR", help="policy folder (default ./policies)"
+    )
+    serve.add_argument(
+        "--data", default=DEFAULT_DATA, metavar="DIR", help=f"data folder (default {DEFAULT_DATA})"
+    )
+    serve.add_argument(
+        "--key", metavar="FILE", help=f"grant signing key (default DATA/{KEY_FILE}; see `warden keys init`)"
+    )
+    serve.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help=f"bearer tokens for TCP callers (default DATA/{TOKENS_FILE} when it exists)",
+    )
     serve.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM) for mTLS on TCP")
     serve.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
     serve.add_argument("--tls-client-ca", metavar="FILE", help="CA that client certificates must chain to")
-    serve.add_argument("--insecure-no-auth", action="store_true", help="accept unauthenticated TCP callers (never in production)")
-    serve.add_argument("--metrics-address", metavar="HOST:PORT", help="serve /metrics and /healthz here (default off)")
-    serve.add_argument("--max-request-bytes", type=int, default=1 << 20, help="largest request accepted (default 1 MiB)")
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="accept unauthenticated TCP callers (never in production)",
+    )
+    serve.add_argument(
+        "--metrics-address", metavar="HOST:PORT", help="serve /metrics and /healthz here (default off)"
+    )
+    serve.add_argument(
+        "--max-request-bytes", type=int, default=1 << 20, help="largest request accepted (default 1 MiB)"
+    )
     serve.add_argument("--workers", type=int, default=64, help="gRPC worker threads (default 64)")
-    serve.add_argument("--reload-interval", type=float, default=0.5, help="seconds between policy folder polls; 0 disables")
+    serve.add_argument(
+        "--reload-interval", type=float, default=0.5, help="seconds between policy folder polls; 0 disables"
+    )
     serve.add_argument("--durability", choices=["NORMAL", "FULL"], default="NORMAL",
                        help="log commits survive a killed process (NORMAL) or also power loss (FULL, fsync per batch)")  # fmt: skip
     serve.add_argument("-v", "--verbose", action="store_true")
     serve.set_defaults(func=_serve)
 
-    keys = subparsers.add_parser("keys", help="create key material", description="Key material for grants and callers.")
+    keys = subparsers.add_parser(
+        "keys", help="create key material", description="Key material for grants and callers."
+    )
     keys.set_defaults(func=lambda _a: (keys.print_help(), 2)[1])
     key_commands = keys.add_subparsers(dest="keys_command", metavar="SUBCOMMAND")
     init = key_commands.add_parser(
@@ -62,10 +92,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Create DATA/grant.key (HMAC-SHA256 key shared by checkpoint and toolrunner, mode 0600) "
         "and DATA/checkpoint.tokens (a bearer token for TCP callers, mode 0600). Existing files are kept.",
     )
-    init.add_argument("--data", default=DEFAULT_DATA, metavar="DIR", help=f"data folder (default {DEFAULT_DATA})")
+    init.add_argument(
+        "--data", default=DEFAULT_DATA, metavar="DIR", help=f"data folder (default {DEFAULT_DATA})"
+    )
     init.add_argument("--key", metavar="FILE", help=f"key file (default DATA/{KEY_FILE})")
     init.add_argument("--tokens", metavar="FILE", help=f"token file (default DATA/{TOKENS_FILE})")
-    init.add_argument("--caller", default="driver", help="name of the caller the token is for (default driver)")
+    init.add_argument(
+        "--caller", default="driver", help="name of the caller the token is for (default driver)"
+    )
     init.set_defaults(func=_keys_init)
 
 
@@ -80,7 +114,9 @@ def _keys_init(args: argparse.Namespace) -> int:
     else:
         key = SigningKey.generate()
         key.save(key_path)
-        print(f"created grant key {key_path} (id {key.key_id}); give it to the toolrunner, never to the driver")
+        print(
+            f"created grant key {key_path} (id {key.key_id}); give it to the toolrunner, never to the driver"
+        )
     if tokens_path.exists():
         print(f"kept existing tokens {tokens_path}")
     else:
@@ -126,7 +162,11 @@ def _serve(args: argparse.Namespace) -> int:
     if any(tls_args) and not all(tls_args):
         print("warden: mTLS needs --tls-cert, --tls-key and --tls-client-ca together", file=sys.stderr)
         return 2
-    tls = TlsConfig(Path(args.tls_cert), Path(args.tls_key), Path(args.tls_client_ca)) if all(tls_args) else None
+    tls = (
+        TlsConfig(Path(args.tls_cert), Path(args.tls_key), Path(args.tls_client_ca))
+        if all(tls_args)
+        else None
+    )
     auth = AuthPolicy(tokens=tokens, mtls=tls is not None, allow_unauthenticated_tcp=args.insecure_no_auth)
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
     try:

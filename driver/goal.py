@@ -56,7 +56,7 @@ class Goal(_Strict):
     objective: str = Field(min_length=1)
     criteria: list[Criterion] = Field(min_length=1)
     constraints: list[str] = Field(default_factory=list)
-    budget: GoalBudget = Field(default_factory=GoalBudget)
+    budget: GoalBudget = Field(default_factory=lambda: GoalBudget.model_validate({}))
 
     @field_validator("criteria")
     @classmethod

@@ -267,14 +267,15 @@ class Driver:
         return [c for c in self.store.calls(run["run_id"], run["turn"]) if c["status"] != "done"]
 
     def _pause(self, run: dict[str, Any], code: str, reason: str, **extra: Any) -> None:
-        if run["status"] in TERMINAL:
-            return
-        self.store.update_run(run["run_id"], status=PAUSED, code=code, reason=reason)
-        self.store.append_event(run["run_id"], "run_paused", code=code, reason=reason, **extra)
+        if self.store.set_status(run["run_id"], PAUSED, code, reason):
+            self.store.append_event(run["run_id"], "run_paused", code=code, reason=reason, **extra)
 
     def _finish(self, run: dict[str, Any], status: str, code: str, reason: str, **extra: Any) -> None:
-        self.store.update_run(run["run_id"], status=status, code=code, reason=reason)
+        if self.store.run(run["run_id"])["status"] in TERMINAL:
+            return
+        # the event first: a watcher that sees the final status has the final event to read
         self.store.append_event(run["run_id"], f"run_{status}", code=code, reason=reason, **extra)
+        self.store.set_status(run["run_id"], status, code, reason)
 
     def _run_context(self, run: dict[str, Any]) -> cp.RunContext:
         budget = cp.Budget(**{k: v for k, v in (run["budget"] or {}).items() if k in cp.Budget.DESCRIPTOR.fields_by_name})
@@ -418,7 +419,7 @@ class Driver:
             if run["status"] != RUNNING:
                 return
             if call["status"] == "awaiting_approval":
-                self.store.update_run(run_id, status=AWAITING_APPROVAL)
+                self.store.set_status(run_id, AWAITING_APPROVAL, call["code"], "waiting for a person")
                 return
             if call["status"] == "executing":
                 self._execute(run, call)
@@ -473,7 +474,7 @@ class Driver:
                                                   rule=resp.rule, reason=resp.reason)
             self.store.update_call(call["id"], status="awaiting_approval", approval_id=approval_id,
                                    decision_id=resp.decision_id, verdict="REQUIRE_APPROVAL", code=resp.code)
-            self.store.update_run(run["run_id"], status=AWAITING_APPROVAL, code=resp.code, reason=resp.reason)
+            self.store.set_status(run["run_id"], AWAITING_APPROVAL, resp.code, resp.reason)
             self.store.append_event(run["run_id"], "approval_requested", approval_id=approval_id, tool=call["tool"],
                                     arguments=call["arguments"], rule=resp.rule, reason=resp.reason)
             return False

@@ -12,7 +12,19 @@ def _args(a: Any) -> str:
     return text if len(text) <= 90 else text[:87] + "..."
 
 
+def _ints(v: Any) -> Any:
+    # events travel as protobuf Structs, where every number is a double
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {k: _ints(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_ints(x) for x in v]
+    return v
+
+
 def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
+    d = _ints(d)
     p = f"[{seq:>4}] " if seq else ""
     if kind == "run_started":
         return (f"{p}run started: agent {d.get('agent')}@{str(d.get('agent_version'))[:12]} for {d.get('owner')} "
@@ -59,8 +71,7 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
     if kind == "approval_decided":
         return f"{p}  {d.get('person')} {d.get('decision')} {d.get('tool')}{': ' + d['note'] if d.get('note') else ''}"
     if kind == "run_paused":
-        extra = f" (breaker {d['breaker']} tripped)" if d.get("breaker") else ""
-        return f"{p}|| run paused: {d.get('code')}{extra}: {d.get('reason')}"
+        return f"{p}|| run paused ({d.get('code')}): {d.get('reason')}"
     if kind == "run_resumed":
         raised = d.get("raised") or {}
         return (f"{p}> run resumed by {d.get('person')}" + (f", ceilings raised {raised}" if raised else "")

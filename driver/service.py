@@ -219,7 +219,8 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
             stop.set()
             events = iter(self.driver.store.events(request.run_id, request.after_seq, limit=100000))
         else:
-            events = self.driver.store.follow(request.run_id, request.after_seq, stop)
+            events = self.driver.store.follow(request.run_id, request.after_seq, stop,
+                                              until_waiting=request.until_waiting)
         for e in events:
             if self.stopping.is_set():
                 return

@@ -71,33 +71,35 @@ class RunStore:
         self.changed = threading.Condition(self._lock)
         self._create()
 
+    def _t(self, name: str) -> sqlite_utils.db.Table:
+        return self.db.table(name)
+
     def _create(self) -> None:
-        db = self.db
-        if "runs" not in db.table_names():
-            db["runs"].create(_RUN_COLUMNS, pk="run_id")
-            db["goals"].create({"run_id": str, "version": int, "goal": str, "author": str, "created_at": float},
+        if "runs" not in self.db.table_names():
+            self._t("runs").create(_RUN_COLUMNS, pk="run_id")
+            self._t("goals").create({"run_id": str, "version": int, "goal": str, "author": str, "created_at": float},
                                pk=("run_id", "version"))
-            db["events"].create({"seq": int, "run_id": str, "time": float, "kind": str, "data": str}, pk="seq")
-            db["events"].create_index(["run_id", "seq"])
-            db["transcript"].create({"id": int, "run_id": str, "entry": str}, pk="id")
-            db["transcript"].create_index(["run_id", "id"])
-            db["calls"].create({
+            self._t("events").create({"seq": int, "run_id": str, "time": float, "kind": str, "data": str}, pk="seq")
+            self._t("events").create_index(["run_id", "seq"])
+            self._t("transcript").create({"id": int, "run_id": str, "entry": str}, pk="id")
+            self._t("transcript").create_index(["run_id", "id"])
+            self._t("calls").create({
                 "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
                 "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
                 "decision_id": str, "grant": bytes, "verdict": str, "code": str, "approval_id": str,
             }, pk="id")
-            db["calls"].create_index(["run_id", "turn"])
-            db["approvals"].create({
+            self._t("calls").create_index(["run_id", "turn"])
+            self._t("approvals").create({
                 "approval_id": str, "run_id": str, "call": int, "decision_id": str, "tool": str,
                 "arguments": str, "code": str, "rule": str, "reason": str, "status": str,
                 "decided_by": str, "decided_at": float, "note": str, "created_at": float,
             }, pk="approval_id")
-            db["receipts"].create({"decision_id": str, "run_id": str, "tool": str, "exit_code": int,
+            self._t("receipts").create({"decision_id": str, "run_id": str, "tool": str, "exit_code": int,
                                    "code": str, "output": str, "receipt": str, "created_at": float},
                                   pk="decision_id")
-            db["spend"].create({"id": int, "day": str, "owner": str, "tenant": str, "run_id": str,
+            self._t("spend").create({"id": int, "day": str, "owner": str, "tenant": str, "run_id": str,
                                 "usd": float}, pk="id")
-            db["spend"].create_index(["day", "owner"])
+            self._t("spend").create_index(["day", "owner"])
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -112,13 +114,13 @@ class RunStore:
                 raise KeyError(k)
             row[k] = json.dumps(v) if k in _JSON_RUN_FIELDS else v
         with self._lock:
-            self.db["runs"].insert(row)
+            self._t("runs").insert(row)
         return self.run(row["run_id"])
 
     def run(self, run_id: str) -> dict[str, Any]:
         with self._lock:
             try:
-                row = dict(self.db["runs"].get(run_id))
+                row = dict(self._t("runs").get(run_id))
             except sqlite_utils.db.NotFoundError:
                 raise RunStateError(f"no run {run_id!r}", code="run_not_found") from None
         for k in _JSON_RUN_FIELDS:
@@ -128,7 +130,7 @@ class RunStore:
     def runs(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         with self._lock:
             where, params = ("status = ?", [status]) if status else (None, None)
-            ids = [r["run_id"] for r in self.db["runs"].rows_where(where, params, order_by="created_at desc",
+            ids = [r["run_id"] for r in self._t("runs").rows_where(where, params, order_by="created_at desc",
                                                                     limit=limit)]
         return [self.run(i) for i in ids]
 
@@ -138,9 +140,19 @@ class RunStore:
                 fields[k] = json.dumps(fields[k])
         fields["updated_at"] = now()
         with self._lock:
-            self.db["runs"].update(run_id, fields)
+            self._t("runs").update(run_id, fields)
             self.changed.notify_all()
         return self.run(run_id)
+
+    def set_status(self, run_id: str, status: str, code: str, reason: str) -> bool:
+        """Move a run that has not ended; False when it already ended (a cancel won the race)."""
+        with self._lock:
+            cur = self.db.execute(
+                f"UPDATE runs SET status = ?, code = ?, reason = ?, updated_at = ? WHERE run_id = ? "
+                f"AND status NOT IN ({', '.join('?' for _ in TERMINAL)})",
+                [status, code, reason, now(), run_id, *TERMINAL])
+            self.changed.notify_all()
+            return cur.rowcount == 1
 
     def add_to_run(self, run_id: str, **deltas: float) -> dict[str, Any]:
         """Add to counters in one statement, so no increment is lost between threads."""
@@ -156,16 +168,16 @@ class RunStore:
         with self._lock:
             row = self.db.execute("SELECT COALESCE(MAX(version), 0) FROM goals WHERE run_id = ?", [run_id]).fetchone()
             version = int(row[0]) + 1
-            self.db["goals"].insert({"run_id": run_id, "version": version, "goal": json.dumps(goal),
+            self._t("goals").insert({"run_id": run_id, "version": version, "goal": json.dumps(goal),
                                      "author": author, "created_at": now()})
         return version
 
     def goal(self, run_id: str, version: int | None = None) -> dict[str, Any]:
         with self._lock:
             if version is None:
-                rows = list(self.db["goals"].rows_where("run_id = ?", [run_id], order_by="version desc", limit=1))
+                rows = list(self._t("goals").rows_where("run_id = ?", [run_id], order_by="version desc", limit=1))
             else:
-                rows = list(self.db["goals"].rows_where("run_id = ? AND version = ?", [run_id, version]))
+                rows = list(self._t("goals").rows_where("run_id = ? AND version = ?", [run_id, version]))
         if not rows:
             raise RunStateError(f"run {run_id!r} has no goal", code="run_not_found")
         return json.loads(rows[0]["goal"])
@@ -182,22 +194,27 @@ class RunStore:
     def events(self, run_id: str | None = None, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         with self._lock:
             if run_id:
-                rows = self.db["events"].rows_where("run_id = ? AND seq > ?", [run_id, after_seq],
+                rows = self._t("events").rows_where("run_id = ? AND seq > ?", [run_id, after_seq],
                                                     order_by="seq", limit=limit)
             else:
-                rows = self.db["events"].rows_where("seq > ?", [after_seq], order_by="seq", limit=limit)
+                rows = self._t("events").rows_where("seq > ?", [after_seq], order_by="seq", limit=limit)
             return [{**r, "data": json.loads(r["data"])} for r in rows]
 
-    def follow(self, run_id: str, after_seq: int, stop: threading.Event,
-               poll_seconds: float = 0.5) -> Iterator[dict[str, Any]]:
-        """Stored events after `after_seq`, then live ones until `stop` or the run is terminal and drained."""
+    def follow(self, run_id: str, after_seq: int, stop: threading.Event, poll_seconds: float = 0.5,
+               until_waiting: bool = False) -> Iterator[dict[str, Any]]:
+        """Stored events after `after_seq`, then live ones until `stop` or the run is terminal and drained
+        (or, with `until_waiting`, waits for a person and is drained)."""
+        ends = TERMINAL + ((PAUSED, AWAITING_APPROVAL) if until_waiting else ())
         while not stop.is_set():
             batch = self.events(run_id, after_seq)
             for e in batch:
                 after_seq = e["seq"]
                 yield e
             if not batch:
-                if self.run(run_id)["status"] in TERMINAL:
+                if self.run(run_id)["status"] in ends:
+                    # the final event is appended right after the status changes: drain it first
+                    for e in self.events(run_id, after_seq):
+                        yield e
                     return
                 with self.changed:
                     self.changed.wait(poll_seconds)
@@ -206,11 +223,11 @@ class RunStore:
 
     def add_transcript(self, run_id: str, entry: dict[str, Any]) -> None:
         with self._lock:
-            self.db["transcript"].insert({"run_id": run_id, "entry": json.dumps(entry, default=str)})
+            self._t("transcript").insert({"run_id": run_id, "entry": json.dumps(entry, default=str)})
 
     def transcript(self, run_id: str) -> list[dict[str, Any]]:
         with self._lock:
-            return [json.loads(r["entry"]) for r in self.db["transcript"].rows_where("run_id = ?", [run_id],
+            return [json.loads(r["entry"]) for r in self._t("transcript").rows_where("run_id = ?", [run_id],
                                                                                      order_by="id")]
 
     # -- calls ----------------------------------------------------------------------------
@@ -220,14 +237,14 @@ class RunStore:
                "grant": b"", "verdict": "", "code": "", "approval_id": "", **fields}
         row["arguments"] = json.dumps(row.get("arguments", {}))
         with self._lock:
-            return int(self.db["calls"].insert(row).last_pk)
+            return int(self._t("calls").insert(row).last_pk or 0)
 
     def calls(self, run_id: str, turn: int | None = None) -> list[dict[str, Any]]:
         with self._lock:
             if turn is None:
-                rows = self.db["calls"].rows_where("run_id = ?", [run_id], order_by="id")
+                rows = self._t("calls").rows_where("run_id = ?", [run_id], order_by="id")
             else:
-                rows = self.db["calls"].rows_where("run_id = ? AND turn = ?", [run_id, turn], order_by="idx")
+                rows = self._t("calls").rows_where("run_id = ? AND turn = ?", [run_id, turn], order_by="idx")
             out = []
             for r in rows:
                 r = dict(r)
@@ -240,7 +257,7 @@ class RunStore:
         if "result" in fields:
             fields["result"] = json.dumps(fields["result"])
         with self._lock:
-            self.db["calls"].update(call_pk, fields)
+            self._t("calls").update(call_pk, fields)
 
     def identical_calls(self, run_id: str, args_sha: str, tool: str, before_pk: int) -> int:
         with self._lock:
@@ -257,7 +274,7 @@ class RunStore:
                "created_at": now(), **fields}
         row["arguments"] = json.dumps(row.get("arguments", {}))
         with self._lock:
-            self.db["approvals"].insert(row)
+            self._t("approvals").insert(row)
         return approval_id
 
     def approvals(self, run_id: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
@@ -269,14 +286,14 @@ class RunStore:
             clauses.append("status = ?")
             params.append(status)
         with self._lock:
-            rows = self.db["approvals"].rows_where(" AND ".join(clauses) or None, params or None,
+            rows = self._t("approvals").rows_where(" AND ".join(clauses) or None, params or None,
                                                    order_by="created_at")
             return [{**r, "arguments": json.loads(r["arguments"])} for r in rows]
 
     def approval(self, approval_id: str) -> dict[str, Any]:
         with self._lock:
             try:
-                r = dict(self.db["approvals"].get(approval_id))
+                r = dict(self._t("approvals").get(approval_id))
             except sqlite_utils.db.NotFoundError:
                 raise RunStateError(f"no approval {approval_id!r}", code="approval_not_found") from None
         r["arguments"] = json.loads(r["arguments"])
@@ -288,7 +305,7 @@ class RunStore:
             if current["status"] != "pending":
                 raise RunStateError(f"approval {approval_id} is already {current['status']}",
                                     code="approval_not_pending")
-            self.db["approvals"].update(approval_id, {"status": status, "decided_by": person,
+            self._t("approvals").update(approval_id, {"status": status, "decided_by": person,
                                                       "decided_at": now(), "note": note})
         return self.approval(approval_id)
 
@@ -297,20 +314,20 @@ class RunStore:
     def add_receipt(self, run_id: str, decision_id: str, tool: str, exit_code: int, code: str, output: str,
                     receipt: dict[str, Any]) -> None:
         with self._lock:
-            self.db["receipts"].upsert({"decision_id": decision_id, "run_id": run_id, "tool": tool,
+            self._t("receipts").upsert({"decision_id": decision_id, "run_id": run_id, "tool": tool,
                                         "exit_code": exit_code, "code": code, "output": output,
                                         "receipt": json.dumps(receipt, default=str), "created_at": now()},
                                        pk="decision_id")
 
     def receipts(self, run_id: str) -> list[dict[str, Any]]:
         with self._lock:
-            return [dict(r) for r in self.db["receipts"].rows_where("run_id = ?", [run_id], order_by="created_at")]
+            return [dict(r) for r in self._t("receipts").rows_where("run_id = ?", [run_id], order_by="created_at")]
 
     def add_spend(self, run_id: str, owner: str, tenant: str, usd: float) -> None:
         if usd <= 0:
             return
         with self._lock:
-            self.db["spend"].insert({"day": today(), "owner": owner, "tenant": tenant, "run_id": run_id, "usd": usd})
+            self._t("spend").insert({"day": today(), "owner": owner, "tenant": tenant, "run_id": run_id, "usd": usd})
 
     def spend_today(self, owner: str, tenant: str) -> tuple[float, float]:
         with self._lock:

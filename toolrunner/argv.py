@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolrunner.errors import InvalidArguments
@@ -42,11 +42,15 @@ def fill(template: list[str], arguments: Mapping[str, Any]) -> list[str]:
         if whole and isinstance(arguments[whole.group(1)], list):
             argv.extend(render(item) for item in arguments[whole.group(1)])
             continue
-        argv.append(_PLACEHOLDER.sub(lambda m, e=element: _replace(m, arguments, e), element))
+        argv.append(_PLACEHOLDER.sub(_replacer(arguments, element), element))
     for element in argv:
         if "\x00" in element:
             raise InvalidArguments("an argument contains a NUL byte, which argv cannot carry")
     return argv
+
+
+def _replacer(arguments: Mapping[str, Any], element: str) -> Callable[[re.Match[str]], str]:
+    return lambda match: _replace(match, arguments, element)
 
 
 def _replace(match: re.Match[str], arguments: Mapping[str, Any], element: str) -> str:

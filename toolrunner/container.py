@@ -51,7 +51,7 @@ class ContainerSpec:
     env: dict[str, str]
     user: str
     timeout_seconds: float
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = field(default_factory=lambda: Limits.model_validate({}))
     network: str | None = None  # a Docker network name; None means no network at all
     read_only_root: bool = True
     runtime: str | None = None

@@ -77,14 +77,16 @@ class ToolRunner:
     def __init__(
         self,
         *,
-        tools: Mapping[str, Tool],
+        tools: Mapping[str, Any],
         keys: Mapping[str, grants.SigningKey] | grants.SigningKey,
         store: ReceiptStore,
         api: docker.APIClient,
         secrets: Mapping[str, str] | None = None,
         config: RunnerConfig | None = None,
     ):
-        self.tools = dict(tools)
+        # The loader's PolicySet.tools holds compiled tools (the model under `.spec`); tests
+        # and other callers may pass the models themselves.
+        self.tools: dict[str, Tool] = {name: getattr(t, "spec", t) for name, t in tools.items()}
         self.keys = keys
         self.store = store
         self.api = api
@@ -109,7 +111,7 @@ class ToolRunner:
         grant = request.grant if request.HasField("grant") else None
         try:
             grants.verify(
-                self.keys,
+                self.keys if isinstance(self.keys, grants.SigningKey) else dict(self.keys),
                 grant,
                 run_id=request.run_id,
                 agent_version=request.agent_version,

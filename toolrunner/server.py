@@ -10,17 +10,17 @@ import logging
 import queue
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from checkpoint.policy.model import Tool
 from toolrunner.errors import DockerUnavailable, RunnerError
 from toolrunner.reaper import Reaper
 from toolrunner.runner import RunnerConfig, ToolRunner
@@ -124,7 +124,7 @@ class RunningServer:
 def create_server(
     address: str,
     *,
-    tools: dict[str, Tool],
+    tools: Mapping[str, Any],
     keys: dict[str, grants.SigningKey] | grants.SigningKey,
     data_dir: str | Path,
     secrets: dict[str, str] | None = None,

@@ -28,11 +28,12 @@ class ReceiptStore:
         # written once per container, far below what one connection handles.
         conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db = sqlite_utils.Database(conn)
+        self._table = sqlite_utils.db.Table(self._db, RECEIPTS)
         self._lock = threading.Lock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db[RECEIPTS].create(
+            self._table.create(
                 {
                     "decision_id": str,
                     "run_id": str,
@@ -47,13 +48,13 @@ class ReceiptStore:
                 not_null={"decision_id", "state"},
                 if_not_exists=True,
             )
-            self._db[RECEIPTS].create_index(["run_id"], if_not_exists=True)
+            self._table.create_index(["run_id"], if_not_exists=True)
 
     def claim(self, decision_id: str, run_id: str, tool: str) -> bool:
         """Record that this decision's call is starting; False when it was claimed before."""
         with self._lock:
             try:
-                self._db[RECEIPTS].insert(
+                self._table.insert(
                     {
                         "decision_id": decision_id,
                         "run_id": run_id,
@@ -76,7 +77,7 @@ class ReceiptStore:
 
     def finish(self, receipt: pb.Receipt) -> None:
         with self._lock:
-            self._db[RECEIPTS].upsert(
+            self._table.upsert(
                 {
                     "decision_id": receipt.decision_id,
                     "run_id": receipt.run_id,

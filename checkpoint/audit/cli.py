@@ -34,23 +34,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     where = argparse.ArgumentParser(add_help=False)
     group = where.add_mutually_exclusive_group()
-    group.add_argument("--data", default="./.warden", metavar="DIR", help="data folder; the log is DIR/decisions.db (default ./.warden)")
+    group.add_argument(
+        "--data",
+        default="./.warden",
+        metavar="DIR",
+        help="data folder; the log is DIR/decisions.db (default ./.warden)",
+    )
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
 
     filters = argparse.ArgumentParser(add_help=False)
     filters.add_argument("--run", metavar="RUN_ID", help="only this run")
     filters.add_argument("--agent", help="only this agent")
-    filters.add_argument("--verdict", type=str.upper, choices=["ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"], help="only this verdict")
+    filters.add_argument(
+        "--verdict",
+        type=str.upper,
+        choices=["ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"],
+        help="only this verdict",
+    )
     filters.add_argument("--code", help="only this stable code (e.g. tool_not_allowed)")
 
-    tail = commands.add_parser("tail", parents=[where, filters], help="the last records; --follow for new ones")
-    tail.add_argument("-n", type=int, default=10, metavar="N", help="how many records to show first (default 10)")
-    tail.add_argument("-f", "--follow", action="store_true", help="keep printing records as they are committed")
+    tail = commands.add_parser(
+        "tail", parents=[where, filters], help="the last records; --follow for new ones"
+    )
+    tail.add_argument(
+        "-n", type=int, default=10, metavar="N", help="how many records to show first (default 10)"
+    )
+    tail.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing records as they are committed"
+    )
     tail.add_argument("--format", choices=["line", "jsonl"], default="line")
     tail.set_defaults(func=_tail)
 
     query = commands.add_parser("query", parents=[where, filters], help="records matching filters")
-    query.add_argument("--since", type=_since, metavar="WHEN", help="RFC 3339 time or an age like 15m, 2h, 7d")
+    query.add_argument(
+        "--since", type=_since, metavar="WHEN", help="RFC 3339 time or an age like 15m, 2h, 7d"
+    )
     query.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq")
     query.add_argument("--limit", type=int, metavar="N", help="at most N records")
     query.add_argument("--format", choices=["table", "jsonl"], default="table")
@@ -64,16 +82,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "broken (the first broken record is named), 2 when the log cannot be read. Records deleted "
         "from the end leave a shorter whole chain: pass a head recorded earlier with --expect-head.",
     )
-    verify.add_argument("--expect-head", type=_anchor, metavar="SEQ:HASH", help="a head from `warden audit head`, kept elsewhere")
+    verify.add_argument(
+        "--expect-head",
+        type=_anchor,
+        metavar="SEQ:HASH",
+        help="a head from `warden audit head`, kept elsewhere",
+    )
     verify.set_defaults(func=_verify)
 
-    head = commands.add_parser("head", parents=[where], help="print the last seq and hash, to keep elsewhere as an anchor")
+    head = commands.add_parser(
+        "head", parents=[where], help="print the last seq and hash, to keep elsewhere as an anchor"
+    )
     head.set_defaults(func=_head)
 
-    export = commands.add_parser("export", parents=[where, filters], help="JSON lines for a SIEM, with hashes")
+    export = commands.add_parser(
+        "export", parents=[where, filters], help="JSON lines for a SIEM, with hashes"
+    )
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    export.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq (incremental shipping)")
-    export.add_argument("--since", type=_since, metavar="WHEN", help="RFC 3339 time or an age like 15m, 2h, 7d")
+    export.add_argument(
+        "--after",
+        type=int,
+        default=0,
+        metavar="SEQ",
+        help="only records after this seq (incremental shipping)",
+    )
+    export.add_argument(
+        "--since", type=_since, metavar="WHEN", help="RFC 3339 time or an age like 15m, 2h, 7d"
+    )
     export.set_defaults(func=_export)
 
 
@@ -190,7 +225,12 @@ def _write_jsonl(records: Iterable[dict[str, Any]], out: IO[str]) -> int:
 
 
 def _line(record: dict[str, Any]) -> str:
-    parts = [f"{record['seq']:>7}", record["time"], f"{record['verdict']:<16}", f"{record['code'] or '-':<24}"]
+    parts = [
+        f"{record['seq']:>7}",
+        record["time"],
+        f"{record['verdict']:<16}",
+        f"{record['code'] or '-':<24}",
+    ]
     parts.append(f"{record['action']}")
     for label, name in (("tool", "tool"), ("agent", "agent"), ("run", "run_id"), ("rule", "rule")):
         if record.get(name):
@@ -217,8 +257,16 @@ def _print_table(records: Iterable[dict[str, Any]]) -> None:
     count = 0
     for r in records:
         table.add_row(
-            str(r["seq"]), r["time"], r["verdict"], r["code"] or "", r["action"], r["tool"] or "",
-            r["agent"] or "", r["run_id"] or "", r["rule"] or "", r["reason"] or "",
+            str(r["seq"]),
+            r["time"],
+            r["verdict"],
+            r["code"] or "",
+            r["action"],
+            r["tool"] or "",
+            r["agent"] or "",
+            r["run_id"] or "",
+            r["rule"] or "",
+            r["reason"] or "",
         )
         count += 1
     # Piped output gets a wide fixed width, so a grep of the table does not see folded cells.

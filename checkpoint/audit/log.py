@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from _thread import allocate_lock as _allocate_lock
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,7 @@ class _Batch:
         self.error: BaseException | None = None
 
     def add(self, row: tuple[Any, ...]) -> tuple[int, Any]:
-        waiter = _allocate_lock()
+        waiter = threading.Lock()
         waiter.acquire()
         self.rows.append(row)
         self.waiters.append(waiter)

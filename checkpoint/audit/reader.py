@@ -44,7 +44,13 @@ class DecisionReader:
         """Stored records with seq > after_seq, oldest first, JSON fields parsed."""
         conn = self._connect()
         try:
-            yield from _paged(conn, after_seq, None, limit, dict(run_id=run_id, agent=agent, verdict=verdict, code=code, since=since))
+            yield from _paged(
+                conn,
+                after_seq,
+                None,
+                limit,
+                dict(run_id=run_id, agent=agent, verdict=verdict, code=code, since=since),
+            )
         finally:
             conn.close()
 
@@ -92,8 +98,10 @@ class DecisionReader:
         """
         stop = stop_event or threading.Event()
         if wait is None:
+
             def wait(_pos: int, timeout: float) -> None:
                 stop.wait(timeout)
+
         filters = dict(run_id=run_id, agent=agent, verdict=verdict, code=code)
         conn = self._connect()
         try:

@@ -49,9 +49,13 @@ def verify_rows(
     for row in rows:
         seq = row["seq"]
         if seq != expected_seq:
-            return broken(expected_seq, GAP, f"seq {expected_seq} is missing; the next stored record is seq {seq}")
+            return broken(
+                expected_seq, GAP, f"seq {expected_seq} is missing; the next stored record is seq {seq}"
+            )
         if row["prev_hash"] != prev:
-            return broken(seq, BROKEN_LINK, f"prev_hash {row['prev_hash']} is not the hash of seq {seq - 1} ({prev})")
+            return broken(
+                seq, BROKEN_LINK, f"prev_hash {row['prev_hash']} is not the hash of seq {seq - 1} ({prev})"
+            )
         try:
             computed = record_hash(prev, tuple(row[name] for name in HASHED_FIELDS))
         except (TypeError, ValueError, UnicodeError) as exc:
@@ -68,8 +72,14 @@ def verify_rows(
         anchor_seq, expected_hash = expect_head
         if checked < anchor_seq:
             return broken(
-                checked + 1, TRUNCATED, f"the log ends at seq {checked} but seq {anchor_seq} was recorded as head"
+                checked + 1,
+                TRUNCATED,
+                f"the log ends at seq {checked} but seq {anchor_seq} was recorded as head",
             )
         if anchor_hash != expected_hash:
-            return broken(anchor_seq, HEAD_MISMATCH, f"seq {anchor_seq} hashes to {anchor_hash}, anchor says {expected_hash}")
+            return broken(
+                anchor_seq,
+                HEAD_MISMATCH,
+                f"seq {anchor_seq} hashes to {anchor_hash}, anchor says {expected_hash}",
+            )
     return VerifyReport(True, checked, checked, prev)

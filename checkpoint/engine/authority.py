@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from checkpoint.engine import codes
 from checkpoint.engine.context import Call
 from checkpoint.engine.outcome import DENY
-from checkpoint.policy import CompiledTool
+from checkpoint.policy import AgentVersion, CompiledTool
 from checkpoint.policy.policyset import SCOPE_DIMENSIONS, PatternSet
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -82,20 +82,49 @@ def check_touched(call: Call, touched: dict[str, list[str]]) -> None:
         call.trace.add(f"scope.{dim}", "pass", detail=", ".join(values))
 
 
-def child_authority(call: Call, child_tools: frozenset[str], child_access: frozenset[str],
-                    narrowing: pb.Scope) -> pb.Scope:
-    """What a delegated child may do: its own authority intersected with the whole chain's."""
-    tools, access = set(child_tools), set(child_access)
+def child_authority(call: Call, child: AgentVersion, narrowing: pb.Scope) -> pb.Scope:
+    """What a delegated child may do: its own authority intersected with the whole chain's.
+
+    Tools and access are sets, so that is exact. Scope patterns are globs, and the intersection
+    of two globs is not always a glob: the report keeps each pattern that every level covers,
+    which never claims more than the child may do (calls are checked against every level anyway).
+    """
+    tool_levels: list[set[str]] = [set(child.tools)]
+    access_levels: list[set[str]] = [set(child.access)]
+    pattern_levels: dict[str, list[tuple[str, ...]]] = {dim: [tuple(getattr(child.scope, dim))] for dim in SCOPE_DIMENSIONS}
+    narrowings = [link.narrowing for link in call.links if link.narrowing is not None] + [narrowing]
     for link in call.links:
-        tools &= link.agent.tools
-        access &= link.agent.access
-        if link.narrowing is not None:
-            if link.narrowing.tools:
-                tools &= set(link.narrowing.tools)
-            if link.narrowing.access:
-                access &= set(link.narrowing.access)
-    if narrowing.tools:
-        tools &= set(narrowing.tools)
-    if narrowing.access:
-        access &= set(narrowing.access)
-    return pb.Scope(tools=sorted(tools), access=sorted(access))
+        tool_levels.append(set(link.agent.tools))
+        access_levels.append(set(link.agent.access))
+        for dim in SCOPE_DIMENSIONS:
+            pattern_levels[dim].append(tuple(getattr(link.agent.scope, dim)))
+    for n in narrowings:  # an empty list in a narrowing means "not narrowed on this dimension"
+        if n.tools:
+            tool_levels.append(set(n.tools))
+        if n.access:
+            access_levels.append(set(n.access))
+        for dim in SCOPE_DIMENSIONS:
+            if getattr(n, dim):
+                pattern_levels[dim].append(tuple(getattr(n, dim)))
+    scope = pb.Scope(tools=sorted(set.intersection(*tool_levels)), access=sorted(set.intersection(*access_levels)))
+    for dim, levels in pattern_levels.items():
+        candidates = sorted({p for level in levels for p in level})
+        getattr(scope, dim).extend(p for p in candidates if all(_covered(p, level) for level in levels))
+    return scope
+
+
+_WILD = frozenset("*?[")
+
+
+def _covered(pattern: str, level: tuple[str, ...]) -> bool:
+    """Whether every value `pattern` matches is matched by some pattern of `level` (sound, not complete)."""
+    for q in level:
+        if q == "*" or q == pattern:
+            return True
+        if not _WILD & set(pattern):
+            if _patterns((q,)).matches(pattern):
+                return True
+        elif not {"?", "["} & set(q) and _patterns((q,)).matches(pattern):
+            # q has only '*' wildcards; if q matches p's text, each '*' of p lands inside a '*' of q
+            return True
+    return False

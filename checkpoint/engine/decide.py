@@ -268,9 +268,7 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
     approval = _rules(call, call.policies.rules_by_action["delegation"], activation)
     breakers.check(call, is_tool_call=False)
     _delegation_limits(call, child.name)
-    response.child_authority.CopyFrom(authority.child_authority(call, child.tools, child.access, d.narrowing))
-    for dim in ("images", "nodes", "connections", "subjects"):
-        getattr(response.child_authority, dim).extend(getattr(d.narrowing, dim) or getattr(child.scope, dim))
+    response.child_authority.CopyFrom(authority.child_authority(call, child, d.narrowing))
     ceilings = breakers.effective_budget(call, d.budget if d.HasField("budget") else None)
     for name, value in ceilings.items():
         setattr(response.child_budget, name, value)

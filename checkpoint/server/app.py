@@ -167,7 +167,11 @@ def create_server(
 
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),
-        interceptors=[AuthInterceptor(auth, lambda method, request, _ctx: service.record_unauthenticated(method, request))],
+        interceptors=[
+            AuthInterceptor(
+                auth, lambda method, request, _ctx: service.record_unauthenticated(method, request)
+            )
+        ],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
@@ -178,7 +182,8 @@ def create_server(
     server.add_generic_rpc_handlers((handlers(service, max_watchers=max_watchers),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server,
     )
 
     port = 0
@@ -198,7 +203,9 @@ def create_server(
 
     metrics_server = MetricsServer(metrics_address, metrics, lambda: {}) if metrics_address else None
     watcher = PolicyWatcher(store, interval=watch_interval, debounce=debounce) if watch_interval else None
-    checkpoint = CheckpointServer(server, service, store, watcher, decisions, health_servicer, metrics_server, uds)
+    checkpoint = CheckpointServer(
+        server, service, store, watcher, decisions, health_servicer, metrics_server, uds
+    )
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
     return checkpoint, port
@@ -231,7 +238,11 @@ def serve(**kwargs: Any) -> int:
         where.append(f"unix socket {server.uds_path}")
     if server.metrics_port:
         where.append(f"metrics on port {server.metrics_port}")
-    log.info("checkpoint serving (%s), policy revision %s", ", ".join(where), server.store.status.revision or "none")
+    log.info(
+        "checkpoint serving (%s), policy revision %s",
+        ", ".join(where),
+        server.store.status.revision or "none",
+    )
     done = threading.Event()
 
     def stop(signum: int, _frame: Any) -> None:

@@ -137,7 +137,12 @@ class AuthInterceptor(grpc.ServerInterceptor):
             if policy.caller(context) is None:
                 if self.on_refused is not None:
                     self.on_refused(method, request, context)
-                abort(context, Unauthenticated("unauthenticated", "a valid bearer token or client certificate is required"))
+                abort(
+                    context,
+                    Unauthenticated(
+                        "unauthenticated", "a valid bearer token or client certificate is required"
+                    ),
+                )
             return behavior(request, context)
 
         return guarded

@@ -83,7 +83,11 @@ def handlers(service: CheckpointService, *, max_watchers: int = 16) -> grpc.Gene
         stop = threading.Event()
         try:
             # Wakes the follower at once when the client goes away or the server stops.
-            context.add_callback(lambda: (stop.set(), service.wake_watchers()))
+            def on_done() -> None:
+                stop.set()
+                service.wake_watchers()
+
+            context.add_callback(on_done)
             yield from service.watch(request, stop)
         except ServiceError as exc:
             abort(context, exc)

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 # A decision takes tens of microseconds and a committed record about a millisecond: buckets from
 # 5 us up, so the histogram can tell the two apart.
@@ -42,13 +49,19 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
         )
         self.decisions = Counter(
-            "warden_checkpoint_decisions", "Decisions answered, by verdict and code", ["verdict", "code"], registry=r
+            "warden_checkpoint_decisions",
+            "Decisions answered, by verdict and code",
+            ["verdict", "code"],
+            registry=r,
         )
         self.refusals = Counter(
             "warden_checkpoint_refusals", "Requests refused without a decision, by code", ["code"], registry=r
         )
         self.reloads = Counter(
-            "warden_checkpoint_policy_reloads", "Policy reloads, by result (ok, error)", ["result"], registry=r
+            "warden_checkpoint_policy_reloads",
+            "Policy reloads, by result (ok, error)",
+            ["result"],
+            registry=r,
         )
         self.policy_loaded = Gauge(
             "warden_checkpoint_policy_loaded", "1 once a policy set is loaded and serving", registry=r
@@ -57,10 +70,14 @@ class Metrics:
             "warden_checkpoint_policy_last_reload_ok", "0 while the newest policy edit is broken", registry=r
         )
         self.policy_errors = Gauge(
-            "warden_checkpoint_policy_errors", "Errors in the newest policy edit (0 when it loaded)", registry=r
+            "warden_checkpoint_policy_errors",
+            "Errors in the newest policy edit (0 when it loaded)",
+            registry=r,
         )
         self.audit_failures = Counter(
-            "warden_checkpoint_audit_write_failures", "Decision records that could not be committed", registry=r
+            "warden_checkpoint_audit_write_failures",
+            "Decision records that could not be committed",
+            registry=r,
         )
         self.grants = Counter("warden_checkpoint_grants_signed", "Grants signed", registry=r)
 

@@ -93,7 +93,9 @@ class CheckpointService:
                 try:
                     self._sign(policies, request, response, arguments)
                 except (ValueError, TypeError) as exc:  # e.g. NaN: no canonical form, no grant
-                    response = _fail_closed(response, "invalid_arguments", f"arguments cannot be signed: {exc}")
+                    response = _fail_closed(
+                        response, "invalid_arguments", f"arguments cannot be signed: {exc}"
+                    )
 
         record = self._record(request, response, action, arguments, policies, now_ns)
         record["latency_us"] = (time.perf_counter_ns() - started) // 1000
@@ -107,7 +109,9 @@ class CheckpointService:
         return response
 
     def check_plan(self, request: pb.CheckPlanRequest) -> pb.CheckPlanResponse:
-        check = pb.CheckRequest(run=request.run, plan=request.plan, counters=request.counters, explain=request.explain)
+        check = pb.CheckRequest(
+            run=request.run, plan=request.plan, counters=request.counters, explain=request.explain
+        )
         return pb.CheckPlanResponse(decision=self.check(check))
 
     def check_batch(self, request: pb.CheckBatchRequest) -> pb.CheckBatchResponse:
@@ -120,7 +124,9 @@ class CheckpointService:
         for item in request.items:
             result = out.results.add(correlation_id=item.correlation_id)
             if not item.HasField("request"):
-                result.error.CopyFrom(pb.ErrorDetail(code="invalid_request", message="item has no request", field="request"))
+                result.error.CopyFrom(
+                    pb.ErrorDetail(code="invalid_request", message="item has no request", field="request")
+                )
                 continue
             try:
                 result.response.CopyFrom(self.check(item.request))
@@ -143,7 +149,11 @@ class CheckpointService:
     # -- grants and records ----------------------------------------------------------------
 
     def _sign(
-        self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse, arguments: dict[str, Any]
+        self,
+        policies: PolicySet,
+        request: pb.CheckRequest,
+        response: pb.CheckResponse,
+        arguments: dict[str, Any],
     ) -> None:
         response.grant.CopyFrom(
             grants.sign(
@@ -214,33 +224,37 @@ class CheckpointService:
         )  # fmt: skip
         arguments = convert.struct_to_dict(request.tool_call.arguments) if action == "tool_call" else None
         try:
-            self.log.append(self._record(request, response, action, arguments, self.store.current, time.time_ns()))
+            self.log.append(
+                self._record(request, response, action, arguments, self.store.current, time.time_ns())
+            )
         except AuditUnavailable as exc:
             self.metrics.audit_failures.inc()
             log.error("refusal (%s) not recorded: %s", code, exc)
 
     def record_unauthenticated(self, method: str, request: Any) -> None:
         self.metrics.refusals.labels("unauthenticated").inc()
-        requests = [i.request for i in request.items] if isinstance(request, pb.CheckBatchRequest) else [request]
+        requests = (
+            [i.request for i in request.items] if isinstance(request, pb.CheckBatchRequest) else [request]
+        )
         revision = self.store.status.revision or None
         for item in requests:
             self._record_refusal(item, "unauthenticated", f"{method}: no valid credentials", revision)
 
     # -- the decision stream ---------------------------------------------------------------
 
-    def watch(self, request: pb.WatchDecisionsRequest, stop: threading.Event) -> Iterator[pb.WatchDecisionsResponse]:
-        filters = {
-            "run_id": request.run_id or None,
-            "agent": request.agent or None,
-            "verdict": convert.verdict_name(request.verdict) if request.verdict else None,
-            "code": request.code or None,
-        }
+    def watch(
+        self, request: pb.WatchDecisionsRequest, stop: threading.Event
+    ) -> Iterator[pb.WatchDecisionsResponse]:
         if request.after_seq < 0:
             raise InvalidArgument("invalid_request", "after_seq must not be negative", "after_seq")
+        run_id, agent, code = request.run_id or None, request.agent or None, request.code or None
+        verdict = convert.verdict_name(request.verdict) if request.verdict else None
         if request.no_follow:
-            records = self.log.read(request.after_seq, **filters)
+            records = self.log.read(request.after_seq, run_id=run_id, agent=agent, verdict=verdict, code=code)
         else:
-            records = self.log.follow(request.after_seq, stop_event=stop, **filters)
+            records = self.log.follow(
+                request.after_seq, run_id=run_id, agent=agent, verdict=verdict, code=code, stop_event=stop
+            )
         with self._watch_lock:
             self._watch_stops.add(stop)
         try:
@@ -301,7 +315,12 @@ def _logged_arguments(
         return arguments
     if action == "model_call":
         m = request.model_call
-        return {"provider": m.provider, "model": m.model, "max_tokens": m.max_tokens, "input_tokens": m.input_tokens}
+        return {
+            "provider": m.provider,
+            "model": m.model,
+            "max_tokens": m.max_tokens,
+            "input_tokens": m.input_tokens,
+        }
     if action == "delegation":
         d = request.delegation
         return {"agent": d.agent, "agent_version": d.agent_version}

@@ -20,7 +20,10 @@ def make_record(**overrides: Any) -> dict[str, Any]:
         "run_id": "run-1",
         "root_run_id": "run-1",
         "parent_run_id": None,
-        "actor_chain": [{"kind": "person", "id": "ann"}, {"kind": "agent", "id": "support", "agent_version": "v1"}],
+        "actor_chain": [
+            {"kind": "person", "id": "ann"},
+            {"kind": "agent", "id": "support", "agent_version": "v1"},
+        ],
         "accountable_person": "ann",
         "agent": "support",
         "agent_version": "v1",

@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 def data_dir(tmp_path, make_record) -> Path:
     data = tmp_path / ".warden"
     with DecisionLog(data / "decisions.db") as log:
-        log.append(make_record(run_id="r1", verdict="ALLOW", code="allowed", time="2024-01-01T10:00:00.000000Z"))
+        log.append(
+            make_record(run_id="r1", verdict="ALLOW", code="allowed", time="2024-01-01T10:00:00.000000Z")
+        )
         log.append(make_record(run_id="r2", verdict="DENY", code="tool_not_allowed", agent="ops", tool="rm"))
         log.append(make_record(run_id="r1", verdict="HALT", code="breaker_turns", rule="breaker.turns"))
     return data
@@ -57,7 +59,10 @@ def test_query_table_and_filters(data_dir, capsys):
 
 def test_query_jsonl_with_every_filter(data_dir, capsys):
     def seqs(*extra: str) -> list[int]:
-        assert main(["audit", "query", "--log", str(data_dir / "decisions.db"), "--format", "jsonl", *extra]) == 0
+        assert (
+            main(["audit", "query", "--log", str(data_dir / "decisions.db"), "--format", "jsonl", *extra])
+            == 0
+        )
         return [r["seq"] for r in _jsonl(capsys.readouterr().out)]
 
     assert seqs() == [1, 2, 3]
@@ -79,8 +84,16 @@ def test_since_rejects_nonsense(data_dir, capsys):
 def test_tail_shows_the_last_n(data_dir, capsys):
     assert main(["audit", "tail", "--data", str(data_dir), "-n", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and lines[0].split()[0] == "2" and "HALT" in lines[1] and "rule=breaker.turns" in lines[1]
-    assert main(["audit", "tail", "--data", str(data_dir), "-n", "5", "--format", "jsonl", "--verdict", "DENY"]) == 0
+    assert (
+        len(lines) == 2
+        and lines[0].split()[0] == "2"
+        and "HALT" in lines[1]
+        and "rule=breaker.turns" in lines[1]
+    )
+    assert (
+        main(["audit", "tail", "--data", str(data_dir), "-n", "5", "--format", "jsonl", "--verdict", "DENY"])
+        == 0
+    )
     assert [r["code"] for r in _jsonl(capsys.readouterr().out)] == ["tool_not_allowed"]
 
 
@@ -134,7 +147,20 @@ def test_missing_log_is_an_error_and_is_not_created(sub, tmp_path, capsys):
 def test_tail_follow_prints_new_records_as_they_commit(data_dir, make_record):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "warden.cli", "audit", "tail", "-f", "-n", "1", "--format", "jsonl", "--data", str(data_dir)],
+        [
+            sys.executable,
+            "-m",
+            "warden.cli",
+            "audit",
+            "tail",
+            "-f",
+            "-n",
+            "1",
+            "--format",
+            "jsonl",
+            "--data",
+            str(data_dir),
+        ],
         stdout=subprocess.PIPE,
         env=env,
         cwd=REPO,

@@ -46,7 +46,9 @@ CHILD = textwrap.dedent(
 def test_sigkill_loses_no_committed_record(tmp_path, round_):
     path = tmp_path / "decisions.db"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, env=env, cwd=REPO)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, env=env, cwd=REPO
+    )
     assert child.stdout is not None
     printed: dict[int, str] = {}
     try:

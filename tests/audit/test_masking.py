@@ -49,7 +49,10 @@ def test_non_string_values_hash_as_canonical_json():
 
 
 def test_prefix_wins_and_drop_beats_hash():
-    assert mask_arguments(ARGS, hash=["card"], drop=["card.cvv"])["card"] == mask_arguments(ARGS, hash=["card"])["card"]
+    assert (
+        mask_arguments(ARGS, hash=["card"], drop=["card.cvv"])["card"]
+        == mask_arguments(ARGS, hash=["card"])["card"]
+    )
     assert "card" not in mask_arguments(ARGS, drop=["card"], hash=["card.number"])
     assert "order" not in mask_arguments(ARGS, drop=["order"], hash=["order"])
     assert "order" not in mask_arguments(ARGS, hash=["order"], drop=["order"])

@@ -34,7 +34,13 @@ def test_untouched_chain_verifies(filled):
 
 @pytest.mark.parametrize(
     ("column", "value"),
-    [("verdict", "HALT"), ("reason", "nothing to see"), ("arguments", '{"amount":1}'), ("latency_us", 1), ("time", "2020-01-01T00:00:00.000000Z")],
+    [
+        ("verdict", "HALT"),
+        ("reason", "nothing to see"),
+        ("arguments", '{"amount":1}'),
+        ("latency_us", 1),
+        ("time", "2020-01-01T00:00:00.000000Z"),
+    ],
 )
 def test_update_of_one_field_is_a_hash_mismatch_at_that_record(filled, column, value):
     path, _ = filled

@@ -27,7 +27,7 @@ FOLDERS = {
 ENGINES = ("native", "python")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def policies(folder: str = "engine", cel_engine: str = "native") -> PolicySet:
     return load_policy_dir(FOLDERS[folder], cel_engine=cel_engine)
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from ckpt_helpers import ENGINES, build, case, outcome, params, policies
 
 from checkpoint.engine import InvalidRequest, decide
-from ckpt_helpers import ENGINES, build, case, outcome, params, policies
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 HOSTILE = {
@@ -141,19 +141,25 @@ def test_moderately_nested_arguments_are_decided():
     assert (got.verdict, got.code) == ("DENY", "invalid_arguments")  # text must be a string
 
 
-@pytest.mark.parametrize("cel_engine", [
-    pytest.param("native", marks=pytest.mark.xfail(
-        strict=True, reason="engine bug: the native CEL engine (cel-expr-python) cuts strings at NUL, so "
-        "touches sees 'doc:a' while the call carries 'doc:a\\x00...'; the python engine does not")),
-    "python",
+NUL_BUG = pytest.mark.xfail(
+    strict=True, reason="engine bug: the native CEL runtime (cel-expr-python, checkpoint/cel/native.py) cuts "
+    "strings at NUL, so touches sees 'www.lab.example.com' while the call carries "
+    "'www.lab.example.com\\x00.gov'; the python engine and the fast path do not")
+
+
+@pytest.mark.parametrize("cel_engine, tool", [
+    pytest.param("native", "read_doc", id="native-fast-path-touches"),
+    pytest.param("python", "read_doc", id="python-fast-path-touches"),
+    pytest.param("native", "read_note", id="native-cel-touches", marks=NUL_BUG),
+    pytest.param("python", "read_note", id="python-cel-touches"),
 ])
 @pytest.mark.parametrize("value", [
     pytest.param("www.lab.example.com\x00.gov", id="nul-then-off-limits"),
     pytest.param("www.lab.example.com\x00.evil.org", id="nul-then-out-of-scope"),
 ])
-def test_nul_inside_a_touched_value_never_allows(cel_engine, value):
+def test_nul_inside_a_touched_value_never_allows(cel_engine, tool, value):
     p = policies("engine", cel_engine)
-    got = outcome(p, build(p, chain=["reader"], tool="read_doc", args={"doc": value}))
+    got = outcome(p, build(p, chain=["reader"], tool=tool, args={"doc": value}))
     assert got.verdict != "ALLOW", got
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+from ckpt_helpers import case, params
 
 from checkpoint.engine import codes
 from checkpoint.engine.breakers import BREAKERS
-from ckpt_helpers import case, params
 
 DOC = {"doc": "doc:readme"}
 MODEL = {"provider": "anthropic", "model": "claude-haiku-4-5"}
@@ -154,3 +156,47 @@ def test_child_budget_in_delegation_response_is_narrowest(requested, expected):
     assert got.response.child_budget.turns == expected
     assert got.response.child_budget.tool_calls == 6  # parent's agent budget, below tenant's 8
     assert got.response.child_budget.spend_usd == 6.0
+
+
+def _zero_ceiling_folder(tmp_path, level: str):
+    from ckpt_helpers import FOLDERS
+
+    folder = tmp_path / "p"
+    shutil.copytree(FOLDERS["narrowing"], folder)
+    if level == "agent":
+        agents = folder / "agents.yaml"
+        agents.write_text(agents.read_text().replace("budget: {turns: 6, tool_calls: 6, spend_usd: 6.0}",
+                                                     "budget: {turns: 6, tool_calls: 0, spend_usd: 6.0}"))
+    else:
+        (folder / "tenant.yaml").write_text("kind: Tenant\nname: t\nceilings: {turns: 8, tool_calls: 0}\n")
+    return folder
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: breakers.py _narrowest treats a policy-file ceiling of 0 "
+                   "as 'not set' (`if value:`), so `tool_calls: 0` means unlimited, while daily_spend 0 and "
+                   "delegation limits 0 mean 'none'")
+@pytest.mark.parametrize("level", ["tenant", "agent"])
+def test_a_zero_ceiling_in_a_policy_file_is_not_unlimited(tmp_path, level):
+    from ckpt_helpers import build, outcome
+
+    from checkpoint.policy import PolicyLoadError, load_policy_dir
+
+    try:
+        p = load_policy_dir(_zero_ceiling_folder(tmp_path, level))
+    except PolicyLoadError:
+        return  # refusing 0 at load is fine too: either way it must not mean "unlimited"
+    got = outcome(p, build(p, chain=["parent"], tool="ping", args={}, counters={"turn_tool_calls": 3}))
+    assert (got.verdict, got.code) == ("HALT", "breaker_tool_calls"), got
+
+
+def test_a_zero_daily_spend_allows_nothing(tmp_path):
+    from ckpt_helpers import FOLDERS, build, outcome
+
+    from checkpoint.policy import load_policy_dir
+
+    folder = tmp_path / "p"
+    shutil.copytree(FOLDERS["narrowing"], folder)
+    (folder / "tenant.yaml").write_text("kind: Tenant\nname: t\ndaily_spend: {per_owner_usd: 0}\n")
+    p = load_policy_dir(folder)
+    got = outcome(p, build(p, chain=["parent"], model=MODEL))
+    assert (got.verdict, got.code) == ("HALT", "breaker_spend")

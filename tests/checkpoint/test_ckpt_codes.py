@@ -6,9 +6,9 @@ The meta-test re-runs every table of this folder, so it holds whichever test fil
 from __future__ import annotations
 
 import pytest
+from ckpt_helpers import ENGINES, case, params
 
 from checkpoint.engine import codes
-from ckpt_helpers import ENGINES, case, params
 
 DOC = {"doc": "doc:readme"}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ckpt_helpers import case, params
 
 DOC = {"doc": "doc:readme"}

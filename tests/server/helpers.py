@@ -11,7 +11,9 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
 
 
-def run_context(agent: str, version: str, *, run_id: str = "run-1", mode: int = pb.RUN_MODE_INTERACTIVE) -> pb.RunContext:
+def run_context(
+    agent: str, version: str, *, run_id: str = "run-1", mode: int = pb.RUN_MODE_INTERACTIVE
+) -> pb.RunContext:
     return pb.RunContext(
         tenant="acme",
         run_id=run_id,

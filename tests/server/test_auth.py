@@ -24,7 +24,9 @@ from .helpers import rpc_error, tool_call
 
 
 def _check(running, stub):
-    return stub.Check(tool_call("recon", running.version("recon"), "get_task", {"task_id": "task-1"}), timeout=5)
+    return stub.Check(
+        tool_call("recon", running.version("recon"), "get_task", {"task_id": "task-1"}), timeout=5
+    )
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token-0123456789"])
@@ -35,7 +37,9 @@ def test_tcp_without_a_valid_token_is_refused_and_recorded(checkpoint, token):
     assert code == grpc.StatusCode.UNAUTHENTICATED
     assert detail is not None and detail.code == "unauthenticated"
     [record] = checkpoint.records()
-    assert record["code"] == "unauthenticated" and record["verdict"] == "DENY" and record["tool"] == "get_task"
+    assert (
+        record["code"] == "unauthenticated" and record["verdict"] == "DENY" and record["tool"] == "get_task"
+    )
     code, _ = rpc_error(stub.ResolveAgent, pb.ResolveAgentRequest(agent="recon"))
     assert code == grpc.StatusCode.UNAUTHENTICATED
 
@@ -58,7 +62,9 @@ def test_socket_mode_0660(start):
 
 def test_tcp_without_any_auth_configured_refuses_to_start(tmp_path, policy_dir):
     with pytest.raises(ValueError, match="authentication"):
-        create_server("127.0.0.1:0", policy_dir=policy_dir, data_dir=tmp_path / "d", key=SigningKey.generate())
+        create_server(
+            "127.0.0.1:0", policy_dir=policy_dir, data_dir=tmp_path / "d", key=SigningKey.generate()
+        )
 
 
 def test_token_file_format_and_permissions(tmp_path: Path):
@@ -88,14 +94,18 @@ def _cert(name: str, issuer_key, issuer_name, key, *, ca: bool) -> x509.Certific
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False
+        )
     return builder.sign(issuer_key, hashes.SHA256())
 
 
 def _pem(obj) -> bytes:
     if isinstance(obj, x509.Certificate):
         return obj.public_bytes(serialization.Encoding.PEM)
-    return obj.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return obj.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def test_mtls_client_certificate_is_required(tmp_path, policy_dir):

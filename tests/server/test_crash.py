@@ -47,7 +47,9 @@ def _wait_serving(sock: Path, proc: subprocess.Popen) -> grpc.Channel:
 
 
 def _warden(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "warden.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "warden.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_sigkill_under_load_loses_no_answered_decision(tmp_path, policy_dir):

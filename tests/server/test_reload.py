@@ -88,7 +88,9 @@ def test_broken_edit_keeps_the_last_good_set(start):
     health = health_pb2_grpc.HealthStub(running.tcp(token=None))
     with Traffic(running.stub(), request, threads=2) as traffic:
         _wait(lambda: len(traffic.answers) > 10)
-        (running.policies / "rules" / "broken.yaml").write_text("kind: Rule\nname: broken\neffect: deny_if\ncondition: 'true'\nbogus: 1\nalso_bogus: 2\n")
+        (running.policies / "rules" / "broken.yaml").write_text(
+            "kind: Rule\nname: broken\neffect: deny_if\ncondition: 'true'\nbogus: 1\nalso_bogus: 2\n"
+        )
         _wait(lambda: not running.server.store.status.last_ok)
         seen = len(traffic.answers)
         _wait(lambda: len(traffic.answers) > seen + 10)
@@ -98,7 +100,10 @@ def test_broken_edit_keeps_the_last_good_set(start):
 
     errors = running.server.store.status.errors
     assert len(errors) >= 2 and all("broken.yaml:" in e for e in errors)  # every error, with file:line
-    assert health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+    assert (
+        health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=5).status
+        == health_pb2.HealthCheckResponse.SERVING
+    )
     reload_health = health.Check(health_pb2.HealthCheckRequest(service=RELOAD_HEALTH_NAME), timeout=5)
     assert reload_health.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -115,3 +120,26 @@ def test_broken_edit_keeps_the_last_good_set(start):
     _wait(lambda: running.server.store.status.last_ok)
     reload_health = health.Check(health_pb2.HealthCheckRequest(service=RELOAD_HEALTH_NAME), timeout=5)
     assert reload_health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_agent_edit_makes_a_new_version_and_pinned_runs_keep_the_old(checkpoint):
+    old_version = checkpoint.version("recon")
+    recon = checkpoint.policies / "agents" / "recon.yaml"
+    recon.write_text(
+        recon.read_text().replace(
+            "allowlist: [create_task_from_template, get_task, list_templates]", "allowlist: [list_templates]"
+        )
+    )
+    _wait(lambda: checkpoint.version("recon") != old_version)
+    assert checkpoint.server.store.status.last_ok, checkpoint.server.store.status.errors
+    new_version = checkpoint.version("recon")
+    stub = checkpoint.stub()
+    pinned = stub.Check(tool_call("recon", old_version, "get_task", {"task_id": "task-1"}), timeout=5)
+    assert (pinned.verdict, pinned.agent_version) == (
+        pb.VERDICT_ALLOW,
+        old_version,
+    )  # a run pinned before the edit
+    fresh = stub.Check(tool_call("recon", new_version, "get_task", {"task_id": "task-1"}), timeout=5)
+    assert (fresh.verdict, fresh.code) == (pb.VERDICT_DENY, "tool_not_allowed")
+    resolved = stub.ResolveAgent(pb.ResolveAgentRequest(agent="recon", agent_version=old_version), timeout=5)
+    assert resolved.agent_version == old_version

@@ -66,9 +66,18 @@ def test_allow_carries_a_grant_that_verifies_for_exactly_this_call(checkpoint):
     assert resp.policy_revision == checkpoint.server.store.current.revision
     grant = resp.grant
     assert grant.decision_id == resp.decision_id and grant.tool == "get_task"
-    grants.verify(checkpoint.key, grant, run_id="run-1", agent_version=version, tool="get_task", arguments=args)
+    grants.verify(
+        checkpoint.key, grant, run_id="run-1", agent_version=version, tool="get_task", arguments=args
+    )
     with pytest.raises(grants.GrantError) as exc:
-        grants.verify(checkpoint.key, grant, run_id="run-1", agent_version=version, tool="get_task", arguments={"task_id": "task-2"})
+        grants.verify(
+            checkpoint.key,
+            grant,
+            run_id="run-1",
+            agent_version=version,
+            tool="get_task",
+            arguments={"task_id": "task-2"},
+        )
     assert exc.value.code == "grant_mismatch"
     [record] = checkpoint.records()
     assert record["decision_id"] == resp.decision_id
@@ -80,11 +89,17 @@ def test_allow_carries_a_grant_that_verifies_for_exactly_this_call(checkpoint):
 
 def test_deny_is_an_answer_without_grant_and_is_recorded(checkpoint):
     version = checkpoint.version("refunds")
-    resp = checkpoint.stub().Check(tool_call("refunds", version, "get_task", {"task_id": "task-t"}), timeout=5)
+    resp = checkpoint.stub().Check(
+        tool_call("refunds", version, "get_task", {"task_id": "task-t"}), timeout=5
+    )
     assert resp.verdict == pb.VERDICT_DENY and resp.code == "tool_not_allowed"
     assert not resp.HasField("grant")
     [record] = checkpoint.records()
-    assert (record["decision_id"], record["verdict"], record["code"]) == (resp.decision_id, "DENY", "tool_not_allowed")
+    assert (record["decision_id"], record["verdict"], record["code"]) == (
+        resp.decision_id,
+        "DENY",
+        "tool_not_allowed",
+    )
 
 
 def test_logged_arguments_are_masked_by_the_tool_policy(checkpoint):
@@ -102,7 +117,10 @@ def test_logged_arguments_are_masked_by_the_tool_policy(checkpoint):
 def test_decision_ids_are_unique_and_time_ordered(checkpoint):
     stub = checkpoint.stub()
     version = checkpoint.version("recon")
-    ids = [stub.Check(tool_call("recon", version, "get_task", {"task_id": f"task-{i}"}), timeout=5).decision_id for i in range(50)]
+    ids = [
+        stub.Check(tool_call("recon", version, "get_task", {"task_id": f"task-{i}"}), timeout=5).decision_id
+        for i in range(50)
+    ]
     assert len(set(ids)) == 50
     assert ids == sorted(ids)
 
@@ -139,9 +157,13 @@ def test_check_batch_answers_each_item_by_correlation_id(checkpoint):
     del invalid.run.actor_chain[:]
     batch = pb.CheckBatchRequest(
         items=[
-            pb.CheckBatchItem(correlation_id="a", request=tool_call("recon", version, "get_task", {"task_id": "task-t"})),
+            pb.CheckBatchItem(
+                correlation_id="a", request=tool_call("recon", version, "get_task", {"task_id": "task-t"})
+            ),
             pb.CheckBatchItem(correlation_id="b", request=invalid),
-            pb.CheckBatchItem(correlation_id="c", request=tool_call("recon", version, "cancel_task", {"task_id": "task-t"})),
+            pb.CheckBatchItem(
+                correlation_id="c", request=tool_call("recon", version, "cancel_task", {"task_id": "task-t"})
+            ),
         ]
     )
     out = checkpoint.stub().CheckBatch(batch, timeout=5)
@@ -163,9 +185,7 @@ def test_check_batch_too_large(start):
 
 def test_check_plan_checks_every_step(checkpoint):
     version = checkpoint.version("recon")
-    plan = pb.Plan(
-        steps=[pb.PlanStep(id="s1", tool="get_task"), pb.PlanStep(id="s2", tool="cancel_task")]
-    )
+    plan = pb.Plan(steps=[pb.PlanStep(id="s1", tool="get_task"), pb.PlanStep(id="s2", tool="cancel_task")])
     req = pb.CheckPlanRequest(run=tool_call("recon", version, "get_task", {}).run, plan=plan)
     out = checkpoint.stub().CheckPlan(req, timeout=5).decision
     assert out.verdict == pb.VERDICT_DENY and out.decision_id
@@ -197,8 +217,17 @@ def test_audit_unavailable_denies_without_grant(checkpoint):
 
 def test_lookup_order_allow_binds_run_and_arguments(checkpoint):
     version = checkpoint.version("refunds")
-    resp = checkpoint.stub().Check(tool_call("refunds", version, "lookup_order", LOOKUP_ARGS, run_id="r-9"), timeout=5)
+    resp = checkpoint.stub().Check(
+        tool_call("refunds", version, "lookup_order", LOOKUP_ARGS, run_id="r-9"), timeout=5
+    )
     assert resp.verdict == pb.VERDICT_ALLOW
     with pytest.raises(grants.GrantError) as exc:
-        grants.verify(checkpoint.key, resp.grant, run_id="r-other", agent_version=version, tool="lookup_order", arguments=LOOKUP_ARGS)
+        grants.verify(
+            checkpoint.key,
+            resp.grant,
+            run_id="r-other",
+            agent_version=version,
+            tool="lookup_order",
+            arguments=LOOKUP_ARGS,
+        )
     assert exc.value.code == "grant_mismatch"

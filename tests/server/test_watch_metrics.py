@@ -16,7 +16,10 @@ from .helpers import tool_call
 def _decide(running, n: int, tool: str = "get_task") -> list[str]:
     stub = running.stub()
     version = running.version("recon")
-    return [stub.Check(tool_call("recon", version, tool, {"task_id": f"task-{i}"}), timeout=5).decision_id for i in range(n)]
+    return [
+        stub.Check(tool_call("recon", version, tool, {"task_id": f"task-{i}"}), timeout=5).decision_id
+        for i in range(n)
+    ]
 
 
 def test_watch_catches_up_then_follows(checkpoint):
@@ -48,7 +51,9 @@ def test_watch_filters_and_no_follow(checkpoint):
     allowed = _decide(checkpoint, 2)
     denied = _decide(checkpoint, 2, tool="cancel_task")
     stub = checkpoint.stub()
-    deny_only = list(stub.WatchDecisions(pb.WatchDecisionsRequest(verdict=pb.VERDICT_DENY, no_follow=True), timeout=5))
+    deny_only = list(
+        stub.WatchDecisions(pb.WatchDecisionsRequest(verdict=pb.VERDICT_DENY, no_follow=True), timeout=5)
+    )
     assert [r.record.decision_id for r in deny_only] == denied
     by_code = list(stub.WatchDecisions(pb.WatchDecisionsRequest(code="allowed", no_follow=True), timeout=5))
     assert [r.record.decision_id for r in by_code] == allowed
@@ -62,7 +67,11 @@ def test_metrics_count_decisions_by_verdict_and_code(start):
     running = start(metrics_address="127.0.0.1:0")
     _decide(running, 3)
     _decide(running, 1, tool="cancel_task")
-    text = urllib.request.urlopen(f"http://127.0.0.1:{running.server.metrics_port}/metrics", timeout=5).read().decode()
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{running.server.metrics_port}/metrics", timeout=5)
+        .read()
+        .decode()
+    )
     assert 'warden_checkpoint_decisions_total{code="allowed",verdict="ALLOW"} 3.0' in text
     assert 'warden_checkpoint_decisions_total{code="tool_not_allowed",verdict="DENY"} 1.0' in text
     assert 'warden_checkpoint_decision_seconds_bucket{le="5e-06"}' in text

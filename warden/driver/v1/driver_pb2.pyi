@@ -205,14 +205,16 @@ class ListRunsResponse(_message.Message):
     def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
-    __slots__ = ("run_id", "after_seq", "no_follow")
+    __slots__ = ("run_id", "after_seq", "no_follow", "until_waiting")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     NO_FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_WAITING_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     after_seq: int
     no_follow: bool
-    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., no_follow: _Optional[bool] = ...) -> None: ...
+    until_waiting: bool
+    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., no_follow: _Optional[bool] = ..., until_waiting: _Optional[bool] = ...) -> None: ...
 
 class WatchRunResponse(_message.Message):
     __slots__ = ("event",)

@@ -1,0 +1,105 @@
+"""The demo scenario, played over gRPC exactly as a person would with the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from driver.cli import _read_token
+from driver.goal import load_goal
+from driver.render import event_line
+from driver.service import goal_to_proto
+from driver.up import Stack
+from warden.checkpoint.v1 import checkpoint_pb2 as cp
+from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
+from warden.driver.v1 import driver_pb2 as pb
+from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+
+
+class Scenario:
+    def __init__(self, stack: Stack) -> None:
+        token = (stack.data / "operator.token").read_text().strip()
+        self.md = [("authorization", f"Bearer {token}")]
+        self.channel = grpc.insecure_channel(stack.driver_address)
+        self.driver = pb_grpc.DriverServiceStub(self.channel)
+        self.stack = stack
+        self.seen: set[str] = set()
+        self.after = 0
+
+    def follow_until_stop(self, run_id: str) -> pb.Run:
+        """Print events until the run waits for a person or ends."""
+        stream = self.driver.WatchRun(pb.WatchRunRequest(run_id=run_id, after_seq=self.after), metadata=self.md)
+        for resp in stream:
+            e = resp.event
+            self.after = e.seq
+            data: dict[str, Any] = json_format.MessageToDict(e.data)
+            print(event_line(e.kind, data, e.seq), flush=True)
+            self._note(e.kind, data)
+            if e.kind in ("approval_requested", "run_paused", "run_succeeded", "run_failed", "run_cancelled"):
+                stream.cancel()
+                break
+        return self.driver.GetRun(pb.GetRunRequest(run_id=run_id), metadata=self.md).run
+
+    def _note(self, kind: str, d: dict[str, Any]) -> None:
+        if kind == "tool_receipt" and int(d.get("exit_code", 1)) == 0:
+            self.seen.add("allowed call ran in a container")
+        if kind == "decision" and d.get("verdict") == "DENY":
+            self.seen.add("denied call")
+        if kind == "approval_decided" and d.get("decision") == "approved":
+            self.seen.add("approval")
+        if kind == "run_paused" and d.get("breaker"):
+            self.seen.add("breaker trip and pause")
+        if kind == "run_resumed":
+            self.seen.add("resume")
+        if kind == "run_succeeded":
+            self.seen.add("verified success")
+
+    def print_decisions(self, run_id: str) -> int:
+        token = _read_token(self.stack.data / "checkpoint.tokens", "driver") or ""
+        with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
+            stub = cp_grpc.CheckpointServiceStub(ch)
+            n = 0
+            for resp in stub.WatchDecisions(cp.WatchDecisionsRequest(run_id=run_id, no_follow=True),
+                                            metadata=[("authorization", f"Bearer {token}")], timeout=30):
+                r = resp.record
+                what = r.tool or r.action
+                print(f"  #{r.seq:<3} {r.action:<10} {what:<26} {cp.Verdict.Name(r.verdict).removeprefix('VERDICT_'):<16} "
+                      f"{r.code:<20} {r.agent}@{r.agent_version[:12]} for {r.accountable_person}  hash {r.hash[:12]}")
+                n += 1
+        return n
+
+
+def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
+    s = Scenario(stack)
+    print("\n== a person starts the recon agent on a goal (scripted model, no API key)", flush=True)
+    run = s.driver.StartRun(pb.StartRunRequest(agent="recon", goal=goal_to_proto(load_goal(goal_path)),
+                                               mode=pb.RUN_MODE_INTERACTIVE, provider="scripted",
+                                               script_yaml=script_path.read_text()), metadata=s.md).run
+    run_id = run.run_id
+    for _ in range(10):
+        run = s.follow_until_stop(run_id)
+        if run.status == pb.RUN_STATUS_AWAITING_APPROVAL:
+            a = run.pending_approvals[0]
+            print(f"\n== a person reads the call and approves it: {a.tool} {json_format.MessageToDict(a.arguments)}",
+                  flush=True)
+            s.driver.ApproveCall(pb.ApproveCallRequest(approval_id=a.approval_id, note="lab subnet, go ahead"),
+                                 metadata=s.md)
+        elif run.status == pb.RUN_STATUS_PAUSED and run.code.startswith("breaker_"):
+            print(f"\n== the run paused on {run.code}; a person raises the ceiling and resumes", flush=True)
+            s.driver.ResumeRun(pb.ResumeRunRequest(run_id=run_id, reply="you have five more turns",
+                                                   raise_budget=cp.Budget(turns=10)), metadata=s.md)
+        else:
+            break
+    print(f"\n== run {run_id}: {pb.RunStatus.Name(run.status)} ({run.code}) after {run.counters.total_turns} turns, "
+          f"{run.total_tokens} tokens", flush=True)
+    print("\n== the decision stream, from the checkpoint's hash-chained log", flush=True)
+    n = s.print_decisions(run_id)
+    wanted = ["allowed call ran in a container", "denied call", "approval", "breaker trip and pause", "resume",
+              "verified success"]
+    missing = [w for w in wanted if w not in s.seen]
+    print(f"\n== {n} decisions recorded; scenario: " + ", ".join(f"{w} {'ok' if w in s.seen else 'MISSING'}"
+                                                              for w in wanted), flush=True)
+    return 0 if not missing and run.status == pb.RUN_STATUS_SUCCEEDED else 1

@@ -1,0 +1,349 @@
+"""`warden driver serve`, `warden up`, and the person's commands: run, runs, watch, approve,
+reject, resume, cancel, amend. The commands talk to DriverService with the operator credential
+from DATA/operator.token (created by `warden up`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA = os.environ.get("WARDEN_DATA", ".warden")
+DEFAULT_DRIVER = os.environ.get("WARDEN_DRIVER", "127.0.0.1:7403")
+BUDGET_KEYS = ("tokens", "turns", "tool_calls", "wall_clock_seconds", "repetition", "failures", "drift",
+               "tree_tokens", "spend_usd", "provider_refusals")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    drv = subparsers.add_parser("driver", help="the run driver (model loop)", description="The run driver.")
+    dsub = drv.add_subparsers(dest="driver_command", metavar="COMMAND")
+    serve = dsub.add_parser("serve", help="serve DriverService over gRPC",
+                            description="Serve DriverService: host governed model loops, keep run state.")
+    serve.add_argument("--address", default="127.0.0.1:7403", help="host:port (default %(default)s)")
+    serve.add_argument("--data", default=DEFAULT_DATA, type=Path, help="data folder for driver.db (default %(default)s)")
+    serve.add_argument("--policies", default="policies", type=Path, help="policy folder (model prices)")
+    serve.add_argument("--checkpoint", default="127.0.0.1:7401", help="checkpoint address")
+    serve.add_argument("--checkpoint-tokens", type=Path,
+                       help="token file holding the driver's checkpoint token (default DATA/checkpoint.tokens)")
+    serve.add_argument("--toolrunner", default="127.0.0.1:7402", help="toolrunner address")
+    serve.add_argument("--operators", type=Path, help="operators file, 'person token' per line (default DATA/operators.tokens)")
+    serve.add_argument("--provider", default="scripted", choices=("scripted", "anthropic"), help="default provider")
+    serve.add_argument("--model", default=os.environ.get("WARDEN_MODEL", "claude-sonnet-4-5"),
+                       help="default model for the anthropic provider")
+    serve.add_argument("--anthropic-base-url", default=os.environ.get("ANTHROPIC_BASE_URL"),
+                       help="Messages API base URL (key from ANTHROPIC_API_KEY)")
+    serve.set_defaults(func=_serve)
+    drv.set_defaults(func=lambda _a: (drv.print_help(), 2)[1])
+
+    up = subparsers.add_parser("up", help="start checkpoint, toolrunner and driver on loopback",
+                               description="Start the three processes with embedded defaults, wait until all "
+                                           "are healthy, stop them cleanly on Ctrl-C.")
+    up.add_argument("--data", default=DEFAULT_DATA, type=Path, help="data folder (default %(default)s)")
+    up.add_argument("--policies", default="policies", type=Path, help="policy folder (default %(default)s)")
+    up.add_argument("--ports", default="7401,7402,7403", help="checkpoint,toolrunner,driver ports (default %(default)s)")
+    up.add_argument("--provider", default="scripted", choices=("scripted", "anthropic"))
+    up.set_defaults(func=_up)
+
+    def client_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--driver", default=DEFAULT_DRIVER, help="driver address (default %(default)s, env WARDEN_DRIVER)")
+        p.add_argument("--data", default=DEFAULT_DATA, type=Path, help="data folder holding operator.token")
+
+    run = subparsers.add_parser("run", help="start a run of an agent on a goal",
+                                description="Start a run: the agent version is pinned, the plan is checked, "
+                                            "every step is decided by the checkpoint.")
+    run.add_argument("agent")
+    run.add_argument("--goal", required=True, type=Path, help="goal file (YAML): objective, criteria, constraints, budget")
+    run.add_argument("--script", type=Path, help="model script for the scripted provider (YAML)")
+    run.add_argument("--provider", choices=("scripted", "anthropic"), help="default: scripted with --script, else the driver's")
+    run.add_argument("--model", default="")
+    run.add_argument("--agent-version", default="", help="pin this known version instead of the current one")
+    run.add_argument("--background", action="store_true", help="nobody is there to approve ('*' is refused)")
+    run.add_argument("--follow", action="store_true", help="stream the run's events until it stops")
+    client_args(run)
+    run.set_defaults(func=_run)
+
+    runs = subparsers.add_parser("runs", help="list runs, or show one", description="List runs, or show one run.")
+    runs.add_argument("run_id", nargs="?")
+    runs.add_argument("--status", choices=("running", "paused", "awaiting_approval", "succeeded", "failed", "cancelled"))
+    client_args(runs)
+    runs.set_defaults(func=_runs)
+
+    watch = subparsers.add_parser("watch", help="stream a run's events", description="Stream a run's events.")
+    watch.add_argument("run_id")
+    watch.add_argument("--no-follow", action="store_true")
+    client_args(watch)
+    watch.set_defaults(func=_watch)
+
+    for name, verb in (("approve", "approve"), ("reject", "reject")):
+        p = subparsers.add_parser(name, help=f"{verb} a call waiting for a person",
+                                  description=f"{verb.capitalize()} a call that waits for a person (REQUIRE_APPROVAL). "
+                                              "You are recorded as the approver.")
+        p.add_argument("approval_id")
+        p.add_argument("--note", default="")
+        client_args(p)
+        p.set_defaults(func=_approve if name == "approve" else _reject)
+
+    resume = subparsers.add_parser("resume", help="resume a paused run", description=(
+        "Resume a paused run under the same pinned version: reply to the model and/or raise ceilings "
+        "(e.g. --raise turns=20). turns_total is never raised."))
+    resume.add_argument("run_id")
+    resume.add_argument("--reply", default="")
+    resume.add_argument("--raise", dest="raise_", action="append", default=[], metavar="CEILING=VALUE",
+                        help=f"one of {', '.join(BUDGET_KEYS)}")
+    client_args(resume)
+    resume.set_defaults(func=_resume)
+
+    cancel = subparsers.add_parser("cancel", help="cancel a run", description="Stop a run and anything running for it.")
+    cancel.add_argument("run_id")
+    cancel.add_argument("--reason", default="")
+    client_args(cancel)
+    cancel.set_defaults(func=_cancel)
+
+    amend = subparsers.add_parser("amend", help="amend a run's goal (a new goal version)",
+                                  description="A person amends the goal; the agent never can.")
+    amend.add_argument("run_id")
+    amend.add_argument("--goal", required=True, type=Path)
+    client_args(amend)
+    amend.set_defaults(func=_amend)
+
+
+# -- server side ----------------------------------------------------------------------------
+
+
+def _read_token(path: Path, caller: str) -> str | None:
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == caller:
+            return parts[1]
+    return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import signal
+    import threading
+
+    from driver.clients import CheckpointClient, ToolRunnerClient
+    from driver.loop import Driver
+    from driver.pricing import Prices
+    from driver.providers import make_provider
+    from driver.service import OperatorsFileError, create_server, load_operators
+    from driver.store import RunStore
+    from driver.up import OPERATORS_FILE, ensure_operator
+
+    data: Path = args.data
+    operators_path = args.operators or data / OPERATORS_FILE
+    if args.operators is None and not operators_path.exists():
+        ensure_operator(data)
+    try:
+        operators = load_operators(operators_path)
+    except (OSError, OperatorsFileError) as exc:
+        print(f"warden driver: {exc}", file=sys.stderr)
+        return 2
+    token = _read_token(args.checkpoint_tokens or data / "checkpoint.tokens", "driver")
+    api_key = os.environ.get("ANTHROPIC_API_KEY")
+
+    def provider_factory(name: str, model: str, options: dict[str, Any]) -> Any:
+        if name == "anthropic":
+            return make_provider("anthropic", model=model or args.model, api_key=api_key,
+                                 base_url=args.anthropic_base_url)
+        return make_provider(name, **options)
+
+    store = RunStore(data / "driver.db")
+    driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner),
+                    provider_factory, prices=Prices.from_policy_dir(args.policies),
+                    default_provider=args.provider, default_model=args.model)
+    running, port = create_server(args.address, driver, operators)
+    print(f"driver listening on {args.address.rsplit(':', 1)[0]}:{port}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    running.stop()
+    store.close()
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    from driver.up import Stack, run_up
+
+    try:
+        cp, tr, dr = (int(p) for p in args.ports.split(","))
+    except ValueError:
+        print("warden up: --ports takes three ports, e.g. 7401,7402,7403", file=sys.stderr)
+        return 2
+    return run_up(Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider]))
+
+
+# -- client side ----------------------------------------------------------------------------
+
+
+class _Client:
+    def __init__(self, args: argparse.Namespace) -> None:
+        import grpc
+
+        from warden.driver.v1 import driver_pb2_grpc
+
+        token_file = Path(args.data) / "operator.token"
+        if not token_file.exists():
+            raise SystemExit(f"warden: no operator credential at {token_file} (start the stack with `warden up`)")
+        self.metadata = [("authorization", "Bearer " + token_file.read_text().strip())]
+        self.channel = grpc.insecure_channel(args.driver)
+        self.stub = driver_pb2_grpc.DriverServiceStub(self.channel)
+
+    def call(self, method: str, request: Any) -> Any:
+        return getattr(self.stub, method)(request, metadata=self.metadata, timeout=30)
+
+
+def _grpc_errors(fn):  # type: ignore[no-untyped-def]
+    def wrapper(args: argparse.Namespace) -> int:
+        import grpc
+
+        try:
+            return int(fn(args) or 0)
+        except grpc.RpcError as err:
+            print(f"warden {args.command}: {err.details() or err.code()}", file=sys.stderr)  # type: ignore[attr-defined]
+            return 1
+    return wrapper
+
+
+def _goal_proto(path: Path) -> Any:
+    from driver.errors import GoalError
+    from driver.goal import load_goal
+    from driver.service import goal_to_proto
+
+    try:
+        return goal_to_proto(load_goal(path))
+    except GoalError as exc:
+        raise SystemExit(f"warden: {exc.message}") from None
+
+
+def print_run(r: Any) -> None:
+    from driver.render import run_line
+
+    print(run_line(r))
+    if r.reason:
+        print(f"  {r.code}: {r.reason}")
+    for m in r.missing:
+        print(f"  missing: {m}")
+    for a in r.pending_approvals:
+        print(f"  waiting for approval {a.approval_id}: {a.tool} ({a.reason})")
+
+
+def follow(client: _Client, run_id: str, after_seq: int = 0, no_follow: bool = False) -> int:
+    """Print the run's events until it ends or waits for a person, then where it stands."""
+    from google.protobuf import json_format
+
+    from driver.render import event_line
+    from warden.driver.v1 import driver_pb2 as pb
+
+    req = pb.WatchRunRequest(run_id=run_id, after_seq=after_seq, no_follow=no_follow, until_waiting=True)
+    for resp in client.stub.WatchRun(req, metadata=client.metadata):
+        e = resp.event
+        print(event_line(e.kind, json_format.MessageToDict(e.data), e.seq), flush=True)
+    print_run(client.call("GetRun", pb.GetRunRequest(run_id=run_id)).run)
+    return 0
+
+
+@_grpc_errors
+def _run(args: argparse.Namespace) -> int:
+    from warden.driver.v1 import driver_pb2 as pb
+
+    provider = args.provider or ("scripted" if args.script else "")
+    req = pb.StartRunRequest(agent=args.agent, agent_version=args.agent_version, goal=_goal_proto(args.goal),
+                             mode=pb.RUN_MODE_BACKGROUND if args.background else pb.RUN_MODE_INTERACTIVE,
+                             provider=provider, model=args.model,
+                             script_yaml=args.script.read_text() if args.script else "")
+    client = _Client(args)
+    run = client.call("StartRun", req).run
+    print(f"started {run.run_id}: {run.agent}@{run.agent_version[:12]}")
+    if args.follow:
+        return follow(client, run.run_id)
+    return 0
+
+
+@_grpc_errors
+def _runs(args: argparse.Namespace) -> int:
+    from driver.render import run_line
+    from warden.driver.v1 import driver_pb2 as pb
+
+    client = _Client(args)
+    if args.run_id:
+        print_run(client.call("GetRun", pb.GetRunRequest(run_id=args.run_id)).run)
+        return 0
+    req = pb.ListRunsRequest()
+    if args.status:
+        req.status = pb.RunStatus.Value("RUN_STATUS_" + args.status.upper())
+    for r in client.call("ListRuns", req).runs:
+        print(run_line(r))
+    return 0
+
+
+@_grpc_errors
+def _watch(args: argparse.Namespace) -> int:
+    return follow(_Client(args), args.run_id, no_follow=args.no_follow)
+
+
+@_grpc_errors
+def _approve(args: argparse.Namespace) -> int:
+    from warden.driver.v1 import driver_pb2 as pb
+
+    print_run(_Client(args).call("ApproveCall", pb.ApproveCallRequest(approval_id=args.approval_id, note=args.note)).run)
+    return 0
+
+
+@_grpc_errors
+def _reject(args: argparse.Namespace) -> int:
+    from warden.driver.v1 import driver_pb2 as pb
+
+    print_run(_Client(args).call("RejectCall", pb.RejectCallRequest(approval_id=args.approval_id, note=args.note)).run)
+    return 0
+
+
+def parse_raises(items: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if key not in BUDGET_KEYS:
+            raise SystemExit(f"warden resume: --raise {key}: not a ceiling a resume may raise ({', '.join(BUDGET_KEYS)})")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise SystemExit(f"warden resume: --raise {item}: the value must be a number") from None
+    return out
+
+
+@_grpc_errors
+def _resume(args: argparse.Namespace) -> int:
+    from warden.checkpoint.v1 import checkpoint_pb2 as cp
+    from warden.driver.v1 import driver_pb2 as pb
+
+    raises = parse_raises(args.raise_)
+    budget = cp.Budget()
+    for k, v in raises.items():
+        setattr(budget, k, v if k in ("wall_clock_seconds", "spend_usd") else int(v))
+    print_run(_Client(args).call("ResumeRun", pb.ResumeRunRequest(run_id=args.run_id, reply=args.reply,
+                                                                  raise_budget=budget)).run)
+    return 0
+
+
+@_grpc_errors
+def _cancel(args: argparse.Namespace) -> int:
+    from warden.driver.v1 import driver_pb2 as pb
+
+    print_run(_Client(args).call("CancelRun", pb.CancelRunRequest(run_id=args.run_id, reason=args.reason)).run)
+    return 0
+
+
+@_grpc_errors
+def _amend(args: argparse.Namespace) -> int:
+    from warden.driver.v1 import driver_pb2 as pb
+
+    resp = _Client(args).call("AmendGoal", pb.AmendGoalRequest(run_id=args.run_id, goal=_goal_proto(args.goal)))
+    print(f"goal version {resp.goal_version}")
+    return 0

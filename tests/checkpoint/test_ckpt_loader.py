@@ -1,0 +1,160 @@
+"""Strict loading: every error at once, sorted, with file:line; the whole set loads or none of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ckpt_helpers import ENGINES
+
+from checkpoint.policy import AgentCatalog, PolicyLoadError, load_policy_dir
+
+BASE = {
+    "instance.yaml": "kind: Instance\nceilings: {turns: 10}\n",
+    "tools.yaml": (
+        "kind: Tool\nname: ping\naccess: read\ninput_schema: {type: object}\n"
+        "---\n"
+        "kind: Tool\nname: admin\naccess: write\nagent_management: true\ninput_schema: {type: object}\n"
+    ),
+    "agents/ok.yaml": "kind: Agent\nname: ok\npersona: fine\nallowlist: [ping]\nscope: {access: [read]}\n",
+}
+
+
+def write(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return folder
+
+
+def agent(extra: str, name: str = "bad") -> str:
+    return f"kind: Agent\nname: {name}\npersona: p\n{extra}"
+
+
+def rule(condition: str) -> str:
+    return f"kind: Rule\nname: r\neffect: deny_if\ncondition: '{condition}'\n"
+
+
+# (id, file, text, line, message fragment)
+ERRORS = [
+    ("malformed-yaml", "b.yaml", "kind: Agent\nname: [unclosed\npersona: p\n", 3, "YAML syntax"),
+    ("tab-indent", "b.yaml", "kind: Agent\n\tname: x\n", 2, "YAML syntax"),
+    ("unknown-key", "b.yaml", agent("allowlist: [ping]\nallowlistt: []\n"), 5, "unknown key"),
+    ("unknown-nested-key", "b.yaml", agent("scope:\n  access: [read]\n  hosts: [a]\n"), 6, "unknown key"),
+    ("duplicate-key", "b.yaml", agent("allowlist: [ping]\nallowlist: []\n"), 5, "duplicate key 'allowlist'"),
+    ("wrong-type-budget", "b.yaml", agent("budget:\n  turns: many\n"), 5, "budget.turns"),
+    ("wrong-type-list", "b.yaml", agent("allowlist: ping\n"), 4, "allowlist"),
+    ("negative-ceiling", "b.yaml", agent("budget: {tokens: -1}\n"), 4, "budget.tokens"),
+    ("bad-access-level", "b.yaml", agent("scope:\n  access: [root]\n"), 5, "scope.access"),
+    ("bad-name", "b.yaml", "kind: Agent\nname: Bad Name\npersona: p\n", 2, "name"),
+    ("missing-required", "b.yaml", "kind: Agent\nname: bad\n", 1, "persona"),
+    ("unknown-kind", "b.yaml", "# a robot\nkind: Robot\nname: x\n", 2, "unknown kind 'Robot'"),
+    ("not-a-mapping", "b.yaml", "- just\n- a list\n", 1, "must be a mapping"),
+    ("empty-file", "b.yaml", "# nothing here\n", 1, "no document"),
+    ("merge-key", "b.yaml", "base: &b {persona: p}\nkind: Agent\nname: x\n<<: *b\n", 4, "merge keys"),
+    ("date-value", "b.yaml", agent("description: 2024-01-01\n"), 4, "unsupported YAML value"),
+    ("cel-syntax", "r.yaml", rule("args.x =="), 4, "CEL does not compile"),
+    ("cel-undeclared-variable", "r.yaml", rule("secret == 1"), 4, "CEL does not compile"),
+    ("cel-type-error", "r.yaml", rule("action + 1 == 2"), 4, "CEL does not compile"),
+    ("touches-cel-undeclared", "t.yaml",
+     "kind: Tool\nname: t2\naccess: read\ninput_schema: {type: object}\ntouches:\n  subjects: '[run.x]'\n",
+     6, "CEL does not compile"),
+    ("invalid-json-schema", "t.yaml",
+     "kind: Tool\nname: t2\naccess: read\ninput_schema:\n  type: object\n  properties:\n    a: {type: 12}\n",
+     7, "not a valid JSON Schema"),
+    ("schema-not-object", "t.yaml", "kind: Tool\nname: t2\naccess: read\ninput_schema: {type: string}\n",
+     4, "type: object"),
+    ("allowlist-unknown-tool", "b.yaml", agent("allowlist:\n  - ping\n  - nuke\nscope: {access: [read]}\n"),
+     6, "unknown tool 'nuke'"),
+    ("allowlist-agent-management", "b.yaml", agent("allowlist: [ping, admin]\nscope: {access: [read, write]}\n"),
+     4, "manages agents"),
+    ("allowlist-needs-missing-access", "b.yaml", agent("allowlist: [ping]\nscope:\n  access: [write]\n"),
+     6, "need access read"),
+    ("delegates-unknown-agent", "b.yaml", agent("delegates: [ghost]\n"), 4, "unknown agent 'ghost'"),
+    ("delegates-itself", "b.yaml", agent("delegates: [bad]\n"), 4, "cannot delegate to itself"),
+    ("unknown-tenant", "b.yaml", agent("tenant: nobody\n"), 4, "unknown tenant"),
+    ("rule-unknown-tool", "r.yaml", rule("true") + "tools: [nuke]\n", 5, "unknown tool 'nuke'"),
+    ("duplicate-name-across-files", "z.yaml", "kind: Agent\nname: ok\npersona: again\n", 2,
+     "defined twice (first in"),
+    ("second-instance", "z.yaml", "kind: Instance\n", 1, "only one Instance"),
+    ("tenant-ceiling-above-instance", "tenant.yaml", "kind: Tenant\nname: t\nceilings:\n  turns: 11\n", 4,
+     "exceeds the instance's 10"),
+    ("command-placeholder", "t.yaml",
+     "kind: Tool\nname: t2\naccess: read\ninput_schema: {type: object}\n"
+     "run:\n  image: x\n  command: [a, '{nope}']\n", 7, "placeholder {nope}"),
+]
+
+
+@pytest.mark.parametrize("cel_engine", ENGINES)
+@pytest.mark.parametrize("name, file, text, line, fragment", [pytest.param(*e, id=e[0]) for e in ERRORS])
+def test_each_error_names_file_and_line(tmp_path, name, file, text, line, fragment, cel_engine):
+    folder = write(tmp_path / "p", {**BASE, file: text})
+    catalog = AgentCatalog(tmp_path / "catalog.db")
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder, catalog=catalog, cel_engine=cel_engine)
+    shown = [str(e) for e in info.value.errors]
+    wanted = f"{folder / file}:{line}: "
+    assert any(s.startswith(wanted) and fragment in s for s in shown), shown
+    assert info.value.code == "policy_error"
+    assert catalog.versions("ok") == [], "nothing of a broken set is loaded"
+
+
+def test_the_base_set_loads(tmp_path):
+    policies = load_policy_dir(write(tmp_path / "p", BASE))
+    assert set(policies.agents) == {"ok"} and set(policies.tools) == {"ping", "admin"}
+
+
+def test_every_error_in_every_file_is_reported_at_once_and_sorted(tmp_path):
+    folder = write(tmp_path / "p", {
+        **BASE,
+        "z-last.yaml": "kind: Robot\n",
+        "a-first.yaml": agent("allowlist: [nuke]\nfoo: 1\n"),
+        "m-middle.yaml": rule("args.x =="),
+        "agents/y.yaml": "kind: Agent\nname: ok\npersona: twice\n",
+    })
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder)
+    errors = info.value.errors
+    where = [(Path(e.file).relative_to(folder).as_posix(), e.line) for e in errors]
+    assert where == sorted(where)
+    files = {w[0] for w in where}
+    assert files == {"z-last.yaml", "a-first.yaml", "m-middle.yaml", "agents/y.yaml"}
+    text = str(info.value)
+    assert "unknown kind 'Robot'" in text and "unknown key" in text and "CEL does not compile" in text
+    assert "defined twice" in text
+    assert len(text.splitlines()) == len(errors) >= 4
+
+
+def test_duplicate_names_report_the_second_definition(tmp_path):
+    folder = write(tmp_path / "p", {**BASE, "agents/zz.yaml": "# again\nkind: Agent\nname: ok\npersona: again\n"})
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder)
+    (error,) = info.value.errors
+    assert error.file.endswith("agents/zz.yaml") and error.line == 3
+    assert "agents/ok.yaml:2" in error.message
+
+
+def test_test_files_are_not_policy_files(tmp_path):
+    folder = write(tmp_path / "p", {**BASE, "tests/ok_test.yaml": "suite: s\ncases: []\n"})
+    assert "ok" in load_policy_dir(folder).agents
+
+
+def test_a_missing_folder_is_an_error(tmp_path):
+    with pytest.raises(PolicyLoadError):
+        load_policy_dir(tmp_path / "nope")
+
+
+def test_a_file_that_is_not_utf8_is_an_error(tmp_path):
+    folder = write(tmp_path / "p", BASE)
+    (folder / "bin.yaml").write_bytes(b"kind: Agent\nname: \xff\xfe\n")
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder)
+    assert any("UTF-8" in e.message and e.file.endswith("bin.yaml") for e in info.value.errors)
+
+
+def test_an_oversized_file_is_an_error(tmp_path):
+    folder = write(tmp_path / "p", {**BASE, "big.yaml": "kind: Instance\n" + "#" * (1024 * 1024 + 1) + "\n"})
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder)
+    assert any("larger than" in e.message for e in info.value.errors)

@@ -1,0 +1,79 @@
+"""The loop with the real anthropic SDK against the loopback fake of the Messages API."""
+
+from __future__ import annotations
+
+import json
+
+import driver_fake_anthropic as fa
+import pytest
+
+from driver.clients import CheckpointClient, ToolRunnerClient
+from driver.goal import parse_goal
+from driver.loop import Driver
+from driver.pricing import Prices
+from driver.providers import make_provider
+from driver.store import RunStore
+
+GOAL = {"objective": "list templates", "criteria": [
+    {"id": "listed", "description": "templates read", "check": {"kind": "receipt_ok", "tool": "list_templates"}},
+    {"id": "reported", "description": "names reported"}]}
+
+
+@pytest.fixture()
+def fake():
+    with fa.FakeMessagesAPI() as f:
+        yield f
+
+
+@pytest.fixture()
+def driver(stack, fake):
+    d = Driver(RunStore(stack.tmp / "anthropic.db"), CheckpointClient(stack.checkpoint_address),
+               ToolRunnerClient(stack.toolrunner_address),
+               lambda name, model, opts: make_provider("anthropic", model=model, api_key="sk-test",
+                                                       base_url=fake.base_url),
+               prices=Prices.from_policy_dir(stack.policy_dir), provider_backoff_seconds=0)
+    yield d
+    d.store.close()
+
+
+def start(driver, **budget):
+    run = driver.start_run("recon", parse_goal({**GOAL, "budget": budget}), owner="alice", provider="anthropic",
+                           model="claude-haiku-4-5", spawn=False)
+    return driver.run_until_stopped(run["run_id"])
+
+
+def test_a_run_with_the_real_sdk_succeeds_and_results_go_back_as_tool_results(driver, fake):
+    fake.replies += [
+        fa.tool_use("propose_plan", {"steps": [{"id": "l", "tool": "list_templates"}]}, call_id="toolu_p"),
+        fa.tool_use("list_templates", {}, call_id="toolu_l"),
+        fa.end_turn(json.dumps({"action": "final", "summary": "3 templates", "outcomes": [
+            {"criterion": "listed", "met": True, "evidence": "receipt"},
+            {"criterion": "reported", "met": True, "evidence": "nginx-restart, disk-usage, patch-os"}]})),
+    ]
+    run = start(driver)
+    assert run["status"] == "succeeded", (run["code"], run["reason"])
+    assert run["spend_usd"] > 0  # priced from the instance's model_prices
+    last = fake.requests[-1]
+    result = last["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_l"
+    assert "nginx-restart" in result["content"] and result["content"].startswith("<data")
+    tools = {t["name"] for t in fake.requests[0]["tools"]}
+    assert tools == {"create_task_from_template", "get_task", "list_templates", "propose_plan"}
+    assert "cancel_task" not in json.dumps(fake.requests[0])  # the model never sees tools it may not call
+
+
+def test_overloaded_and_credit_errors_trip_the_provider_breaker(driver, fake):
+    fake.replies += [fa.overloaded(), fa.credit(), fa.end_turn("never sent")]
+    run = start(driver, provider_refusals=2)
+    assert run["status"] == "paused" and run["code"] == "breaker_provider"
+    kinds = [e["data"]["kind"] for e in driver.store.events(run["run_id"]) if e["kind"] == "provider_refused"]
+    assert kinds == ["overloaded", "credit"]
+    assert len(fake.requests) == 2  # the third model call was refused by the checkpoint, never sent
+
+
+def test_max_tokens_cut_off_never_runs_the_partial_call(driver, fake):
+    fake.replies += [fa.tool_use("propose_plan", {"steps": [{"id": "s", "tool": "create_task_from_template"}]}),
+                     fa.max_tokens("create_task_from_template")]
+    run = start(driver)
+    assert run["status"] == "paused" and run["code"] == "cut_off"
+    assert driver.store.receipts(run["run_id"]) == []

@@ -1,0 +1,68 @@
+"""`warden up` as a person uses it: three real processes, the CLI, a clean stop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from driver_harness import PLAN, call
+
+from driver.up import Stack, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def up(tmp_path, policy_dir):
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("no Docker engine")
+    stack = Stack(tmp_path / "data", policy_dir, free_port(), free_port(), free_port())
+    stack.start(timeout=90)
+    yield stack
+    stack.stop()
+
+
+def warden(stack, *args):
+    env = {**os.environ, "WARDEN_DRIVER": stack.driver_address, "WARDEN_DATA": str(stack.data)}
+    return subprocess.run([sys.executable, "-m", "warden.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+
+
+def test_run_follow_approve_resume_from_the_cli_and_a_clean_stop(up, tmp_path):
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"responses": [
+        PLAN, call("create_task_from_template", template="web", target="10.20.0.0/24"),
+        {"action": "handoff", "reason": "need a person to read the result"}]}))
+    out = warden(up, "run", "recon", "--goal", str(ROOT / "goals" / "recon-lab-scan.yaml"), "--script", str(script),
+                 "--follow")
+    assert out.returncode == 0, out.stderr
+    assert "REQUIRE_APPROVAL approval_required" in out.stdout
+    approval_id = next(w for w in out.stdout.split() if w.startswith("apr-"))
+    run_id = next(w for w in out.stdout.split() if w.startswith("run-")).rstrip(":")
+
+    approved = warden(up, "approve", approval_id, "--note", "lab only")
+    assert approved.returncode == 0, approved.stderr
+    watched = warden(up, "watch", run_id)
+    assert "receipt create_task_from_template: exit 0" in watched.stdout
+    assert "run paused (handoff)" in watched.stdout
+
+    shown = warden(up, "runs", run_id)
+    assert "paused" in shown.stdout and "handoff" in shown.stdout
+    again = warden(up, "approve", approval_id)
+    assert again.returncode == 1 and "run_not_awaiting_approval" in again.stderr
+    resumed = warden(up, "resume", run_id, "--raise", "turns_total=9")
+    assert resumed.returncode == 2 or "not a ceiling" in resumed.stderr
+
+    up.stop()
+    assert [c.proc.returncode for c in up.children] == [0, 0, 0]  # each stopped cleanly on SIGTERM
+
+
+def test_cli_without_credential_says_what_to_do(tmp_path):
+    env = {**os.environ, "WARDEN_DATA": str(tmp_path / "none")}
+    out = subprocess.run([sys.executable, "-m", "warden.cli", "runs"], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode != 0 and "warden up" in out.stderr
