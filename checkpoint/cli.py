@@ -82,7 +82,7 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
-    from checkpoint.policytest import load_cases, run_case, find_test_files
+    from checkpoint.policytest import find_test_files, load_cases, run_case
 
     policies = _load(args.directory, args.cel_engine)
     if policies is None:

@@ -61,9 +61,12 @@ def effective_budget(call: Call, extra: pb.Budget | None = None) -> dict[str, fl
 
 def _narrowest(out: dict[str, float], levels: list[object]) -> dict[str, float]:
     for level in levels:
+        # In a policy file an absent ceiling is None and 0 is a real ceiling ("none at all");
+        # proto3 cannot tell absent from 0, so in a request 0 means "not set here".
+        is_set = (lambda v: v != 0) if isinstance(level, pb.Budget) else (lambda v: v is not None)
         for name in BUDGET_FIELDS:
             value = getattr(level, name, None)
-            if value:  # None (policy file) and 0 (proto) both mean "not set here"
+            if value is not None and is_set(value):
                 current = out.get(name)
                 out[name] = value if current is None else min(current, value)
     return out

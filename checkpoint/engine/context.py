@@ -91,12 +91,12 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
         version = policies.agent_version(actor.id, actor.agent_version)
         if version is None:
             if actor.id not in policies.agents and not policies.catalog.versions(actor.id):
-                raise trace.stop(DENY, codes.UNKNOWN_AGENT, "request.agent", f"no agent named {actor.id!r}")
+                raise trace.stop(DENY, codes.UNKNOWN_AGENT, "request.agent", f"no agent named {actor.id[:100]!r}")
             raise trace.stop(
                 DENY,
                 codes.UNKNOWN_AGENT_VERSION,
                 "request.agent_version",
-                f"agent {actor.id!r} has no version {actor.agent_version!r} in the catalog",
+                f"agent {actor.id[:100]!r} has no version {actor.agent_version[:100]!r} in the catalog",
             )
         links.append(
             Link(
@@ -111,10 +111,10 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
             DENY,
             codes.INVALID_REQUEST,
             "request.tenant",
-            f"run.tenant {run.tenant!r} is not the agent's tenant {tenant_name!r}",
+            f"run.tenant {run.tenant[:100]!r} is not the agent's tenant {tenant_name!r}",
         )
     tenant = policies.tenants.get(tenant_name or "default")
     if tenant is None:
-        raise trace.stop(DENY, codes.INVALID_REQUEST, "request.tenant", f"unknown tenant {tenant_name!r}")
+        raise trace.stop(DENY, codes.INVALID_REQUEST, "request.tenant", f"unknown tenant {tenant_name[:100]!r}")
     trace.add("request.shape", "pass")
     return Call(policies, request, trace, chain[0].id, links, tenant, MODES[run.mode])

@@ -6,15 +6,33 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-
-def struct_to_dict(s: struct_pb2.Struct) -> dict[str, Any]:
-    return {k: value_to_python(v) for k, v in s.fields.items()}
+MAX_DEPTH = 32
 
 
-def value_to_python(v: struct_pb2.Value) -> Any:
+class UnacceptableValue(ValueError):
+    """Arguments the checkpoint refuses to reason about: too deep, or strings holding NUL."""
+
+
+def struct_to_dict(s: struct_pb2.Struct, depth: int = 0) -> dict[str, Any]:
+    if depth > MAX_DEPTH:
+        raise UnacceptableValue(f"arguments are nested deeper than {MAX_DEPTH} levels")
+    out = {}
+    for k, v in s.fields.items():
+        if "\x00" in k:
+            raise UnacceptableValue("argument names may not contain NUL")
+        out[k] = value_to_python(v, depth + 1)
+    return out
+
+
+def value_to_python(v: struct_pb2.Value, depth: int = 0) -> Any:
     kind = v.WhichOneof("kind")
     if kind == "string_value":
-        return v.string_value
+        text = v.string_value
+        if "\x00" in text:
+            # C runtimes (the native CEL engine among them) cut strings at NUL, so a value
+            # could be checked as something other than what the tool receives.
+            raise UnacceptableValue("argument strings may not contain NUL")
+        return text
     if kind == "number_value":
         n = v.number_value
         # Struct carries every number as a double; whole numbers come back as ints so that
@@ -23,7 +41,9 @@ def value_to_python(v: struct_pb2.Value) -> Any:
     if kind == "bool_value":
         return v.bool_value
     if kind == "struct_value":
-        return struct_to_dict(v.struct_value)
+        return struct_to_dict(v.struct_value, depth)
     if kind == "list_value":
-        return [value_to_python(x) for x in v.list_value.values]
+        if depth > MAX_DEPTH:
+            raise UnacceptableValue(f"arguments are nested deeper than {MAX_DEPTH} levels")
+        return [value_to_python(x, depth + 1) for x in v.list_value.values]
     return None

@@ -14,7 +14,7 @@ import jsonschema
 
 from checkpoint.engine import authority, breakers, codes
 from checkpoint.engine.context import Call, resolve
-from checkpoint.engine.convert import struct_to_dict
+from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -92,7 +92,10 @@ def _shape(call: Call, name: str, arguments: Any, validate_absent: bool = True) 
     if arguments is None and not validate_absent:
         trace.add("request.arguments", "skip", detail="plan step without arguments")
         return tool, {}
-    args = struct_to_dict(arguments) if arguments is not None else {}
+    try:
+        args = struct_to_dict(arguments) if arguments is not None else {}
+    except UnacceptableValue as exc:
+        raise trace.stop(DENY, codes.INVALID_ARGUMENTS, "request.arguments", str(exc)) from None
     try:
         tool.fast_validate(args)
     except fastjsonschema.JsonSchemaException as fast_error:

@@ -27,11 +27,14 @@ class PatternSet:
 
     __slots__ = ("patterns", "_regex", "everything")
 
-    def __init__(self, patterns: Iterable[str]):
+    def __init__(self, patterns: Iterable[str], *, ignore_case: bool = False):
         self.patterns = tuple(patterns)
         self.everything = "*" in self.patterns
+        flags = re.IGNORECASE if ignore_case else 0
         self._regex = (
-            re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns)) if self.patterns else None
+            re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns), flags)
+            if self.patterns
+            else None
         )
 
     def matches(self, value: str) -> bool:
@@ -163,7 +166,7 @@ class PolicySet:
             action: tuple(r for r in self.rules if action in r.spec.actions)
             for action in ("model_call", "delegation", "plan")
         }
-        self.off_limits_any = PatternSet(p for ps, _ in self.off_limits for p in ps.patterns)
+        self.off_limits_any = PatternSet((p for ps, _ in self.off_limits for p in ps.patterns), ignore_case=True)
 
     def agent_version(self, name: str, version: str) -> AgentVersion | None:
         current = self.agents.get(name)
@@ -172,6 +175,13 @@ class PolicySet:
         return self.catalog.get(name, version)
 
     def off_limits_reason(self, subject: str) -> str | None:
+        """The reason `subject` is off-limits, or None.
+
+        A deny list must not be dodged by spelling: matching ignores case, and a trailing dot
+        (`www.irs.gov.`, a fully qualified DNS name) is the same host. Scope matching stays
+        exact, which fails closed.
+        """
+        subject = subject.rstrip(".")
         if not self.off_limits_any.matches(subject):
             return None
         for patterns, reason in self.off_limits:

@@ -172,9 +172,6 @@ def _zero_ceiling_folder(tmp_path, level: str):
     return folder
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: breakers.py _narrowest treats a policy-file ceiling of 0 "
-                   "as 'not set' (`if value:`), so `tool_calls: 0` means unlimited, while daily_spend 0 and "
-                   "delegation limits 0 mean 'none'")
 @pytest.mark.parametrize("level", ["tenant", "agent"])
 def test_a_zero_ceiling_in_a_policy_file_is_not_unlimited(tmp_path, level):
     from ckpt_helpers import build, outcome

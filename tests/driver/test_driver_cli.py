@@ -55,7 +55,7 @@ def test_run_follow_approve_resume_from_the_cli_and_a_clean_stop(up, tmp_path):
     again = warden(up, "approve", approval_id)
     assert again.returncode == 1 and "run_not_awaiting_approval" in again.stderr
     resumed = warden(up, "resume", run_id, "--raise", "turns_total=9")
-    assert resumed.returncode == 2 or "not a ceiling" in resumed.stderr
+    assert resumed.returncode != 0 and "not a ceiling" in resumed.stderr  # turns_total is never raised
 
     up.stop()
     assert [c.proc.returncode for c in up.children] == [0, 0, 0]  # each stopped cleanly on SIGTERM
