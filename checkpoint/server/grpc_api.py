@@ -9,6 +9,7 @@ INVALID_ARGUMENT with the stable code `invalid_request` like any other bad reque
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,13 +46,16 @@ def _well_formed(request: Any) -> None:
         raise InvalidArgument("invalid_request", f"the request is not a well-formed {request.message_type}")
 
 
-def _unary(fn: Callable[[Any], Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
+def _unary(fn: Callable[[Any], Any], latency: Any) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        started = time.perf_counter()
         try:
             _well_formed(request)
             return fn(request)
         except ServiceError as exc:
             abort(context, exc)
+        finally:
+            latency.observe(time.perf_counter() - started)
 
     return handle
 
@@ -95,8 +99,9 @@ def handlers(service: CheckpointService, *, max_watchers: int = 16) -> grpc.Gene
             watchers.release()
 
     def unary(fn: Callable[[Any], Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
+        latency = service.metrics.check_seconds.labels(fn.__name__)
         return grpc.unary_unary_rpc_method_handler(
-            _unary(fn), request_deserializer=_parser(req), response_serializer=resp.SerializeToString
+            _unary(fn, latency), request_deserializer=_parser(req), response_serializer=resp.SerializeToString
         )
 
     return grpc.method_handlers_generic_handler(

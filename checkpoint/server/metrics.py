@@ -43,7 +43,7 @@ class Metrics:
         )
         self.check_seconds = Histogram(
             "warden_checkpoint_check_seconds",
-            "Time from request to answer: decision, grant and committed log record",
+            "Time in the handler, by method: decision, grant and committed log record",
             ["method"],
             registry=r,
             buckets=LATENCY_BUCKETS,

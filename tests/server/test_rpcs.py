@@ -231,3 +231,24 @@ def test_lookup_order_allow_binds_run_and_arguments(checkpoint):
             arguments=LOOKUP_ARGS,
         )
     assert exc.value.code == "grant_mismatch"
+
+
+def test_model_calls_and_delegations_are_recorded_without_grants(checkpoint):
+    version = checkpoint.version("recon")
+    run = tool_call("recon", version, "get_task", {}).run
+    stub = checkpoint.stub()
+    model = stub.Check(
+        pb.CheckRequest(
+            run=run, model_call=pb.ModelCall(provider="anthropic", model="claude-haiku-4-5", max_tokens=100)
+        ),
+        timeout=5,
+    )
+    assert model.verdict == pb.VERDICT_ALLOW, model
+    assert not model.HasField("grant")  # grants are for tool calls only
+    delegation = stub.Check(pb.CheckRequest(run=run, delegation=pb.Delegation(agent="triage")), timeout=5)
+    assert delegation.decision_id
+    records = checkpoint.records()
+    assert [r["action"] for r in records] == ["model_call", "delegation"]
+    assert records[0]["arguments"]["model"] == "claude-haiku-4-5" and records[0]["tool"] is None
+    assert records[1]["arguments"]["agent"] == "triage"
+    assert records[1]["code"] == delegation.code

@@ -77,3 +77,4 @@ def test_metrics_count_decisions_by_verdict_and_code(start):
     assert 'warden_checkpoint_decision_seconds_bucket{le="5e-06"}' in text
     assert "warden_checkpoint_decision_seconds_count 4.0" in text
     assert "warden_checkpoint_grants_signed_total 3.0" in text
+    assert 'warden_checkpoint_check_seconds_count{method="check"} 4.0' in text
