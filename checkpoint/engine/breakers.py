@@ -8,7 +8,6 @@ run's budget, and every ancestor in the chain.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from checkpoint.engine import codes
@@ -72,14 +71,20 @@ def _narrowest(out: dict[str, float], levels: list[object]) -> dict[str, float]:
     return out
 
 
-def _daily_spend(call: Call) -> Iterator[tuple[str, float, float]]:
-    counters = call.request.counters
-    for field, counter in (("per_owner_usd", counters.owner_spend_today_usd),
-                           ("tenant_usd", counters.tenant_spend_today_usd)):
-        limits = [v for v in (getattr(call.policies.instance.daily_spend, field),
-                              getattr(call.tenant.daily_spend, field)) if v is not None]
-        if limits:
-            yield field, counter, min(limits)
+def _daily_limits(call: Call) -> tuple[tuple[str, str, float], ...]:
+    """(who, counter, allowance) for the owner's and the tenant's daily spend, where one is set."""
+    key = ("daily", call.tenant.name)
+    found = call.policies.memo.get(key)
+    if found is None:
+        found = []
+        for field, counter, who in (("per_owner_usd", "owner_spend_today_usd", "the accountable person"),
+                                    ("tenant_usd", "tenant_spend_today_usd", f"tenant {call.tenant.name!r}")):
+            limits = [v for v in (getattr(call.policies.instance.daily_spend, field),
+                                  getattr(call.tenant.daily_spend, field)) if v is not None]
+            if limits:
+                found.append((who, counter, min(limits)))
+        found = call.policies.memo[key] = tuple(found)
+    return found
 
 
 def check(call: Call, is_tool_call: bool) -> None:
@@ -90,16 +95,18 @@ def check(call: Call, is_tool_call: bool) -> None:
         if b.tool_calls_only and not is_tool_call:
             continue
         ceiling = ceilings.get(b.ceiling)
-        used = getattr(counters, b.counter)
-        if ceiling is not None and used >= ceiling:
-            raise trace.stop(
-                HALT, codes.BREAKER_CODES[b.name], f"breaker.{b.name}",
-                f"breaker {b.name} tripped: {_num(used)} {b.what}, ceiling {_num(ceiling)}; the run pauses for a person",
-            )
+        if ceiling is not None:
+            used = getattr(counters, b.counter)
+            if used >= ceiling:
+                raise trace.stop(
+                    HALT, codes.BREAKER_CODES[b.name], f"breaker.{b.name}",
+                    f"breaker {b.name} tripped: {_num(used)} {b.what}, ceiling {_num(ceiling)}; "
+                    "the run pauses for a person",
+                )
         if b.name == "spend":
-            for field, spent, limit in _daily_spend(call):
+            for who, counter, limit in _daily_limits(call):
+                spent = getattr(counters, counter)
                 if spent >= limit:
-                    who = "the accountable person" if field == "per_owner_usd" else f"tenant {call.tenant.name!r}"
                     raise trace.stop(
                         HALT, codes.BREAKER_CODES["spend"], "breaker.spend",
                         f"breaker spend tripped: {who} spent {_num(spent)} USD today, daily allowance {_num(limit)}",

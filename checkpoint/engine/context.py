@@ -36,10 +36,7 @@ class Call:
     links: list[Link]  # root agent first, the acting agent last; empty when a person acts
     tenant: Tenant
     mode: str
-
-    @property
-    def agent(self) -> AgentVersion | None:
-        return self.links[-1].agent if self.links else None
+    agent: AgentVersion | None  # the acting agent (the last link); None when a person acts
 
     @property
     def depth(self) -> int:
@@ -117,4 +114,5 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
     if tenant is None:
         raise trace.stop(DENY, codes.INVALID_REQUEST, "request.tenant", f"unknown tenant {tenant_name[:100]!r}")
     trace.add("request.shape", "pass")
-    return Call(policies, request, trace, chain[0].id, links, tenant, MODES[run.mode])
+    return Call(policies, request, trace, chain[0].id, links, tenant, MODES[run.mode],
+                links[-1].agent if links else None)

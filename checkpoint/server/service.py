@@ -78,7 +78,9 @@ class CheckpointService:
         decided = time.perf_counter_ns()
         self.metrics.decision_seconds.observe((decided - started) / 1e9)
         if response.verdict not in KNOWN_VERDICTS:
-            response = _fail_closed(response, "policy_error", "the decision function gave no verdict")
+            response = _fail_closed(
+                response, "policy_error", "the decision function gave no verdict", rule="engine"
+            )
         if not response.policy_revision:
             response.policy_revision = policies.revision
 
@@ -94,17 +96,19 @@ class CheckpointService:
                     self._sign(policies, request, response, arguments)
                 except (ValueError, TypeError) as exc:  # e.g. NaN: no canonical form, no grant
                     response = _fail_closed(
-                        response, "invalid_arguments", f"arguments cannot be signed: {exc}"
+                        response, "invalid_arguments", f"arguments cannot be signed: {exc}", rule="grant"
                     )
 
         record = self._record(request, response, action, arguments, policies, now_ns)
         record["latency_us"] = (time.perf_counter_ns() - started) // 1000
         try:
             self.log.append(record)
-        except AuditUnavailable as exc:
+        except Exception as exc:  # AuditUnavailable, or anything else: no answer without its record
             self.metrics.audit_failures.inc()
             log.error("decision %s not recorded, denying: %s", response.decision_id, exc)
-            response = _fail_closed(response, exc.code, "the decision could not be recorded")
+            response = _fail_closed(
+                response, "audit_unavailable", "the decision could not be recorded", rule="audit"
+            )
         self.metrics.decisions.labels(convert.verdict_name(response.verdict), response.code).inc()
         return response
 
@@ -277,13 +281,13 @@ class CheckpointService:
         self.log.wake_followers()
 
 
-def _fail_closed(response: pb.CheckResponse, code: str, reason: str) -> pb.CheckResponse:
+def _fail_closed(response: pb.CheckResponse, code: str, reason: str, *, rule: str) -> pb.CheckResponse:
     """The same decision id and context, but DENY, with no grant and nothing that widens."""
     out = pb.CheckResponse(
         decision_id=response.decision_id,
         verdict=DENY,
         code=code,
-        rule=response.rule or "checkpoint",
+        rule=rule,
         reason=reason,
         agent=response.agent,
         agent_version=response.agent_version,

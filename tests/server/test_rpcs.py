@@ -252,3 +252,18 @@ def test_model_calls_and_delegations_are_recorded_without_grants(checkpoint):
     assert records[0]["arguments"]["model"] == "claude-haiku-4-5" and records[0]["tool"] is None
     assert records[1]["arguments"]["agent"] == "triage"
     assert records[1]["code"] == delegation.code
+
+
+def test_a_crashing_decision_function_denies_and_is_recorded(checkpoint, monkeypatch):
+    import checkpoint.server.service as service_module
+
+    def broken(_policies, _request):
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr(service_module, "decide", broken)
+    resp = checkpoint.stub().Check(
+        tool_call("recon", checkpoint.version("recon"), "get_task", {"task_id": "task-1"}), timeout=5
+    )
+    assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "policy_error") and not resp.HasField("grant")
+    [record] = checkpoint.records()
+    assert (record["decision_id"], record["code"]) == (resp.decision_id, "policy_error")
