@@ -51,6 +51,12 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far: per-call CPU is robust to other load on the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # -- the no-op server (run in its own process: `bench_grpc.py --noop-server PORT FILE`) -----------
 
 
@@ -216,22 +222,30 @@ def main(argv: list[str] | None = None) -> int:
             f"Check() over gRPC, loopback; request {len(request)} B, answer {len(answer)} B; "
             f"{args.rounds} alternating rounds of {args.seconds:.0f} s, medians; load average {os.getloadavg()[0]:.1f}"
         )
-        print(f"{'server':<12} {'conc':>4} {'calls/s':>9} {'p50 us':>8} {'p99 us':>8}")
+        print(f"{'server':<12} {'conc':>4} {'calls/s':>9} {'p50 us':>8} {'p99 us':>8} {'CPU us/call':>12}")
         results: dict[tuple[str, int], dict] = {}
         decisions = 50
         for c in levels:
             runs: dict[str, list[dict]] = {"no-op": [], "checkpoint": []}
             # Alternating the two servers round by round spreads drift in machine load evenly.
             for _ in range(args.rounds):
-                for name, target in (("no-op", noop_target), ("checkpoint", cp_target)):
+                for name, target, pid in (
+                    ("no-op", noop_target, noop.pid),
+                    ("checkpoint", cp_target, checkpoint.pid),
+                ):
+                    cpu = _cpu_seconds(pid)
                     r = asyncio.run(_load(target, request, token, c, seconds=args.seconds, count=None))
+                    r["cpu_us"] = (_cpu_seconds(pid) - cpu) / (r["n"] + 50) * 1e6
                     runs[name].append(r)
                     if name == "checkpoint":
                         decisions += r["n"] + 50
             for name, rs in runs.items():
-                med = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_us", "p99_us")}
+                med = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_us", "p99_us", "cpu_us")}
                 results[(name, c)] = med
-                print(f"{name:<12} {c:>4} {med['rps']:>9.0f} {med['p50_us']:>8.0f} {med['p99_us']:>8.0f}")
+                print(
+                    f"{name:<12} {c:>4} {med['rps']:>9.0f} {med['p50_us']:>8.0f} {med['p99_us']:>8.0f}"
+                    f" {med['cpu_us']:>12.0f}"
+                )
         print()
         for c in levels:
             cp, base = results[("checkpoint", c)], results[("no-op", c)]
@@ -243,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # Memory: sampled in steps so a plateau (warm-up: worker threads, caches) is told apart
         # from steady growth (a leak).
-        samples = [(decisions, rss_start)]
+        samples = [(1, rss_start), (decisions, _rss_mb(checkpoint.pid))]
         step = max(1, args.decisions // 4)
         while decisions < args.decisions:
             n = min(step, args.decisions - decisions)
@@ -253,10 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         rss_end = samples[-1][1]
         print("checkpoint RSS (MB) by decisions: " + ", ".join(f"{d:,}: {m:.1f}" for d, m in samples))
         growth = (rss_end - rss_start) / rss_start
-        warm = samples[1][1] if len(samples) > 2 else rss_start
+        warm = samples[1][1]
         print(
             f"checkpoint RSS: {rss_start:.1f} MB after start, {rss_end:.1f} MB after {decisions:,} decisions "
-            f"({growth:+.1%} from start, {(rss_end - warm) / warm:+.1%} after the first step; "
+            f"({growth:+.1%} from start, {(rss_end - warm) / warm:+.1%} from {samples[1][0]:,} decisions; "
             "target: under 150 MB and growth <= 10%)"
         )
         log_size = (data / "decisions.db").stat().st_size + sum(

@@ -25,7 +25,7 @@ from checkpoint.policy import AgentCatalog
 from checkpoint.server.auth import AuthInterceptor, AuthPolicy
 from checkpoint.server.grpc_api import SERVICE_NAME, handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
-from checkpoint.server.reload import PolicyStore, PolicyWatcher, ReloadStatus
+from checkpoint.server.reload import PolicyStore, PolicyWatcher, ReloadStatus, snapshot
 from checkpoint.server.service import CheckpointService
 from warden.grants import SigningKey
 
@@ -161,6 +161,7 @@ def create_server(
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
+    initial = snapshot(Path(policy_dir))
     store.reload()
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
     service = CheckpointService(store, decisions, key, metrics)
@@ -186,6 +187,29 @@ def create_server(
         server,
     )
 
+    uds = Path(uds_path).resolve() if uds_path else None
+    try:
+        port = _bind(server, address, tls, uds, uds_mode)
+        metrics_server = MetricsServer(metrics_address, metrics, lambda: {}) if metrics_address else None
+    except BaseException:
+        decisions.close()  # a port in use must not leave the log's writer thread behind
+        raise
+    watcher = (
+        PolicyWatcher(store, interval=watch_interval, debounce=debounce, seen=initial)
+        if watch_interval
+        else None
+    )
+    checkpoint = CheckpointServer(
+        server, service, store, watcher, decisions, health_servicer, metrics_server, uds
+    )
+    if metrics_server is not None:
+        metrics_server.health = checkpoint.health_details
+    return checkpoint, port
+
+
+def _bind(
+    server: grpc.Server, address: str | None, tls: TlsConfig | None, uds: Path | None, uds_mode: int
+) -> int:
     port = 0
     if address:
         if tls is not None:
@@ -197,18 +221,9 @@ def create_server(
             port = server.add_secure_port(address, creds)
         else:
             port = server.add_insecure_port(address)
-    uds = Path(uds_path).resolve() if uds_path else None
     if uds is not None:
         _bind_unix_socket(server, uds, uds_mode)
-
-    metrics_server = MetricsServer(metrics_address, metrics, lambda: {}) if metrics_address else None
-    watcher = PolicyWatcher(store, interval=watch_interval, debounce=debounce) if watch_interval else None
-    checkpoint = CheckpointServer(
-        server, service, store, watcher, decisions, health_servicer, metrics_server, uds
-    )
-    if metrics_server is not None:
-        metrics_server.health = checkpoint.health_details
-    return checkpoint, port
+    return port
 
 
 def _bind_unix_socket(server: grpc.Server, path: Path, mode: int) -> None:

@@ -125,16 +125,24 @@ class PolicyWatcher:
     loading halfway would report errors that are gone a moment later.
     """
 
-    def __init__(self, store: PolicyStore, *, interval: float = 0.5, debounce: float = 0.3):
+    def __init__(
+        self,
+        store: PolicyStore,
+        *,
+        interval: float = 0.5,
+        debounce: float = 0.3,
+        seen: Snapshot | None = None,
+    ):
+        """`seen`: the snapshot taken before the store's first load, so an edit made during that
+        load is not missed."""
         self.store = store
         self.interval = interval
         self.debounce = debounce
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="policy-watcher", daemon=True)
-        self._seen: Snapshot = {}
+        self._seen: Snapshot = seen if seen is not None else snapshot(store.directory)
 
     def start(self) -> None:
-        self._seen = snapshot(self.store.directory)
         self._thread.start()
 
     def stop(self) -> None:

@@ -11,7 +11,7 @@ from checkpoint.cel import Case, differential
 from checkpoint.engine import decide
 from checkpoint.policy import load_policy_dir
 from checkpoint.policy.loader import RULE_VARIABLES, TOUCHES_VARIABLES
-from checkpoint.policytest import build_request, load_cases, find_test_files
+from checkpoint.policytest import build_request, find_test_files, load_cases
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 NATIVE = load_policy_dir(POLICIES, cel_engine="native")
