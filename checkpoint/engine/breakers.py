@@ -16,27 +16,34 @@ from checkpoint.engine.outcome import HALT
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 
+ALL = frozenset({"tool_call", "model_call", "delegation", "plan"})
+TOOL_CALL = frozenset({"tool_call"})
+# A turn is counted when its model call is made; the calls that turn proposes belong to it, so
+# the turn ceilings are checked before model calls only.
+MODEL_CALL = frozenset({"model_call"})
+
+
 @dataclass(frozen=True, slots=True)
 class Breaker:
     name: str
     ceiling: str  # Budget field
     counter: str  # Counters field
-    tool_calls_only: bool
+    actions: frozenset[str]  # the actions it is checked before
     what: str
 
 
 BREAKERS = (
-    Breaker("tokens", "tokens", "stretch_tokens", False, "tokens used this stretch"),
-    Breaker("turns", "turns", "stretch_turns", False, "model turns this stretch"),
-    Breaker("turns_total", "turns_total", "total_turns", False, "model turns over the run's lifetime"),
-    Breaker("tool_calls", "tool_calls", "turn_tool_calls", True, "tool calls in this turn"),
-    Breaker("wall_clock", "wall_clock_seconds", "wall_clock_seconds", False, "seconds of wall clock this stretch"),
-    Breaker("repetition", "repetition", "identical_calls", True, "identical earlier calls"),
-    Breaker("failures", "failures", "consecutive_failures", False, "failed or denied calls in a row"),
-    Breaker("drift", "drift", "drift", False, "calls that served no plan step"),
-    Breaker("tree_budget", "tree_tokens", "tree_tokens", False, "tokens used by the delegation tree"),
-    Breaker("spend", "spend_usd", "run_spend_usd", False, "USD spent by this run"),
-    Breaker("provider", "provider_refusals", "provider_refusals", False, "refusals by the model provider"),
+    Breaker("tokens", "tokens", "stretch_tokens", ALL, "tokens used this stretch"),
+    Breaker("turns", "turns", "stretch_turns", MODEL_CALL, "model turns this stretch"),
+    Breaker("turns_total", "turns_total", "total_turns", MODEL_CALL, "model turns over the run's lifetime"),
+    Breaker("tool_calls", "tool_calls", "turn_tool_calls", TOOL_CALL, "tool calls in this turn"),
+    Breaker("wall_clock", "wall_clock_seconds", "wall_clock_seconds", ALL, "seconds of wall clock this stretch"),
+    Breaker("repetition", "repetition", "identical_calls", TOOL_CALL, "identical earlier calls"),
+    Breaker("failures", "failures", "consecutive_failures", ALL, "failed or denied calls in a row"),
+    Breaker("drift", "drift", "drift", ALL, "calls that served no plan step"),
+    Breaker("tree_budget", "tree_tokens", "tree_tokens", ALL, "tokens used by the delegation tree"),
+    Breaker("spend", "spend_usd", "run_spend_usd", ALL, "USD spent by this run"),
+    Breaker("provider", "provider_refusals", "provider_refusals", ALL, "refusals by the model provider"),
 )
 assert tuple(b.name for b in BREAKERS) == codes.BREAKERS
 BUDGET_FIELDS = tuple(f.name for f in pb.Budget.DESCRIPTOR.fields)
@@ -87,12 +94,12 @@ def _daily_limits(call: Call) -> tuple[tuple[str, str, float], ...]:
     return found
 
 
-def check(call: Call, is_tool_call: bool) -> None:
+def check(call: Call, action: str) -> None:
     counters = call.request.counters
     ceilings = effective_budget(call)
     trace = call.trace
     for b in BREAKERS:
-        if b.tool_calls_only and not is_tool_call:
+        if action not in b.actions:
             continue
         ceiling = ceilings.get(b.ceiling)
         if ceiling is not None:

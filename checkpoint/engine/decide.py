@@ -68,7 +68,7 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
     _off_limits(call, touched.get("subjects", ()))
     approval = _rules(call, call.policies.rules_by_tool.get(tool.name, ()), lambda: _tool_activation(call, tool, args, touched))
     if call.agent is not None:
-        breakers.check(call, is_tool_call=True)
+        breakers.check(call, "tool_call")
     response.counts_as_drift = call.request.run.has_plan and not tc.plan_step
     if approval is not None:
         _approve_or_stop(call, approval)
@@ -242,7 +242,7 @@ def _model_call(call: Call) -> None:
         return act
 
     approval = _rules(call, call.policies.rules_by_action["model_call"], activation)
-    breakers.check(call, is_tool_call=False)
+    breakers.check(call, "model_call")
     if approval is not None:
         _approve_or_stop(call, approval)
 
@@ -269,7 +269,7 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
         return act
 
     approval = _rules(call, call.policies.rules_by_action["delegation"], activation)
-    breakers.check(call, is_tool_call=False)
+    breakers.check(call, "delegation")
     _delegation_limits(call, child.name)
     response.child_authority.CopyFrom(authority.child_authority(call, child, d.narrowing))
     ceilings = breakers.effective_budget(call, d.budget if d.HasField("budget") else None)
@@ -339,6 +339,6 @@ def _plan(call: Call, plan: pb.Plan, response: pb.CheckResponse) -> None:
         return act
 
     approval = _rules(call, call.policies.rules_by_action["plan"], activation)
-    breakers.check(call, is_tool_call=False)
+    breakers.check(call, "plan")
     if approval is not None:
         _approve_or_stop(call, approval)

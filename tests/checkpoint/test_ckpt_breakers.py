@@ -28,6 +28,8 @@ CEILINGS = {
     "provider": ("provider_refusals", 2),
 }
 TOOL_ONLY = {"tool_calls", "repetition"}
+# a turn is counted when its model call is made; the tool calls of that turn belong to it
+MODEL_ONLY = {"turns", "turns_total"}
 FLOATS = {"wall_clock", "spend"}
 
 
@@ -38,8 +40,12 @@ def _breaker_rows() -> list:
         for where, used in (("below", ceiling - step), ("at", ceiling), ("above", ceiling + step)):
             tripped = where != "below"
             want = ("HALT", f"breaker_{name}", f"breaker.{name}") if tripped else ("ALLOW", "allowed", "allow")
-            rows.append(case(f"{name}/tool-call/{where}", *want, chain=["reader"], tool="read_doc", args=DOC,
-                             counters={counter: used}))
+            if name in MODEL_ONLY:
+                rows.append(case(f"{name}/tool-call/{where}/not-applicable", "ALLOW", "allowed", chain=["reader"],
+                                 tool="read_doc", args=DOC, counters={counter: used}))
+            else:
+                rows.append(case(f"{name}/tool-call/{where}", *want, chain=["reader"], tool="read_doc", args=DOC,
+                                 counters={counter: used}))
             if name in TOOL_ONLY:
                 # counted per tool call: a model call is never stopped by it
                 rows.append(case(f"{name}/model-call/{where}/not-applicable", "ALLOW", "allowed",
@@ -78,8 +84,10 @@ def test_the_table_covers_all_eleven_breakers():
 
 def test_breakers_apply_to_delegations_and_plans_too():
     for c in (
-        case("d", "HALT", "breaker_turns", chain=["worker"], delegation={"agent": "helper"},
-             counters={"stretch_turns": 10}),
+        case("d", "HALT", "breaker_failures", chain=["worker"], delegation={"agent": "helper"},
+             counters={"consecutive_failures": 4}),
+        case("d-turns-are-model-calls", "ALLOW", "allowed", chain=["worker"], delegation={"agent": "helper"},
+             counters={"stretch_turns": 10, "total_turns": 99}),
         case("p", "HALT", "breaker_tokens", chain=["reader"], plan=[{"id": "s", "tool": "read_doc"}],
              counters={"stretch_tokens": 1000}),
         case("p-tool-only", "ALLOW", "allowed", chain=["reader"], plan=[{"id": "s", "tool": "read_doc"}],

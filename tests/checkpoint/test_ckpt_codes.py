@@ -92,9 +92,14 @@ CODE_CASES = [
     # 6. breakers (one row each here; the full at/below/above table is in test_ckpt_breakers)
     *[
         case(f"breaker_{name}", "HALT", f"breaker_{name}", f"breaker.{name}",
+             chain=["reader"], model={"provider": "anthropic", "model": "m"}, counters={counter: value})
+        for name, counter, value in [("turns", "stretch_turns", 10), ("turns_total", "total_turns", 20)]
+    ],
+    *[
+        case(f"breaker_{name}", "HALT", f"breaker_{name}", f"breaker.{name}",
              chain=["reader"], tool="read_doc", args=DOC, counters={counter: value})
         for name, counter, value in [
-            ("tokens", "stretch_tokens", 1000), ("turns", "stretch_turns", 10), ("turns_total", "total_turns", 20),
+            ("tokens", "stretch_tokens", 1000),
             ("tool_calls", "turn_tool_calls", 5), ("wall_clock", "wall_clock_seconds", 60),
             ("repetition", "identical_calls", 3), ("failures", "consecutive_failures", 4), ("drift", "drift", 2),
             ("tree_budget", "tree_tokens", 5000), ("spend", "run_spend_usd", 2.5),
