@@ -8,6 +8,7 @@ so recording the same definition twice is a no-op.
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -25,7 +26,9 @@ class AgentCatalog:
         self._db: sqlite_utils.Database | None = None
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite_utils.Database(str(path))
+            # the server reads the catalog from gRPC worker threads and the reload watcher; the
+            # lock below serialises every use of the one connection
+            self._db = sqlite_utils.Database(sqlite3.connect(str(path), check_same_thread=False))
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db["agent_versions"].create(
                 {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
@@ -74,5 +77,6 @@ class AgentCatalog:
     def versions(self, agent: str) -> list[str]:
         if self._db is None:
             return sorted(v for (a, v) in self._cache if a == agent)
-        return [r["version"] for r in self._db.query(
-            "select version from agent_versions where agent = ? order by first_seen, version", [agent])]
+        with self._lock:
+            return [r["version"] for r in self._db.query(
+                "select version from agent_versions where agent = ? order by first_seen, version", [agent])]
