@@ -45,7 +45,9 @@ INPUT_FIELDS: tuple[str, ...] = (
 HASHED_FIELDS: tuple[str, ...] = ("seq", *INPUT_FIELDS)
 COLUMNS: tuple[str, ...] = (*HASHED_FIELDS, "prev_hash", "hash")
 
-ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan"})
+# "none": a request refused before it named an action (unparseable, unauthenticated ResolveAgent,
+# no action at all). Nothing decided goes unrecorded, refusals included.
+ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none"})
 VERDICTS = frozenset({"ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"})
 GENESIS_HASH = "0" * 64
 

@@ -15,7 +15,6 @@ from checkpoint.engine.context import Call
 from checkpoint.engine.outcome import HALT
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
-
 ALL = frozenset({"tool_call", "model_call", "delegation", "plan"})
 TOOL_CALL = frozenset({"tool_call"})
 # A turn is counted when its model call is made; the calls that turn proposes belong to it, so

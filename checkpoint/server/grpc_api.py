@@ -46,10 +46,14 @@ def _well_formed(request: Any) -> None:
         raise InvalidArgument("invalid_request", f"the request is not a well-formed {request.message_type}")
 
 
-def _unary(fn: Callable[[Any], Any], latency: Any) -> Callable[[Any, grpc.ServicerContext], Any]:
+def _unary(
+    fn: Callable[[Any], Any], latency: Any, record_malformed: Callable[[str], None]
+) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         started = time.perf_counter()
         try:
+            if isinstance(request, Malformed):
+                record_malformed(f"the request is not a well-formed {request.message_type}")
             _well_formed(request)
             return fn(request)
         except ServiceError as exc:
@@ -101,7 +105,7 @@ def handlers(service: CheckpointService, *, max_watchers: int = 16) -> grpc.Gene
     def unary(fn: Callable[[Any], Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
         latency = service.metrics.check_seconds.labels(fn.__name__)
         return grpc.unary_unary_rpc_method_handler(
-            _unary(fn, latency), request_deserializer=_parser(req), response_serializer=resp.SerializeToString
+            _unary(fn, latency, service.record_malformed), request_deserializer=_parser(req), response_serializer=resp.SerializeToString
         )
 
     return grpc.method_handlers_generic_handler(

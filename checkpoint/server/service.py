@@ -213,15 +213,14 @@ class CheckpointService:
         """Record a request refused before any decision (invalid, unauthenticated).
 
         Best effort: the caller is refused either way, so a log failure here changes no answer.
-        The log keeps only the four actions, so a request that names none cannot be recorded
-        and is counted and logged instead.
+        A request that names no action (or is not a CheckRequest at all) is recorded with
+        action "none" and whatever run context it carried.
         """
         if isinstance(request, pb.CheckPlanRequest):
             request = pb.CheckRequest(run=request.run, plan=request.plan, counters=request.counters)
-        if not isinstance(request, pb.CheckRequest) or request.WhichOneof("action") is None:
-            log.warning("refused (%s) a request that names no action: %s", code, reason)
-            return
-        action = request.WhichOneof("action")
+        if not isinstance(request, pb.CheckRequest):
+            request = pb.CheckRequest()
+        action = request.WhichOneof("action") or "none"
         response = pb.CheckResponse(
             decision_id=new_decision_id(), verdict=DENY, code=code, rule="request", reason=reason,
             policy_revision=revision or "",
@@ -234,6 +233,11 @@ class CheckpointService:
         except AuditUnavailable as exc:
             self.metrics.audit_failures.inc()
             log.error("refusal (%s) not recorded: %s", code, exc)
+
+    def record_malformed(self, reason: str) -> None:
+        """Bytes that did not parse: refused, and recorded with action "none"."""
+        self.metrics.refusals.labels("invalid_request").inc()
+        self._record_refusal(None, "invalid_request", reason, self.store.status.revision or None)
 
     def record_unauthenticated(self, method: str, request: Any) -> None:
         self.metrics.refusals.labels("unauthenticated").inc()

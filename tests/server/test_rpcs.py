@@ -141,6 +141,17 @@ def test_malformed_bytes_are_invalid_request(checkpoint):
     code, detail = rpc_error(raw, b"\x0a\xff\xff\xff\xff\x0f")  # field 1, a length past the end
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert detail is not None and detail.code == "invalid_request"
+    [record] = checkpoint.records()
+    assert (record["action"], record["verdict"], record["code"]) == ("none", "DENY", "invalid_request")
+
+
+def test_a_request_naming_no_action_is_refused_and_recorded(checkpoint):
+    req = tool_call("recon", "v", "get_task", {"task_id": "task-t"})
+    req.ClearField("tool_call")
+    code, detail = rpc_error(checkpoint.stub().Check, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and detail is not None and detail.field == "action"
+    [record] = checkpoint.records()
+    assert (record["action"], record["code"], record["run_id"]) == ("none", "invalid_request", req.run.run_id)
 
 
 def test_oversize_request_is_refused(start):
