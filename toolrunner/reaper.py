@@ -36,6 +36,10 @@ def reap_once(api: docker.APIClient, now: float | None = None) -> list[str]:
             log.warning("reaped leftover container %s (%s)", c["Id"][:12], labels.get("warden.tool", "?"))
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:
+            # 409: another runner on the same daemon is already removing it; that is the goal
+            if exc.status_code != 409:
+                raise
     return removed
 
 
