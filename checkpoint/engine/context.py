@@ -37,6 +37,7 @@ class Call:
     tenant: Tenant
     mode: str
     agent: AgentVersion | None  # the acting agent (the last link); None when a person acts
+    approved_by: str = ""  # set when a person's approval satisfied an approve_if rule
 
     @property
     def depth(self) -> int:

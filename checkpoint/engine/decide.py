@@ -39,8 +39,12 @@ def decide(policies: PolicySet, request: pb.CheckRequest) -> pb.CheckResponse:
             _delegation(call, request.delegation, response)
         else:
             _plan(call, request.plan, response)
-        response.verdict, response.code, response.rule = ALLOW, codes.ALLOWED, "allow"
-        response.reason = "every rule passed"
+        response.verdict, response.code = ALLOW, codes.ALLOWED
+        if call.approved_by:
+            response.rule = "approval"
+            response.reason = f"approved by {call.approved_by} (decision {request.approval.decision_id[:64]})"
+        else:
+            response.rule, response.reason = "allow", "every rule passed"
     except Stop as stop:
         response.verdict, response.code, response.rule, response.reason = (
             stop.verdict, stop.code, stop.rule, stop.reason
@@ -176,7 +180,8 @@ def _rules(call: Call, rules: tuple[CompiledRule, ...], activation_of: Any) -> C
 def _approve_or_stop(call: Call, rule: CompiledRule) -> None:
     approval = call.request.approval
     if call.request.HasField("approval") and approval.decision_id and approval.approver:
-        call.trace.add(f"rule:{rule.name}", "approved", detail=f"by {approval.approver}")
+        call.trace.add(f"rule:{rule.name}", "approved", detail=f"by {approval.approver[:100]}")
+        call.approved_by = approval.approver[:100]
         return
     reason = rule.spec.reason or f"rule {rule.name!r} asks a person to approve this"
     raise call.trace.stop(APPROVE, rule.code, f"rule:{rule.name}", reason)
