@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import timestamp_pb2
+
 from warden import canonical
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -63,18 +65,43 @@ class SigningKey:
 
 
 def _signed_bytes(grant: pb.Grant) -> bytes:
+    return _payload(
+        grant.decision_id,
+        grant.run_id,
+        grant.agent,
+        grant.agent_version,
+        grant.tool,
+        grant.arguments_sha256,
+        grant.policy_revision,
+        grant.expires_at.seconds * 1000 + grant.expires_at.nanos // 1_000_000,
+        grant.key_id,
+    )
+
+
+def _payload(
+    decision_id: str,
+    run_id: str,
+    agent: str,
+    agent_version: str,
+    tool: str,
+    arguments_sha256: str,
+    policy_revision: str,
+    expires_at_ms: int,
+    key_id: str,
+) -> bytes:
+    """The signed bytes: canonical JSON of the grant's fields (see docs/grants.md)."""
     return canonical.dumps(
         {
             "v": 1,
-            "decision_id": grant.decision_id,
-            "run_id": grant.run_id,
-            "agent": grant.agent,
-            "agent_version": grant.agent_version,
-            "tool": grant.tool,
-            "arguments_sha256": grant.arguments_sha256,
-            "policy_revision": grant.policy_revision,
-            "expires_at_ms": grant.expires_at.seconds * 1000 + grant.expires_at.nanos // 1_000_000,
-            "key_id": grant.key_id,
+            "decision_id": decision_id,
+            "run_id": run_id,
+            "agent": agent,
+            "agent_version": agent_version,
+            "tool": tool,
+            "arguments_sha256": arguments_sha256,
+            "policy_revision": policy_revision,
+            "expires_at_ms": expires_at_ms,
+            "key_id": key_id,
         }
     )
 
@@ -93,19 +120,20 @@ def sign(
     now: float | None = None,
 ) -> pb.Grant:
     expires_ms = int(((time.time() if now is None else now) + ttl_seconds) * 1000)
+    arguments_sha256 = canonical.sha256_hex(arguments)
+    seconds, ms = divmod(expires_ms, 1000)
     grant = pb.Grant(
         decision_id=decision_id,
         run_id=run_id,
         agent=agent,
         agent_version=agent_version,
         tool=tool,
-        arguments_sha256=canonical.sha256_hex(arguments),
+        arguments_sha256=arguments_sha256,
         policy_revision=policy_revision,
         key_id=key.key_id,
+        expires_at=timestamp_pb2.Timestamp(seconds=seconds, nanos=ms * 1_000_000),
     )
-    grant.expires_at.seconds, ms = divmod(expires_ms, 1000)
-    grant.expires_at.nanos = ms * 1_000_000
-    grant.signature = hmac.new(key.secret, _signed_bytes(grant), hashlib.sha256).digest()
+    grant.signature = hmac.digest(key.secret, _signed_bytes(grant), "sha256")
     return grant
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,8 @@ def test_run_follow_approve_resume_from_the_cli_and_a_clean_stop(up, tmp_path):
                  "--follow")
     assert out.returncode == 0, out.stderr
     assert "REQUIRE_APPROVAL approval_required" in out.stdout
-    approval_id = next(w for w in out.stdout.split() if w.startswith("apr-"))
-    run_id = next(w for w in out.stdout.split() if w.startswith("run-")).rstrip(":")
+    approval_id = re.search(r"\bapr-[0-9a-f]+", out.stdout).group(0)
+    run_id = re.search(r"\brun-[0-9a-f]+", out.stdout).group(0)
 
     approved = warden(up, "approve", approval_id, "--note", "lab only")
     assert approved.returncode == 0, approved.stderr
