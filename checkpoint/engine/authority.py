@@ -113,18 +113,23 @@ def child_authority(call: Call, child: AgentVersion, narrowing: pb.Scope) -> pb.
     return scope
 
 
-_WILD = frozenset("*?[")
+_WILD = frozenset("*?")
 
 
 def _covered(pattern: str, level: tuple[str, ...]) -> bool:
-    """Whether every value `pattern` matches is matched by some pattern of `level` (sound, not complete)."""
+    """Whether every value `pattern` matches is matched by some pattern of `level` (sound, not complete).
+
+    Reading `pattern`'s text as a value: if `q` matches it, each wildcard of `pattern` lands inside a
+    wildcard of `q` that matches at least as much, except where `q` has a `?` (one character) or
+    `pattern` has a `**` (crosses `/`) that `q` lacks.
+    """
     for q in level:
-        if q == "*" or q == pattern:
+        if q == pattern or q in ("*", "**"):  # a lone "*" means anything (see glob_to_regex)
             return True
-        if not _WILD & set(pattern):
-            if _patterns((q,)).matches(pattern):
-                return True
-        elif not {"?", "["} & set(q) and _patterns((q,)).matches(pattern):
-            # q has only '*' wildcards; if q matches p's text, each '*' of p lands inside a '*' of q
+        if "**" in pattern and "**" not in q:
+            continue
+        if _WILD & set(pattern) and "?" in q:
+            continue
+        if _patterns((q,)).matches(pattern):
             return True
     return False

@@ -7,7 +7,6 @@ action and tool so a call evaluates only the rules that can apply to it.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,8 +21,37 @@ if TYPE_CHECKING:
 SCOPE_DIMENSIONS = ("images", "nodes", "connections", "subjects")
 
 
+def glob_to_regex(pattern: str) -> str:
+    """A scope glob as a regular expression.
+
+    `*` matches within one path segment: any run of characters except `/` and whitespace, so
+    `10.20.0.*` does not admit `10.20.0.0/8` and `*.lab.example.com` does not admit
+    `evil.org .lab.example.com`. `**` also crosses `/` (for connection URLs and image paths).
+    `?` matches one such character. Everything else is literal (no character classes).
+    A pattern that is only `*` means "anything": the unfenced scope an operator wrote out.
+    """
+    if pattern == "*":
+        pattern = "**"
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append(r"\S*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append(r"[^/\s]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append(r"[^/\s]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
 class PatternSet:
-    """Glob patterns (`*.lab.example.com`, `10.0.0.*`) compiled into one regular expression."""
+    """Glob patterns (`*.lab.example.com`, `10.20.0.*`) compiled into one regular expression."""
 
     __slots__ = ("patterns", "_regex", "everything")
 
@@ -32,13 +60,11 @@ class PatternSet:
         self.everything = "*" in self.patterns
         flags = re.IGNORECASE if ignore_case else 0
         self._regex = (
-            re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns), flags)
-            if self.patterns
-            else None
+            re.compile("|".join(f"(?:{glob_to_regex(p)})" for p in self.patterns), flags) if self.patterns else None
         )
 
     def matches(self, value: str) -> bool:
-        return self._regex is not None and self._regex.match(value) is not None
+        return self._regex is not None and self._regex.fullmatch(value) is not None
 
     def __bool__(self) -> bool:
         return bool(self.patterns)
@@ -177,14 +203,17 @@ class PolicySet:
     def off_limits_reason(self, subject: str) -> str | None:
         """The reason `subject` is off-limits, or None.
 
-        A deny list must not be dodged by spelling: matching ignores case, and a trailing dot
-        (`www.irs.gov.`, a fully qualified DNS name) is the same host. Scope matching stays
-        exact, which fails closed.
+        A deny list must not be dodged by spelling: matching ignores case, a trailing dot
+        (`www.irs.gov.`, a fully qualified DNS name) is the same host, and an off-limits host
+        covers its subdomains (`x.payments.lab.example.com` is inside `payments.lab.example.com`).
+        Scope matching stays exact, which fails closed.
         """
         subject = subject.rstrip(".")
-        if not self.off_limits_any.matches(subject):
+        labels = subject.split(".")
+        candidates = [".".join(labels[i:]) for i in range(len(labels))]
+        if not any(self.off_limits_any.matches(c) for c in candidates):
             return None
         for patterns, reason in self.off_limits:
-            if patterns.matches(subject):
+            if any(patterns.matches(c) for c in candidates):
                 return reason
         return None
