@@ -106,6 +106,11 @@ class NativeProgram:
             return CelResult(plain)  # the shape touches expressions return: nothing to normalise
         return CelResult(value=normalise(plain))
 
+    @property
+    def result_type(self) -> str:
+        """The checked type of the expression's result, e.g. BOOL, DYN, LIST<STRING>."""
+        return str(self._expr.return_type())
+
     def __repr__(self) -> str:
         return f"NativeProgram({self.source!r})"
 

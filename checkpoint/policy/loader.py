@@ -100,6 +100,14 @@ def load_policy_dir(
     return policies
 
 
+def _checked_type(source: str, variables: dict[str, CelType]) -> str | None:
+    """The result type Google's type checker gives `source` (whichever engine evaluates it)."""
+    try:
+        return get_engine("native").compile(source, variables).result_type  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - no native runtime here: the engine's own checks stand
+        return None
+
+
 def _parse_file(path: Path, shown: str, errors: list[PolicyError]) -> list[_Doc]:
     if path.stat().st_size > MAX_FILE_BYTES:
         errors.append(PolicyError(shown, 1, f"file is larger than {MAX_FILE_BYTES} bytes"))
@@ -152,13 +160,24 @@ class _Compiler:
         self.errors.append(PolicyError(doc.file, doc.at(*path), message))
 
     def compile_cel(
-        self, doc: _Doc, path: tuple[str | int, ...], source: str, variables: dict[str, CelType]
+        self,
+        doc: _Doc,
+        path: tuple[str | int, ...],
+        source: str,
+        variables: dict[str, CelType],
+        result_types: tuple[str, ...],
     ) -> Any:
+        """Compile and type-check; the checked result type must be one of `result_types` (or DYN)."""
         try:
-            return self.engine.compile(source, variables)
+            program = self.engine.compile(source, variables)
         except CelCompileError as exc:
             self.error(doc, path, f"CEL does not compile: {exc.message}")
             return None
+        checked = _checked_type(source, variables)
+        if checked is not None and checked != "DYN" and checked not in result_types:
+            self.error(doc, path, f"CEL returns {checked}; it must return {' or '.join(result_types)}")
+            return None
+        return program
 
     def build(
         self, docs: list[_Doc], revision: str, directory: str, catalog: AgentCatalog, cel_engine: str
@@ -243,7 +262,8 @@ class _Compiler:
             source = getattr(spec.touches, dim)
             if source is not None:
                 # always compile through the engine: it type-checks; keep the fast form when there is one
-                program = self.compile_cel(doc, ("touches", dim), source, TOUCHES_VARIABLES)
+                program = self.compile_cel(doc, ("touches", dim), source, TOUCHES_VARIABLES,
+                                           ("LIST<STRING>", "LIST<DYN>"))
                 touches[dim] = compile_fast(source) or program if program is not None else None
         if spec.run is not None:
             properties = spec.input_schema.get("properties", {})
@@ -314,7 +334,7 @@ class _Compiler:
                 self.error(doc, ("agents", i), f"rule {spec.name!r} names unknown agent {name!r}")
         if spec.tools and spec.actions != ["tool_call"]:
             self.error(doc, ("tools",), f"rule {spec.name!r}: 'tools' only applies to tool_call rules")
-        program = self.compile_cel(doc, ("condition",), spec.condition, RULE_VARIABLES)
+        program = self.compile_cel(doc, ("condition",), spec.condition, RULE_VARIABLES, ("BOOL",))
         if program is None:
             return None
         return CompiledRule(spec=spec, program=program, code=spec.effective_code(), where=f"{doc.file}:{doc.at('condition')}")
