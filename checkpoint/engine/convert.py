@@ -35,6 +35,8 @@ def value_to_python(v: struct_pb2.Value, depth: int = 0) -> Any:
         return text
     if kind == "number_value":
         n = v.number_value
+        if n != n or n in (float("inf"), float("-inf")):
+            raise UnacceptableValue("arguments hold a number that is not finite (NaN or infinity)")
         # Struct carries every number as a double; whole numbers come back as ints so that
         # `args.count == 3` and canonical hashes agree with the driver's plain JSON.
         return int(n) if n.is_integer() and abs(n) < 2**53 else n

@@ -49,11 +49,13 @@ def decide(policies: PolicySet, request: pb.CheckRequest) -> pb.CheckResponse:
         response.verdict, response.code, response.rule, response.reason = (
             stop.verdict, stop.code, stop.rule, stop.reason
         )
-    if call is not None and call.agent is not None:
-        response.agent, response.agent_version = call.agent.name, call.agent.version
-    elif request.run.actor_chain:
+    if call is not None:
+        response.tenant, response.accountable_person = call.tenant.name, call.person
+        if call.agent is not None:
+            response.agent, response.agent_version = call.agent.name, call.agent.version
+    elif len(request.run.actor_chain) > 1:  # refused before the chain resolved: say who it named
         last = request.run.actor_chain[-1]
-        response.agent, response.agent_version = last.id, last.agent_version
+        response.agent, response.agent_version = last.id[:100], last.agent_version[:100]
     response.explanation.extend(trace.outcomes)
     return response
 
@@ -66,6 +68,12 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
     if call.agent is not None:
         authority.check_tool(call, tool)
         authority.check_access(call, tool)
+    elif tool.spec.agent_management:
+        # a person changes agents through review outside the agent loop, never through a grant
+        raise call.trace.stop(
+            DENY, codes.AGENT_MANAGEMENT_TOOL, "allowlist.agent_management",
+            f"{tool.name!r} manages agents; agent changes go through a tenant admin's review, not a tool call",
+        )
     touched = _touched(call, tool, args)
     if call.agent is not None:
         authority.check_touched(call, touched)

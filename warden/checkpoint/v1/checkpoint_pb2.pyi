@@ -287,7 +287,7 @@ class PlanStepResult(_message.Message):
     def __init__(self, step_id: _Optional[str] = ..., index: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget")
+    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +303,8 @@ class CheckResponse(_message.Message):
     PLAN_STEPS_FIELD_NUMBER: _ClassVar[int]
     DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
     CHILD_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTABLE_PERSON_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     verdict: Verdict
     code: str
@@ -318,7 +320,9 @@ class CheckResponse(_message.Message):
     plan_steps: _containers.RepeatedCompositeFieldContainer[PlanStepResult]
     decided_at: _timestamp_pb2.Timestamp
     child_budget: Budget
-    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
+    tenant: str
+    accountable_person: str
+    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ...) -> None: ...
 
 class CheckBatchItem(_message.Message):
     __slots__ = ("correlation_id", "request")
