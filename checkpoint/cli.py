@@ -12,7 +12,7 @@ from google.protobuf import json_format
 
 from checkpoint.policy import AgentCatalog, PolicyLoadError, load_policy_dir
 
-# Exit codes, documented in docs/cli.md.
+# Exit codes, documented in each command's --help.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOAD = 0, 1, 2, 3
 
 
@@ -141,7 +141,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     policies = _load(args.policies, args.cel_engine, catalog)
     if policies is None:
         return EXIT_LOAD
-    text = sys.stdin.read() if args.request == "-" else Path(args.request).read_text()
+    try:
+        text = sys.stdin.read() if args.request == "-" else Path(args.request).read_text()
+    except OSError as exc:
+        print(f"invalid_request: {args.request}: {exc.strerror}", file=sys.stderr)
+        return EXIT_FAILED
     request = pb.CheckRequest()
     try:
         json_format.Parse(text, request)

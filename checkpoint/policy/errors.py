@@ -12,7 +12,8 @@ class PolicyError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.message}"
+        # line 0: the problem is the file or folder itself, not a place in it
+        return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
 
 
 class PolicyLoadError(Exception):
