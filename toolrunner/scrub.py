@@ -3,7 +3,9 @@
 Three layers, applied to the same text in one pass (overlapping finds are merged):
 
 1. the exact values of the secrets injected into this call, and their base64 (standard and
-   URL-safe, with and without padding), URL-encoded and hex (lower and upper case) forms;
+   URL-safe, with and without padding, and the three offset forms that match the secret inside
+   a longer base64 blob such as ``env | base64``), URL-encoded and hex (lower and upper case)
+   forms; base64 wrapped over several lines (``base64`` wraps at 76 columns) is matched too;
 2. well-known credential shapes: cloud keys, provider tokens, private key blocks, JWTs,
    bearer/basic authorization headers, passwords in URLs;
 3. high-entropy assignments: ``name=value`` / ``"name": "value"`` whose value looks random, or
@@ -82,6 +84,31 @@ def _looks_random(value: str, threshold: float) -> bool:
     return has_digit and has_alpha and shannon_entropy(value) > threshold
 
 
+# An offset form shorter than this would match ordinary base64 by chance.
+_MIN_OFFSET_FORM = 8
+_BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_=")
+
+
+def base64_offset_forms(raw: bytes) -> set[str]:
+    """What base64 of a longer blob holds wherever `raw` sits inside it, for any position.
+
+    base64 encodes 3 bytes as 4 characters, so a secret that starts 0, 1 or 2 bytes into a
+    3-byte group is spelled in three different ways. For each offset, encode the secret behind
+    that many placeholder bytes and keep only the characters that depend on the secret alone:
+    the first characters mix in the bytes before it and the last one the bytes after it.
+    """
+    forms: set[str] = set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode()
+        start = -(-offset * 8 // 6)  # ceil: the first character holding no placeholder bit
+        end = (offset + len(raw)) * 8 // 6  # floor: the last character holding only secret bits
+        core = encoded[start:end]
+        if len(core) >= _MIN_OFFSET_FORM:
+            forms.add(core)
+            forms.add(core.translate(str.maketrans("+/", "-_")))
+    return forms
+
+
 def secret_forms(value: str) -> set[str]:
     """The spellings of one secret value that a tool could plausibly print."""
     if not value:
@@ -91,7 +118,37 @@ def secret_forms(value: str) -> set[str]:
     for encoded in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()):
         forms.add(encoded)
         forms.add(encoded.rstrip("="))
+    forms |= base64_offset_forms(raw)
     return {f for f in forms if f}
+
+
+def _unwrapped(text: str) -> tuple[str, list[int]] | None:
+    """`text` without the line breaks that sit between two base64 characters, and where each
+    remaining character was; None when there are none."""
+    if "\n" not in text:
+        return None
+    kept: list[str] = []
+    where: list[int] = []
+    n = len(text)
+    i = 0
+    removed = False
+    while i < n:
+        if text[i] in "\r\n":
+            j = i
+            while j < n and text[j] in "\r\n":
+                j += 1
+            if i > 0 and text[i - 1] in _BASE64_CHARS and j < n and text[j] in _BASE64_CHARS:
+                removed = True
+                i = j
+                continue
+            kept.append(text[i:j])
+            where.extend(range(i, j))
+            i = j
+            continue
+        kept.append(text[i])
+        where.append(i)
+        i += 1
+    return ("".join(kept), where) if removed else None
 
 
 @dataclass(frozen=True)
@@ -124,6 +181,14 @@ class Scrubber:
         if self._literals is not None:
             for m in self._literals.finditer(text):
                 found.append(Span(m.start(), m.end(), "secret:" + self._form_names[m.group(0)]))
+            unwrapped = _unwrapped(text)
+            if unwrapped is not None:
+                # A secret's base64 split over wrapped lines: find it in the joined text and
+                # mask the original characters it spans, line breaks included.
+                joined, where = unwrapped
+                for m in self._literals.finditer(joined):
+                    found.append(Span(where[m.start()], where[m.end() - 1] + 1,
+                                      "secret:" + self._form_names[m.group(0)]))
         for label, pattern in _PATTERNS:
             for m in pattern.finditer(text):
                 if m.end() > m.start():

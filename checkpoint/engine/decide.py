@@ -114,7 +114,7 @@ def _shape(call: Call, name: str, arguments: Any, validate_absent: bool = True) 
         # the slow validator only runs on refusals, for a message a person can act on
         error = jsonschema.exceptions.best_match(tool.validator.iter_errors(args))
         where = "/".join(str(p) for p in error.absolute_path) if error is not None else ""
-        message = error.message if error is not None else fast_error.message
+        message = error.message if error is not None else str(fast_error)
         raise trace.stop(
             DENY, codes.INVALID_ARGUMENTS, "request.arguments",
             f"arguments do not match {name}'s input schema at {where or '(root)'}: {message[:300]}",

@@ -27,7 +27,7 @@ class InvalidRequest(Exception):
 class Stop(Exception):
     """A step decided: first failure wins, so the decision ends here."""
 
-    def __init__(self, verdict: int, code: str, rule: str, reason: str):
+    def __init__(self, verdict: pb.Verdict, code: str, rule: str, reason: str):
         super().__init__(reason)
         self.verdict = verdict
         self.code = code
@@ -46,6 +46,6 @@ class Trace:
         if self.enabled:
             self.outcomes.append(pb.RuleOutcome(rule=rule, outcome=outcome, code=code, detail=detail))
 
-    def stop(self, verdict: int, code: str, rule: str, reason: str) -> Stop:
+    def stop(self, verdict: pb.Verdict, code: str, rule: str, reason: str) -> Stop:
         self.add(rule, "fail", code, reason)
         return Stop(verdict, code, rule, reason)

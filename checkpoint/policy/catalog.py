@@ -30,7 +30,7 @@ class AgentCatalog:
             # lock below serialises every use of the one connection
             self._db = sqlite_utils.Database(sqlite3.connect(str(path), check_same_thread=False))
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db["agent_versions"].create(
+            self._db.table("agent_versions").create(
                 {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
                 pk=("agent", "version"),
                 if_not_exists=True,
@@ -42,7 +42,7 @@ class AgentCatalog:
             if self._db is not None and fresh:
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 with self._db.conn:
-                    self._db["agent_versions"].insert_all(
+                    self._db.table("agent_versions").insert_all(
                         (
                             {
                                 "agent": v.name,

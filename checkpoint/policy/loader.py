@@ -17,7 +17,7 @@ import fastjsonschema
 import jsonschema
 from pydantic import ValidationError
 
-from checkpoint.cel import CelCompileError, CelType, get_engine
+from checkpoint.cel import CelCompileError, CelProgram, CelType, get_engine
 from checkpoint.cel.fastpath import FastProgram, compile_fast
 from checkpoint.policy import model
 from checkpoint.policy.catalog import AgentCatalog
@@ -257,14 +257,18 @@ class _Compiler:
             return None
         if spec.input_schema.get("type") != "object":
             self.error(doc, ("input_schema",), "input_schema must describe an object (type: object)")
-        touches = {}
+        touches: dict[str, CelProgram] = {}
+        failed = False
         for dim in ("images", "nodes", "connections", "subjects"):
             source = getattr(spec.touches, dim)
             if source is not None:
                 # always compile through the engine: it type-checks; keep the fast form when there is one
                 program = self.compile_cel(doc, ("touches", dim), source, TOUCHES_VARIABLES,
                                            ("LIST<STRING>", "LIST<DYN>"))
-                touches[dim] = compile_fast(source) or program if program is not None else None
+                if program is None:
+                    failed = True
+                else:
+                    touches[dim] = compile_fast(source) or program
         if spec.run is not None:
             properties = spec.input_schema.get("properties", {})
             for i, part in enumerate(spec.run.command):
@@ -273,7 +277,7 @@ class _Compiler:
                         self.error(doc, ("run", "command", i), f"command placeholder {{{name}}} is not an input_schema property")
             if spec.run.network and spec.touches.connections is None:
                 self.error(doc, ("run", "network"), "network needs touches.connections, so scope can decide where it may go")
-        if any(v is None for v in touches.values()):
+        if failed:
             return None
         return CompiledTool(
             spec=spec, validator=validator, fast_validate=fast, touches=touches,

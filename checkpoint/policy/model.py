@@ -150,7 +150,7 @@ class Rule(Strict):
     condition: str = Field(..., min_length=1, description="CEL; true means the effect applies")
     code: Name | None = Field(None, description="defaults to rule_denied / approval_required")
     reason: str = ""
-    actions: list[ActionKind] = Field(default_factory=lambda: ["tool_call"])
+    actions: list[ActionKind] = Field(default_factory=lambda: list[ActionKind](["tool_call"]))
     tools: list[Name] = Field(default_factory=list, description="only these tools; empty means every tool")
     agents: list[Name] = Field(default_factory=list, description="only these agents; empty means every agent")
 
