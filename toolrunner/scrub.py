@@ -19,6 +19,7 @@ masked exactly as if it had arrived whole.
 from __future__ import annotations
 
 import base64
+import bisect
 import math
 import re
 from collections import Counter
@@ -86,7 +87,6 @@ def _looks_random(value: str, threshold: float) -> bool:
 
 # An offset form shorter than this would match ordinary base64 by chance.
 _MIN_OFFSET_FORM = 8
-_BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_=")
 
 
 def base64_offset_forms(raw: bytes) -> set[str]:
@@ -122,33 +122,33 @@ def secret_forms(value: str) -> set[str]:
     return {f for f in forms if f}
 
 
-def _unwrapped(text: str) -> tuple[str, list[int]] | None:
-    """`text` without the line breaks that sit between two base64 characters, and where each
-    remaining character was; None when there are none."""
-    if "\n" not in text:
-        return None
-    kept: list[str] = []
-    where: list[int] = []
-    n = len(text)
-    i = 0
-    removed = False
-    while i < n:
-        if text[i] in "\r\n":
-            j = i
-            while j < n and text[j] in "\r\n":
-                j += 1
-            if i > 0 and text[i - 1] in _BASE64_CHARS and j < n and text[j] in _BASE64_CHARS:
-                removed = True
-                i = j
-                continue
-            kept.append(text[i:j])
-            where.extend(range(i, j))
-            i = j
-            continue
-        kept.append(text[i])
-        where.append(i)
-        i += 1
-    return ("".join(kept), where) if removed else None
+_WRAP = re.compile(r"(?<=[A-Za-z0-9+/=_\-])[\r\n]+(?=[A-Za-z0-9+/=_\-])")
+
+
+class _Unwrapped:
+    """`text` without the line breaks that sit between two base64 characters, and a map from a
+    position in it back to the original text."""
+
+    def __init__(self, text: str):
+        pieces: list[str] = []
+        self._joined_starts: list[int] = []
+        self._orig_starts: list[int] = []
+        pos = length = 0
+        for m in _WRAP.finditer(text):
+            self._joined_starts.append(length)
+            self._orig_starts.append(pos)
+            pieces.append(text[pos : m.start()])
+            length += m.start() - pos
+            pos = m.end()
+        self._joined_starts.append(length)
+        self._orig_starts.append(pos)
+        pieces.append(text[pos:])
+        self.text = "".join(pieces)
+        self.wrapped = len(pieces) > 1
+
+    def original(self, joined_pos: int) -> int:
+        i = bisect.bisect_right(self._joined_starts, joined_pos) - 1
+        return self._orig_starts[i] + joined_pos - self._joined_starts[i]
 
 
 @dataclass(frozen=True)
@@ -181,13 +181,12 @@ class Scrubber:
         if self._literals is not None:
             for m in self._literals.finditer(text):
                 found.append(Span(m.start(), m.end(), "secret:" + self._form_names[m.group(0)]))
-            unwrapped = _unwrapped(text)
-            if unwrapped is not None:
+            unwrapped = _Unwrapped(text) if "\n" in text else None
+            if unwrapped is not None and unwrapped.wrapped:
                 # A secret's base64 split over wrapped lines: find it in the joined text and
                 # mask the original characters it spans, line breaks included.
-                joined, where = unwrapped
-                for m in self._literals.finditer(joined):
-                    found.append(Span(where[m.start()], where[m.end() - 1] + 1,
+                for m in self._literals.finditer(unwrapped.text):
+                    found.append(Span(unwrapped.original(m.start()), unwrapped.original(m.end() - 1) + 1,
                                       "secret:" + self._form_names[m.group(0)]))
         for label, pattern in _PATTERNS:
             for m in pattern.finditer(text):
