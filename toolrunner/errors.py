@@ -12,7 +12,13 @@
     │                               does not hold -> FAILED_PRECONDITION
     ├── RuntimeUnavailable        runtime_unavailable: the tool asks for an OCI runtime the
     │                               daemon does not have -> FAILED_PRECONDITION
-    ├── RunnerBusy                runner_busy: the concurrency limit is reached -> RESOURCE_EXHAUSTED
+    ├── PolicyRevisionMismatch    policy_revision_mismatch: the grant was issued under a policy
+    │                               revision the runner does not hold, even after reloading its
+    │                               policy folder once -> FAILED_PRECONDITION
+    ├── RunnerBusy                runner_busy: the concurrency limit is reached; retry later
+    │                               -> RESOURCE_EXHAUSTED
+    ├── Unauthenticated           unauthenticated: Cancel / GetReceipt without a valid bearer
+    │                               token -> UNAUTHENTICATED
     ├── AlreadyStarted            already_started: this grant's call was claimed by an earlier
     │                               process that never finished it -> ABORTED
     ├── ReceiptNotFound           receipt_not_found (GetReceipt) -> NOT_FOUND
@@ -21,8 +27,10 @@
 A refusal means nothing ran. Outcomes of a call that did run (``timeout``, ``output_truncated``,
 ``cancelled``, ``interrupted``) are not errors: they are the receipt's ``code``.
 
-Every refusal reaches the client as a gRPC error whose trailing metadata carries the code under
-``warden-code`` and whose details read ``<code>: <message>``.
+Every refusal reaches the client as a gRPC error whose details read ``<code>: <message>``, with
+the code in a ``warden.checkpoint.v1.ErrorDetail`` packed into the standard status details
+(``grpc-status-details-bin``, as the checkpoint sends it) and, for older clients, also in trailing
+metadata under ``warden-code``.
 """
 
 from __future__ import annotations
@@ -78,6 +86,16 @@ class SecretUnavailable(RunnerError):
 class RuntimeUnavailable(RunnerError):
     code = "runtime_unavailable"
     status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PolicyRevisionMismatch(RunnerError):
+    code = "policy_revision_mismatch"
+    status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Unauthenticated(RunnerError):
+    code = "unauthenticated"
+    status = grpc.StatusCode.UNAUTHENTICATED
 
 
 class RunnerBusy(RunnerError):

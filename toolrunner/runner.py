@@ -37,6 +37,7 @@ from toolrunner.errors import (
     AlreadyStarted,
     GrantRefused,
     InvalidArguments,
+    PolicyRevisionMismatch,
     ReceiptNotFound,
     RunnerBusy,
     RuntimeUnavailable,
@@ -45,6 +46,7 @@ from toolrunner.errors import (
 )
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
+from toolrunner.policies import PolicySource
 from toolrunner.scrub import Scrubber, StreamScrubber
 from toolrunner.store import ReceiptStore
 from warden import canonical, grants
@@ -83,10 +85,17 @@ class ToolRunner:
         api: docker.APIClient,
         secrets: Mapping[str, str] | None = None,
         config: RunnerConfig | None = None,
+        policy_revision: str = "",
+        policy_source: PolicySource | None = None,
     ):
         # The loader's PolicySet.tools holds compiled tools (the model under `.spec`); tests
         # and other callers may pass the models themselves.
         self.tools: dict[str, Tool] = {name: getattr(t, "spec", t) for name, t in tools.items()}
+        # "" means the caller handed over tools of no known revision (tests embedding the
+        # runner): the revision check is then off. The CLI always loads a folder and sets it.
+        self.policy_revision = policy_revision
+        self.policy_source = policy_source
+        self._reload_lock = threading.Lock()
         self.keys = keys
         self.store = store
         self.api = api
@@ -135,6 +144,7 @@ class ToolRunner:
         if stored is not None:
             return stored
 
+        self._check_revision(grant.policy_revision)
         tool = self.tools.get(request.tool)
         if tool is None or tool.run is None:
             raise UnknownTool(f"no runnable tool {request.tool!r} in the loaded policies")
@@ -350,6 +360,34 @@ class ToolRunner:
         with self._lock:
             self._inflight.pop(decision_id, None)
         entry.done.set()
+
+    def _check_revision(self, wanted: str) -> None:
+        """Hold the tool definitions of the revision the grant was issued under, or refuse.
+
+        On a mismatch the policy folder is reloaded once, and only when its files changed (a
+        hash, no compile), so a stream of stale grants cannot make the runner recompile forever.
+        """
+        if not self.policy_revision or wanted == self.policy_revision:
+            return
+        with self._reload_lock:
+            if wanted == self.policy_revision:  # another call reloaded meanwhile
+                return
+            problem = "it does not have that revision"
+            if self.policy_source is not None:
+                try:
+                    if self.policy_source.revision() != self.policy_revision:
+                        loaded = self.policy_source.load()
+                        self.tools = dict(loaded.tools)
+                        log.info("policy folder reloaded: revision %s -> %s", self.policy_revision, loaded.revision)
+                        self.policy_revision = loaded.revision
+                except Exception as exc:  # noqa: BLE001 - a broken edit keeps the last good set
+                    problem = f"its policy folder does not load ({str(exc).splitlines()[0][:200]})"
+                    log.warning("policy reload failed; keeping revision %s: %s", self.policy_revision, exc)
+            if wanted != self.policy_revision:
+                raise PolicyRevisionMismatch(
+                    f"the grant was issued under policy revision {wanted or '(none)'!r}; the runner holds "
+                    f"{self.policy_revision!r} and {problem}"
+                )
 
     def _check_runtime(self, runtime: str) -> None:
         if self._runtimes is None:

@@ -14,7 +14,7 @@ import json
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ class GrantError(Exception):
 @dataclass(frozen=True)
 class SigningKey:
     key_id: str
-    secret: bytes
+    # Out of repr: a key printed in a log line, a traceback or a test failure is a leaked key.
+    secret: bytes = field(repr=False)
 
     @classmethod
     def generate(cls) -> SigningKey:

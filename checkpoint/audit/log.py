@@ -12,10 +12,18 @@ same `busy` flag, so exactly one transaction is ever in flight. As soon as calle
 (a record arrives while a transaction is in flight, or the last one held several records),
 records queue and the writer thread batches them.
 
-Chain consistency. Every transaction reads the head (last seq and hash) after BEGIN IMMEDIATE,
-so the chain continues from what is committed, never from what was hoped to be: a failed batch
-rolls back whole and the next one links to the last committed record. That also makes a
-restart resume the chain with no extra step.
+Chain consistency. The writer keeps the head (last seq and hash) it committed, and links the
+next transaction to it, inserting explicit seqs: if anything else appended meanwhile (a second
+writer on the same file), seq collides with the primary key, the transaction rolls back whole,
+and it is retried once after reading the head under BEGIN IMMEDIATE. A failed transaction
+forgets the kept head, so the next one reads it from what is committed, never from what was
+hoped to be. That also makes a restart resume the chain with no extra step.
+
+Cost. A lone record is one INSERT in autocommit mode (its own transaction), one statement where
+BEGIN / SELECT head / INSERT / COMMIT took four: each statement releases and retakes the GIL,
+which on a busy server is a wait of its own. The WAL is copied back into the database by a
+background thread (`wal_autocheckpoint` is off on the writer), so no commit pays for a
+checkpoint inline.
 """
 
 from __future__ import annotations
@@ -89,7 +97,9 @@ class DecisionLog:
         except (OSError, sqlite3.Error) as exc:
             raise AuditUnavailable(f"cannot open decision log {self.path}: {exc}") from exc
         self._committed_seq, self._committed_hash = last or (0, GENESIS_HASH)
+        self._head_known = True  # _committed_* is the head on disk, as far as this writer knows
         self._reader = DecisionReader(self.path)
+        self._checkpointer = _Checkpointer(self.path, busy_timeout_ms)
 
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # writer waits here for records
@@ -103,6 +113,7 @@ class DecisionLog:
 
         self._writer = threading.Thread(target=self._run, name="decision-log-writer", daemon=True)
         self._writer.start()
+        self._checkpointer.start()
 
     def _open(self) -> sqlite3.Connection:
         return store.open_writer(self.path, self._synchronous, self._busy_timeout_ms)
@@ -197,33 +208,66 @@ class DecisionLog:
             if self._conn is None:
                 self._conn = self._open()
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                seq, prev = store.head(conn) or (0, GENESIS_HASH)
-                first = seq + 1
-                rows = []
-                for values in batch:
-                    seq += 1
-                    digest = record_hash(prev, (seq, *values))
-                    rows.append((seq, *values, prev, digest))
-                    prev = digest
-                conn.executemany(store.INSERT_SQL, rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback(conn)
-                raise
+                if not self._head_known:
+                    raise _HeadUnknown
+                seq, prev = self._insert(conn, batch, self._committed_seq, self._committed_hash)
+            except (_HeadUnknown, sqlite3.IntegrityError):
+                # Another writer appended (seq taken), or the head is unknown: read it under the
+                # write lock and link to it. A failure in here is a real one (e.g. a trigger).
+                self._head_known = False
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    head = store.head(conn) or (0, GENESIS_HASH)
+                    seq, prev = self._insert(conn, batch, *head, in_transaction=True)
+                except BaseException:
+                    _rollback(conn)
+                    raise
         except Exception as exc:
             self._failures += 1
+            self._head_known = False
             log.error("decision log write of %d record(s) failed: %s", len(batch), exc)
             # Start the next batch on a fresh connection: after an I/O error or a connection
             # closed underneath us the old one is not to be trusted.
             self._discard_connection()
             raise AuditUnavailable(f"decision log write failed: {exc}") from exc
+        n = len(batch)
         self._batches += 1
-        self._records += len(rows)
-        self._last_batch = len(rows)
+        self._records += n
+        self._last_batch = n
         self._committed_seq, self._committed_hash = seq, prev
-        return first
+        self._head_known = True
+        self._checkpointer.committed(n)
+        return seq - n + 1
+
+    @staticmethod
+    def _insert(
+        conn: sqlite3.Connection,
+        batch: list[tuple[Any, ...]],
+        seq: int,
+        prev: str,
+        *,
+        in_transaction: bool = False,
+    ) -> tuple[int, str]:
+        """Chain ``batch`` after (seq, prev) and write it atomically; return the new head."""
+        rows = []
+        for values in batch:
+            seq += 1
+            digest = record_hash(prev, (seq, *values))
+            rows.append((seq, *values, prev, digest))
+            prev = digest
+        if len(rows) == 1 and not in_transaction:
+            conn.execute(store.INSERT_SQL, rows[0])  # autocommit: a transaction of its own
+            return seq, prev
+        if not in_transaction:
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(store.INSERT_SQL, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        return seq, prev
 
     def _discard_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -239,6 +283,7 @@ class DecisionLog:
             self._closing = True
             self._work.notify()
         self._writer.join(timeout)
+        self._checkpointer.stop()
         if not self._writer.is_alive():
             self._discard_connection()
 
@@ -319,6 +364,67 @@ class DecisionLog:
     def wake_followers(self) -> None:
         with self._committed:
             self._committed.notify_all()
+
+
+class _HeadUnknown(Exception):
+    pass
+
+
+class _Checkpointer:
+    """Copies the WAL back into the database off the commit path.
+
+    The writer connection has `wal_autocheckpoint=0`; this thread runs a PASSIVE checkpoint on
+    its own connection once about `every` records were committed since the last one. PASSIVE
+    never blocks the writer or readers, and SQLite releases the GIL while it copies, so the
+    copying overlaps with decisions being made. A checkpoint that fails (or is never run) only
+    lets the WAL grow; no record depends on it: a commit is durable once it is in the WAL.
+    """
+
+    def __init__(self, path: Path, busy_timeout_ms: int, every: int = 1000) -> None:
+        self.path = path
+        self.every = every
+        self._busy_timeout_ms = busy_timeout_ms
+        self._since = 0
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="decision-log-checkpoint", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def committed(self, n: int) -> None:
+        self._since += n
+        if self._since >= self.every:
+            self._since = 0
+            self._wake.set()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stop:
+                    return
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+                        conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:
+                    log.warning("decision log checkpoint failed (the WAL grows until one succeeds): %s", exc)
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

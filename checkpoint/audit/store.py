@@ -19,7 +19,10 @@ from checkpoint.audit.record import COLUMNS
 
 TABLE = "decisions"
 SCHEMA_VERSION = 1
-INDEXED = ("run_id", "agent", "verdict", "code")
+# Each index is one more B-tree page written per commit. run_id and agent pick out few records of
+# many; verdict (four values) and code (a few dozen) would not narrow a search much, so queries
+# on those walk the table in seq order instead (logs made before kept their old indexes).
+INDEXED = ("run_id", "agent")
 Synchronous = Literal["NORMAL", "FULL"]
 
 _TYPES: dict[str, type] = {name: str for name in COLUMNS} | {"seq": int, "latency_us": int}
@@ -42,6 +45,8 @@ def open_writer(path: Path, synchronous: Synchronous, busy_timeout_ms: int) -> s
         # WAL + NORMAL: a commit is in the OS before COMMIT returns, so it survives the process
         # being killed; FULL also fsyncs the WAL on every commit, for power loss.
         conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+        # The log's own thread checkpoints (see log._Checkpointer), not the committing caller.
+        conn.execute("PRAGMA wal_autocheckpoint=0")
         _ensure_schema(db)
     except BaseException:
         conn.close()

@@ -50,7 +50,7 @@ BUDGET_FIELDS = tuple(f.name for f in pb.Budget.DESCRIPTOR.fields)
 
 def effective_budget(call: Call, extra: pb.Budget | None = None) -> dict[str, float]:
     """The smallest ceiling set at any level, per Budget field; absent fields are unlimited."""
-    key = (call.tenant.name, *(link.agent.version for link in call.links))
+    key = ("ceilings", call.tenant.name, *(link.agent.version for link in call.links))
     static = call.policies.memo.get(key)
     if static is None:  # instance, tenant and agent levels only change with the policy set
         levels: list[object] = [call.policies.instance.ceilings, call.tenant.ceilings]

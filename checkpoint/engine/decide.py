@@ -78,7 +78,8 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
     if call.agent is not None:
         authority.check_touched(call, touched)
     _off_limits(call, touched.get("subjects", ()))
-    approval = _rules(call, call.policies.rules_by_tool.get(tool.name, ()), lambda: _tool_activation(call, tool, args, touched))
+    rules = call.policies.rules_by_tool.get(tool.name, ())
+    approval = _rules(call, rules, lambda: _tool_activation(call, tool, args, touched, _reads(call, rules)))
     if call.agent is not None:
         breakers.check(call, "tool_call")
     response.counts_as_drift = call.request.run.has_plan and not tc.plan_step
@@ -212,15 +213,17 @@ def _agent_map(call: Call) -> dict[str, Any]:
     return found
 
 
-def _base_activation(call: Call, action: str) -> dict[str, Any]:
+def _base_activation(call: Call, action: str, reads: frozenset[str]) -> dict[str, Any]:
+    """The rule variables; those no applicable rule names are left empty (CEL needs them declared,
+    not filled), which saves building and converting them on every call."""
     counters = call.request.counters
     return {
         "action": action,
         "args": {},
         "tool": {},
-        "agent": _agent_map(call),
-        "run": call.run_map(),
-        "counters": {name: getattr(counters, name) for name in COUNTER_FIELDS},
+        "agent": _agent_map(call) if "agent" in reads else {},
+        "run": call.run_map() if "run" in reads else {},
+        "counters": {name: getattr(counters, name) for name in COUNTER_FIELDS} if "counters" in reads else {},
         "subjects": [],
         "model": {},
         "delegation": {},
@@ -228,8 +231,17 @@ def _base_activation(call: Call, action: str) -> dict[str, Any]:
     }
 
 
-def _tool_activation(call: Call, tool: CompiledTool, args: dict[str, Any], touched: dict[str, list[str]]) -> dict[str, Any]:
-    activation = _base_activation(call, "tool_call")
+def _reads(call: Call, rules: tuple[CompiledRule, ...]) -> frozenset[str]:
+    key = ("reads", id(rules))
+    found = call.policies.memo.get(key)
+    if found is None:
+        found = call.policies.memo[key] = frozenset().union(*(r.reads for r in rules))
+    return found
+
+
+def _tool_activation(call: Call, tool: CompiledTool, args: dict[str, Any], touched: dict[str, list[str]],
+                     reads: frozenset[str]) -> dict[str, Any]:
+    activation = _base_activation(call, "tool_call", reads)
     activation["args"] = args
     activation["tool"] = {"name": tool.name, "access": tool.spec.access.value}
     activation["subjects"] = touched.get("subjects", [])
@@ -249,7 +261,7 @@ def _model_call(call: Call) -> None:
     mc = call.request.model_call
 
     def activation() -> dict[str, Any]:
-        act = _base_activation(call, "model_call")
+        act = _base_activation(call, "model_call", _reads(call, call.policies.rules_by_action["model_call"]))
         act["model"] = {"provider": mc.provider, "name": mc.model, "max_tokens": mc.max_tokens,
                         "input_tokens": mc.input_tokens}
         return act
@@ -277,7 +289,7 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
     trace.add("delegation.allowlist", "pass")
 
     def activation() -> dict[str, Any]:
-        act = _base_activation(call, "delegation")
+        act = _base_activation(call, "delegation", _reads(call, call.policies.rules_by_action["delegation"]))
         act["delegation"] = {"agent": child.name, "version": child.version}
         return act
 
@@ -347,7 +359,7 @@ def _plan(call: Call, plan: pb.Plan, response: pb.CheckResponse) -> None:
         )
 
     def activation() -> dict[str, Any]:
-        act = _base_activation(call, "plan")
+        act = _base_activation(call, "plan", _reads(call, call.policies.rules_by_action["plan"]))
         act["plan"] = [{"id": s.id, "tool": s.tool} for s in plan.steps]
         return act
 

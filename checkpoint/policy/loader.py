@@ -341,4 +341,7 @@ class _Compiler:
         program = self.compile_cel(doc, ("condition",), spec.condition, RULE_VARIABLES, ("BOOL",))
         if program is None:
             return None
-        return CompiledRule(spec=spec, program=program, code=spec.effective_code(), where=f"{doc.file}:{doc.at('condition')}")
+        return CompiledRule(
+            spec=spec, program=program, code=spec.effective_code(), where=f"{doc.file}:{doc.at('condition')}",
+            reads=frozenset(name for name in RULE_VARIABLES if re.search(rf"\b{name}\b", spec.condition)),
+        )

@@ -142,6 +142,7 @@ class CompiledRule:
     program: CelProgram
     code: str
     where: str  # file:line, for errors that name the rule
+    reads: frozenset[str]  # the top-level variables its condition names (the rest need not be built)
 
     @property
     def name(self) -> str:

@@ -80,11 +80,19 @@ def actors_from_log(chain: list[dict[str, Any]] | None) -> list[pb.Actor]:
     ]
 
 
+_second_cache: tuple[int, str] = (-1, "")
+
+
 def format_time_ns(ns: int) -> str:
     """The log's time format: RFC 3339 UTC with microseconds."""
+    # The seconds part changes once a second: format it then, not on every decision.
+    global _second_cache
     seconds, rest = divmod(ns, 1_000_000_000)
-    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cached = _second_cache
+    if cached[0] != seconds:
+        cached = (seconds, datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+        _second_cache = cached
+    return f"{cached[1]}.{rest // 1000:06d}Z"
 
 
 def timestamp_from_ns(ns: int, out: timestamp_pb2.Timestamp) -> None:

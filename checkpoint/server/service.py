@@ -50,6 +50,7 @@ class CheckpointService:
         self.max_batch_items = max_batch_items
         self._watch_stops: set[threading.Event] = set()
         self._watch_lock = threading.Lock()
+        self._decision_counters: dict[tuple[int, str], Any] = {}
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -109,8 +110,18 @@ class CheckpointService:
             response = _fail_closed(
                 response, "audit_unavailable", "the decision could not be recorded", rule="audit"
             )
-        self.metrics.decisions.labels(convert.verdict_name(response.verdict), response.code).inc()
+        self._count(response.verdict, response.code)
         return response
+
+    def _count(self, verdict: int, code: str) -> None:
+        # prometheus_client's labels() costs a lock and a few dict lookups per call; the
+        # (verdict, code) pairs are few, so their children are kept here.
+        key = (verdict, code)
+        child = self._decision_counters.get(key)
+        if child is None:
+            child = self.metrics.decisions.labels(convert.verdict_name(verdict), code)
+            self._decision_counters[key] = child
+        child.inc()
 
     def check_plan(self, request: pb.CheckPlanRequest) -> pb.CheckPlanResponse:
         check = pb.CheckRequest(

@@ -168,6 +168,23 @@ def test_an_injected_secret_echoed_by_the_tool_comes_back_masked(harness: Harnes
     assert receipt.masked_count >= 6
 
 
+def test_env_piped_through_base64_does_not_leak_the_secrets(harness: Harness) -> None:
+    import base64
+
+    from toolrunner.scrub import base64_offset_forms
+
+    receipt = harness.execute("env_base64", {})
+    assert receipt.exit_code == 0 and receipt.output.count("\n") > 1  # wrapped like `env | base64`
+    joined = receipt.output.replace("\n", "")
+    for name in ("API_TOKEN", "DB_PASSWORD"):
+        assert f"[masked:secret:{name}]" in receipt.output, receipt.output
+        forms = base64_offset_forms(SECRETS[name].encode())
+        assert not any(form in joined for form in forms), receipt.output
+    # Only the secrets are masked: what comes before the first one still decodes (sorted env).
+    first = receipt.output.split("[", 1)[0].replace("\n", "")
+    assert base64.b64decode(first[: len(first) // 4 * 4]).startswith(b"API_TOKEN")
+
+
 def test_only_the_definitions_environment_reaches_the_tool(harness: Harness) -> None:
     out = harness.execute("env", {"name": "GREETING"}).output
     assert out.startswith("value=hello\n")

@@ -131,3 +131,44 @@ def test_scrubbing_happens_before_truncation() -> None:
     out = capped.text()
     assert capped.truncated and SECRET[:8] not in out and SECRET[-8:] not in out
     assert stream.masked == 2
+
+
+TOKEN = b"tok_9fA7qZ2xK4mN8pR1"
+
+
+def _leaks(output: str, secret: bytes) -> bool:
+    """Whether any base64 spelling of `secret` survives in `output`, line breaks ignored."""
+    from toolrunner.scrub import base64_offset_forms
+
+    joined = output.replace("\n", "")
+    return any(form in joined for form in base64_offset_forms(secret))
+
+
+def test_base64_of_an_env_line_holding_the_secret_is_masked() -> None:
+    blob = base64.b64encode(b"TASKS_API_TOKEN=" + TOKEN + b"\n").decode()
+    assert TOKEN.decode() not in blob  # the plain and whole-value forms cannot find it
+    out, count = Scrubber({"TASKS_API_TOKEN": TOKEN.decode()}).scrub(f"the environment {blob} ends\n")
+    assert "[masked:secret:TASKS_API_TOKEN]" in out and count == 1
+    assert not _leaks(out, TOKEN), out
+
+
+@pytest.mark.parametrize("prefix", [b"", b"A", b"AB", b"ABC", b"PATH=/bin\nHOME=/tmp\nTASKS_API_TOKEN="])
+@pytest.mark.parametrize("urlsafe", [False, True])
+def test_the_secret_at_every_byte_offset_inside_base64_is_masked(prefix: bytes, urlsafe: bool) -> None:
+    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    blob = encode(prefix + TOKEN + b"\n--tail").decode()
+    out, _ = Scrubber({"T": TOKEN.decode()}).scrub(blob)
+    assert "[masked:secret:T]" in out
+    assert not _leaks(out.replace("-", "+").replace("_", "/"), TOKEN), out
+
+
+@pytest.mark.parametrize("pad", range(0, 80, 7))
+def test_base64_wrapped_over_lines_is_masked_where_the_break_falls_inside_the_secret(pad: int) -> None:
+    blob = base64.encodebytes(b"X" * pad + b"TASKS_API_TOKEN=" + TOKEN + b"\nHOME=/tmp\n").decode()
+    out, _ = Scrubber({"TASKS_API_TOKEN": TOKEN.decode()}).scrub(blob)
+    assert "[masked:secret:TASKS_API_TOKEN]" in out
+    assert not _leaks(out, TOKEN), out
+    # Streaming in small chunks gives the same result as scrubbing the whole text.
+    stream = StreamScrubber(Scrubber({"TASKS_API_TOKEN": TOKEN.decode()}), hold_chars=64)
+    streamed = "".join(stream.feed(blob[i : i + 5]) for i in range(0, len(blob), 5)) + stream.finish()
+    assert streamed == out

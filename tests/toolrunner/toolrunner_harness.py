@@ -69,6 +69,7 @@ def make_tools() -> dict[str, Tool]:
         _tool("long_sleeper", [sh, "/tools/test/sleep.sh", "{seconds}"], {"seconds": NUM}, timeout_seconds=60),
         _tool("env", [sh, "/tools/test/env.sh", "{name}"], {"name": STR}, env={"GREETING": "hello"}),
         _tool("leak", [sh, "/tools/test/leak.sh", "DB_PASSWORD"], secrets=["DB_PASSWORD"]),
+        _tool("env_base64", [sh, "/tools/test/env_base64.sh"], secrets=["API_TOKEN", "DB_PASSWORD"]),
         _tool("split_secret", [sh, "/tools/test/split_secret.sh", "API_TOKEN"], secrets=["API_TOKEN"]),
         _tool("needs_missing_secret", [sh, "/tools/test/env.sh", "NOPE"], secrets=["NOT_IN_FILE"]),
         _tool("forkbomb", [sh, "/tools/test/forkbomb.sh"], timeout_seconds=4),

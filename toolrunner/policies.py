@@ -1,0 +1,37 @@
+"""Where the runner's tool definitions come from, and reloading them when a grant says they changed.
+
+A grant names the `policy_revision` it was issued under. The runner runs only the definitions of
+that same revision: running a grant with the command of another revision would run something the
+checkpoint never decided. The folder's revision is the same content hash the checkpoint computes
+(`checkpoint.policy.loader.revision_of`), so hashing the files tells whether a reload can help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checkpoint.policy.loader import load_policy_dir, policy_files, revision_of
+
+
+@dataclass(frozen=True)
+class LoadedTools:
+    revision: str
+    tools: dict[str, Any]
+
+
+class PolicySource:
+    """A policy folder the runner loads its tools from."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+
+    def revision(self) -> str:
+        """The folder's revision now, without compiling anything."""
+        return revision_of(self.directory, policy_files(self.directory))
+
+    def load(self) -> LoadedTools:
+        """Load and compile the folder; raises PolicyLoadError (every error, file:line)."""
+        policies = load_policy_dir(self.directory)
+        return LoadedTools(policies.revision, {name: getattr(t, "spec", t) for name, t in policies.tools.items()})
