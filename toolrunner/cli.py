@@ -10,6 +10,8 @@ from pathlib import Path
 from toolrunner.errors import RunnerError
 from toolrunner.secrets import SecretsFileError, load_secrets
 
+TOKENS_FILE = "toolrunner.tokens"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("toolrunner", help="run granted tool calls in hardened containers")
@@ -25,7 +27,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--data", default=".warden", type=Path, help="data folder for toolrunner.db (default %(default)s)")
     serve.add_argument("--policies", default="policies", type=Path, help="policy folder with the tool definitions")
     serve.add_argument(
-        "--key", default=None, type=Path, help="grant key file shared with the checkpoint (default DATA/grant.key)"
+        "--key",
+        action="append",
+        default=None,
+        type=Path,
+        help="grant key file shared with the checkpoint (default DATA/grant.key); repeat it during a key "
+        "rotation so grants signed by either key verify",
+    )
+    serve.add_argument(
+        "--tokens",
+        default=None,
+        type=Path,
+        help="bearer tokens ('caller token' per line, 0600) admitted to Cancel and GetReceipt "
+        "(default DATA/toolrunner.tokens when it exists; without one those two calls are refused)",
     )
     serve.add_argument("--secrets", default=None, type=Path, help="secrets file (JSON or YAML: NAME: value)")
     serve.add_argument("--max-concurrency", type=int, default=4, help="calls at once; more are refused with runner_busy")
@@ -39,18 +53,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from checkpoint.policy import load_policy_dir  # type: ignore[attr-defined]
+    from checkpoint.server.auth import TokenFileError, load_tokens
+    from toolrunner.keys import KeyringError, load_keyring
     from toolrunner.runner import RunnerConfig
     from toolrunner.server import serve
-    from warden.grants import SigningKey
 
-    key_path = args.key or args.data / "grant.key"
     try:
-        key = SigningKey.load(key_path)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"warden toolrunner: cannot load the grant key {key_path}: {exc}", file=sys.stderr)
+        keys = load_keyring(args.key or [args.data / "grant.key"])
+    except KeyringError as exc:
+        print(f"warden toolrunner: {exc}", file=sys.stderr)
         return 2
+    tokens_path = args.tokens or args.data / TOKENS_FILE
+    tokens: dict[bytes, str] = {}
+    if args.tokens or tokens_path.exists():
+        try:
+            tokens = load_tokens(tokens_path)
+        except (OSError, TokenFileError) as exc:
+            print(f"warden toolrunner: {exc}", file=sys.stderr)
+            return 2
     try:
-        policies = load_policy_dir(args.policies)
+        load_policy_dir(args.policies)  # fail here, with every error at file:line, not in serve
     except Exception as exc:  # PolicyLoadError prints every error with file:line
         print(f"warden toolrunner: policies in {args.policies} do not load:\n{exc}", file=sys.stderr)
         return 2
@@ -65,8 +87,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         return serve(
             args.address,
-            tools=dict(policies.tools),
-            keys=key,
+            policy_dir=args.policies,
+            keys=keys,
+            tokens=tokens,
             data_dir=args.data,
             secrets=secrets,
             config=config,

@@ -1,7 +1,13 @@
 """The gRPC face of the runner: thin; every refusal is mapped to a status in one place.
 
 A refusal travels as a gRPC error: status per ``toolrunner.errors``, details
-``<code>: <message>``, and the stable code in trailing metadata under ``warden-code``.
+``<code>: <message>``, the stable code in a ``warden.checkpoint.v1.ErrorDetail`` in the standard
+status details (built by the checkpoint's own ``to_status``), and again in trailing metadata under
+``warden-code``.
+
+Execute and ExecuteStream are protected by the grant. Cancel and GetReceipt carry no grant, so
+they need a bearer token from the runner's token file (the checkpoint's format and parser); with
+no token file they are refused.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from toolrunner.errors import DockerUnavailable, RunnerError
+from checkpoint.server.auth import AuthPolicy
+from checkpoint.server.errors import ServiceError, to_status
+from toolrunner.errors import DockerUnavailable, RunnerError, Unauthenticated
+from toolrunner.policies import PolicySource
 from toolrunner.reaper import Reaper
 from toolrunner.runner import RunnerConfig, ToolRunner
 from toolrunner.store import ReceiptStore
@@ -45,14 +54,34 @@ def connect_docker(timeout: float = 30.0) -> docker.APIClient:
     return client.api
 
 
+@dataclass(frozen=True)
+class _Status(grpc.Status):  # type: ignore[misc]
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+def refusal_status(exc: RunnerError) -> grpc.Status:
+    """The status a refusal travels as: the checkpoint's ErrorDetail, plus `warden-code`."""
+    error = ServiceError(exc.code, exc.message)
+    error.status = exc.status  # the runner's own mapping of code to gRPC status
+    status = to_status(error)
+    return _Status(status.code, status.details, (*status.trailing_metadata, (CODE_KEY, exc.code)))
+
+
 def _abort(context: grpc.ServicerContext, exc: RunnerError) -> None:
-    context.set_trailing_metadata(((CODE_KEY, exc.code),))
-    context.abort(exc.status, str(exc))
+    context.abort_with_status(refusal_status(exc))
 
 
 class ToolRunnerServicer(pb_grpc.ToolRunnerServiceServicer):
-    def __init__(self, runner: ToolRunner):
+    def __init__(self, runner: ToolRunner, auth: AuthPolicy | None = None):
         self.runner = runner
+        # Without tokens nobody passes: Cancel and GetReceipt fail closed.
+        self.auth = auth or AuthPolicy()
+
+    def _authenticate(self, context: grpc.ServicerContext) -> None:
+        if self.auth.caller(context) is None:
+            _abort(context, Unauthenticated("this call needs a bearer token from the toolrunner's token file"))
 
     def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.ExecuteResponse:
         try:
@@ -92,12 +121,13 @@ class ToolRunnerServicer(pb_grpc.ToolRunnerServiceServicer):
             yield event  # type: ignore[misc]
 
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
+        self._authenticate(context)
         if not request.decision_id and not request.run_id:
-            context.set_trailing_metadata(((CODE_KEY, "invalid_request"),))
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "invalid_request: give a decision_id or a run_id")
+            _abort(context, RunnerError("give a decision_id or a run_id", code="invalid_request"))
         return pb.CancelResponse(cancelled=self.runner.cancel(request.decision_id, request.run_id))
 
     def GetReceipt(self, request: pb.GetReceiptRequest, context: grpc.ServicerContext) -> pb.GetReceiptResponse:
+        self._authenticate(context)
         try:
             return pb.GetReceiptResponse(receipt=self.runner.get_receipt(request.decision_id))
         except RunnerError as exc:
@@ -124,9 +154,11 @@ class RunningServer:
 def create_server(
     address: str,
     *,
-    tools: Mapping[str, Any],
+    tools: Mapping[str, Any] | None = None,
+    policy_dir: str | Path | None = None,
     keys: dict[str, grants.SigningKey] | grants.SigningKey,
     data_dir: str | Path,
+    tokens: dict[bytes, str] | None = None,
     secrets: dict[str, str] | None = None,
     config: RunnerConfig | None = None,
     api: docker.APIClient | None = None,
@@ -135,16 +167,29 @@ def create_server(
 ) -> tuple[RunningServer, int]:
     """Build and start the server; returns it and the bound port (bind ``127.0.0.1:0`` in tests).
 
+    Tools come from `policy_dir` (then a grant of a newer policy revision reloads the folder once)
+    or, for embedding and tests, from `tools` directly (no revision check). `tokens` (sha256 of
+    token -> caller, `checkpoint.server.auth.load_tokens`) admit Cancel and GetReceipt callers.
+
     Fails with DockerUnavailable (saying how to get an engine) when no engine answers: a runner
     that cannot run anything must not pretend to be healthy.
     """
+    if (tools is None) == (policy_dir is None):
+        raise ValueError("give exactly one of tools and policy_dir")
+    source = PolicySource(policy_dir) if policy_dir is not None else None
+    revision = ""
+    if source is not None:
+        loaded = source.load()
+        tools, revision = loaded.tools, loaded.revision
+    assert tools is not None
     api = api or connect_docker()
     reaper = Reaper(api, reap_interval_seconds)
     removed = reaper.start()
     if removed:
         log.warning("removed %d leftover container(s) at start", len(removed))
     store = ReceiptStore(Path(data_dir) / "toolrunner.db")
-    runner = ToolRunner(tools=tools, keys=keys, store=store, api=api, secrets=secrets, config=config)
+    runner = ToolRunner(tools=tools, keys=keys, store=store, api=api, secrets=secrets, config=config,
+                        policy_revision=revision, policy_source=source)
     for ref, image_id in runner.pinned.items():
         if image_id:
             log.info("image %s pinned to %s", ref, image_id)
@@ -152,7 +197,10 @@ def create_server(
             log.warning("image %s is not present: its tools are refused until it is built", ref)
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="toolrunner"))
-    pb_grpc.add_ToolRunnerServiceServicer_to_server(ToolRunnerServicer(runner), server)
+    if not tokens:
+        log.warning("no token file: Cancel and GetReceipt are refused for every caller")
+    servicer = ToolRunnerServicer(runner, AuthPolicy(tokens=dict(tokens or {})))
+    pb_grpc.add_ToolRunnerServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

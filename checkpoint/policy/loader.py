@@ -197,7 +197,7 @@ class _Compiler:
         agents = {name: self._agent(d, named["Tool"], named["Agent"], tenants) for name, d in named["Agent"].items()}
         rules = [self._rule(d, named["Tool"], named["Agent"]) for d in named["Rule"].values()]
         off_limits = [
-            (PatternSet([s.pattern], ignore_case=True), s.reason) for d in by_kind["OffLimits"] for s in d.spec.subjects
+            (PatternSet([s.pattern], ignore_case=True, subdomains=True), s.reason) for d in by_kind["OffLimits"] for s in d.spec.subjects
         ]
         if self.errors:
             return None

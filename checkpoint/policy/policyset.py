@@ -53,14 +53,17 @@ def glob_to_regex(pattern: str) -> str:
 class PatternSet:
     """Glob patterns (`*.lab.example.com`, `10.20.0.*`) compiled into one regular expression."""
 
-    __slots__ = ("patterns", "_regex", "everything")
+    __slots__ = ("patterns", "_regex")
 
-    def __init__(self, patterns: Iterable[str], *, ignore_case: bool = False):
+    def __init__(self, patterns: Iterable[str], *, ignore_case: bool = False, subdomains: bool = False):
+        """`subdomains=True` also matches any `label.` prefix (`x.` + a match), for deny lists."""
         self.patterns = tuple(patterns)
-        self.everything = "*" in self.patterns
         flags = re.IGNORECASE if ignore_case else 0
+        prefix = r"(?:[^/\s]*\.)?" if subdomains else ""
         self._regex = (
-            re.compile("|".join(f"(?:{glob_to_regex(p)})" for p in self.patterns), flags) if self.patterns else None
+            re.compile(prefix + "(?:" + "|".join(f"(?:{glob_to_regex(p)})" for p in self.patterns) + ")", flags)
+            if self.patterns
+            else None
         )
 
     def matches(self, value: str) -> bool:
@@ -193,7 +196,9 @@ class PolicySet:
             action: tuple(r for r in self.rules if action in r.spec.actions)
             for action in ("model_call", "delegation", "plan")
         }
-        self.off_limits_any = PatternSet((p for ps, _ in self.off_limits for p in ps.patterns), ignore_case=True)
+        self.off_limits_any = PatternSet(
+            (p for ps, _ in self.off_limits for p in ps.patterns), ignore_case=True, subdomains=True
+        )
 
     def agent_version(self, name: str, version: str) -> AgentVersion | None:
         current = self.agents.get(name)
@@ -210,11 +215,9 @@ class PolicySet:
         Scope matching stays exact, which fails closed.
         """
         subject = subject.rstrip(".")
-        labels = subject.split(".")
-        candidates = [".".join(labels[i:]) for i in range(len(labels))]
-        if not any(self.off_limits_any.matches(c) for c in candidates):
+        if not self.off_limits_any.matches(subject):
             return None
         for patterns, reason in self.off_limits:
-            if any(patterns.matches(c) for c in candidates):
+            if patterns.matches(subject):
                 return reason
-        return None
+        return "off-limits"  # unreachable while the two agree; refusing is the safe answer
