@@ -24,14 +24,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy checkpoint toolrunner driver warden
 
-test: $(STAMP)
+# Docker up and the local tool images built (skipped when up to date). The toolrunner and driver
+# tests and the demo run real containers; without an engine this fails saying how to get one.
+images:
+	scripts/ensure-docker.sh && scripts/build-images.sh
+
+test: $(STAMP) images
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
-demo: $(STAMP)
+demo: $(STAMP) images
 	$(BIN)/python -m demo
 
 clean:

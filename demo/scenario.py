@@ -58,7 +58,7 @@ class Scenario:
             self.seen.add("verified success")
 
     def print_decisions(self, run_id: str) -> int:
-        token = _read_token(self.stack.data / "checkpoint.tokens", "driver") or ""
+        token = _read_token(self.stack.driver_data / "checkpoint.tokens", "driver") or ""
         with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
             stub = cp_grpc.CheckpointServiceStub(ch)
             n = 0

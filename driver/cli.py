@@ -29,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--checkpoint-tokens", type=Path,
                        help="token file holding the driver's checkpoint token (default DATA/checkpoint.tokens)")
     serve.add_argument("--toolrunner", default="127.0.0.1:7402", help="toolrunner address")
+    serve.add_argument("--toolrunner-tokens", type=Path,
+                       help="token file holding the driver's toolrunner token for Cancel "
+                            "(default DATA/toolrunner.tokens)")
     serve.add_argument("--operators", type=Path, help="operators file, 'person token' per line (default DATA/operators.tokens)")
     serve.add_argument("--provider", default="scripted", choices=("scripted", "anthropic"), help="default provider")
     serve.add_argument("--model", default=os.environ.get("WARDEN_MODEL", "claude-sonnet-4-5"),
@@ -146,6 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"warden driver: {exc}", file=sys.stderr)
         return 2
     token = _read_token(args.checkpoint_tokens or data / "checkpoint.tokens", "driver")
+    runner_token = _read_token(args.toolrunner_tokens or data / "toolrunner.tokens", "driver")
     api_key = os.environ.get("ANTHROPIC_API_KEY")
 
     def provider_factory(name: str, model: str, options: dict[str, Any]) -> Any:
@@ -155,7 +159,7 @@ def _serve(args: argparse.Namespace) -> int:
         return make_provider(name, **options)
 
     store = RunStore(data / "driver.db")
-    driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner),
+    driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner, token=runner_token),
                     provider_factory, prices=Prices.from_policy_dir(args.policies),
                     default_provider=args.provider, default_model=args.model)
     running, port = create_server(args.address, driver, operators)
@@ -219,8 +223,21 @@ def _goal_proto(path: Path) -> Any:
 
     try:
         return goal_to_proto(load_goal(path))
-    except GoalError as exc:
-        raise SystemExit(f"warden: {exc.message}") from None
+    except GoalError as exc:  # one `file:line: message` per problem
+        raise SystemExit("\n".join(f"warden: {line}" for line in exc.message.splitlines())) from None
+
+
+def _script_text(path: Path | None) -> str:
+    """The script's text, checked here first so its errors name the file and line."""
+    if path is None:
+        return ""
+    from driver.providers.scripted import ScriptError, load_script
+
+    try:
+        load_script(path)
+    except ScriptError as exc:
+        raise SystemExit("\n".join(f"warden: {line}" for line in str(exc).splitlines())) from None
+    return path.read_text()
 
 
 def print_run(r: Any) -> None:
@@ -258,7 +275,7 @@ def _run(args: argparse.Namespace) -> int:
     req = pb.StartRunRequest(agent=args.agent, agent_version=args.agent_version, goal=_goal_proto(args.goal),
                              mode=pb.RUN_MODE_BACKGROUND if args.background else pb.RUN_MODE_INTERACTIVE,
                              provider=provider, model=args.model,
-                             script_yaml=args.script.read_text() if args.script else "")
+                             script_yaml=_script_text(args.script))
     client = _Client(args)
     run = client.call("StartRun", req).run
     print(f"started {run.run_id}: {run.agent}@{run.agent_version[:12]}")

@@ -2,7 +2,8 @@
 
 An unreachable peer (UNAVAILABLE, DEADLINE_EXCEEDED) becomes `DependencyUnavailable` with the
 stable code `checkpoint_unavailable` / `toolrunner_unavailable`: the loop pauses the run and no
-tool runs (fail closed). Any other gRPC error keeps the code the peer put in its ErrorDetail.
+tool runs (fail closed). Any other gRPC error keeps the code the peer put in its ErrorDetail (the
+standard status details; both peers send one), or else in the `warden-code` trailer.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
+from checkpoint.server.errors import error_detail_of
 from driver.errors import DependencyUnavailable, DriverError
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
@@ -28,19 +30,15 @@ def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
 
 
 def _detail_code(err: grpc.RpcError) -> str:
-    # Peers put a stable code in an ErrorDetail in the trailing metadata or the details string.
+    try:
+        detail = error_detail_of(err)
+    except Exception:  # noqa: BLE001 - details we cannot read are simply absent
+        detail = None
+    if detail is not None and detail.code:
+        return detail.code
     for key, value in (err.trailing_metadata() or ()):  # type: ignore[attr-defined]
-        if key == "grpc-status-details-bin" and isinstance(value, bytes):
-            try:
-                from google.rpc import status_pb2
-
-                st = status_pb2.Status.FromString(value)
-                for any_ in st.details:
-                    detail = cp.ErrorDetail()
-                    if any_.Unpack(detail) and detail.code:
-                        return detail.code
-            except Exception:  # noqa: BLE001 - a detail we cannot read is simply absent
-                pass
+        if key == "warden-code" and isinstance(value, str):
+            return value
     return ""
 
 

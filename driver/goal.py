@@ -12,12 +12,13 @@ Criteria without a check count as met only when the model gives evidence.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from checkpoint.policy.yamlsource import SourceDocument
 from driver.errors import GoalError
+from driver.yamlfile import pydantic_problems, read_document
 
 
 class _Strict(BaseModel):
@@ -67,17 +68,25 @@ class Goal(_Strict):
         return v
 
 
-def parse_goal(data: object, source: str = "goal") -> Goal:
+def parse_goal(data: object, source: str = "goal", doc: SourceDocument | None = None) -> Goal:
+    """Validate a goal; every problem is reported at once, one per line (`source:line: ...` when
+    `doc` says where each key was)."""
     try:
         return Goal.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
-        raise GoalError(f"{source}: {problems}") from None
+        errors: list[dict[str, Any]] = [dict(e) for e in exc.errors()]
+        if doc is None:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in errors)
+            raise GoalError(f"{source}: {problems}") from None
+        raise GoalError("\n".join(pydantic_problems(source, doc, errors))) from None
 
 
 def load_goal(path: str | Path) -> Goal:
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        text = Path(path).read_text()
+    except OSError as exc:
         raise GoalError(f"{path}: {exc}") from None
-    return parse_goal(data, str(path))
+    doc, problems = read_document(text, str(path))
+    if doc is None:
+        raise GoalError("\n".join(problems))
+    return parse_goal(doc.data, str(path), doc)

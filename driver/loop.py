@@ -7,7 +7,9 @@ same grant: the toolrunner answers a repeated grant with the stored receipt, it 
 
 Statuses: running -> (awaiting_approval | paused) -> running ... -> succeeded | failed | cancelled.
 A pause always carries a stable code: breaker_<name>, cut_off, handoff, no_progress,
-criteria_unmet, checkpoint_unavailable, toolrunner_unavailable, audit_unavailable, model_call_denied.
+criteria_unmet, checkpoint_unavailable, toolrunner_unavailable, audit_unavailable, model_call_denied,
+runner_busy (the toolrunner stayed at its concurrency limit through every retry; the call keeps its
+grant and is sent again on resume).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Driver:
     def __init__(self, store: RunStore, checkpoint: CheckpointClient, toolrunner: ToolRunnerClient,
                  provider_factory: Callable[[str, str, dict[str, Any]], Provider], *,
                  prices: Prices | None = None, provider_backoff_seconds: float = 1.0,
+                 runner_busy_retries: int = 4, runner_busy_backoff_seconds: float = 0.5,
                  default_provider: str = "scripted", default_model: str = "") -> None:
         self.default_provider = default_provider
         self.default_model = default_model
@@ -86,6 +89,8 @@ class Driver:
         self.provider_factory = provider_factory
         self.prices = prices or Prices({})
         self.provider_backoff_seconds = provider_backoff_seconds
+        self.runner_busy_retries = runner_busy_retries
+        self.runner_busy_backoff_seconds = runner_busy_backoff_seconds
         self._workers: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -185,6 +190,12 @@ class Driver:
         run = self.store.run(run_id)
         if run["status"] in TERMINAL:
             raise RunStateError(f"run {run_id} is {run['status']}", code=f"run_{run['status']}")
+        # The same rule as resume: the lifetime ceiling can be lowered or set, never raised or lifted.
+        current = (run["budget"] or {}).get("turns_total")
+        wanted = goal.budget.turns_total
+        if current is not None and wanted is not None and wanted > current:
+            raise RunStateError(f"turns_total is the run's lifetime ceiling ({current}); an amendment "
+                                f"cannot raise it to {wanted}", code="turns_total_fixed")
         version = self.store.add_goal(run_id, goal.model_dump(), author=person)
         self.store.update_run(run_id, goal_version=version, budget={**(run["budget"] or {}),
                                                                     **goal.budget.model_dump(exclude_none=True)})
@@ -536,6 +547,21 @@ class Driver:
                      decision_code=resp.code, steps=refused)
         return False
 
+    def _execute_when_free(self, run: dict[str, Any], call: dict[str, Any], req: tr.ExecuteRequest) -> tr.Receipt:
+        """Execute, retrying `runner_busy` with exponential backoff (the runner refused before
+        anything started, so resending the same grant is safe)."""
+        for attempt in range(self.runner_busy_retries + 1):
+            try:
+                return self.toolrunner.execute(req)
+            except DriverError as exc:
+                if exc.code != "runner_busy" or attempt == self.runner_busy_retries or self._stopping.is_set():
+                    raise
+                delay = min(10.0, self.runner_busy_backoff_seconds * (2 ** attempt))
+                self.store.append_event(run["run_id"], "runner_busy_retry", tool=call["tool"],
+                                        decision_id=call["decision_id"], attempt=attempt + 1, delay=delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
     def _execute(self, run: dict[str, Any], call: dict[str, Any]) -> None:
         grant = cp.Grant.FromString(call["grant"])
         if grant.expires_at.seconds and grant.expires_at.seconds < now():
@@ -545,10 +571,18 @@ class Driver:
         req = tr.ExecuteRequest(run_id=run["run_id"], agent=run["agent"], agent_version=run["agent_version"],
                                 tool=call["tool"], arguments=to_struct(call["arguments"]), grant=grant)
         try:
-            receipt = self.toolrunner.execute(req)
+            receipt = self._execute_when_free(run, call, req)
         except DependencyUnavailable:
             raise
-        except DriverError as exc:  # the toolrunner refused (grant_*, image_not_allowed, runner_busy, ...)
+        except DriverError as exc:
+            if exc.code == "runner_busy":
+                # Not the call's fault and nothing ran: no failure is counted, the call keeps its
+                # grant (status `executing`) and is sent again when a person resumes the run.
+                self._pause(self.store.run(run["run_id"]), "runner_busy",
+                            f"the toolrunner stayed busy through {self.runner_busy_retries} retries: {exc.message}",
+                            tool=call["tool"], decision_id=call["decision_id"])
+                return
+            # the toolrunner refused (grant_*, image_not_allowed, policy_revision_mismatch, ...)
             self._refuse(run, call, exc.code, exc.message, decision_id=call["decision_id"])
             self.store.append_event(run["run_id"], "tool_refused", tool=call["tool"], code=exc.code,
                                     message=exc.message, decision_id=call["decision_id"])

@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import json
 import logging
-import stat
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -20,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import yaml
-from google.protobuf import any_pb2, struct_pb2, timestamp_pb2
-from google.rpc import code_pb2, status_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from checkpoint.server.auth import TokenFileError, load_tokens
+from checkpoint.server.errors import ServiceError, abort
 from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
-from driver.providers.scripted import ScriptError, validate_script
+from driver.providers.scripted import ScriptError, parse_script
 from driver.store import TERMINAL
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.driver.v1 import driver_pb2 as pb
@@ -43,27 +42,14 @@ _STATUS_NAME = {v: k for k, v in _STATUS.items()}
 _BUDGET_FIELDS = [f.name for f in cp.Budget.DESCRIPTOR.fields]
 
 
-class OperatorsFileError(ValueError):
-    code = "operators_file_invalid"
+# The operators file has the checkpoint's token-file format (`person token` per line, 0600,
+# kept hashed); one parser serves both. The person named on the line is who acted.
+OperatorsFileError = TokenFileError
 
 
 def load_operators(path: str | Path) -> dict[bytes, str]:
-    """`person token` per line; kept as sha256(token) -> person. A file others can read is refused."""
-    path = Path(path)
-    if path.stat().st_mode & stat.S_IRWXO:
-        raise OperatorsFileError(f"{path}: must not be readable by others (chmod 600)")
-    out: dict[bytes, str] = {}
-    for n, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split()
-        if len(parts) != 2 or len(parts[1]) < 16:
-            raise OperatorsFileError(f"{path}:{n}: expected 'person token' with a token of 16+ characters")
-        out[hashlib.sha256(parts[1].encode()).digest()] = parts[0]
-    if not out:
-        raise OperatorsFileError(f"{path}: no operators")
-    return out
+    """sha256(token) -> person. A file others can read, or one with no tokens, is refused."""
+    return load_tokens(path)
 
 
 def _ts(t: float) -> timestamp_pb2.Timestamp:
@@ -126,11 +112,10 @@ def run_to_proto(driver: Driver, run: dict[str, Any]) -> pb.Run:
 
 
 def _abort(context: grpc.ServicerContext, status: grpc.StatusCode, code: str, message: str) -> None:
-    detail = any_pb2.Any()
-    detail.Pack(cp.ErrorDetail(code=code, message=message))
-    st = status_pb2.Status(code=getattr(code_pb2, status.name), message=f"{code}: {message}", details=[detail])
-    context.set_trailing_metadata((("grpc-status-details-bin", st.SerializeToString()),))
-    context.abort(status, f"{code}: {message}")
+    """End the call with the checkpoint's status mapping: ErrorDetail in the status details."""
+    error = ServiceError(code, message)
+    error.status = status
+    abort(context, error)
 
 
 class DriverServicer(pb_grpc.DriverServiceServicer):
@@ -177,8 +162,8 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
                 if not request.script_yaml:
                     raise GoalError("the scripted provider needs a script", code="script_required")
                 try:
-                    options["script"] = validate_script(yaml.safe_load(request.script_yaml), "script")
-                except (yaml.YAMLError, ScriptError) as exc:
+                    options["script"] = parse_script(request.script_yaml, "script")
+                except ScriptError as exc:
                     raise GoalError(str(exc), code="invalid_script") from None
             elif provider != "anthropic":
                 raise GoalError(f"unknown provider {provider!r}", code="unknown_provider")

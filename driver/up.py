@@ -1,9 +1,24 @@
 """`warden up`: the three processes on loopback with embedded defaults, healthy or not at all.
 
-Starts `warden checkpoint serve`, `warden toolrunner serve` and `warden driver serve` as child
-processes (logs under DATA/logs/), creates missing key material first (grant key, the driver's
-checkpoint token, an operator token for the person at the keyboard), waits until each answers the
-gRPC health check with SERVING, and stops them in reverse order on Ctrl-C or SIGTERM.
+Checks first that a Docker engine answers and that every tool image is present (building the
+local images with scripts/build-images.sh when they are missing). Then starts `warden checkpoint
+serve`, `warden toolrunner serve` and `warden driver serve` as child processes (logs under
+DATA/logs/), creates missing key material first, waits until each answers the gRPC health check
+with SERVING, and stops them in reverse order on Ctrl-C or SIGTERM.
+
+Each process gets a folder of its own, holding only what it needs:
+
+    DATA/operator.token          the person's operator credential (the CLI reads it)
+    DATA/checkpoint/             grant.key, checkpoint.tokens, the decision log
+    DATA/toolrunner/             toolrunner.tokens, toolrunner.db; the grant key is passed
+                                 explicitly as DATA/checkpoint/grant.key
+    DATA/driver/                 operators.tokens, the driver's own checkpoint.tokens and
+                                 toolrunner.tokens lines, driver.db; never a grant key
+
+All three still run as the same OS user here, so the folders keep honest processes apart but do
+not stop a compromised driver from reading DATA/checkpoint/grant.key: real separation needs a
+separate OS user per process (or separate hosts/containers), with each folder readable by its
+owner only (docs/driver.md).
 """
 
 from __future__ import annotations
@@ -19,12 +34,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 OPERATORS_FILE = "operators.tokens"
 OPERATOR_TOKEN_FILE = "operator.token"
+CHECKPOINT_TOKENS_FILE = "checkpoint.tokens"
+TOOLRUNNER_TOKENS_FILE = "toolrunner.tokens"
+GRANT_KEY_FILE = "grant.key"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -40,15 +60,79 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def ensure_operator(data: Path, person: str | None = None) -> str:
-    """The operator credential of the person at this keyboard; created once, readable by them only."""
+def ensure_operator(data: Path, person: str | None = None, operators_path: Path | None = None) -> str:
+    """The operator credential of the person at this keyboard (DATA/operator.token), and the line
+    naming them in the driver's operators file; each created once, readable by its owner only."""
     token_file = data / OPERATOR_TOKEN_FILE
+    operators_path = operators_path or data / OPERATORS_FILE
     if not token_file.exists():
-        token = secrets.token_urlsafe(32)
+        _write_private(token_file, secrets.token_urlsafe(32) + "\n")
+    token = token_file.read_text().strip()
+    if not operators_path.exists():
         person = person or getpass.getuser() or "operator"
-        _write_private(data / OPERATORS_FILE, f"# person token: operator credentials for DriverService\n{person} {token}\n")
-        _write_private(token_file, token + "\n")
-    return token_file.read_text().strip()
+        _write_private(operators_path, f"# person token: operator credentials for DriverService\n{person} {token}\n")
+    return token
+
+
+def caller_line(path: Path, caller: str) -> str | None:
+    """The `caller token` line for `caller` in a token file, if any."""
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == caller:
+            return line.strip()
+    return None
+
+
+class PreflightError(RuntimeError):
+    pass
+
+
+def preflight(policies: Path, build: bool = True) -> list[str]:
+    """Docker answers and every tool image of `policies` is present; returns the images.
+
+    Missing images are built once with scripts/build-images.sh (local, no registry). Raises
+    PreflightError saying exactly what to run otherwise.
+    """
+    from checkpoint.policy import load_policy_dir  # type: ignore[attr-defined]
+    from toolrunner.errors import RunnerError
+    from toolrunner.server import connect_docker
+
+    try:
+        api = connect_docker()
+    except RunnerError as exc:
+        raise PreflightError(f"{exc.message}\nrun: scripts/ensure-docker.sh") from None
+    try:
+        tools = load_policy_dir(policies).tools
+    except Exception as exc:  # PolicyLoadError: every error, file:line
+        raise PreflightError(f"policies in {policies} do not load:\n{exc}") from None
+    specs: list[Any] = [getattr(t, "spec", t) for t in tools.values()]
+    images = sorted({t.run.image for t in specs if t.run})
+
+    def missing() -> list[str]:
+        absent = []
+        for ref in images:
+            try:
+                api.inspect_image(ref)
+            except Exception:  # noqa: BLE001 - not found or not inspectable: not usable either way
+                absent.append(ref)
+        return absent
+
+    absent = missing()
+    script = ROOT / "scripts" / "build-images.sh"
+    if absent and build and script.exists():
+        done = subprocess.run([str(script)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise PreflightError(f"tool images {', '.join(absent)} are missing and {script} failed:\n"
+                                 f"{done.stdout}{done.stderr}")
+        absent = missing()
+    if absent:
+        raise PreflightError(f"tool images {', '.join(absent)} are not present on this Docker engine (never "
+                             f"pulled). Build them: scripts/build-images.sh (after scripts/ensure-docker.sh); "
+                             f"an image that script does not build must be loaded with `docker load` or "
+                             f"`docker build` under that exact name.")
+    return images
 
 
 def wait_healthy(address: str, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -94,27 +178,71 @@ class Stack:
     def _warden(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "warden.cli", *args]
 
-    def prepare(self) -> None:
-        self.data.mkdir(parents=True, exist_ok=True)
-        subprocess.run(self._warden("keys", "init", "--data", str(self.data)), check=True, stdout=subprocess.DEVNULL)
-        ensure_operator(self.data)
+    @property
+    def checkpoint_data(self) -> Path:
+        return self.data / "checkpoint"
 
-    def start(self, timeout: float = 90.0, out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
-        self.prepare()
+    @property
+    def toolrunner_data(self) -> Path:
+        return self.data / "toolrunner"
+
+    @property
+    def driver_data(self) -> Path:
+        return self.data / "driver"
+
+    @property
+    def grant_key(self) -> Path:
+        return self.checkpoint_data / GRANT_KEY_FILE
+
+    def prepare(self) -> None:
+        """Key material, each piece in the folder of the process that needs it."""
+        for folder in (self.data, self.checkpoint_data, self.toolrunner_data, self.driver_data):
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        subprocess.run(self._warden("keys", "init", "--data", str(self.checkpoint_data)), check=True,
+                       stdout=subprocess.DEVNULL)
+        ensure_operator(self.data, operators_path=self.driver_data / OPERATORS_FILE)
+        # The driver's checkpoint token: its own line only, never the checkpoint's whole file.
+        driver_cp = self.driver_data / CHECKPOINT_TOKENS_FILE
+        line = caller_line(self.checkpoint_data / CHECKPOINT_TOKENS_FILE, "driver")
+        if line is None:
+            raise RuntimeError(f"{self.checkpoint_data / CHECKPOINT_TOKENS_FILE} holds no token for 'driver'")
+        if caller_line(driver_cp, "driver") != line:
+            driver_cp.unlink(missing_ok=True)
+            _write_private(driver_cp, line + "\n")
+        # The driver's token for the toolrunner's Cancel and GetReceipt.
+        runner_tokens = self.toolrunner_data / TOOLRUNNER_TOKENS_FILE
+        driver_tr = self.driver_data / TOOLRUNNER_TOKENS_FILE
+        line = caller_line(runner_tokens, "driver")
+        if line is None or caller_line(driver_tr, "driver") != line:
+            line = f"driver {secrets.token_urlsafe(32)}"
+            for path in (runner_tokens, driver_tr):
+                path.unlink(missing_ok=True)
+                _write_private(path, line + "\n")
+
+    def plan(self) -> list[Child]:
+        """The three children: argv, address, log; nothing started."""
         cp = f"127.0.0.1:{self.checkpoint_port}"
         tr = f"127.0.0.1:{self.toolrunner_port}"
         logs = self.data / "logs"
-        logs.mkdir(exist_ok=True)
-        self.children = [
+        return [
             Child("checkpoint", cp, self._warden("checkpoint", "serve", "--address", cp, "--policies", str(self.policies),
-                                                 "--data", str(self.data)), logs / "checkpoint.log"),
-            Child("toolrunner", tr, self._warden("toolrunner", "serve", "--address", tr, "--policies", str(self.policies),
-                                                 "--data", str(self.data)), logs / "toolrunner.log"),
+                                                 "--data", str(self.checkpoint_data)), logs / "checkpoint.log"),
+            Child("toolrunner", tr, self._warden(
+                "toolrunner", "serve", "--address", tr, "--policies", str(self.policies),
+                "--data", str(self.toolrunner_data), "--key", str(self.grant_key),
+                "--tokens", str(self.toolrunner_data / TOOLRUNNER_TOKENS_FILE)), logs / "toolrunner.log"),
             Child("driver", self.driver_address, self._warden(
                 "driver", "serve", "--address", self.driver_address, "--policies", str(self.policies),
-                "--data", str(self.data), "--checkpoint", cp, "--toolrunner", tr, *self.driver_args),
+                "--data", str(self.driver_data), "--checkpoint", cp, "--toolrunner", tr, *self.driver_args),
                 logs / "driver.log"),
         ]
+
+    def start(self, timeout: float = 90.0, out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
+        preflight(self.policies)
+        self.prepare()
+        (self.data / "logs").mkdir(exist_ok=True)
+        self.children = self.plan()
         for child in self.children:
             log_file = open(child.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
             child.proc = subprocess.Popen(child.argv, stdout=log_file, stderr=subprocess.STDOUT,

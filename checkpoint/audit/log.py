@@ -21,9 +21,7 @@ hoped to be. That also makes a restart resume the chain with no extra step.
 
 Cost. A lone record is one INSERT in autocommit mode (its own transaction), one statement where
 BEGIN / SELECT head / INSERT / COMMIT took four: each statement releases and retakes the GIL,
-which on a busy server is a wait of its own. The WAL is copied back into the database by a
-background thread (`wal_autocheckpoint` is off on the writer), so no commit pays for a
-checkpoint inline.
+which on a busy server is a wait of its own.
 """
 
 from __future__ import annotations
@@ -99,7 +97,6 @@ class DecisionLog:
         self._committed_seq, self._committed_hash = last or (0, GENESIS_HASH)
         self._head_known = True  # _committed_* is the head on disk, as far as this writer knows
         self._reader = DecisionReader(self.path)
-        self._checkpointer = _Checkpointer(self.path, busy_timeout_ms)
 
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # writer waits here for records
@@ -113,7 +110,6 @@ class DecisionLog:
 
         self._writer = threading.Thread(target=self._run, name="decision-log-writer", daemon=True)
         self._writer.start()
-        self._checkpointer.start()
 
     def _open(self) -> sqlite3.Connection:
         return store.open_writer(self.path, self._synchronous, self._busy_timeout_ms)
@@ -237,7 +233,6 @@ class DecisionLog:
         self._last_batch = n
         self._committed_seq, self._committed_hash = seq, prev
         self._head_known = True
-        self._checkpointer.committed(n)
         return seq - n + 1
 
     @staticmethod
@@ -283,7 +278,6 @@ class DecisionLog:
             self._closing = True
             self._work.notify()
         self._writer.join(timeout)
-        self._checkpointer.stop()
         if not self._writer.is_alive():
             self._discard_connection()
 
@@ -368,63 +362,6 @@ class DecisionLog:
 
 class _HeadUnknown(Exception):
     pass
-
-
-class _Checkpointer:
-    """Copies the WAL back into the database off the commit path.
-
-    The writer connection has `wal_autocheckpoint=0`; this thread runs a PASSIVE checkpoint on
-    its own connection once about `every` records were committed since the last one. PASSIVE
-    never blocks the writer or readers, and SQLite releases the GIL while it copies, so the
-    copying overlaps with decisions being made. A checkpoint that fails (or is never run) only
-    lets the WAL grow; no record depends on it: a commit is durable once it is in the WAL.
-    """
-
-    def __init__(self, path: Path, busy_timeout_ms: int, every: int = 1000) -> None:
-        self.path = path
-        self.every = every
-        self._busy_timeout_ms = busy_timeout_ms
-        self._since = 0
-        self._wake = threading.Event()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="decision-log-checkpoint", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def committed(self, n: int) -> None:
-        self._since += n
-        if self._since >= self.every:
-            self._since = 0
-            self._wake.set()
-
-    def stop(self) -> None:
-        self._stop = True
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
-
-    def _run(self) -> None:
-        conn: sqlite3.Connection | None = None
-        try:
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                if self._stop:
-                    return
-                try:
-                    if conn is None:
-                        conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-                        conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except sqlite3.Error as exc:
-                    log.warning("decision log checkpoint failed (the WAL grows until one succeeds): %s", exc)
-                    if conn is not None:
-                        conn.close()
-                        conn = None
-        finally:
-            if conn is not None:
-                conn.close()
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -45,8 +45,6 @@ def open_writer(path: Path, synchronous: Synchronous, busy_timeout_ms: int) -> s
         # WAL + NORMAL: a commit is in the OS before COMMIT returns, so it survives the process
         # being killed; FULL also fsyncs the WAL on every commit, for power loss.
         conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
-        # The log's own thread checkpoints (see log._Checkpointer), not the committing caller.
-        conn.execute("PRAGMA wal_autocheckpoint=0")
         _ensure_schema(db)
     except BaseException:
         conn.close()

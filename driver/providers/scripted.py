@@ -20,11 +20,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from checkpoint.policy.yamlsource import SourceDocument
 from driver.boundary import ProviderReply
 from driver.errors import ProviderError
 from driver.providers.base import ModelRequest, estimate_tokens
+from driver.yamlfile import read_document
 
 _ENTRY_KEYS = {"actions", "text", "stop_reason", "error", "usage"}
 _ERROR_STATUS = {"overloaded": 529, "credit": 400, "quota": 429, "auth": 401, "unavailable": 503}
@@ -35,21 +35,42 @@ class ScriptError(ValueError):
 
 
 def load_script(path: str | Path) -> list[Any]:
-    return validate_script(yaml.safe_load(Path(path).read_text()), str(path))
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ScriptError(f"{path}: {exc}") from None
+    return parse_script(text, str(path))
 
 
-def validate_script(data: Any, path: str = "script") -> list[Any]:
-    if isinstance(data, list):
+def parse_script(text: str, source: str = "script") -> list[Any]:
+    """A script from YAML text; every problem at once, one per line, as `source:line: message`."""
+    doc, problems = read_document(text, source)
+    if doc is None:
+        raise ScriptError("\n".join(problems))
+    return validate_script(doc.data, source, doc)
+
+
+def validate_script(data: Any, path: str = "script", doc: SourceDocument | None = None) -> list[Any]:
+    def at(*loc: str | int) -> str:
+        return f"{path}:{doc.line_of(loc)}" if doc is not None else path
+
+    wrapped = isinstance(data, list)
+    if wrapped:
         data = {"responses": data}
     if not isinstance(data, dict) or set(data) != {"responses"} or not isinstance(data["responses"], list):
-        raise ScriptError(f"{path}: a script is a mapping with one key, 'responses', holding a list")
+        raise ScriptError(f"{at()}: a script is a mapping with one key, 'responses', holding a list")
+    problems = []
     for i, entry in enumerate(data["responses"]):
+        loc: tuple[str | int, ...] = (i,) if wrapped else ("responses", i)
         if not isinstance(entry, dict):
-            raise ScriptError(f"{path}: response {i} is not a mapping")
+            problems.append(f"{at(*loc)}: response {i} is not a mapping")
+            continue
         if "action" not in entry and not set(entry) <= _ENTRY_KEYS:
-            raise ScriptError(f"{path}: response {i} has unknown keys {sorted(set(entry) - _ENTRY_KEYS)}")
+            problems.append(f"{at(*loc)}: response {i} has unknown keys {sorted(set(entry) - _ENTRY_KEYS)}")
         if "error" in entry and entry["error"] not in _ERROR_STATUS:
-            raise ScriptError(f"{path}: response {i}: unknown error {entry['error']!r}")
+            problems.append(f"{at(*loc, 'error')}: response {i}: unknown error {entry['error']!r}")
+    if problems:
+        raise ScriptError("\n".join(problems))
     return list(data["responses"])
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,18 +45,35 @@ def checkpoint_server(tmp_path: Path, policy_dir: Path, grant_key) -> Iterator[A
     server.stop(0)
 
 
-@pytest.fixture()
-def toolrunner_server(tmp_path: Path, policy_dir: Path, grant_key) -> Iterator[Any]:
-    from checkpoint.policy import load_policy_dir
+def require_docker() -> None:
+    """No Docker engine is a failure that says how to get one, never a silent skip."""
     from toolrunner.errors import DockerUnavailable
-    from toolrunner.server import create_server
+    from toolrunner.server import connect_docker
 
     try:
-        running, port = create_server("127.0.0.1:0", tools={n: getattr(t, "spec", t) for n, t in load_policy_dir(policy_dir).tools.items()},
-                                      keys=grant_key,
-                                      data_dir=tmp_path / "tr", reap_interval_seconds=3600)
+        connect_docker()
     except DockerUnavailable as exc:
-        pytest.skip(f"no Docker engine: {exc}")
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tool_images() -> None:
+    """The tool images, built (or found up to date) once per session, whichever tests run first."""
+    require_docker()
+    build = subprocess.run([str(ROOT / "scripts" / "build-images.sh")], capture_output=True, text=True)
+    if build.returncode != 0:
+        pytest.fail(f"scripts/build-images.sh failed:\n{build.stdout}{build.stderr}", pytrace=False)
+
+
+@pytest.fixture()
+def toolrunner_server(tmp_path: Path, policy_dir: Path, grant_key, tool_images) -> Iterator[Any]:
+    from driver_harness import TOOLRUNNER_TOKEN
+
+    from toolrunner.server import create_server
+
+    running, port = create_server("127.0.0.1:0", policy_dir=policy_dir, keys=grant_key, data_dir=tmp_path / "tr",
+                                  reap_interval_seconds=3600,
+                                  tokens={hashlib.sha256(TOOLRUNNER_TOKEN.encode()).digest(): "driver"})
     running.address = f"127.0.0.1:{port}"
     yield running
     running.stop(0)

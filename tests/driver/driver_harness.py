@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,9 @@ from driver.loop import Driver
 from driver.pricing import Prices
 from driver.providers import make_provider
 from driver.store import RunStore
+
+# The driver's bearer token for the toolrunner's Cancel and GetReceipt (the test toolrunner admits it).
+TOOLRUNNER_TOKEN = "driver-test-token-" + secrets.token_hex(8)
 
 PLAN = {"action": "tool_call", "tool": "propose_plan", "arguments": {"steps": [
     {"id": "list", "tool": "list_templates"},
@@ -53,7 +57,7 @@ class Stack:
     def driver(self, *, checkpoint: str | None = None, toolrunner: str | None = None) -> Driver:
         store = RunStore(self.db)
         d = Driver(store, CheckpointClient(checkpoint or self.checkpoint_address, timeout=5),
-                   ToolRunnerClient(toolrunner or self.toolrunner_address, timeout=60),
+                   ToolRunnerClient(toolrunner or self.toolrunner_address, timeout=60, token=TOOLRUNNER_TOKEN),
                    lambda name, model, options: make_provider(name, **options),
                    prices=Prices.from_policy_dir(self.policy_dir), provider_backoff_seconds=0)
         self.drivers.append(d)

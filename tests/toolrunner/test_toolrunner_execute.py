@@ -11,7 +11,16 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from toolrunner_harness import SECRETS, SESSION, Harness, error_code, session_containers, start_harness
+from toolrunner_harness import (
+    AUTH,
+    SECRETS,
+    SESSION,
+    Harness,
+    detail_code,
+    error_code,
+    session_containers,
+    start_harness,
+)
 
 from toolrunner.container import LABEL, LABEL_DEADLINE, LABEL_DECISION, LABEL_RUNNER
 from toolrunner.reaper import reap_once
@@ -100,6 +109,7 @@ def test_calls_the_runner_cannot_run_are_refused_before_anything_starts(
     with pytest.raises(grpc.RpcError) as info:
         harness.stub.Execute(request, timeout=30)
     assert info.value.code() == status and error_code(info.value) == code
+    assert detail_code(info.value) == code  # the standard status details carry it too
     assert creates(docker_api, request.grant.decision_id, since) == 0
     assert harness.runner.store.get(request.grant.decision_id) is None
 
@@ -114,7 +124,7 @@ def test_replaying_a_grant_returns_the_stored_receipt_without_a_second_container
     assert not first.replayed and second.replayed
     assert second.output == first.output and second.raw_output_sha256 == first.raw_output_sha256
     assert second.started_at == first.started_at
-    fetched = harness.stub.GetReceipt(pb.GetReceiptRequest(decision_id=request.grant.decision_id)).receipt
+    fetched = harness.stub.GetReceipt(pb.GetReceiptRequest(decision_id=request.grant.decision_id), metadata=AUTH).receipt
     assert fetched.output == first.output
     assert creates(docker_api, request.grant.decision_id, since) == 1
 
@@ -147,7 +157,7 @@ def test_concurrent_replays_run_the_tool_once(harness: Harness, docker_api: dock
 
 def test_get_receipt_of_an_unknown_decision_is_not_found(harness: Harness) -> None:
     with pytest.raises(grpc.RpcError) as info:
-        harness.stub.GetReceipt(pb.GetReceiptRequest(decision_id="never"))
+        harness.stub.GetReceipt(pb.GetReceiptRequest(decision_id="never"), metadata=AUTH)
     assert info.value.code() == grpc.StatusCode.NOT_FOUND and error_code(info.value) == "receipt_not_found"
 
 
@@ -226,7 +236,7 @@ def test_the_concurrency_limit_refuses_with_runner_busy_and_cancel_stops_a_call(
         with pytest.raises(grpc.RpcError) as info:
             h.execute("list_templates", {})
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and error_code(info.value) == "runner_busy"
-        assert h.stub.Cancel(pb.CancelRequest(run_id="run-busy")).cancelled == 1
+        assert h.stub.Cancel(pb.CancelRequest(run_id="run-busy"), metadata=AUTH).cancelled == 1
         t.join(60)
         assert first and first[0].code == "cancelled" and not first[0].timed_out
         assert first[0].output == "started\n"

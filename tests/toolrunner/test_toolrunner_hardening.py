@@ -6,7 +6,7 @@ import threading
 import time
 
 import docker
-from toolrunner_harness import Harness, session_containers
+from toolrunner_harness import AUTH, Harness, session_containers
 
 from toolrunner.container import LABEL_DECISION
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
@@ -42,7 +42,7 @@ def test_the_container_spec_carries_every_default(harness: Harness, docker_api: 
             time.sleep(0.05)
         info = docker_api.inspect_container(found[0]["Id"])
     finally:
-        harness.stub.Cancel(pb.CancelRequest(decision_id=request.grant.decision_id))
+        harness.stub.Cancel(pb.CancelRequest(decision_id=request.grant.decision_id), metadata=AUTH)
         t.join(60)
     host = info["HostConfig"]
     assert host["NetworkMode"] == "none" and info["Config"]["NetworkDisabled"] is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "warden-tools:local"
 SESSION = "test-" + uuid.uuid4().hex[:8]
+# The driver's token for Cancel and GetReceipt, as load_tokens keeps it (sha256 -> caller).
+OPERATOR_TOKEN = "tr-test-token-" + uuid.uuid4().hex
+AUTH = (("authorization", f"Bearer {OPERATOR_TOKEN}"),)
 SECRETS = {"DB_PASSWORD": "hunter2-Sup3r/Secret+Value=", "API_TOKEN": "tok_9fA7qZ2xK4mN8pR1"}
 
 
@@ -141,7 +145,14 @@ class Harness:
 def start_harness(api: docker.APIClient, key: grants.SigningKey, data_dir: Path, **config: Any) -> Harness:
     cfg = RunnerConfig(runner_id=f"{SESSION}-{uuid.uuid4().hex[:6]}", **config)
     running, port = create_server(
-        "127.0.0.1:0", tools=make_tools(), keys=key, data_dir=data_dir, secrets=SECRETS, config=cfg, api=api
+        "127.0.0.1:0",
+        tools=make_tools(),
+        keys=key,
+        data_dir=data_dir,
+        secrets=SECRETS,
+        config=cfg,
+        api=api,
+        tokens={hashlib.sha256(OPERATOR_TOKEN.encode()).digest(): "driver"},
     )
     return Harness(running, port, key)
 
@@ -151,3 +162,11 @@ def error_code(err: grpc.RpcError) -> str:
         if key == "warden-code":
             return value
     return ""
+
+
+def detail_code(err: grpc.RpcError) -> str:
+    """The code in the standard status details (what every gRPC client reads)."""
+    from checkpoint.server.errors import error_detail_of
+
+    detail = error_detail_of(err)
+    return detail.code if detail else ""

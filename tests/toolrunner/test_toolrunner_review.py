@@ -1,0 +1,145 @@
+"""Key rotation (repeatable --key), tokens on Cancel/GetReceipt, policy revision reloads, key repr."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import docker
+import grpc
+import pytest
+from toolrunner_harness import ROOT, SESSION, Harness, detail_code, error_code
+
+from checkpoint.policy.loader import load_policy_dir
+from toolrunner.keys import KeyringError, load_keyring
+from toolrunner.runner import RunnerConfig
+from toolrunner.server import create_server
+from warden import grants
+from warden.cli import build_parser
+from warden.toolrunner.v1 import toolrunner_pb2 as pb
+from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
+
+
+def test_a_signing_key_never_prints_its_secret() -> None:
+    key = grants.SigningKey.generate()
+    shown = repr(key) + str(key) + f"{key}"
+    assert key.key_id in shown
+    assert key.secret.hex() not in shown and repr(key.secret) not in shown
+
+
+def test_key_is_repeatable_and_both_keys_of_a_rotation_verify(tmp_path: Path) -> None:
+    old, new = grants.SigningKey.generate(), grants.SigningKey.generate()
+    old.save(tmp_path / "old.key")
+    new.save(tmp_path / "new.key")
+    args = build_parser().parse_args(
+        ["toolrunner", "serve", "--key", str(tmp_path / "old.key"), "--key", str(tmp_path / "new.key")]
+    )
+    keyring = load_keyring(args.key)
+    assert sorted(keyring) == sorted([old.key_id, new.key_id])
+    for key in (old, new):
+        grant = grants.sign(key, decision_id="d", run_id="r", agent="a", agent_version="a@1", tool="t",
+                            arguments={}, policy_revision="x")
+        grants.verify(keyring, grant, run_id="r", agent_version="a@1", tool="t", arguments={})
+    stranger = grants.sign(grants.SigningKey.generate(), decision_id="d", run_id="r", agent="a",
+                           agent_version="a@1", tool="t", arguments={}, policy_revision="x")
+    with pytest.raises(grants.GrantError) as info:
+        grants.verify(keyring, stranger, run_id="r", agent_version="a@1", tool="t", arguments={})
+    assert info.value.code == "grant_invalid"
+
+
+def test_two_key_files_claiming_one_key_id_are_refused(tmp_path: Path) -> None:
+    a = grants.SigningKey.generate()
+    a.save(tmp_path / "a.key")
+    grants.SigningKey(key_id=a.key_id, secret=b"x" * 32).save(tmp_path / "b.key")
+    with pytest.raises(KeyringError, match="both claim key id"):
+        load_keyring([tmp_path / "a.key", tmp_path / "b.key"])
+
+
+@pytest.mark.parametrize("metadata", [(), (("authorization", "Bearer not-the-token-at-all"),)])
+def test_cancel_and_get_receipt_refuse_callers_without_the_token(harness: Harness, metadata: tuple) -> None:
+    for call in (
+        lambda: harness.stub.Cancel(pb.CancelRequest(run_id="run-1"), metadata=metadata, timeout=10),
+        lambda: harness.stub.GetReceipt(pb.GetReceiptRequest(decision_id="d-1"), metadata=metadata, timeout=10),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            call()
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert detail_code(info.value) == "unauthenticated" and error_code(info.value) == "unauthenticated"
+
+
+def test_without_a_token_file_cancel_and_get_receipt_are_refused_for_everyone(
+    docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_path: Path
+) -> None:
+    running, port = create_server("127.0.0.1:0", tools={}, keys=signing_key, data_dir=tmp_path, api=docker_api,
+                                  config=RunnerConfig(runner_id=f"{SESSION}-notok"))
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.ToolRunnerServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Cancel(pb.CancelRequest(run_id="r"), metadata=(("authorization", "Bearer anything-goes-here"),))
+            assert detail_code(info.value) == "unauthenticated"
+    finally:
+        running.stop(grace=None)
+
+
+def _edit_list_templates(policy_dir: Path, command: list[str]) -> None:
+    path = policy_dir / "tools" / "list_templates.yaml"
+    lines = [
+        f"  command: {command!r}".replace("'", '"') if line.strip().startswith("command:") else line
+        for line in path.read_text().splitlines()
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_grant_of_a_newer_policy_revision_reloads_the_folder_once(
+    docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_path: Path
+) -> None:
+    policy_dir = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policy_dir)
+    first_revision = load_policy_dir(policy_dir).revision
+    token = "tr-review-token-0123456789"
+    running, port = create_server(
+        "127.0.0.1:0", policy_dir=policy_dir, keys=signing_key, data_dir=tmp_path / "data", api=docker_api,
+        config=RunnerConfig(runner_id=f"{SESSION}-rev"), tokens={hashlib.sha256(token.encode()).digest(): "d"},
+    )
+    h = Harness(running, port, signing_key)
+    try:
+        before = h.execute("list_templates", {}, policy_revision=first_revision)
+        assert before.exit_code == 0 and "argc" not in before.output
+
+        _edit_list_templates(policy_dir, ["/bin/sh", "/tools/test/echo_args.sh", "edited-command"])
+        second_revision = load_policy_dir(policy_dir).revision
+        assert second_revision != first_revision
+        after = h.execute("list_templates", {}, policy_revision=second_revision)
+        assert after.exit_code == 0 and "[edited-command]" in after.output  # the new definition ran
+        assert running.runner.policy_revision == second_revision
+
+        # A grant of a revision the folder does not hold (an older one, or a forged name) is refused.
+        for stale in (first_revision, "0000000000000000"):
+            with pytest.raises(grpc.RpcError) as info:
+                h.execute("list_templates", {}, policy_revision=stale)
+            assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert detail_code(info.value) == "policy_revision_mismatch"
+    finally:
+        h.close()
+
+
+def test_a_broken_policy_edit_keeps_the_last_good_set_and_refuses_the_new_revision(
+    docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_path: Path
+) -> None:
+    policy_dir = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policy_dir)
+    revision = load_policy_dir(policy_dir).revision
+    running, port = create_server("127.0.0.1:0", policy_dir=policy_dir, keys=signing_key, data_dir=tmp_path / "d",
+                                  api=docker_api, config=RunnerConfig(runner_id=f"{SESSION}-broken"))
+    h = Harness(running, port, signing_key)
+    try:
+        (policy_dir / "tools" / "broken.yaml").write_text("kind: Tool\nname: [not, a, name]\n")
+        with pytest.raises(grpc.RpcError) as info:
+            h.execute("list_templates", {}, policy_revision="1111111111111111")
+        assert detail_code(info.value) == "policy_revision_mismatch" and "does not load" in info.value.details()
+        assert running.runner.policy_revision == revision
+        assert h.execute("list_templates", {}, policy_revision=revision).exit_code == 0
+    finally:
+        h.close()
