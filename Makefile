@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install gen lint test demo bench images docker clean
+.PHONY: all install gen lint test demo bench images clean
 
 all: test
 
@@ -29,11 +29,11 @@ lint: $(STAMP)
 images:
 	scripts/ensure-docker.sh && scripts/build-images.sh
 
-test: $(STAMP) images
-	$(BIN)/ruff check .
+# One command runs every check: ruff, mypy, then the whole suite.
+test: lint images
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) images
 	$(BIN)/python -m bench
 
 demo: $(STAMP) images
