@@ -19,9 +19,10 @@ and it is retried once after reading the head under BEGIN IMMEDIATE. A failed tr
 forgets the kept head, so the next one reads it from what is committed, never from what was
 hoped to be. That also makes a restart resume the chain with no extra step.
 
-Cost. A lone record is one INSERT in autocommit mode (its own transaction), one statement where
-BEGIN / SELECT head / INSERT / COMMIT took four: each statement releases and retakes the GIL,
-which on a busy server is a wait of its own.
+Cost. A lone record is one INSERT in autocommit mode (a transaction of its own), one statement
+where BEGIN / SELECT head / INSERT / COMMIT took four; a batch is BEGIN / INSERTs / COMMIT. Each
+statement releases and retakes the GIL, and on a busy server every retake is a wait behind the
+request threads.
 """
 
 from __future__ import annotations
