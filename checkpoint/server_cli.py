@@ -72,7 +72,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--max-request-bytes", type=int, default=1 << 20, help="largest request accepted (default 1 MiB)"
     )
-    serve.add_argument("--workers", type=int, default=64, help="gRPC worker threads (default 64)")
+    serve.add_argument(
+        "--workers", type=int, default=32,
+        help="gRPC worker threads (default 32; up to 16 of them may hold WatchDecisions streams)",
+    )
     serve.add_argument(
         "--reload-interval", type=float, default=0.5, help="seconds between policy folder polls; 0 disables"
     )
