@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-APPROVAL_INVALID = "approval_invalid"
+from checkpoint.engine.codes import APPROVAL_INVALID
+
+__all__ = ["APPROVAL_INVALID", "approval_problem"]
 
 
 def approval_problem(

@@ -9,6 +9,8 @@ DENY `audit_unavailable` without a grant. No gRPC here: `grpc_api` maps this to 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import threading
 import time
@@ -19,12 +21,15 @@ from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.policy import PolicySet
 from checkpoint.server import convert
+from checkpoint.server.approvals import APPROVAL_INVALID, approval_problem
 from checkpoint.server.errors import InvalidArgument, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.metrics import Metrics
 from checkpoint.server.reload import PolicyStore
 from warden import canonical, grants
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+MAX_LOGGED_ARGUMENT_BYTES = 64 * 1024  # the engine refuses larger arguments; the log keeps their hash
 
 log = logging.getLogger("warden.checkpoint.service")
 
@@ -46,6 +51,8 @@ class CheckpointService:
         self.store = store
         self.log = decisions
         self.key = key
+        # masked audit fields are keyed digests: a card number cannot be brute-forced from the log
+        self.mask_key = hmac.new(key.secret, b"warden audit masking v1", hashlib.sha256).digest()
         self.metrics = metrics
         self.max_batch_items = max_batch_items
         self._watch_stops: set[threading.Event] = set()
@@ -84,6 +91,10 @@ class CheckpointService:
             )
         if not response.policy_revision:
             response.policy_revision = policies.revision
+        if response.verdict == ALLOW and response.rule == "approval":
+            problem = self._approval_problem(request, policies)
+            if problem is not None:
+                response = _fail_closed(response, APPROVAL_INVALID, problem, rule="approval")
 
         now_ns = time.time_ns()
         response.decision_id = new_decision_id()
@@ -92,7 +103,9 @@ class CheckpointService:
         arguments: dict[str, Any] | None = None
         if action == "tool_call":
             arguments = convert.struct_to_dict(request.tool_call.arguments)
-            if response.verdict == ALLOW:
+            # a grant binds a pinned agent version: a person acting directly is decided and
+            # recorded, but the toolrunner runs agents' calls only
+            if response.verdict == ALLOW and response.agent_version:
                 try:
                     self._sign(policies, request, response, arguments)
                 except (ValueError, TypeError) as exc:  # e.g. NaN: no canonical form, no grant
@@ -112,6 +125,19 @@ class CheckpointService:
             )
         self._count(response.verdict, response.code)
         return response
+
+    def _approval_problem(self, request: pb.CheckRequest, policies: PolicySet) -> str | None:
+        approval = request.approval
+        arguments = convert.struct_to_dict(request.tool_call.arguments)
+        return approval_problem(
+            self.log.read,
+            decision_id=approval.decision_id,
+            approver=approval.approver,
+            run_id=request.run.run_id,
+            agent_version=request.run.actor_chain[-1].agent_version if request.run.actor_chain else "",
+            tool=request.tool_call.tool,
+            logged_arguments=_logged_arguments(request, "tool_call", arguments, policies, self.mask_key),
+        )
 
     def _count(self, verdict: int, code: str) -> None:
         # prometheus_client's labels() costs a lock and a few dict lookups per call; the
@@ -197,22 +223,22 @@ class CheckpointService:
         run = request.run
         chain = convert.actor_chain(run.actor_chain)
         person = next((a["id"] for a in chain if a["kind"] == "person"), None)
-        last = chain[-1] if chain else {}
+        last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
         tool = request.tool_call.tool if action == "tool_call" else None
         return {
             "decision_id": response.decision_id or new_decision_id(),
             "time": convert.format_time_ns(now_ns),
-            "tenant": run.tenant or None,
+            "tenant": response.tenant or run.tenant or None,
             "run_id": run.run_id or None,
             "root_run_id": run.root_run_id or None,
             "parent_run_id": run.parent_run_id or None,
             "actor_chain": chain,
-            "accountable_person": person,
+            "accountable_person": response.accountable_person or person,
             "agent": response.agent or last.get("id") or None,
             "agent_version": response.agent_version or last.get("agent_version") or None,
             "action": action,
             "tool": tool or None,
-            "arguments": _logged_arguments(request, action, arguments, policies),
+            "arguments": _logged_arguments(request, action, arguments, policies, self.mask_key),
             "verdict": convert.verdict_name(response.verdict),
             "code": response.code,
             "rule": response.rule or None,
@@ -314,23 +340,33 @@ def _fail_closed(response: pb.CheckResponse, code: str, reason: str, *, rule: st
 
 
 def _logged_arguments(
-    request: pb.CheckRequest, action: str | None, arguments: dict[str, Any] | None, policies: PolicySet | None
+    request: pb.CheckRequest,
+    action: str | None,
+    arguments: dict[str, Any] | None,
+    policies: PolicySet | None,
+    mask_key: bytes | None = None,
 ) -> dict[str, Any] | None:
     """What the log keeps of the action's inputs, masked by the tool's `audit` section.
 
     A call to a tool the policy does not know has no masking rules to apply, so only the hash
     of its arguments is kept: enough to match it against other evidence, nothing that could be
-    a secret.
+    a secret. Arguments over the size cap are kept as their hash too, and arguments with no
+    canonical form (NaN) as a note: the decision is recorded whatever the request held.
     """
     if action == "tool_call":
         tool = policies.tools.get(request.tool_call.tool) if policies is not None else None
         if arguments is None:
             return None
-        if tool is None:
-            return {"sha256": canonical.sha256_hex(arguments)}
+        size = request.tool_call.arguments.ByteSize()
+        try:
+            if tool is None or size > MAX_LOGGED_ARGUMENT_BYTES:
+                return {"sha256": canonical.sha256_hex(arguments), "bytes": size}
+            canonical.dumps(arguments)  # refuses what the log could not store either
+        except (ValueError, TypeError) as exc:
+            return {"unrecordable": str(exc)[:200], "bytes": size}
         masking = tool.spec.audit
         if masking.drop or masking.hash:
-            return mask_arguments(arguments, drop=masking.drop, hash=masking.hash)
+            return mask_arguments(arguments, drop=masking.drop, hash=masking.hash, key=mask_key)
         return arguments
     if action == "model_call":
         m = request.model_call
