@@ -45,6 +45,9 @@ def open_writer(path: Path, synchronous: Synchronous, busy_timeout_ms: int) -> s
         # WAL + NORMAL: a commit is in the OS before COMMIT returns, so it survives the process
         # being killed; FULL also fsyncs the WAL on every commit, for power loss.
         conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+        # The writer only appends: the right edge of a few B-trees stays hot. A small page cache
+        # keeps the sidecar's memory flat as the log grows (SQLite's default is 2 MB).
+        conn.execute("PRAGMA cache_size=-256")
         _ensure_schema(db)
     except BaseException:
         conn.close()
