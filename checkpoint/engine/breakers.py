@@ -95,29 +95,44 @@ def _daily_limits(call: Call) -> tuple[tuple[str, str, float], ...]:
 
 def check(call: Call, action: str) -> None:
     counters = call.request.counters
-    ceilings = effective_budget(call)
     trace = call.trace
-    for b in BREAKERS:
-        if action not in b.actions:
-            continue
-        ceiling = ceilings.get(b.ceiling)
-        if ceiling is not None:
-            used = getattr(counters, b.counter)
-            if used >= ceiling:
-                raise trace.stop(
-                    HALT, codes.BREAKER_CODES[b.name], f"breaker.{b.name}",
-                    f"breaker {b.name} tripped: {_num(used)} {b.what}, ceiling {_num(ceiling)}; "
-                    "the run pauses for a person",
-                )
-        if b.name == "spend":
-            for who, counter, limit in _daily_limits(call):
-                spent = getattr(counters, counter)
-                if spent >= limit:
-                    raise trace.stop(
-                        HALT, codes.BREAKER_CODES["spend"], "breaker.spend",
-                        f"breaker spend tripped: {who} spent {_num(spent)} USD today, daily allowance {_num(limit)}",
-                    )
-        trace.add(f"breaker.{b.name}", "pass")
+    for b, ceiling in _armed(call, action):
+        used = getattr(counters, b.counter)
+        if used >= ceiling:
+            raise trace.stop(
+                HALT, codes.BREAKER_CODES[b.name], f"breaker.{b.name}",
+                f"breaker {b.name} tripped: {_num(used)} {b.what}, ceiling {_num(ceiling)}; "
+                "the run pauses for a person",
+            )
+    for who, counter, limit in _daily_limits(call):
+        spent = getattr(counters, counter)
+        if spent >= limit:
+            raise trace.stop(
+                HALT, codes.BREAKER_CODES["spend"], "breaker.spend",
+                f"breaker spend tripped: {who} spent {_num(spent)} USD today, daily allowance {_num(limit)}",
+            )
+    if trace.enabled:
+        for b in BREAKERS:
+            if action in b.actions:
+                trace.add(f"breaker.{b.name}", "pass")
+
+
+def _armed(call: Call, action: str) -> tuple[tuple[Breaker, float], ...]:
+    """The breakers checked before `action` that have a ceiling, with it. Without per-request
+    budgets this depends only on the policy set and the chain, so it is worked out once."""
+    dynamic = call.request.run.HasField("budget") or any(link.budget is not None for link in call.links)
+    key = ("armed", action, call.tenant.name, *(link.agent.version for link in call.links))
+    if not dynamic:
+        found = call.policies.memo.get(key)
+        if found is not None:
+            return found
+    ceilings = effective_budget(call)
+    armed = tuple(
+        (b, ceilings[b.ceiling]) for b in BREAKERS if action in b.actions and b.ceiling in ceilings
+    )
+    if not dynamic:
+        call.policies.memo[key] = armed
+    return armed
 
 
 def _num(v: float) -> str:

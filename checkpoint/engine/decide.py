@@ -177,7 +177,8 @@ def _rules(call: Call, rules: tuple[CompiledRule, ...], activation_of: Any) -> C
                 f"rule {rule.name!r} ({rule.where}) could not be evaluated, so the call is refused: {problem}",
             )
         if not result.value:
-            call.trace.add(f"rule:{rule.name}", "pass")
+            if call.trace.enabled:
+                call.trace.add(f"rule:{rule.name}", "pass")
             continue
         if rule.spec.effect == "deny_if":
             raise call.trace.stop(DENY, rule.code, f"rule:{rule.name}", rule.spec.reason or f"rule {rule.name!r} denies this")
