@@ -191,18 +191,3 @@ def _serve(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)
         return 2
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run these subcommands alone (`python -m checkpoint.server_cli ...`) before the lead wires them."""
-    parser = argparse.ArgumentParser(prog="warden")
-    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

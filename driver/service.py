@@ -20,8 +20,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2, timestamp_pb2
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
 from checkpoint.server.auth import TokenFileError, load_tokens
 from checkpoint.server.errors import ServiceError, abort
@@ -33,6 +32,7 @@ from driver.store import TERMINAL
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 
 log = logging.getLogger("warden.driver.service")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DriverService"].full_name
@@ -277,18 +277,13 @@ def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="driver-rpc"))
     servicer = DriverServicer(driver, operators)
     pb_grpc.add_DriverServiceServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot bind {address}")
+    health_servicer = add_health_and_reflection(server, SERVICE_NAME)
+    port = bind_insecure(server, address)
     server.start()
     recovered = driver.recover()
     if recovered:
         log.info("recovered %d running run(s): %s", len(recovered), ", ".join(recovered))
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    set_serving(health_servicer, SERVICE_NAME)
     return RunningDriver(server, servicer, health_servicer), port
 
 

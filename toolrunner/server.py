@@ -24,8 +24,7 @@ from typing import Any
 
 import docker
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
 from checkpoint.server.auth import AuthPolicy
 from checkpoint.server.errors import ServiceError, to_status
@@ -35,6 +34,7 @@ from toolrunner.reaper import Reaper
 from toolrunner.runner import RunnerConfig, ToolRunner
 from toolrunner.store import ReceiptStore
 from warden import grants
+from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
 
@@ -201,15 +201,10 @@ def create_server(
         log.warning("no token file: Cancel and GetReceipt are refused for every caller")
     servicer = ToolRunnerServicer(runner, AuthPolicy(tokens=dict(tokens or {})))
     pb_grpc.add_ToolRunnerServiceServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot bind {address}")
+    health_servicer = add_health_and_reflection(server, SERVICE_NAME)
+    port = bind_insecure(server, address)
     server.start()
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    set_serving(health_servicer, SERVICE_NAME)
     return RunningServer(server, port, runner, reaper, health_servicer), port
 
 
