@@ -55,6 +55,7 @@ DELEGATION_CYCLE = "delegation_cycle"
 # service (decided around the engine: the log vouches for approvals and records every decision)
 AUDIT_UNAVAILABLE = "audit_unavailable"
 APPROVAL_INVALID = "approval_invalid"
+CHAIN_UNVERIFIED = "chain_unverified"
 
 DECISION_CODES = frozenset(
     [
@@ -63,5 +64,6 @@ DECISION_CODES = frozenset(
         ACCESS_NOT_ALLOWED, *OUT_OF_SCOPE.values(), SUBJECT_OFF_LIMITS, RULE_DENIED, APPROVAL_REQUIRED,
         POLICY_ERROR, PLAN_STEP_NOT_ALLOWED, *BREAKER_CODES.values(), DELEGATION_DEPTH,
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
+        CHAIN_UNVERIFIED,
     ]
 )

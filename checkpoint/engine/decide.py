@@ -297,6 +297,7 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
     approval = _rules(call, call.policies.rules_by_action["delegation"], activation)
     breakers.check(call, "delegation")
     _delegation_limits(call, child.name)
+    response.child_agent_version = child.version
     response.child_authority.CopyFrom(authority.child_authority(call, child, d.narrowing))
     ceilings = breakers.effective_budget(call, d.budget if d.HasField("budget") else None)
     for name, value in ceilings.items():

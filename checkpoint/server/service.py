@@ -22,6 +22,7 @@ from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.policy import PolicySet
 from checkpoint.server import convert
 from checkpoint.server.approvals import APPROVAL_INVALID, approval_problem
+from checkpoint.server.chains import CHAIN_UNVERIFIED, chain_problem, chain_token, child_chain
 from checkpoint.server.errors import InvalidArgument, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.metrics import Metrics
@@ -53,6 +54,7 @@ class CheckpointService:
         self.key = key
         # masked audit fields are keyed digests: a card number cannot be brute-forced from the log
         self.mask_key = hmac.new(key.secret, b"warden audit masking v1", hashlib.sha256).digest()
+        self.chain_key = hmac.new(key.secret, b"warden chain token v1", hashlib.sha256).digest()
         self.metrics = metrics
         self.max_batch_items = max_batch_items
         self._watch_stops: set[threading.Event] = set()
@@ -73,6 +75,10 @@ class CheckpointService:
         policies = self._policies()
         try:
             response = decide(policies, request)
+            if request.HasField("run"):
+                problem = chain_problem(self.chain_key, request)
+                if problem is not None:
+                    response = _fail_closed(response, CHAIN_UNVERIFIED, problem, rule="chain")
         except InvalidRequest as exc:
             self.metrics.refusals.labels(exc.code).inc()
             self._record_refusal(request, exc.code, str(exc.message), policies.revision)
@@ -91,6 +97,8 @@ class CheckpointService:
             )
         if not response.policy_revision:
             response.policy_revision = policies.revision
+        if response.verdict == ALLOW and request.WhichOneof("action") == "delegation":
+            response.chain_token = chain_token(self.chain_key, child_chain(request, response))
         if response.verdict == ALLOW and response.rule == "approval":
             problem = self._approval_problem(request, policies)
             if problem is not None:
@@ -333,6 +341,8 @@ def _fail_closed(response: pb.CheckResponse, code: str, reason: str, *, rule: st
         agent=response.agent,
         agent_version=response.agent_version,
         policy_revision=response.policy_revision,
+        tenant=response.tenant,
+        accountable_person=response.accountable_person,
     )
     if response.HasField("decided_at"):
         out.decided_at.CopyFrom(response.decided_at)

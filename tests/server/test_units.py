@@ -8,7 +8,7 @@ import uuid
 
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.reload import snapshot
-from checkpoint.server_cli import main
+from warden.cli import main
 from warden.grants import SigningKey
 
 

@@ -101,7 +101,7 @@ class Actor(_message.Message):
     def __init__(self, kind: _Optional[_Union[ActorKind, str]] = ..., id: _Optional[str] = ..., agent_version: _Optional[str] = ..., run_id: _Optional[str] = ..., narrowing: _Optional[_Union[Scope, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
 
 class RunContext(_message.Message):
-    __slots__ = ("tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "mode", "budget", "has_plan")
+    __slots__ = ("tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "mode", "budget", "has_plan", "chain_token")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class RunContext(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     HAS_PLAN_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     run_id: str
     root_run_id: str
@@ -118,7 +119,8 @@ class RunContext(_message.Message):
     mode: RunMode
     budget: Budget
     has_plan: bool
-    def __init__(self, tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., has_plan: _Optional[bool] = ...) -> None: ...
+    chain_token: str
+    def __init__(self, tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., has_plan: _Optional[bool] = ..., chain_token: _Optional[str] = ...) -> None: ...
 
 class Counters(_message.Message):
     __slots__ = ("stretch_tokens", "stretch_turns", "total_turns", "turn_tool_calls", "wall_clock_seconds", "identical_calls", "consecutive_failures", "drift", "tree_tokens", "owner_spend_today_usd", "tenant_spend_today_usd", "provider_refusals", "children", "tree_runs", "run_spend_usd")
@@ -287,7 +289,7 @@ class PlanStepResult(_message.Message):
     def __init__(self, step_id: _Optional[str] = ..., index: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person")
+    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "chain_token")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -305,6 +307,8 @@ class CheckResponse(_message.Message):
     CHILD_BUDGET_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ACCOUNTABLE_PERSON_FIELD_NUMBER: _ClassVar[int]
+    CHILD_AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     verdict: Verdict
     code: str
@@ -322,7 +326,9 @@ class CheckResponse(_message.Message):
     child_budget: Budget
     tenant: str
     accountable_person: str
-    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ...) -> None: ...
+    child_agent_version: str
+    chain_token: str
+    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., chain_token: _Optional[str] = ...) -> None: ...
 
 class CheckBatchItem(_message.Message):
     __slots__ = ("correlation_id", "request")
