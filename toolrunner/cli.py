@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "container, return a scrubbed receipt. Needs a Docker engine and the tool images "
         "(scripts/ensure-docker.sh, scripts/build-images.sh).",
     )
-    serve.add_argument("--address", default="127.0.0.1:50053", help="host:port to listen on (default %(default)s)")
+    serve.add_argument("--address", default="127.0.0.1:7402", help="host:port to listen on (default %(default)s)")
     serve.add_argument("--data", default=".warden", type=Path, help="data folder for toolrunner.db (default %(default)s)")
     serve.add_argument("--policies", default="policies", type=Path, help="policy folder with the tool definitions")
     serve.add_argument(
