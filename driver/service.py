@@ -48,8 +48,9 @@ OperatorsFileError = TokenFileError
 
 
 def load_operators(path: str | Path) -> dict[bytes, str]:
-    """sha256(token) -> person. A file others can read, or one with no tokens, is refused."""
-    return load_tokens(path)
+    """sha256(token) -> person. A file others can read, one with no tokens, or a line that does
+    not name its person is refused."""
+    return load_tokens(path, require_names=True)
 
 
 def _ts(t: float) -> timestamp_pb2.Timestamp:

@@ -33,11 +33,13 @@ class TokenFileError(ValueError):
     code = "token_file_invalid"
 
 
-def load_tokens(path: str | Path) -> dict[bytes, str]:
+def load_tokens(path: str | Path, *, require_names: bool = False) -> dict[bytes, str]:
     """Read a token file: one token per line, optionally `caller-name token`; `#` comments.
 
     Returns sha256(token) -> caller name. Tokens are kept hashed so a memory dump or a log line
     of this structure does not hand out credentials. A file others can read is refused.
+    `require_names`: every line must name its caller (operators: the name is the approver the
+    record keeps, so it may not be made up).
     """
     path = Path(path)
     mode = path.stat().st_mode
@@ -49,8 +51,9 @@ def load_tokens(path: str | Path) -> dict[bytes, str]:
         if not line or line.startswith("#"):
             continue
         parts = line.split()
-        if len(parts) > 2:
-            raise TokenFileError(f"{path}:{lineno}: expected 'token' or 'caller token'")
+        if len(parts) > 2 or (require_names and len(parts) != 2):
+            expected = "'person token'" if require_names else "'token' or 'caller token'"
+            raise TokenFileError(f"{path}:{lineno}: expected {expected}")
         caller, token = (parts[0], parts[1]) if len(parts) == 2 else (f"token-{lineno}", parts[0])
         if len(token) < 16:
             raise TokenFileError(f"{path}:{lineno}: token shorter than 16 characters")

@@ -182,3 +182,16 @@ def test_up_preflight_names_a_missing_tool_image_and_what_to_run(policy_dir: Pat
     with pytest.raises(PreflightError) as info:
         preflight(policy_dir)
     assert "warden-absent:never" in str(info.value) and "scripts/build-images.sh" in str(info.value)
+
+
+def test_an_operators_file_line_must_name_its_person(tmp_path):
+    from checkpoint.server.auth import TokenFileError
+    from driver.service import load_operators
+
+    path = tmp_path / "operators"
+    path.write_text("s3cr3t-token-0123456789\n")
+    path.chmod(0o600)
+    with pytest.raises(TokenFileError, match="expected 'person token'"):
+        load_operators(path)
+    path.write_text("alice s3cr3t-token-0123456789\n")
+    assert list(load_operators(path).values()) == ["alice"]
