@@ -79,7 +79,8 @@ def check_touched(call: Call, touched: dict[str, list[str]]) -> None:
                         f"{dim[:-1]} {value!r} is outside the scope of {link.agent.name!r}"
                         + (" after narrowing" if narrowed is not None and allowed.matches(value) else ""),
                     )
-        call.trace.add(f"scope.{dim}", "pass", detail=", ".join(values))
+        if call.trace.enabled:  # the detail costs a join: build it only for explain
+            call.trace.add(f"scope.{dim}", "pass", detail=", ".join(values))
 
 
 def child_authority(call: Call, child: AgentVersion, narrowing: pb.Scope) -> pb.Scope:

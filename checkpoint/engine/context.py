@@ -74,12 +74,13 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
         )
     if run.mode not in MODES:
         raise InvalidRequest(codes.INVALID_REQUEST, "run.mode must be INTERACTIVE or BACKGROUND", "run.mode")
-    if any(a.kind == pb.ACTOR_KIND_PERSON for a in chain[1:]):
-        raise InvalidRequest(
-            codes.INVALID_REQUEST, "only the first actor of the chain may be a person", "run.actor_chain"
-        )
     links = []
-    for i, actor in enumerate(chain[1:], start=1):
+    for i in range(1, len(chain)):
+        actor = chain[i]
+        if actor.kind == pb.ACTOR_KIND_PERSON:
+            raise InvalidRequest(
+                codes.INVALID_REQUEST, "only the first actor of the chain may be a person", "run.actor_chain"
+            )
         if actor.kind != pb.ACTOR_KIND_AGENT or not actor.id or not actor.agent_version:
             raise InvalidRequest(
                 codes.INVALID_REQUEST,

@@ -56,7 +56,8 @@ def decide(policies: PolicySet, request: pb.CheckRequest) -> pb.CheckResponse:
     elif len(request.run.actor_chain) > 1:  # refused before the chain resolved: say who it named
         last = request.run.actor_chain[-1]
         response.agent, response.agent_version = last.id[:100], last.agent_version[:100]
-    response.explanation.extend(trace.outcomes)
+    if trace.outcomes:
+        response.explanation.extend(trace.outcomes)
     return response
 
 
