@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from checkpoint.policy import load_policy_dir  # type: ignore[attr-defined]
+    from checkpoint.policy import PolicyLoadError
     from checkpoint.server.auth import TokenFileError, load_tokens
     from toolrunner.keys import KeyringError, load_keyring
     from toolrunner.runner import RunnerConfig
@@ -72,11 +72,6 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"warden toolrunner: {exc}", file=sys.stderr)
             return 2
     try:
-        load_policy_dir(args.policies)  # fail here, with every error at file:line, not in serve
-    except Exception as exc:  # PolicyLoadError prints every error with file:line
-        print(f"warden toolrunner: policies in {args.policies} do not load:\n{exc}", file=sys.stderr)
-        return 2
-    try:
         secrets = load_secrets(args.secrets)
     except SecretsFileError as exc:
         print(f"warden toolrunner: {exc}", file=sys.stderr)
@@ -95,6 +90,9 @@ def _serve(args: argparse.Namespace) -> int:
             config=config,
             reap_interval_seconds=args.reap_interval,
         )
+    except PolicyLoadError as exc:  # raised before anything binds: every error at file:line
+        print(f"warden toolrunner: policies in {args.policies} do not load:\n{exc}", file=sys.stderr)
+        return 2
     except RunnerError as exc:
         print(f"warden toolrunner: {exc}", file=sys.stderr)
         return 1
