@@ -70,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     runs = subparsers.add_parser("runs", help="list runs, or show one", description="List runs, or show one run.")
     runs.add_argument("run_id", nargs="?")
-    runs.add_argument("--status", choices=("running", "paused", "awaiting_approval", "succeeded", "failed", "cancelled"))
+    runs.add_argument("--status", choices=("running", "paused", "awaiting_approval", "awaiting_child", "succeeded", "failed",
+                                                "cancelled"))
     client_args(runs)
     runs.set_defaults(func=_runs)
 

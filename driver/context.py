@@ -35,6 +35,36 @@ PLAN_TOOL_SCHEMA: dict[str, Any] = {
     },
 }
 
+DELEGATE_TOOL = "delegate"
+
+_BUDGET_KEYS = ("tokens", "turns", "tool_calls", "wall_clock_seconds", "failures", "spend_usd")
+_SCOPE_KEYS = ("tools", "access", "images", "nodes", "connections", "subjects")
+
+
+def delegate_tool_schema(agents: list[str]) -> dict[str, Any]:
+    """The `delegate` tool, offered only to an agent whose policy names agents it may delegate to."""
+    strings = {"type": "array", "items": {"type": "string"}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["agent", "objective", "criteria"],
+        "properties": {
+            "agent": {"type": "string", "enum": sorted(agents)},
+            "objective": {"type": "string", "minLength": 1},
+            "criteria": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+            "budget": {"type": "object", "additionalProperties": False,
+                       "properties": {k: {"type": "number", "minimum": 0} for k in _BUDGET_KEYS}},
+            "narrowing": {"type": "object", "additionalProperties": False,
+                          "properties": {k: strings for k in _SCOPE_KEYS}},
+        },
+    }
+
+
+_DELEGATE_RULE = """
+- To hand part of the goal to another agent, call delegate with the agent, an objective and the
+  criteria its run must meet (optionally a smaller budget and a narrower scope). Policy decides
+  whether it may start; its run's outcome comes back to you as data when it ends."""
+
 _RULES = """\
 How you work here:
 - Before you call any other tool, call propose_plan with the steps you intend to take (each step
@@ -50,8 +80,8 @@ How you work here:
 - If you are told a breaker tripped, stop and answer with a handoff."""
 
 
-def system_prompt(persona: str) -> str:
-    return f"{persona.strip()}\n\n{_RULES}"
+def system_prompt(persona: str, *, can_delegate: bool = False) -> str:
+    return f"{persona.strip()}\n\n{_RULES}{_DELEGATE_RULE if can_delegate else ''}"
 
 
 def goal_message(goal: dict[str, Any], version: int) -> str:
@@ -87,3 +117,10 @@ def refusal_result(code: str, reason: str, *, stop: bool = False) -> str:
 
 def note(text: str) -> str:
     return f"<data source=\"warden\">\n{text}\n</data>"
+
+
+def child_result(child: dict[str, Any], summary: str) -> str:
+    """A child run's outcome, as data for the parent: who ran, how it ended, what it reported."""
+    attrs = (f"run={_attr(child['run_id'])} agent={_attr(child['agent'])} status={_attr(child['status'])} "
+             f"code={_attr(child['code'])}")
+    return f"<data source=\"child_run\" {attrs}>\n{summary}\n</data>"

@@ -5,11 +5,19 @@ The loop keeps all state in the RunStore and advances in small committed steps, 
 crashes and restarts continues a run from its last step (a tool call in flight is re-sent with the
 same grant: the toolrunner answers a repeated grant with the stored receipt, it never runs twice).
 
-Statuses: running -> (awaiting_approval | paused) -> running ... -> succeeded | failed | cancelled.
+Statuses: running -> (awaiting_approval | awaiting_child | paused) -> running ... -> succeeded |
+failed | cancelled.
 A pause always carries a stable code: breaker_<name>, cut_off, handoff, no_progress,
 criteria_unmet, checkpoint_unavailable, toolrunner_unavailable, audit_unavailable, model_call_denied,
 runner_busy (the toolrunner stayed at its concurrency limit through every retry; the call keeps its
 grant and is sent again on resume).
+
+Delegation. An agent whose policy names agents it may delegate to is offered a `delegate` tool.
+The checkpoint decides the delegation like any call; when it allows it, the driver starts a child
+run pinned to the version the checkpoint chose, with the child's effective authority (only those
+tools are offered), budget and chain token, and the parent waits (`awaiting_child`). When the
+child ends, its outcome becomes the result of the parent's call and the parent goes on. A child
+that pauses waits for a person like any run; cancelling a parent cancels its children.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +36,12 @@ from driver import context
 from driver.boundary import Final, Handoff, Idle, Rejection, ToolCalls, decide
 from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
 from driver.errors import DependencyUnavailable, DriverError, ProviderError, RunStateError
-from driver.goal import Goal, GoalBudget
+from driver.goal import Criterion, Goal, GoalBudget
 from driver.pricing import Prices
 from driver.providers.base import ModelRequest, Provider, ToolDef, estimate_tokens
 from driver.store import (
     AWAITING_APPROVAL,
+    AWAITING_CHILD,
     CANCELLED,
     FAILED,
     PAUSED,
@@ -69,6 +79,54 @@ class _Plan(BaseModel):
     steps: list[_PlanStep] = Field(min_length=1)
 
 
+class _DelegateBudget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tokens: int | None = Field(None, ge=0)
+    turns: int | None = Field(None, ge=0)
+    tool_calls: int | None = Field(None, ge=0)
+    wall_clock_seconds: float | None = Field(None, ge=0)
+    failures: int | None = Field(None, ge=0)
+    spend_usd: float | None = Field(None, ge=0)
+
+
+class _DelegateScope(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tools: list[str] = Field(default_factory=list)
+    access: list[str] = Field(default_factory=list)
+    images: list[str] = Field(default_factory=list)
+    nodes: list[str] = Field(default_factory=list)
+    connections: list[str] = Field(default_factory=list)
+    subjects: list[str] = Field(default_factory=list)
+
+
+class _Delegate(BaseModel):
+    """The arguments of the `delegate` tool (see context.delegate_tool_schema)."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent: str = Field(min_length=1)
+    objective: str = Field(min_length=1)
+    criteria: list[str] = Field(min_length=1)
+    budget: _DelegateBudget | None = None
+    narrowing: _DelegateScope | None = None
+
+    def to_proto(self) -> cp.Delegation:
+        d = cp.Delegation(agent=self.agent)
+        if self.narrowing is not None:
+            d.narrowing.CopyFrom(cp.Scope(**self.narrowing.model_dump()))
+        if self.budget is not None and self.budget.model_dump(exclude_none=True):
+            d.budget.CopyFrom(cp.Budget(**self.budget.model_dump(exclude_none=True)))
+        return d
+
+
+def _tool_specs(resolved: cp.ResolveAgentResponse) -> list[dict[str, Any]]:
+    specs = [{"name": s.name, "description": s.description, "access": s.access,
+              "input_schema": json_format.MessageToDict(s.input_schema)} for s in resolved.tool_specs]
+    if not specs and resolved.tools:
+        specs = [{"name": n, "description": "", "access": "", "input_schema": {"type": "object"}}
+                 for n in resolved.tools]
+    return specs
+
+
 def verdict_name(v: int) -> str:
     return cp.Verdict.Name(v).removeprefix("VERDICT_")
 
@@ -92,7 +150,9 @@ class Driver:
         self.runner_busy_retries = runner_busy_retries
         self.runner_busy_backoff_seconds = runner_busy_backoff_seconds
         self._workers: dict[str, threading.Thread] = {}
+        self._again: set[str] = set()  # runs whose worker must look once more before it exits
         self._lock = threading.Lock()
+        self._settling = threading.Lock()
         self._stopping = threading.Event()
 
     # -- person actions --------------------------------------------------------------------
@@ -101,23 +161,19 @@ class Driver:
                   provider: str = "scripted", model: str = "", provider_options: dict[str, Any] | None = None,
                   agent_version: str = "", spawn: bool = True) -> dict[str, Any]:
         resolved = self.checkpoint.resolve_agent(agent, agent_version)
-        specs = [{"name": s.name, "description": s.description, "access": s.access,
-                  "input_schema": json_format.MessageToDict(s.input_schema)} for s in resolved.tool_specs]
-        if not specs and resolved.tools:
-            specs = [{"name": n, "description": "", "access": "", "input_schema": {"type": "object"}}
-                     for n in resolved.tools]
         budget = goal.budget.model_dump(exclude_none=True)
         run = self.store.create_run(
             agent=resolved.agent, agent_version=resolved.agent_version, tenant=resolved.tenant, owner=owner,
             mode=mode, provider=provider, model=model or provider, provider_options=provider_options or {},
-            persona=resolved.persona, tool_specs=specs, policy_revision=resolved.policy_revision, budget=budget,
+            persona=resolved.persona, tool_specs=_tool_specs(resolved), policy_revision=resolved.policy_revision,
+            budget=budget, delegates=list(resolved.delegates),
         )
         run_id = run["run_id"]
         self.store.add_goal(run_id, goal.model_dump(), author=owner)
         self.store.add_transcript(run_id, {"role": "user", "text": context.goal_message(goal.model_dump(), 1)})
         self.store.append_event(run_id, "run_started", agent=resolved.agent, agent_version=resolved.agent_version,
                                 owner=owner, mode=mode, provider=provider, model=run["model"],
-                                tools=[s["name"] for s in specs], budget=budget,
+                                tools=[s["name"] for s in run["tool_specs"]], budget=budget,
                                 policy_revision=resolved.policy_revision)
         if spawn:
             self.spawn(run_id)
@@ -208,6 +264,9 @@ class Driver:
         if run["status"] in TERMINAL:
             raise RunStateError(f"run {run_id} is already {run['status']}", code=f"run_{run['status']}")
         self.store.update_run(run_id, status=CANCELLED, code="cancelled", reason=reason or f"cancelled by {person}")
+        for child in self.store.children(run_id):  # nothing keeps running for a cancelled run
+            if child["status"] not in TERMINAL:
+                self.cancel(child["run_id"], person, f"its parent run {run_id} was cancelled")
         for a in self.store.approvals(run_id, status="pending"):
             self.store.decide_approval(a["approval_id"], "cancelled", person, "run cancelled")
         stopped = 0
@@ -216,6 +275,8 @@ class Driver:
         except DriverError as exc:  # the run is cancelled either way; say what could not be stopped
             self.store.append_event(run_id, "cancel_incomplete", code=exc.code, message=exc.message)
         self.store.append_event(run_id, "run_cancelled", person=person, reason=reason, stopped_calls=stopped)
+        if run["parent_run_id"]:
+            self._settle_child(self.store.run(run_id))
         return self.store.run(run_id)
 
     # -- workers --------------------------------------------------------------------------
@@ -224,24 +285,36 @@ class Driver:
         with self._lock:
             t = self._workers.get(run_id)
             if t is not None and t.is_alive():
+                # It may be past its last look at the run: make it look once more.
+                self._again.add(run_id)
                 return
             t = threading.Thread(target=self._worker, args=(run_id,), name=f"run-{run_id}", daemon=True)
             self._workers[run_id] = t
             t.start()
 
     def _worker(self, run_id: str) -> None:
-        try:
-            self.run_until_stopped(run_id)
-        except Exception as exc:  # noqa: BLE001 - a bug must pause the run, never leave it "running"
-            log.exception("run %s: unexpected error", run_id)
-            self._pause(self.store.run(run_id), "driver_error", f"{type(exc).__name__}: {exc}")
+        while True:
+            try:
+                self.run_until_stopped(run_id)
+            except Exception as exc:  # noqa: BLE001 - a bug must pause the run, never leave it "running"
+                log.exception("run %s: unexpected error", run_id)
+                self._pause(self.store.run(run_id), "driver_error", f"{type(exc).__name__}: {exc}")
+            with self._lock:
+                if run_id not in self._again or self._stopping.is_set():
+                    return
+                self._again.discard(run_id)
 
     def recover(self) -> list[str]:
-        """After a restart: continue every run that was running when the driver stopped."""
+        """After a restart: continue every run that was running when the driver stopped, and
+        hand the outcome of any child that ended meanwhile to the parent waiting for it."""
         ids = [r["run_id"] for r in self.store.runs(status=RUNNING, limit=10000)]
         for run_id in ids:
             self.store.append_event(run_id, "run_recovered")
             self.spawn(run_id)
+        for parent in self.store.runs(status=AWAITING_CHILD, limit=10000):
+            for child in self.store.children(parent["run_id"]):
+                if child["status"] in TERMINAL:
+                    self._settle_child(child)
         return ids
 
     def wait(self, run_id: str, timeout: float = 60.0) -> None:
@@ -287,27 +360,35 @@ class Driver:
         # the event first: a watcher that sees the final status has the final event to read
         self.store.append_event(run["run_id"], f"run_{status}", code=code, reason=reason, **extra)
         self.store.set_status(run["run_id"], status, code, reason)
+        if run["parent_run_id"]:
+            self._settle_child(self.store.run(run["run_id"]))
 
     def _run_context(self, run: dict[str, Any]) -> cp.RunContext:
         budget = cp.Budget(**{k: v for k, v in (run["budget"] or {}).items() if k in cp.Budget.DESCRIPTOR.fields_by_name})
+        if run["chain"]:  # a child run sends, byte for byte, the chain its chain token vouches for
+            chain = [json_format.ParseDict(actor, cp.Actor()) for actor in run["chain"]]
+        else:
+            chain = [cp.Actor(kind=cp.ACTOR_KIND_PERSON, id=run["owner"]),
+                     cp.Actor(kind=cp.ACTOR_KIND_AGENT, id=run["agent"], agent_version=run["agent_version"],
+                              run_id=run["run_id"])]
         return cp.RunContext(
-            tenant=run["tenant"], run_id=run["run_id"], root_run_id=run["run_id"],
-            actor_chain=[cp.Actor(kind=cp.ACTOR_KIND_PERSON, id=run["owner"]),
-                         cp.Actor(kind=cp.ACTOR_KIND_AGENT, id=run["agent"], agent_version=run["agent_version"],
-                                  run_id=run["run_id"])],
+            tenant=run["tenant"], run_id=run["run_id"], root_run_id=run["root_run_id"] or run["run_id"],
+            parent_run_id=run["parent_run_id"], actor_chain=chain, chain_token=run["chain_token"],
             mode=cp.RUN_MODE_BACKGROUND if run["mode"] == "background" else cp.RUN_MODE_INTERACTIVE,
             budget=budget, has_plan=bool(run["has_plan"]),
         )
 
     def _counters(self, run: dict[str, Any], *, turn_tool_calls: int = 0, identical: int = 0) -> cp.Counters:
         owner_spend, tenant_spend = self.store.spend_today(run["owner"], run["tenant"])
+        tree_runs, tree_tokens = self.store.tree(run["root_run_id"] or run["run_id"])
         return cp.Counters(
             stretch_tokens=run["stretch_tokens"], stretch_turns=run["stretch_turns"],
             total_turns=run["total_turns"], turn_tool_calls=turn_tool_calls,
             wall_clock_seconds=max(0.0, now() - run["stretch_started_at"]), identical_calls=identical,
-            consecutive_failures=run["consecutive_failures"], drift=run["drift"], tree_tokens=run["total_tokens"],
+            consecutive_failures=run["consecutive_failures"], drift=run["drift"], tree_tokens=tree_tokens,
             owner_spend_today_usd=owner_spend, tenant_spend_today_usd=tenant_spend,
-            provider_refusals=run["provider_refusals"], children=0, tree_runs=1, run_spend_usd=run["spend_usd"],
+            provider_refusals=run["provider_refusals"], children=len(self.store.children(run["run_id"])),
+            tree_runs=tree_runs, run_spend_usd=run["spend_usd"],
         )
 
     def _record_decision(self, run: dict[str, Any], action: str, resp: cp.CheckResponse, **extra: Any) -> None:
@@ -345,11 +426,15 @@ class Driver:
         self._flush_feedback(run)
         run = self.store.run(run_id)
         transcript = self.store.transcript(run_id)
-        system = context.system_prompt(run["persona"])
+        delegates = run["delegates"] or []
+        system = context.system_prompt(run["persona"], can_delegate=bool(delegates))
         tools = [ToolDef(name=s["name"], description=s["description"], input_schema=s["input_schema"])
                  for s in run["tool_specs"]]
         tools.append(ToolDef(name=context.PLAN_TOOL, description="Propose your plan before any other tool call.",
                              input_schema=context.PLAN_TOOL_SCHEMA))
+        if delegates:
+            tools.append(ToolDef(name=context.DELEGATE_TOOL, description="Start a child run of another agent.",
+                                 input_schema=context.delegate_tool_schema(delegates)))
         input_estimate = estimate_tokens(system + str(transcript))
         req = cp.CheckRequest(run=self._run_context(run), counters=self._counters(run),
                               model_call=cp.ModelCall(provider=run["provider"], model=run["model"],
@@ -382,6 +467,8 @@ class Driver:
                                     total_turns=1, turn=1, spend_usd=usd)
         self.store.add_transcript(run_id, {"role": "assistant", "reply": reply.model_dump(mode="json")})
         contract = [s["name"] for s in run["tool_specs"]] + [context.PLAN_TOOL]
+        if run["delegates"]:
+            contract.append(context.DELEGATE_TOOL)
         decision = decide(reply, contract)
         self.store.append_event(run_id, "model_reply", turn=run["turn"], kind=decision.kind,
                                 input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
@@ -432,6 +519,14 @@ class Driver:
             if call["status"] == "awaiting_approval":
                 self.store.set_status(run_id, AWAITING_APPROVAL, call["code"], "waiting for a person")
                 return
+            if call["status"] == "awaiting_child":
+                child = self.store.run(call["child_run_id"])
+                if child["status"] in TERMINAL:
+                    self._settle_child(child)
+                    continue
+                self.store.set_status(run_id, AWAITING_CHILD, "awaiting_child",
+                                      f"waiting for child run {child['run_id']} ({child['agent']})")
+                return
             if call["status"] == "executing":
                 self._execute(run, call)
                 continue
@@ -453,6 +548,8 @@ class Driver:
         """Check one call; return False when the run stops advancing (approval, halt)."""
         if call["tool"] == context.PLAN_TOOL:
             return self._plan(run, call)
+        if call["tool"] == context.DELEGATE_TOOL:
+            return self._delegate(run, call)
         if not run["has_plan"]:
             self._refuse(run, call, "plan_required", "propose a plan with propose_plan before calling tools")
             self.store.append_event(run["run_id"], "call_refused", tool=call["tool"], code="plan_required")
@@ -463,9 +560,7 @@ class Driver:
                               counters=self._counters(run, turn_tool_calls=self._made_in_turn(run, call),
                                                       identical=self.store.identical_calls(
                                                           run["run_id"], call["args_sha"], call["tool"], call["id"])))
-        if call["status"] == "approved":
-            approval = self.store.approval(call["approval_id"])
-            req.approval.CopyFrom(cp.Approval(decision_id=approval["decision_id"], approver=approval["decided_by"]))
+        self._attach_approval(req, call)
         resp = self.checkpoint.check(req)
         self._record_decision(run, "tool_call", resp, tool=call["tool"], arguments=call["arguments"],
                               plan_step=plan_step, counts_as_drift=resp.counts_as_drift)
@@ -476,6 +571,15 @@ class Driver:
                                    code=resp.code, plan_step=plan_step, grant=resp.grant.SerializeToString())
             self._execute(self.store.run(run["run_id"]), self.store.calls(run["run_id"], run["turn"])[call["idx"]])
             return True
+        return self._not_allowed(run, call, resp)
+
+    def _attach_approval(self, req: cp.CheckRequest, call: dict[str, Any]) -> None:
+        if call["status"] == "approved":
+            approval = self.store.approval(call["approval_id"])
+            req.approval.CopyFrom(cp.Approval(decision_id=approval["decision_id"], approver=approval["decided_by"]))
+
+    def _not_allowed(self, run: dict[str, Any], call: dict[str, Any], resp: cp.CheckResponse) -> bool:
+        """DENY, REQUIRE_APPROVAL or HALT of a call; False when the run stops advancing."""
         if resp.verdict == _DENY:
             self._refuse(run, call, resp.code, resp.reason, decision_id=resp.decision_id)
             return True
@@ -546,6 +650,96 @@ class Driver:
         self._finish(run, FAILED, "plan_refused", f"the plan was refused ({resp.code}): {'; '.join(refused)}",
                      decision_code=resp.code, steps=refused)
         return False
+
+    def _delegate(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
+        """Ask the checkpoint for a child run; on ALLOW start it and wait (False: stop advancing)."""
+        try:
+            ask = _Delegate.model_validate(call["arguments"])
+        except ValidationError as exc:
+            self._refuse(run, call, "malformed_response", f"the delegation is not valid: {exc.errors()[0]['msg']}")
+            return True
+        req = cp.CheckRequest(run=self._run_context(run), delegation=ask.to_proto(),
+                              counters=self._counters(run, turn_tool_calls=self._made_in_turn(run, call)))
+        self._attach_approval(req, call)
+        resp = self.checkpoint.check(req)
+        self._record_decision(run, "delegation", resp, agent=ask.agent,
+                              child_agent_version=resp.child_agent_version)
+        if resp.verdict != _ALLOW:
+            return self._not_allowed(run, call, resp)
+        child = self._start_child(run, call, ask, req, resp)
+        self.store.update_call(call["id"], status="awaiting_child", child_run_id=child["run_id"],
+                               decision_id=resp.decision_id, verdict="ALLOW", code=resp.code)
+        self.store.set_status(run["run_id"], AWAITING_CHILD, "awaiting_child",
+                              f"waiting for child run {child['run_id']} ({child['agent']})")
+        self.store.append_event(run["run_id"], "child_started", child_run_id=child["run_id"], agent=child["agent"],
+                                agent_version=child["agent_version"], decision_id=resp.decision_id,
+                                tools=[t["name"] for t in child["tool_specs"]], budget=child["budget"])
+        self.spawn(child["run_id"])
+        return False
+
+    def _start_child(self, parent: dict[str, Any], call: dict[str, Any], ask: _Delegate, req: cp.CheckRequest,
+                     resp: cp.CheckResponse) -> dict[str, Any]:
+        """Create the child run the checkpoint allowed: its version, authority, budget and chain."""
+        resolved = self.checkpoint.resolve_agent(ask.agent, resp.child_agent_version)
+        authority = set(resp.child_authority.tools)
+        specs = [s for s in _tool_specs(resolved) if s["name"] in authority]
+        budget = json_format.MessageToDict(resp.child_budget, preserving_proto_field_name=True)
+        budget = {k: v for k, v in GoalBudget.model_validate(budget).model_dump(exclude_none=True).items() if v}
+        goal = Goal(objective=ask.objective,
+                    criteria=[Criterion(id=f"c{i}", description=text) for i, text in enumerate(ask.criteria, 1)],
+                    constraints=[f"Delegated by agent {parent['agent']} in run {parent['run_id']}."],
+                    budget=GoalBudget.model_validate(budget))
+        child_id = "run-" + uuid.uuid4().hex[:12]
+        link = cp.Actor(kind=cp.ACTOR_KIND_AGENT, id=resolved.agent, agent_version=resp.child_agent_version,
+                        run_id=child_id, narrowing=req.delegation.narrowing, budget=req.delegation.budget)
+        chain = [json_format.MessageToDict(a, preserving_proto_field_name=True)
+                 for a in [*req.run.actor_chain, link]]
+        options = parent["provider_options"] or {}
+        if parent["provider"] == "scripted":  # the parent's script holds its children's, by agent
+            script = options.get("script")
+            children = script.get("delegates", {}) if isinstance(script, dict) else {}
+            options = {"script": children.get(ask.agent, {"responses": []})}
+        child = self.store.create_run(
+            run_id=child_id, agent=resolved.agent, agent_version=resp.child_agent_version, tenant=resolved.tenant,
+            owner=parent["owner"], mode=parent["mode"], provider=parent["provider"], model=parent["model"],
+            provider_options=options, persona=resolved.persona, tool_specs=specs,
+            policy_revision=resp.policy_revision, budget=budget, delegates=list(resolved.delegates),
+            parent_run_id=parent["run_id"], root_run_id=parent["root_run_id"] or parent["run_id"],
+            depth=parent["depth"] + 1, chain=chain, chain_token=resp.chain_token,
+        )
+        author = f"agent {parent['agent']} (run {parent['run_id']}, for {parent['owner']})"
+        self.store.add_goal(child_id, goal.model_dump(), author=author)
+        self.store.add_transcript(child_id, {"role": "user", "text": context.goal_message(goal.model_dump(), 1)})
+        self.store.append_event(child_id, "run_started", agent=resolved.agent, agent_version=child["agent_version"],
+                                owner=parent["owner"], mode=parent["mode"], provider=parent["provider"],
+                                model=parent["model"], tools=[s["name"] for s in specs], budget=budget,
+                                policy_revision=resp.policy_revision, parent_run_id=parent["run_id"],
+                                root_run_id=child["root_run_id"], depth=child["depth"],
+                                delegation_decision_id=resp.decision_id)
+        return child
+
+    def _settle_child(self, child: dict[str, Any]) -> None:
+        """A child run ended: its outcome becomes the parent's call result, and the parent goes on."""
+        with self._settling:  # the child's worker and a cancel or recover may both get here
+            call = self.store.call_for_child(child["run_id"])
+            if call is None or call["status"] == "done":
+                return
+            ok = child["status"] == SUCCEEDED
+            summary = child["reason"] or child["code"]
+            if child["missing"]:
+                summary += "\nCriteria not met: " + "; ".join(child["missing"])
+            self.store.update_call(call["id"], status="done",
+                                   result={"is_error": not ok, "content": context.child_result(child, summary)})
+            parent_id = call["run_id"]
+            if ok:
+                self.store.update_run(parent_id, consecutive_failures=0)
+            else:
+                self.store.add_to_run(parent_id, consecutive_failures=1)
+            self.store.append_event(parent_id, "child_ended", child_run_id=child["run_id"], agent=child["agent"],
+                                    status=child["status"], code=child["code"], reason=child["reason"])
+            if self.store.run(parent_id)["status"] == AWAITING_CHILD:
+                self.store.set_status(parent_id, RUNNING, "", "")
+                self.spawn(parent_id)
 
     def _execute_when_free(self, run: dict[str, Any], call: dict[str, Any], req: tr.ExecuteRequest) -> tr.Receipt:
         """Execute, retrying `runner_busy` with exponential backoff (the runner refused before

@@ -27,8 +27,9 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
     d = _ints(d)
     p = f"[{seq:>4}] " if seq else ""
     if kind == "run_started":
+        child = f", child of {d['parent_run_id']} at depth {d.get('depth')}" if d.get("parent_run_id") else ""
         return (f"{p}run started: agent {d.get('agent')}@{str(d.get('agent_version'))[:12]} for {d.get('owner')} "
-                f"({d.get('mode')}, model {d.get('model')}); tools: {', '.join(d.get('tools') or [])}")
+                f"({d.get('mode')}, model {d.get('model')}{child}); tools: {', '.join(d.get('tools') or [])}")
     if kind == "decision":
         what = d.get("action")
         if what == "tool_call":
@@ -39,6 +40,8 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
                 what += " [drift: serves no plan step]"
         elif what == "plan":
             what = "plan " + ", ".join(f"{s['id']}:{s['tool']}" for s in d.get("steps") or [])
+        elif what == "delegation":
+            what = f"delegate to {d.get('agent')}"
         verdict = d.get("verdict")
         mark = {"ALLOW": "+", "DENY": "x", "REQUIRE_APPROVAL": "?", "HALT": "!"}.get(str(verdict), " ")
         reason = "" if verdict == "ALLOW" else f" ({d.get('reason')})"
@@ -86,6 +89,12 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
         return f"{p}  x reply rejected ({d.get('code')}): {d.get('detail')}"
     if kind == "nudged":
         return f"{p}  nudge: the turn started nothing and reported nothing"
+    if kind == "child_started":
+        return (f"{p}  > child run {d.get('child_run_id')} started: agent {d.get('agent')}@"
+                f"{str(d.get('agent_version'))[:12]}; tools: {', '.join(d.get('tools') or []) or 'none'}\n"
+                f"        watch it: warden watch {d.get('child_run_id')}")
+    if kind == "child_ended":
+        return f"{p}  < child run {d.get('child_run_id')} ({d.get('agent')}) {d.get('status')}: {d.get('reason')}"
     if kind == "call_refused":
         return f"{p}  x {d.get('tool')} refused: {d.get('code')}"
     return f"{p}{kind} {_args(d)}"
@@ -95,5 +104,6 @@ def run_line(r: Any) -> str:
     from warden.driver.v1 import driver_pb2 as pb
 
     status = pb.RunStatus.Name(r.status).removeprefix("RUN_STATUS_").lower()
+    parent = f"  parent {r.parent_run_id}" if r.parent_run_id else ""
     return (f"{r.run_id}  {r.agent}@{r.agent_version[:12]}  {status:<17} {r.code:<24} "
-            f"turns {r.counters.total_turns:<3} tokens {r.total_tokens:<7} owner {r.owner}")
+            f"turns {r.counters.total_turns:<3} tokens {r.total_tokens:<7} owner {r.owner}{parent}")

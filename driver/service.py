@@ -37,7 +37,7 @@ from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 log = logging.getLogger("warden.driver.service")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DriverService"].full_name
 _STATUS = {s: pb.RunStatus.Value("RUN_STATUS_" + s.upper()) for s in
-           ("running", "paused", "awaiting_approval", "succeeded", "failed", "cancelled")}
+           ("running", "paused", "awaiting_approval", "succeeded", "failed", "cancelled", "awaiting_child")}
 _STATUS_NAME = {v: k for k, v in _STATUS.items()}
 _BUDGET_FIELDS = [f.name for f in cp.Budget.DESCRIPTOR.fields]
 
@@ -102,7 +102,8 @@ def run_to_proto(driver: Driver, run: dict[str, Any]) -> pb.Run:
         budget=cp.Budget(**{k: v for k, v in (run["budget"] or {}).items() if k in _BUDGET_FIELDS}),
         missing=run["missing"] or [], provider=run["provider"], model=run["model"],
         policy_revision=run["policy_revision"], created_at=_ts(run["created_at"]), updated_at=_ts(run["updated_at"]),
-        stretch=run["stretch"], total_tokens=run["total_tokens"],
+        stretch=run["stretch"], total_tokens=run["total_tokens"], parent_run_id=run["parent_run_id"],
+        root_run_id=run["root_run_id"] or run["run_id"], depth=run["depth"],
     )
     for a in driver.store.approvals(run["run_id"], status="pending"):
         out.pending_approvals.add(approval_id=a["approval_id"], run_id=a["run_id"], tool=a["tool"],

@@ -1,11 +1,13 @@
 """The run store: everything the driver knows about its runs, in one SQLite file.
 
 Tables (sqlite-utils, WAL):
-- runs: one row per run: pinned agent version, status, pause code, counters, budget;
+- runs: one row per run: pinned agent version, status, pause code, counters, budget, and for a
+  child run its parent, tree root, depth, chain of authority and the checkpoint's chain token;
 - goals: (run_id, version) -> the goal a person wrote; amendments add versions;
 - events: the append-only event log of every run (seq is global and increasing);
 - transcript: the model-visible conversation, kept apart from run state;
-- calls: every tool call the model proposed, per turn, with its decision and result;
+- calls: every tool call the model proposed, per turn, with its decision and result (a delegation
+  is a call whose result is the child run's outcome);
 - approvals: REQUIRE_APPROVAL answers waiting for, or decided by, a person;
 - receipts: the toolrunner's receipts, by decision id;
 - spend: USD per model call, for the daily owner and tenant allowances.
@@ -33,10 +35,11 @@ from driver.errors import RunStateError
 RUNNING = "running"
 PAUSED = "paused"
 AWAITING_APPROVAL = "awaiting_approval"
+AWAITING_CHILD = "awaiting_child"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED = "cancelled"
-ACTIVE = (RUNNING, AWAITING_APPROVAL)
+ACTIVE = (RUNNING, AWAITING_APPROVAL, AWAITING_CHILD)
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
 
 _RUN_COLUMNS: dict[str, Any] = {
@@ -47,8 +50,14 @@ _RUN_COLUMNS: dict[str, Any] = {
     "stretch": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
     "consecutive_failures": int, "drift": int, "provider_refusals": int, "spend_usd": float,
     "model_attempts": int, "turn": int, "nudged": int, "missing": str,
+    "parent_run_id": str, "root_run_id": str, "depth": int, "chain": str, "chain_token": str, "delegates": str,
 }
-_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options")
+_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "chain", "delegates")
+_CALL_COLUMNS: dict[str, Any] = {
+    "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
+    "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
+    "decision_id": str, "grant": bytes, "verdict": str, "code": str, "approval_id": str, "child_run_id": str,
+}
 
 
 def now() -> float:
@@ -83,11 +92,7 @@ class RunStore:
             self._t("events").create_index(["run_id", "seq"])
             self._t("transcript").create({"id": int, "run_id": str, "entry": str}, pk="id")
             self._t("transcript").create_index(["run_id", "id"])
-            self._t("calls").create({
-                "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
-                "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
-                "decision_id": str, "grant": bytes, "verdict": str, "code": str, "approval_id": str,
-            }, pk="id")
+            self._t("calls").create(_CALL_COLUMNS, pk="id")
             self._t("calls").create_index(["run_id", "turn"])
             self._t("approvals").create({
                 "approval_id": str, "run_id": str, "call": int, "decision_id": str, "tool": str,
@@ -100,6 +105,14 @@ class RunStore:
             self._t("spend").create({"id": int, "day": str, "owner": str, "tenant": str, "run_id": str,
                                 "usd": float}, pk="id")
             self._t("spend").create_index(["day", "owner"])
+        # A store written by an older driver gains the newer columns (empty), nothing else changes.
+        for table, columns in (("runs", _RUN_COLUMNS), ("calls", _CALL_COLUMNS)):
+            have = set(self._t(table).columns_dict)
+            for name, typ in columns.items():
+                if name not in have:
+                    self._t(table).add_column(name, typ, not_null_default="" if typ is str else 0)
+        self._t("runs").create_index(["parent_run_id"], if_not_exists=True)
+        self._t("runs").create_index(["root_run_id"], if_not_exists=True)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -108,11 +121,12 @@ class RunStore:
         row: dict[str, Any] = {c: (0 if typ in (int, float) else "") for c, typ in _RUN_COLUMNS.items()}
         row.update(run_id=fields.pop("run_id", None) or "run-" + uuid.uuid4().hex[:12], status=RUNNING,
                    created_at=t, updated_at=t, stretch_started_at=t, stretch=1, goal_version=1,
-                   plan="null", missing="[]", provider_options="{}", budget="{}")
+                   plan="null", missing="[]", provider_options="{}", budget="{}", chain="[]", delegates="[]")
         for k, v in fields.items():
             if k not in _RUN_COLUMNS:
                 raise KeyError(k)
             row[k] = json.dumps(v) if k in _JSON_RUN_FIELDS else v
+        row["root_run_id"] = row["root_run_id"] or row["run_id"]
         with self._lock:
             self._t("runs").insert(row)
         return self.run(row["run_id"])
@@ -133,6 +147,31 @@ class RunStore:
             ids = [r["run_id"] for r in self._t("runs").rows_where(where, params, order_by="created_at desc",
                                                                     limit=limit)]
         return [self.run(i) for i in ids]
+
+    def children(self, run_id: str) -> list[dict[str, Any]]:
+        """The runs this run delegated to, oldest first."""
+        with self._lock:
+            ids = [r["run_id"] for r in self._t("runs").rows_where("parent_run_id = ?", [run_id],
+                                                                    order_by="created_at")]
+        return [self.run(i) for i in ids]
+
+    def tree(self, root_run_id: str) -> tuple[int, int]:
+        """(runs, tokens) of a whole delegation tree, its root included."""
+        with self._lock:
+            row = self.db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(total_tokens), 0) FROM runs WHERE run_id = ? OR root_run_id = ?",
+                [root_run_id, root_run_id]).fetchone()
+        return int(row[0]), int(row[1])
+
+    def call_for_child(self, child_run_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            rows = list(self._t("calls").rows_where("child_run_id = ?", [child_run_id], limit=1))
+        if not rows:
+            return None
+        r = dict(rows[0])
+        r["arguments"] = json.loads(r["arguments"])
+        r["result"] = json.loads(r["result"]) if r["result"] else None
+        return r
 
     def update_run(self, run_id: str, **fields: Any) -> dict[str, Any]:
         for k in _JSON_RUN_FIELDS:
@@ -204,20 +243,29 @@ class RunStore:
                until_waiting: bool = False) -> Iterator[dict[str, Any]]:
         """Stored events after `after_seq`, then live ones until `stop` or the run is terminal and drained
         (or, with `until_waiting`, waits for a person and is drained)."""
-        ends = TERMINAL + ((PAUSED, AWAITING_APPROVAL) if until_waiting else ())
         while not stop.is_set():
             batch = self.events(run_id, after_seq)
             for e in batch:
                 after_seq = e["seq"]
                 yield e
             if not batch:
-                if self.run(run_id)["status"] in ends:
+                if self.run(run_id)["status"] in TERMINAL or (until_waiting and self.waits_for_person(run_id)):
                     # the final event is appended right after the status changes: drain it first
                     for e in self.events(run_id, after_seq):
                         yield e
                     return
                 with self.changed:
                     self.changed.wait(poll_seconds)
+
+    def waits_for_person(self, run_id: str) -> bool:
+        """Paused or awaiting approval, itself or through the child run it waits for."""
+        run = self.run(run_id)
+        if run["status"] in (PAUSED, AWAITING_APPROVAL):
+            return True
+        if run["status"] == AWAITING_CHILD:
+            return any(self.waits_for_person(c["run_id"]) for c in self.children(run_id)
+                       if c["status"] not in TERMINAL)
+        return False
 
     # -- transcript -----------------------------------------------------------------------
 
@@ -234,7 +282,7 @@ class RunStore:
 
     def add_call(self, run_id: str, turn: int, idx: int, **fields: Any) -> int:
         row = {"run_id": run_id, "turn": turn, "idx": idx, "status": "pending", "result": "", "decision_id": "",
-               "grant": b"", "verdict": "", "code": "", "approval_id": "", **fields}
+               "grant": b"", "verdict": "", "code": "", "approval_id": "", "child_run_id": "", **fields}
         row["arguments"] = json.dumps(row.get("arguments", {}))
         with self._lock:
             return int(self._t("calls").insert(row).last_pk or 0)

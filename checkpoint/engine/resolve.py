@@ -36,6 +36,7 @@ def resolve_agent(policies: PolicySet, name: str, version: str = "") -> pb.Resol
         budget=budget,
         policy_revision=policies.revision,
         tenant=agent.tenant,
+        delegates=sorted(agent.delegates),
     )
     for tool_name in sorted(agent.tools):
         tool = policies.tools.get(tool_name)

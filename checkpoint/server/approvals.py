@@ -2,8 +2,9 @@
 
 A request may carry `approval {decision_id, approver}`, saying a person approved an earlier
 REQUIRE_APPROVAL answer. The engine lets an approve-if rule pass on it, so the service checks the
-reference first: the decision must be in the log, be REQUIRE_APPROVAL, and be for this very call
-(same run, agent version, tool and recorded arguments); and it must not have been used already.
+reference first: the decision must be in the log, be REQUIRE_APPROVAL, and be for this very
+action (same run, action, agent version, tool and recorded arguments: for a delegation, the child
+agent and version); and it must not have been used already.
 Otherwise the call is denied with `approval_invalid`, and recorded like any other decision.
 """
 
@@ -24,7 +25,8 @@ def approval_problem(
     approver: str,
     run_id: str,
     agent_version: str,
-    tool: str,
+    action: str,
+    tool: str | None,
     logged_arguments: Any,
 ) -> str | None:
     """Why the approval cannot be honoured, or None when it can.
@@ -44,7 +46,7 @@ def approval_problem(
     mismatched = [
         name
         for name, recorded, now in (
-            ("action", asked.get("action"), "tool_call"),
+            ("action", asked.get("action"), action),
             ("tool", asked.get("tool"), tool),
             ("agent version", asked.get("agent_version"), agent_version),
             ("arguments", asked.get("arguments"), logged_arguments),

@@ -136,15 +136,17 @@ class CheckpointService:
 
     def _approval_problem(self, request: pb.CheckRequest, policies: PolicySet) -> str | None:
         approval = request.approval
-        arguments = convert.struct_to_dict(request.tool_call.arguments)
+        action = request.WhichOneof("action") or "none"
+        arguments = convert.struct_to_dict(request.tool_call.arguments) if action == "tool_call" else None
         return approval_problem(
             self.log.read,
             decision_id=approval.decision_id,
             approver=approval.approver,
             run_id=request.run.run_id,
             agent_version=request.run.actor_chain[-1].agent_version if request.run.actor_chain else "",
-            tool=request.tool_call.tool,
-            logged_arguments=_logged_arguments(request, "tool_call", arguments, policies, self.mask_key),
+            action=action,
+            tool=request.tool_call.tool if action == "tool_call" else None,
+            logged_arguments=_logged_arguments(request, action, arguments, policies, self.mask_key),
         )
 
     def _count(self, verdict: int, code: str) -> None:

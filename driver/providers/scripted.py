@@ -12,6 +12,10 @@ unknown actions on purpose), or a mapping with some of:
 
 Entry n answers the run's n-th model call (counted across restarts and resumes, from the run
 store). When the script runs out the model hands off, so a run never loops on an empty script.
+
+A script may also hold, under ``delegates``, the scripts of the child runs its agent starts, by
+agent name (each a script of the same shape, so grandchildren nest). A child with no script of
+its own hands off at once.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ class ScriptError(ValueError):
     pass
 
 
-def load_script(path: str | Path) -> list[Any]:
+Script = dict[str, Any]  # {"responses": [...], "delegates": {agent: Script}}
+
+
+def load_script(path: str | Path) -> Script:
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -42,7 +49,7 @@ def load_script(path: str | Path) -> list[Any]:
     return parse_script(text, str(path))
 
 
-def parse_script(text: str, source: str = "script") -> list[Any]:
+def parse_script(text: str, source: str = "script") -> Script:
     """A script from YAML text; every problem at once, one per line, as `source:line: message`."""
     doc, problems = read_document(text, source)
     if doc is None:
@@ -50,16 +57,31 @@ def parse_script(text: str, source: str = "script") -> list[Any]:
     return validate_script(doc.data, source, doc)
 
 
-def validate_script(data: Any, path: str = "script", doc: SourceDocument | None = None) -> list[Any]:
+def validate_script(data: Any, path: str = "script", doc: SourceDocument | None = None,
+                    prefix: tuple[str | int, ...] = ()) -> Script:
+    """The script in normal form; every problem at once (a bare list is a script's responses)."""
+
     def at(*loc: str | int) -> str:
-        return f"{path}:{doc.line_of(loc)}" if doc is not None else path
+        return f"{path}:{doc.line_of(prefix + loc)}" if doc is not None else path
 
     wrapped = isinstance(data, list)
     if wrapped:
         data = {"responses": data}
-    if not isinstance(data, dict) or set(data) != {"responses"} or not isinstance(data["responses"], list):
-        raise ScriptError(f"{at()}: a script is a mapping with one key, 'responses', holding a list")
+    if (not isinstance(data, dict) or "responses" not in data or not set(data) <= {"responses", "delegates"}
+            or not isinstance(data["responses"], list)):
+        raise ScriptError(f"{at()}: a script is a mapping with 'responses' (a list) and optionally "
+                          "'delegates' (child scripts by agent name)")
     problems = []
+    delegates: dict[str, Script] = {}
+    children = data.get("delegates") or {}
+    if not isinstance(children, dict):
+        problems.append(f"{at('delegates')}: 'delegates' maps agent names to scripts")
+        children = {}
+    for agent, child in children.items():
+        try:
+            delegates[str(agent)] = validate_script(child, path, doc, prefix + ("delegates", agent))
+        except ScriptError as exc:
+            problems.append(str(exc))
     for i, entry in enumerate(data["responses"]):
         loc: tuple[str | int, ...] = (i,) if wrapped else ("responses", i)
         if not isinstance(entry, dict):
@@ -71,15 +93,16 @@ def validate_script(data: Any, path: str = "script", doc: SourceDocument | None 
             problems.append(f"{at(*loc, 'error')}: response {i}: unknown error {entry['error']!r}")
     if problems:
         raise ScriptError("\n".join(problems))
-    return list(data["responses"])
+    return {"responses": list(data["responses"]), "delegates": delegates}
 
 
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, script: str | Path | list[Any], model: str = "scripted") -> None:
+    def __init__(self, script: str | Path | list[Any] | Script, model: str = "scripted") -> None:
         self.model = model
-        self.responses = load_script(script) if isinstance(script, (str, Path)) else validate_script(script)
+        loaded = load_script(script) if isinstance(script, (str, Path)) else validate_script(script)
+        self.responses: list[Any] = loaded["responses"]
 
     def complete(self, request: ModelRequest) -> ProviderReply:
         input_tokens = estimate_tokens(request.system + json.dumps(request.transcript, default=str))

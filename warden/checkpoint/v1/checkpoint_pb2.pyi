@@ -397,7 +397,7 @@ class ResolveAgentRequest(_message.Message):
     def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ...) -> None: ...
 
 class ResolveAgentResponse(_message.Message):
-    __slots__ = ("agent", "agent_version", "persona", "tools", "scope", "budget", "policy_revision", "tenant", "tool_specs")
+    __slots__ = ("agent", "agent_version", "persona", "tools", "scope", "budget", "policy_revision", "tenant", "tool_specs", "delegates")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     PERSONA_FIELD_NUMBER: _ClassVar[int]
@@ -407,6 +407,7 @@ class ResolveAgentResponse(_message.Message):
     POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TOOL_SPECS_FIELD_NUMBER: _ClassVar[int]
+    DELEGATES_FIELD_NUMBER: _ClassVar[int]
     agent: str
     agent_version: str
     persona: str
@@ -416,7 +417,8 @@ class ResolveAgentResponse(_message.Message):
     policy_revision: str
     tenant: str
     tool_specs: _containers.RepeatedCompositeFieldContainer[ToolSpec]
-    def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., persona: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy_revision: _Optional[str] = ..., tenant: _Optional[str] = ..., tool_specs: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ...) -> None: ...
+    delegates: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., persona: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy_revision: _Optional[str] = ..., tenant: _Optional[str] = ..., tool_specs: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ..., delegates: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
     __slots__ = ("name", "description", "input_schema", "access")

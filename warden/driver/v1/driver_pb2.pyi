@@ -21,6 +21,7 @@ class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATUS_SUCCEEDED: _ClassVar[RunStatus]
     RUN_STATUS_FAILED: _ClassVar[RunStatus]
     RUN_STATUS_CANCELLED: _ClassVar[RunStatus]
+    RUN_STATUS_AWAITING_CHILD: _ClassVar[RunStatus]
 
 class RunMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -34,6 +35,7 @@ RUN_STATUS_AWAITING_APPROVAL: RunStatus
 RUN_STATUS_SUCCEEDED: RunStatus
 RUN_STATUS_FAILED: RunStatus
 RUN_STATUS_CANCELLED: RunStatus
+RUN_STATUS_AWAITING_CHILD: RunStatus
 RUN_MODE_UNSPECIFIED: RunMode
 RUN_MODE_INTERACTIVE: RunMode
 RUN_MODE_BACKGROUND: RunMode
@@ -71,7 +73,7 @@ class Goal(_message.Message):
     def __init__(self, objective: _Optional[str] = ..., criteria: _Optional[_Iterable[_Union[Criterion, _Mapping]]] = ..., constraints: _Optional[_Iterable[str]] = ..., budget: _Optional[_Union[_checkpoint_pb2.Budget, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "agent", "agent_version", "tenant", "owner", "mode", "status", "code", "reason", "goal_version", "counters", "budget", "missing", "pending_approvals", "provider", "model", "policy_revision", "created_at", "updated_at", "stretch", "total_tokens")
+    __slots__ = ("run_id", "agent", "agent_version", "tenant", "owner", "mode", "status", "code", "reason", "goal_version", "counters", "budget", "missing", "pending_approvals", "provider", "model", "policy_revision", "created_at", "updated_at", "stretch", "total_tokens", "parent_run_id", "root_run_id", "depth")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +95,9 @@ class Run(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     STRETCH_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     agent: str
     agent_version: str
@@ -114,7 +119,10 @@ class Run(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     stretch: int
     total_tokens: int
-    def __init__(self, run_id: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., tenant: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[RunMode, str]] = ..., status: _Optional[_Union[RunStatus, str]] = ..., code: _Optional[str] = ..., reason: _Optional[str] = ..., goal_version: _Optional[int] = ..., counters: _Optional[_Union[_checkpoint_pb2.Counters, _Mapping]] = ..., budget: _Optional[_Union[_checkpoint_pb2.Budget, _Mapping]] = ..., missing: _Optional[_Iterable[str]] = ..., pending_approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., policy_revision: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stretch: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
+    parent_run_id: str
+    root_run_id: str
+    depth: int
+    def __init__(self, run_id: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., tenant: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[RunMode, str]] = ..., status: _Optional[_Union[RunStatus, str]] = ..., code: _Optional[str] = ..., reason: _Optional[str] = ..., goal_version: _Optional[int] = ..., counters: _Optional[_Union[_checkpoint_pb2.Counters, _Mapping]] = ..., budget: _Optional[_Union[_checkpoint_pb2.Budget, _Mapping]] = ..., missing: _Optional[_Iterable[str]] = ..., pending_approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., policy_revision: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stretch: _Optional[int] = ..., total_tokens: _Optional[int] = ..., parent_run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
 
 class Approval(_message.Message):
     __slots__ = ("approval_id", "run_id", "tool", "arguments", "code", "rule", "reason", "status", "decided_by", "decision_id")

@@ -1,0 +1,194 @@
+"""Delegation through the real loop: a recon run starts a triage child run, decided by the checkpoint."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from driver_harness import call, decisions, kinds
+
+from driver.goal import parse_goal
+from driver.providers.scripted import ScriptError, parse_script
+from driver.store import AWAITING_CHILD, PAUSED, SUCCEEDED, TERMINAL
+
+TRIAGE_PLAN = {"action": "tool_call", "tool": "propose_plan", "arguments": {"steps": [
+    {"id": "read", "tool": "get_task"}]}}
+
+
+def delegate(agent: str = "triage", **extra: Any) -> dict[str, Any]:
+    arguments = {"agent": agent, "objective": "Summarise task task-abc123 by severity.",
+                 "criteria": ["the findings are summarised"], **extra}
+    return call("delegate", **arguments)
+
+
+def final(**evidence: str) -> dict[str, Any]:
+    return {"action": "final", "summary": "done",
+            "outcomes": [{"criterion": k, "met": True, "evidence": v} for k, v in evidence.items()]}
+
+
+def parent_goal() -> Any:
+    return parse_goal({"objective": "Get the findings of task-abc123 summarised.",
+                       "criteria": [{"id": "summarised", "description": "a summary came back"}]})
+
+
+TRIAGE_OK = [TRIAGE_PLAN, call("get_task", task_id="task-abc123"), final(c1="get_task receipt")]
+
+
+def start(stack: Any, d: Any, responses: list[Any], children: dict[str, Any] | None = None) -> str:
+    script = {"responses": responses, "delegates": {k: {"responses": v} for k, v in (children or {}).items()}}
+    run = d.start_run("recon", parent_goal(), owner="alice", provider="scripted",
+                      provider_options={"script": parse_script_dict(script)}, spawn=False)
+    d.run_until_stopped(run["run_id"])
+    return str(run["run_id"])
+
+
+def parse_script_dict(script: dict[str, Any]) -> dict[str, Any]:
+    import yaml
+
+    return parse_script(yaml.safe_dump(script))
+
+
+def settle(d: Any, run_id: str, timeout: float = 60) -> dict[str, Any]:
+    """Wait until the run has ended or waits for a person (children run on their own threads)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = d.store.run(run_id)
+        if run["status"] in TERMINAL or d.store.waits_for_person(run_id):
+            d.wait(run_id, timeout=5)
+            return d.store.run(run_id)
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} still {d.store.run(run_id)['status']}")
+
+
+def test_a_delegated_child_runs_with_the_intersected_authority_and_its_outcome_returns(stack, checkpoint_server):
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate(), final(summarised="the triage child run succeeded")],
+                      {"triage": TRIAGE_OK})
+    parent = settle(d, parent_id)
+    assert parent["status"] == SUCCEEDED, (parent["code"], parent["reason"])
+    [child] = d.store.children(parent_id)
+    assert child["status"] == SUCCEEDED and child["agent"] == "triage" and child["depth"] == 1
+    assert child["root_run_id"] == parent_id and child["parent_run_id"] == parent_id
+    # triage's allowlist within recon's: both of its tools are in recon's allowlist too
+    assert sorted(t["name"] for t in child["tool_specs"]) == ["get_task", "list_templates"]
+    assert ("delegation", "ALLOW", "allowed") in decisions(d, parent_id)
+    # the child's calls carried the chain token: none refused as chain_unverified
+    assert [x for x in decisions(d, child["run_id"]) if x[1] != "ALLOW"] == []
+    assert [r["tool"] for r in d.store.receipts(child["run_id"])] == ["get_task"]
+    assert {"child_started", "child_ended"} <= set(kinds(d, parent_id))
+    goal = d.store.goal(child["run_id"])
+    assert [c["description"] for c in goal["criteria"]] == ["the findings are summarised"]
+    # the parent model got the child's outcome as data
+    results = [r for e in d.store.transcript(parent_id) if e["role"] == "results" for r in e["results"]]
+    assert any('source="child_run"' in r["content"] and 'status="succeeded"' in r["content"]
+               and not r["is_error"] for r in results)
+    # the decision log names the whole chain for the child's tool call
+    records = list(checkpoint_server.log.read(run_id=child["run_id"]))
+    tool_record = next(r for r in records if r["action"] == "tool_call")
+    assert [a["id"] for a in tool_record["actor_chain"]] == ["alice", "recon", "triage"]
+    assert tool_record["root_run_id"] == parent_id and tool_record["parent_run_id"] == parent_id
+
+
+def test_narrowing_shrinks_what_the_child_is_offered(stack):
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate(narrowing={"tools": ["get_task"]}, budget={"turns": 5}),
+                                 {"action": "handoff", "reason": "x"}],
+                      {"triage": TRIAGE_OK})
+    settle(d, parent_id)
+    [child] = d.store.children(parent_id)
+    assert [t["name"] for t in child["tool_specs"]] == ["get_task"]
+    assert child["budget"]["turns"] == 5
+    assert child["status"] == SUCCEEDED
+
+
+def test_a_delegation_the_policy_does_not_allow_starts_nothing(stack):
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate("refunds"), {"action": "handoff", "reason": "refused"}])
+    run = settle(d, parent_id)
+    assert run["status"] == PAUSED and run["code"] == "handoff"
+    assert ("delegation", "DENY", "delegation_not_allowed") in decisions(d, parent_id)
+    assert d.store.children(parent_id) == []
+    assert d.store.run(parent_id)["consecutive_failures"] == 1
+
+
+def test_malformed_delegation_is_refused_before_the_checkpoint(stack):
+    d = stack.driver()
+    parent_id = start(stack, d, [call("delegate", agent="triage", objective="x"), {"action": "handoff", "reason": "x"}])
+    settle(d, parent_id)
+    [refused] = [c for c in d.store.calls(parent_id) if c["tool"] == "delegate"]
+    assert refused["code"] == "malformed_response"
+    assert [x for x in decisions(d, parent_id) if x[0] == "delegation"] == []
+    assert d.store.children(parent_id) == []
+
+
+def test_a_paused_child_holds_the_parent_and_a_cancelled_child_returns_an_error(stack):
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate(), {"action": "handoff", "reason": "the child did not finish"}],
+                      {"triage": [{"action": "handoff", "reason": "need a person"}]})
+    run = settle(d, parent_id)
+    [child] = d.store.children(parent_id)
+    assert run["status"] == AWAITING_CHILD and d.store.run(child["run_id"])["status"] == PAUSED
+    assert d.store.waits_for_person(parent_id)
+    d.cancel(child["run_id"], "alice", "not needed")
+    run = settle(d, parent_id)
+    assert run["status"] == PAUSED and run["code"] == "handoff"
+    results = [r for e in d.store.transcript(parent_id) if e["role"] == "results" for r in e["results"]]
+    assert any(r["is_error"] and 'status="cancelled"' in r["content"] for r in results)
+
+
+def test_cancelling_the_parent_cancels_its_children(stack):
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate()], {"triage": [{"action": "handoff", "reason": "wait"}]})
+    settle(d, parent_id)
+    [child] = d.store.children(parent_id)
+    d.cancel(parent_id, "alice")
+    assert d.store.run(child["run_id"])["status"] == "cancelled"
+    assert d.store.run(parent_id)["status"] == "cancelled"
+
+
+def test_a_child_that_ended_while_the_driver_was_down_is_handed_to_its_parent(stack):
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate(), final(summarised="child succeeded")],
+                      {"triage": [{"action": "handoff", "reason": "wait"}]})
+    settle(d, parent_id)
+    [child] = d.store.children(parent_id)
+    d.stop()
+    # The crash window: the child's final status is stored, its parent not told yet.
+    d.store.set_status(child["run_id"], SUCCEEDED, "succeeded", "finished before the crash")
+    again = stack.driver()
+    again.recover()
+    run = settle(again, parent_id)
+    assert run["status"] == SUCCEEDED, (run["code"], run["reason"])
+    ended = [e["data"] for e in again.store.events(parent_id) if e["kind"] == "child_ended"]
+    assert ended == [{"child_run_id": child["run_id"], "agent": "triage", "status": "succeeded",
+                      "code": "succeeded", "reason": "finished before the crash"}]
+
+
+def test_a_delegation_that_needs_approval_starts_the_child_once_a_person_approves(stack, policy_dir,
+                                                                                 checkpoint_server):
+    (policy_dir / "rules" / "delegation.yaml").write_text(
+        "kind: Rule\nname: delegations-need-approval\neffect: approve_if\ncondition: 'true'\n"
+        "actions: [delegation]\nreason: a person approves every child run\n")
+    checkpoint_server.store.reload()
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate(), final(summarised="child succeeded")], {"triage": TRIAGE_OK})
+    run = settle(d, parent_id)
+    assert run["status"] == "awaiting_approval" and d.store.children(parent_id) == []
+    [approval] = d.store.approvals(parent_id, status="pending")
+    d.approve(approval["approval_id"], "bob", spawn=True)
+    run = settle(d, parent_id)
+    assert run["status"] == SUCCEEDED, (run["code"], run["reason"])
+    verdicts = [x for x in decisions(d, parent_id) if x[0] == "delegation"]
+    assert verdicts == [("delegation", "REQUIRE_APPROVAL", "approval_required"), ("delegation", "ALLOW", "allowed")]
+    assert len(d.store.children(parent_id)) == 1
+
+
+def test_child_scripts_are_checked_with_their_lines() -> None:
+    text = "responses: []\ndelegates:\n  triage:\n    responses:\n      - bogus: 1\n"
+    with pytest.raises(ScriptError, match=r"script:5: response 0 has unknown keys \['bogus'\]"):
+        parse_script(text)
+    with pytest.raises(ScriptError, match="'delegates' maps agent names to scripts"):
+        parse_script("responses: []\ndelegates: [triage]\n")
+    nested = parse_script("responses: []\ndelegates: {triage: [{text: hi}]}\n")
+    assert nested["delegates"]["triage"]["responses"] == [{"text": "hi"}]
