@@ -1,10 +1,10 @@
 """`python -m demo`: the recon agent, a scripted model, and the three processes for real.
 
 Ensures Docker and the tool image, starts checkpoint + toolrunner + driver on free loopback ports
-(data under .warden/demo, policies from policies/), then plays the scenario a person would:
-an allowed call runs in a container, a denied call, an approval, a breaker trip and pause, a
-resume with a raised ceiling, and a verified success. Prints the decision stream from the
-checkpoint's log at the end and exits 0 only if every one of those was seen.
+(data under .warden/demo, or WARDEN_DEMO_DATA; policies from policies/), then plays the scenario a
+person would: an allowed call runs in a container, a denied call, an approval, a breaker trip and
+pause, a resume with a raised ceiling, a delegation to a child run, and a verified success. Prints
+the decision stream from the checkpoint's log at the end and exits 0 only if every one was seen.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main() -> int:
     from demo.scenario import play
     from driver.up import Stack, free_port
 
-    data = ROOT / ".warden" / "demo"
+    data = Path(os.environ.get("WARDEN_DEMO_DATA") or ROOT / ".warden" / "demo")
     shutil.rmtree(data, ignore_errors=True)  # a fresh run store and decision log every time
     stack = Stack(data, ROOT / "policies", free_port(), free_port(), free_port())
     _step("starting checkpoint, toolrunner and driver")

@@ -28,6 +28,7 @@ class Scenario:
         self.stack = stack
         self.seen: set[str] = set()
         self.after = 0
+        self.children: list[str] = []
 
     def follow_until_stop(self, run_id: str) -> pb.Run:
         """Print events until the run waits for a person or ends."""
@@ -38,10 +39,23 @@ class Scenario:
             data: dict[str, Any] = json_format.MessageToDict(e.data)
             print(event_line(e.kind, data, e.seq), flush=True)
             self._note(e.kind, data)
+            if e.kind == "child_started":
+                self.follow_child(data["child_run_id"])
             if e.kind in ("approval_requested", "run_paused", "run_succeeded", "run_failed", "run_cancelled"):
                 stream.cancel()
                 break
         return self.driver.GetRun(pb.GetRunRequest(run_id=run_id), metadata=self.md).run
+
+    def follow_child(self, run_id: str) -> None:
+        """The child run's own events, indented, until it ends or waits for a person."""
+        self.children.append(run_id)
+        stream = self.driver.WatchRun(pb.WatchRunRequest(run_id=run_id, until_waiting=True), metadata=self.md)
+        for resp in stream:
+            e = resp.event
+            data: dict[str, Any] = json_format.MessageToDict(e.data)
+            print("      | " + event_line(e.kind, data).replace("\n", "\n      | "), flush=True)
+            if e.kind == "run_succeeded":
+                self.seen.add("delegation to a child run")
 
     def _note(self, kind: str, d: dict[str, Any]) -> None:
         if kind == "tool_receipt" and int(d.get("exit_code", 1)) == 0:
@@ -66,6 +80,8 @@ class Scenario:
                                             metadata=[("authorization", f"Bearer {token}")], timeout=30):
                 r = resp.record
                 what = r.tool or r.action
+                if r.action == "delegation":
+                    what = f"to {json_format.MessageToDict(r.arguments).get('agent')}"
                 print(f"  #{r.seq:<3} {r.action:<10} {what:<26} {cp.Verdict.Name(r.verdict).removeprefix('VERDICT_'):<16} "
                       f"{r.code:<20} {r.agent}@{r.agent_version[:12]} for {r.accountable_person}  hash {r.hash[:12]}")
                 n += 1
@@ -97,8 +113,11 @@ def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
           f"{run.total_tokens} tokens", flush=True)
     print("\n== the decision stream, from the checkpoint's hash-chained log", flush=True)
     n = s.print_decisions(run_id)
+    for child in s.children:
+        print(f"  -- child run {child}", flush=True)
+        n += s.print_decisions(child)
     wanted = ["allowed call ran in a container", "denied call", "approval", "breaker trip and pause", "resume",
-              "verified success"]
+              "delegation to a child run", "verified success"]
     missing = [w for w in wanted if w not in s.seen]
     print(f"\n== {n} decisions recorded; scenario: " + ", ".join(f"{w} {'ok' if w in s.seen else 'MISSING'}"
                                                               for w in wanted), flush=True)

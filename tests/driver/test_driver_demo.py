@@ -1,0 +1,23 @@
+"""`make demo` is how a newcomer first meets warden: the whole scenario must keep passing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_plays_every_step_of_its_scenario(tmp_path: Path, tool_images: None) -> None:
+    env = {**os.environ, "WARDEN_DEMO_DATA": str(tmp_path / "demo"), "WARDEN_DEMO_SKIP_DOCKER": "1"}
+    done = subprocess.run([sys.executable, "-m", "demo"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = next(line for line in done.stdout.splitlines() if "decisions recorded; scenario:" in line)
+    for step in ("allowed call ran in a container", "denied call", "approval", "breaker trip and pause", "resume",
+                 "delegation to a child run", "verified success"):
+        assert f"{step} ok" in summary
+    assert "MISSING" not in summary
+    assert "-- child run run-" in done.stdout and "delegation to triage" in done.stdout
