@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -137,7 +138,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from checkpoint.engine import InvalidRequest, decide
     from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
-    catalog = AgentCatalog(args.data / "catalog.db") if args.data else None
+    try:
+        catalog = AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
+    except (FileNotFoundError, sqlite3.Error) as exc:
+        print(f"warden check: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     policies = _load(args.policies, args.cel_engine, catalog)
     if policies is None:
         return EXIT_LOAD

@@ -12,6 +12,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import sqlite_utils
 
@@ -19,12 +20,22 @@ from checkpoint.policy.policyset import AgentVersion
 
 
 class AgentCatalog:
-    def __init__(self, path: str | Path | None = None):
-        """`path=None` keeps versions in memory only (one-shot CLI checks, tests)."""
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False):
+        """`path=None` keeps versions in memory only (one-shot CLI checks, tests).
+
+        `read_only` opens an existing catalog to resolve old versions without ever writing it
+        (a CLI check next to a running checkpoint); the versions it loads stay in memory.
+        """
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str], AgentVersion] = {}
         self._db: sqlite_utils.Database | None = None
-        if path is not None:
+        self._read_only = read_only
+        if path is not None and read_only:
+            if not Path(path).exists():
+                raise FileNotFoundError(f"no agent catalog at {path}")
+            uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
+            self._db = sqlite_utils.Database(sqlite3.connect(uri, uri=True, check_same_thread=False))
+        elif path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             # the server reads the catalog from gRPC worker threads and the reload watcher; the
             # lock below serialises every use of the one connection
@@ -39,7 +50,7 @@ class AgentCatalog:
     def record(self, versions: list[AgentVersion], policy_revision: str) -> None:
         with self._lock:
             fresh = [v for v in versions if (v.name, v.version) not in self._cache]
-            if self._db is not None and fresh:
+            if self._db is not None and fresh and not self._read_only:
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 with self._db.conn:
                     self._db.table("agent_versions").insert_all(
