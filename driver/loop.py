@@ -520,6 +520,10 @@ class Driver:
                 self.store.set_status(run_id, AWAITING_APPROVAL, call["code"], "waiting for a person")
                 return
             if call["status"] == "awaiting_child":
+                if not self.store.has_run(call["child_run_id"]):
+                    self._refuse(run, call, "child_not_started", "the driver stopped before the child run "
+                                 "was created; nothing ran for this delegation", decision_id=call["decision_id"])
+                    continue
                 child = self.store.run(call["child_run_id"])
                 if child["status"] in TERMINAL:
                     self._settle_child(child)
@@ -666,9 +670,13 @@ class Driver:
                               child_agent_version=resp.child_agent_version)
         if resp.verdict != _ALLOW:
             return self._not_allowed(run, call, resp)
-        child = self._start_child(run, call, ask, req, resp)
-        self.store.update_call(call["id"], status="awaiting_child", child_run_id=child["run_id"],
+        # The call names its child before the child exists, and the child's row is written last:
+        # a driver that stops in between finds either no child (the call is refused, nothing ran)
+        # or a whole one, never two children for one delegation.
+        child_id = "run-" + uuid.uuid4().hex[:12]
+        self.store.update_call(call["id"], status="awaiting_child", child_run_id=child_id,
                                decision_id=resp.decision_id, verdict="ALLOW", code=resp.code)
+        child = self._start_child(run, child_id, ask, req, resp)
         self.store.set_status(run["run_id"], AWAITING_CHILD, "awaiting_child",
                               f"waiting for child run {child['run_id']} ({child['agent']})")
         self.store.append_event(run["run_id"], "child_started", child_run_id=child["run_id"], agent=child["agent"],
@@ -677,7 +685,7 @@ class Driver:
         self.spawn(child["run_id"])
         return False
 
-    def _start_child(self, parent: dict[str, Any], call: dict[str, Any], ask: _Delegate, req: cp.CheckRequest,
+    def _start_child(self, parent: dict[str, Any], child_id: str, ask: _Delegate, req: cp.CheckRequest,
                      resp: cp.CheckResponse) -> dict[str, Any]:
         """Create the child run the checkpoint allowed: its version, authority, budget and chain."""
         resolved = self.checkpoint.resolve_agent(ask.agent, resp.child_agent_version)
@@ -689,7 +697,6 @@ class Driver:
                     criteria=[Criterion(id=f"c{i}", description=text) for i, text in enumerate(ask.criteria, 1)],
                     constraints=[f"Delegated by agent {parent['agent']} in run {parent['run_id']}."],
                     budget=GoalBudget.model_validate(budget))
-        child_id = "run-" + uuid.uuid4().hex[:12]
         link = cp.Actor(kind=cp.ACTOR_KIND_AGENT, id=resolved.agent, agent_version=resp.child_agent_version,
                         run_id=child_id, narrowing=req.delegation.narrowing, budget=req.delegation.budget)
         chain = [json_format.MessageToDict(a, preserving_proto_field_name=True)
@@ -699,6 +706,9 @@ class Driver:
             script = options.get("script")
             children = script.get("delegates", {}) if isinstance(script, dict) else {}
             options = {"script": children.get(ask.agent, {"responses": []})}
+        author = f"agent {parent['agent']} (run {parent['run_id']}, for {parent['owner']})"
+        self.store.add_goal(child_id, goal.model_dump(), author=author)
+        self.store.add_transcript(child_id, {"role": "user", "text": context.goal_message(goal.model_dump(), 1)})
         child = self.store.create_run(
             run_id=child_id, agent=resolved.agent, agent_version=resp.child_agent_version, tenant=resolved.tenant,
             owner=parent["owner"], mode=parent["mode"], provider=parent["provider"], model=parent["model"],
@@ -707,9 +717,6 @@ class Driver:
             parent_run_id=parent["run_id"], root_run_id=parent["root_run_id"] or parent["run_id"],
             depth=parent["depth"] + 1, chain=chain, chain_token=resp.chain_token,
         )
-        author = f"agent {parent['agent']} (run {parent['run_id']}, for {parent['owner']})"
-        self.store.add_goal(child_id, goal.model_dump(), author=author)
-        self.store.add_transcript(child_id, {"role": "user", "text": context.goal_message(goal.model_dump(), 1)})
         self.store.append_event(child_id, "run_started", agent=resolved.agent, agent_version=child["agent_version"],
                                 owner=parent["owner"], mode=parent["mode"], provider=parent["provider"],
                                 model=parent["model"], tools=[s["name"] for s in specs], budget=budget,

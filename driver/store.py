@@ -148,6 +148,10 @@ class RunStore:
                                                                     limit=limit)]
         return [self.run(i) for i in ids]
 
+    def has_run(self, run_id: str) -> bool:
+        with self._lock:
+            return self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is not None
+
     def children(self, run_id: str) -> list[dict[str, Any]]:
         """The runs this run delegated to, oldest first."""
         with self._lock:

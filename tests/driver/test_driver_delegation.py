@@ -192,3 +192,25 @@ def test_child_scripts_are_checked_with_their_lines() -> None:
         parse_script("responses: []\ndelegates: [triage]\n")
     nested = parse_script("responses: []\ndelegates: {triage: [{text: hi}]}\n")
     assert nested["delegates"]["triage"]["responses"] == [{"text": "hi"}]
+
+
+def test_a_driver_stopped_between_the_decision_and_the_child_refuses_the_call_and_goes_on(stack, monkeypatch):
+    d = stack.driver()
+
+    def crash(*_: Any, **__: Any) -> None:
+        raise RuntimeError("the driver stopped here")
+
+    monkeypatch.setattr(d, "_start_child", crash)
+    with pytest.raises(RuntimeError, match="stopped here"):
+        start(stack, d, [delegate(), {"action": "handoff", "reason": "no child"}], {"triage": TRIAGE_OK})
+    [parent] = d.store.runs()
+    [pending] = [c for c in d.store.calls(parent["run_id"]) if c["tool"] == "delegate"]
+    assert pending["status"] == "awaiting_child" and not d.store.has_run(pending["child_run_id"])
+    d.stop()
+    again = stack.driver()
+    assert again.recover() == [parent["run_id"]]
+    run = settle(again, parent["run_id"])
+    assert run["status"] == PAUSED and run["code"] == "handoff"
+    [refused] = [c for c in again.store.calls(parent["run_id"]) if c["tool"] == "delegate"]
+    assert refused["status"] == "done" and refused["code"] == "child_not_started"
+    assert again.store.children(parent["run_id"]) == []
