@@ -8,6 +8,7 @@ standard status details; both peers send one), or else in the `warden-code` trai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -100,11 +101,22 @@ class ToolRunnerClient:
         self._md = _metadata(token)
         self.timeout = timeout
 
-    def execute(self, request: tr.ExecuteRequest) -> tr.Receipt:
+    def execute(self, request: tr.ExecuteRequest,
+                on_output: Callable[[str, str], None] | None = None) -> tr.Receipt:
+        """Run a granted call and return its receipt. With `on_output(stream, text)`, the scrubbed
+        output arrives while the tool writes it (ExecuteStream); without, one Execute."""
         try:
-            return self._stub.Execute(request, timeout=self.timeout, metadata=self._md).receipt
+            if on_output is None:
+                return self._stub.Execute(request, timeout=self.timeout, metadata=self._md).receipt
+            for event in self._stub.ExecuteStream(request, timeout=self.timeout, metadata=self._md):
+                if event.HasField("receipt"):
+                    return event.receipt
+                on_output(event.chunk.stream, event.chunk.data)
         except grpc.RpcError as err:
             raise _map(err, "toolrunner") from None
+        # The call may still have run: the same grant, sent again, answers with its stored receipt.
+        raise DependencyUnavailable("toolrunner: the output stream ended without a receipt",
+                                    code="toolrunner_unavailable")
 
     def cancel(self, run_id: str) -> int:
         try:

@@ -37,6 +37,7 @@ from driver.boundary import Final, Handoff, Idle, Rejection, ToolCalls, decide
 from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
 from driver.errors import DependencyUnavailable, DriverError, ProviderError, RunStateError
 from driver.goal import Criterion, Goal, GoalBudget
+from driver.output_events import OutputEvents
 from driver.pricing import Prices
 from driver.providers.base import ModelRequest, Provider, ToolDef, estimate_tokens
 from driver.store import (
@@ -748,12 +749,13 @@ class Driver:
                 self.store.set_status(parent_id, RUNNING, "", "")
                 self.spawn(parent_id)
 
-    def _execute_when_free(self, run: dict[str, Any], call: dict[str, Any], req: tr.ExecuteRequest) -> tr.Receipt:
+    def _execute_when_free(self, run: dict[str, Any], call: dict[str, Any], req: tr.ExecuteRequest,
+                           output: OutputEvents) -> tr.Receipt:
         """Execute, retrying `runner_busy` with exponential backoff (the runner refused before
         anything started, so resending the same grant is safe)."""
         for attempt in range(self.runner_busy_retries + 1):
             try:
-                return self.toolrunner.execute(req)
+                return self.toolrunner.execute(req, output)
             except DriverError as exc:
                 if exc.code != "runner_busy" or attempt == self.runner_busy_retries or self._stopping.is_set():
                     raise
@@ -771,8 +773,9 @@ class Driver:
             return
         req = tr.ExecuteRequest(run_id=run["run_id"], agent=run["agent"], agent_version=run["agent_version"],
                                 tool=call["tool"], arguments=to_struct(call["arguments"]), grant=grant)
+        output = OutputEvents(self.store, run["run_id"], call["tool"], call["decision_id"])
         try:
-            receipt = self._execute_when_free(run, call, req)
+            receipt = self._execute_when_free(run, call, req, output)
         except DependencyUnavailable:
             raise
         except DriverError as exc:
@@ -788,6 +791,8 @@ class Driver:
             self.store.append_event(run["run_id"], "tool_refused", tool=call["tool"], code=exc.code,
                                     message=exc.message, decision_id=call["decision_id"])
             return
+        finally:
+            output.flush()  # what the tool wrote before any failure is still shown
         ok = receipt.exit_code == 0 and not receipt.code and not receipt.timed_out
         self.store.add_receipt(run["run_id"], receipt.decision_id or call["decision_id"], call["tool"],
                                receipt.exit_code, receipt.code, receipt.output,

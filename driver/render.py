@@ -89,6 +89,10 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
         return f"{p}  x reply rejected ({d.get('code')}): {d.get('detail')}"
     if kind == "nudged":
         return f"{p}  nudge: the turn started nothing and reported nothing"
+    if kind == "tool_output":
+        text = str(d.get("text") or "").rstrip("\n")
+        lines = "\n".join(f"{p}    | {line}" for line in text.split("\n"))
+        return lines + (f"\n{p}    | [live output capped; the receipt keeps head and tail]" if d.get("capped") else "")
     if kind == "child_started":
         return (f"{p}  > child run {d.get('child_run_id')} started: agent {d.get('agent')}@"
                 f"{str(d.get('agent_version'))[:12]}; tools: {', '.join(d.get('tools') or []) or 'none'}\n"
