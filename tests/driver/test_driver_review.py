@@ -9,6 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
+import docker
 import pytest
 from driver_harness import PLAN, TOOLRUNNER_TOKEN, call, goal, kinds
 
@@ -19,6 +20,7 @@ from driver.errors import DriverError, GoalError, RunStateError
 from driver.goal import load_goal
 from driver.providers.scripted import ScriptError, load_script
 from driver.up import GRANT_KEY_FILE, PreflightError, Stack, preflight
+from toolrunner.container import LABEL_DECISION
 from toolrunner.runner import RunnerConfig
 from toolrunner.server import create_server
 from warden import grants
@@ -56,14 +58,28 @@ def _request(key, tool: str, *, run_id: str = "run-x", ttl: float = 60) -> tr.Ex
 
 
 def _hold(busy_runner, grant_key) -> threading.Thread:
+    """Start the `hold` call and return once its container runs its sleep: it holds the only slot
+    then, and a Cancel reaches a started container (the call is "running" from before it takes
+    the slot and before its container starts)."""
     client = ToolRunnerClient(busy_runner.address, timeout=120)
-    t = threading.Thread(target=lambda: client.execute(_request(grant_key, "hold", run_id="run-hold")), daemon=True)
+    request = _request(grant_key, "hold", run_id="run-hold")
+    t = threading.Thread(target=lambda: client.execute(request), daemon=True)
     t.start()
-    deadline = time.monotonic() + 30
-    while not busy_runner.runner.running() and time.monotonic() < deadline:
+    api, label = busy_runner.runner.api, f"{LABEL_DECISION}={request.grant.decision_id}"
+    deadline = time.monotonic() + 120
+    while not any(_runs(api, c["Id"], "sleep") for c in api.containers(filters={"label": label})):
+        assert time.monotonic() < deadline, "the hold call never started its sleep"
         time.sleep(0.05)
-    assert busy_runner.runner.running(), "the hold call never started"
     return t
+
+
+def _runs(api, container_id: str, name: str) -> bool:
+    """Whether the container runs a process called `name` (false once it has stopped)."""
+    try:
+        processes = api.top(container_id).get("Processes") or []
+    except docker.errors.APIError:
+        return False
+    return any(p[-1].split()[0].rsplit("/", 1)[-1] == name for p in processes if p and p[-1])
 
 
 def test_toolrunner_refusal_codes_reach_the_driver(busy_runner, grant_key):
@@ -103,6 +119,7 @@ def test_a_busy_runner_pauses_the_run_without_a_failure_and_resume_runs_the_call
 
     busy_runner.runner.cancel(run_id="run-hold")
     t.join(60)
+    assert not t.is_alive(), "the cancelled hold call did not end"
     d.resume(run["run_id"], "alice", spawn=False)
     d.run_until_stopped(run["run_id"])
     receipts = [e["data"] for e in d.store.events(run["run_id"]) if e["kind"] == "tool_receipt"]

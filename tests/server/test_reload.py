@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -25,10 +26,13 @@ reason: frozen for the test
 
 
 class Traffic:
-    """Clients calling Check in a loop; every answer kept with its revision."""
+    """Clients calling Check in a loop; every answer kept with its revision, and with the tickets
+    drawn (from one counter) just before the call was sent and just after its answer came."""
 
     def __init__(self, stub, request, threads: int = 4):
         self.answers: list[pb.CheckResponse] = []
+        self.timeline: list[tuple[int, int, pb.CheckResponse]] = []  # (sent, received, answer)
+        self._tickets = itertools.count()
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(stub, request)) for _ in range(threads)]
@@ -36,7 +40,10 @@ class Traffic:
     def _run(self, stub, request) -> None:
         while not self._stop.is_set():
             try:
-                self.answers.append(stub.Check(request, timeout=10))
+                sent = next(self._tickets)
+                answer = stub.Check(request, timeout=30)
+                self.timeline.append((sent, next(self._tickets), answer))
+                self.answers.append(answer)
             except Exception as exc:  # noqa: BLE001 - any failure is what the test looks for
                 self.errors.append(exc)
 
@@ -51,7 +58,7 @@ class Traffic:
             t.join()
 
 
-def _wait(predicate, timeout: float = 20.0) -> None:
+def _wait(predicate, timeout: float = 60.0) -> None:  # a bound so a broken reload fails, not a timing
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -75,10 +82,11 @@ def test_good_edit_swaps_atomically_under_traffic(checkpoint):
         by_revision[answer.policy_revision].add((answer.verdict, answer.code))  # KeyError: a third revision
     assert by_revision[old] == {(pb.VERDICT_ALLOW, "allowed")}
     assert by_revision[new] == {(pb.VERDICT_DENY, "rule_denied")}
-    # Once the new set answered, the old one never did again.
-    revisions = [a.policy_revision for a in traffic.answers]
-    first_new = revisions.index(new)
-    assert old not in revisions[first_new + 8 :]  # a few in flight across the swap may finish late
+    # Once a client held an answer from the new set, no call sent after that was answered by the
+    # old one (calls already in flight across the swap may still finish with it, in any order).
+    first_new = min(received for _, received, a in traffic.timeline if a.policy_revision == new)
+    late = [sent for sent, _, a in traffic.timeline if sent > first_new and a.policy_revision != new]
+    assert late == [], f"{len(late)} call(s) sent after the swap was seen were answered by the old set"
 
 
 def test_broken_edit_keeps_the_last_good_set(start):

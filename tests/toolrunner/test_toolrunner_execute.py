@@ -20,6 +20,7 @@ from toolrunner_harness import (
     error_code,
     session_containers,
     start_harness,
+    wait_for_process,
 )
 
 from toolrunner.container import LABEL, LABEL_DEADLINE, LABEL_DECISION, LABEL_RUNNER
@@ -230,9 +231,8 @@ def test_the_concurrency_limit_refuses_with_runner_busy_and_cancel_stops_a_call(
         long_call = h.request("long_sleeper", {"seconds": 50}, run_id="run-busy")
         t = threading.Thread(target=lambda: first.append(h.stub.Execute(long_call, timeout=120).receipt))
         t.start()
-        deadline = time.time() + 30
-        while not session_containers(docker_api) and time.time() < deadline:
-            time.sleep(0.05)
+        # Running its sleep: the call holds the only slot and has printed "started".
+        wait_for_process(docker_api, f"{LABEL_DECISION}={long_call.grant.decision_id}", "sleep")
         with pytest.raises(grpc.RpcError) as info:
             h.execute("list_templates", {})
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and error_code(info.value) == "runner_busy"
@@ -268,11 +268,29 @@ def _leftover(api: docker.APIClient, deadline: float) -> str:
     return created["Id"]
 
 
+class _OnlyThese:
+    """The daemon narrowed to the given containers for reap_once: with a clock moved forward it
+    would otherwise reap the live calls of every runner on this daemon."""
+
+    def __init__(self, api: docker.APIClient, ids: set[str]):
+        self._api, self._ids = api, ids
+
+    def containers(self, **kw: Any) -> list[dict]:
+        return [c for c in self._api.containers(**kw) if c["Id"] in self._ids]
+
+    def remove_container(self, *args: Any, **kw: Any) -> None:
+        self._api.remove_container(*args, **kw)
+
+
 def test_the_reaper_removes_leftovers_past_their_deadline_only(docker_api: docker.APIClient) -> None:
-    overdue = _leftover(docker_api, time.time() - 1)
-    live = _leftover(docker_api, time.time() + 600)
+    # Both deadlines lie ahead of the real clock, so the reapers of live runners (this module's
+    # harness reaps every 30 s) leave them alone; reap_once is asked about a later moment that
+    # one deadline precedes and the other follows.
+    now = time.time()
+    overdue = _leftover(docker_api, now + 3600)
+    live = _leftover(docker_api, now + 3 * 3600)
     try:
-        removed = reap_once(docker_api)
+        removed = reap_once(_OnlyThese(docker_api, {overdue, live}), now=now + 2 * 3600)
         assert overdue in removed and live not in removed
         ids = {c["Id"] for c in session_containers(docker_api)}
         assert overdue not in ids and live in ids

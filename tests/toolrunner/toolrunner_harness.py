@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,26 @@ def session_containers(api: docker.APIClient) -> list[dict]:
         for c in api.containers(all=True, filters={"label": LABEL})
         if (c.get("Labels") or {}).get(LABEL_RUNNER, "").startswith(SESSION)
     ]
+
+
+def wait_for_process(api: docker.APIClient, label: str, name: str, timeout: float = 120.0) -> str:
+    """The id of the running container labelled `label` once it runs a process called `name`.
+
+    A tool that prints and then starts `name` (sleep.sh: "started", then sleep) has printed by
+    then, so a Cancel sent afterwards keeps that output. Waits for the state, never for a time:
+    the bound is only there so a broken runner fails instead of hanging.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        for c in api.containers(filters={"label": label}):  # running ones only
+            try:
+                processes = api.top(c["Id"]).get("Processes") or []
+            except docker.errors.APIError:
+                continue  # it stopped between the listing and top
+            if any(p[-1].split()[0].rsplit("/", 1)[-1] == name for p in processes if p and p[-1]):
+                return str(c["Id"])
+        assert time.monotonic() < deadline, f"no running container labelled {label} ran {name!r}"
+        time.sleep(0.05)
 
 
 class Harness:
