@@ -16,6 +16,7 @@ until then is kept.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -125,14 +126,15 @@ class ContainerRun:
         self._spec = spec
         self._on_output = on_output
         self._cancelled = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # start and cancel exclude each other: no cancel is lost
+        self._started = False
         self.container_id: str | None = None
 
     def cancel(self) -> None:
-        self._cancelled.set()
         with self._lock:
-            cid = self.container_id
-        if cid:
+            self._cancelled.set()
+            cid = self.container_id if self._started else None
+        if cid:  # not started yet: it never will be
             self._kill(cid)
 
     def run(self) -> Outcome:
@@ -155,11 +157,14 @@ class ContainerRun:
         reader.start()
         started = time.time()
         timed_out = False
-        if self._cancelled.is_set():  # cancelled between create and start: never start it
+        with self._lock:
+            if not self._cancelled.is_set():
+                api.start(cid)
+                self._started = True
+        if not self._started:  # cancelled between create and start: never started
             _close(sock)
             reader.join(_DRAIN_SECONDS)
             return Outcome(-1, False, False, True, started, time.time())
-        api.start(cid)
         reader.join(self._spec.timeout_seconds)
         if reader.is_alive():
             timed_out = not self._cancelled.is_set()
@@ -202,9 +207,11 @@ class ContainerRun:
 
 
 def _close(sock) -> None:  # type: ignore[no-untyped-def]
-    for closer in ("shutdown", "close"):
+    # docker-py hands out a SocketIO, which has no shutdown and whose close leaves the socket
+    # open: only shutting down the socket under it wakes a reader blocked on it.
+    raw = getattr(sock, "_sock", sock)
+    for close in (lambda: raw.shutdown(socket.SHUT_RDWR), sock.close):
         try:
-            fn = getattr(sock, closer)
-            fn(2) if closer == "shutdown" else fn()
+            close()
         except Exception:
             pass
