@@ -6,6 +6,8 @@ set -u
 
 WAIT_SECONDS=${WAIT_SECONDS:-60}
 LOG=${DOCKERD_LOG:-/tmp/dockerd.log}
+# The daemon config written when this script starts dockerd and gVisor's runsc is installed.
+DAEMON_CONFIG=${DOCKERD_CONFIG:-/tmp/warden-dockerd.json}
 
 say() { echo "ensure-docker: $*" >&2; }
 sudo_cmd() {
@@ -29,6 +31,9 @@ if ! command -v dockerd >/dev/null 2>&1; then
 	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
 		sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null ||
 		how_to "apt-get install docker.io failed (no root, or no package mirror)"
+	# Optional: gVisor's runsc, for tools whose definition asks for `runtime: runsc`.
+	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null 2>&1 ||
+		say "could not install runsc (optional: the gVisor runtime; tools asking for it get runtime_unavailable)"
 fi
 if [ ! -x /usr/bin/busybox ] && command -v apt-get >/dev/null 2>&1; then
 	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null ||
@@ -44,10 +49,20 @@ if [ -n "${DOCKER_HOST:-}" ]; then
 fi
 if command -v dockerd >/dev/null 2>&1 && ! pgrep -x dockerd >/dev/null 2>&1; then
 	say "starting dockerd in the background (log: $LOG)"
+	ARGS=""
+	RUNSC=$(command -v runsc 2>/dev/null || true)
+	if [ -n "$RUNSC" ] && [ ! -e /etc/docker/daemon.json ]; then
+		# runsc's own netstack cannot attach to Docker's network namespace everywhere (in some
+		# VMs it refuses it as the root namespace), so gVisor sandboxes get no network at all.
+		printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--network=none"]}}}\n' "$RUNSC" >"$DAEMON_CONFIG"
+		ARGS="--config-file $DAEMON_CONFIG"
+		say "registering gVisor's runsc as the runtime 'runsc' ($DAEMON_CONFIG)"
+	fi
 	if [ "$(id -u)" = 0 ]; then
-		nohup dockerd >"$LOG" 2>&1 &
+		# shellcheck disable=SC2086
+		nohup dockerd $ARGS >"$LOG" 2>&1 &
 	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-		sudo -n sh -c "nohup dockerd >'$LOG' 2>&1 &"
+		sudo -n sh -c "nohup dockerd $ARGS >'$LOG' 2>&1 &"
 	else
 		how_to "dockerd is not running and starting it needs root"
 	fi
@@ -57,6 +72,9 @@ i=0
 while [ "$i" -lt "$WAIT_SECONDS" ]; do
 	if docker info >/dev/null 2>&1; then
 		say "Docker engine is up"
+		if command -v runsc >/dev/null 2>&1 && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+			say "note: runsc is installed but this engine has no 'runsc' runtime (add it to daemon.json to use gVisor)"
+		fi
 		exit 0
 	fi
 	sleep 1

@@ -94,6 +94,7 @@ def make_tools() -> dict[str, Tool]:
         _tool("whoami", [sh, "/tools/test/whoami.sh"]),
         _tool("absent_image", [sh, "-c", "true"], image="warden-absent:never"),
         _tool("gvisor", [sh, "/tools/list_templates.sh"], runtime="runsc-not-installed"),
+        _tool("sandboxed", [sh, "-c", "uname -r; id -u; echo sandboxed"], runtime="runsc"),
     ]
     return {t.name: t for t in tools}
 
