@@ -214,3 +214,13 @@ def test_a_driver_stopped_between_the_decision_and_the_child_refuses_the_call_an
     [refused] = [c for c in again.store.calls(parent["run_id"]) if c["tool"] == "delegate"]
     assert refused["status"] == "done" and refused["code"] == "child_not_started"
     assert again.store.children(parent["run_id"]) == []
+
+
+def test_the_delegate_tool_schema_and_its_validator_name_the_same_fields() -> None:
+    from driver.context import delegate_tool_schema
+    from driver.loop import _Delegate, _DelegateBudget, _DelegateScope
+
+    schema = delegate_tool_schema(["triage"])["properties"]
+    assert set(schema) == set(_Delegate.model_fields)
+    assert set(schema["budget"]["properties"]) == set(_DelegateBudget.model_fields)
+    assert set(schema["narrowing"]["properties"]) == set(_DelegateScope.model_fields)
