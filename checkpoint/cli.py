@@ -140,8 +140,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     try:
         catalog = AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
-    except (FileNotFoundError, sqlite3.Error) as exc:
-        print(f"warden check: {exc}", file=sys.stderr)
+    except (FileNotFoundError, ValueError, sqlite3.Error) as exc:
+        print(f"warden check: {args.data / 'catalog.db'}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     policies = _load(args.policies, args.cel_engine, catalog)
     if policies is None:

@@ -39,6 +39,7 @@ from driver.errors import DependencyUnavailable, DriverError, ProviderError, Run
 from driver.goal import Criterion, Goal, GoalBudget
 from driver.output_events import OutputEvents
 from driver.pricing import Prices
+from driver.providers import child_options
 from driver.providers.base import ModelRequest, Provider, ToolDef, estimate_tokens
 from driver.store import (
     AWAITING_APPROVAL,
@@ -267,7 +268,10 @@ class Driver:
         self.store.update_run(run_id, status=CANCELLED, code="cancelled", reason=reason or f"cancelled by {person}")
         for child in self.store.children(run_id):  # nothing keeps running for a cancelled run
             if child["status"] not in TERMINAL:
-                self.cancel(child["run_id"], person, f"its parent run {run_id} was cancelled")
+                try:
+                    self.cancel(child["run_id"], person, f"its parent run {run_id} was cancelled")
+                except RunStateError:
+                    pass  # it ended meanwhile: nothing left to stop
         for a in self.store.approvals(run_id, status="pending"):
             self.store.decide_approval(a["approval_id"], "cancelled", person, "run cancelled")
         stopped = 0
@@ -284,9 +288,8 @@ class Driver:
 
     def spawn(self, run_id: str) -> None:
         with self._lock:
-            t = self._workers.get(run_id)
-            if t is not None and t.is_alive():
-                # It may be past its last look at the run: make it look once more.
+            if run_id in self._workers:
+                # Its worker may be past its last look at the run: make it look once more.
                 self._again.add(run_id)
                 return
             t = threading.Thread(target=self._worker, args=(run_id,), name=f"run-{run_id}", daemon=True)
@@ -294,28 +297,39 @@ class Driver:
             t.start()
 
     def _worker(self, run_id: str) -> None:
-        while True:
-            try:
-                self.run_until_stopped(run_id)
-            except Exception as exc:  # noqa: BLE001 - a bug must pause the run, never leave it "running"
-                log.exception("run %s: unexpected error", run_id)
-                self._pause(self.store.run(run_id), "driver_error", f"{type(exc).__name__}: {exc}")
+        me = threading.current_thread()
+        try:
+            while True:
+                try:
+                    self.run_until_stopped(run_id)
+                except Exception as exc:  # noqa: BLE001 - a bug must pause the run, never leave it "running"
+                    log.exception("run %s: unexpected error", run_id)
+                    self._pause(self.store.run(run_id), "driver_error", f"{type(exc).__name__}: {exc}")
+                with self._lock:
+                    if run_id not in self._again or self._stopping.is_set():
+                        # Leaving the table under the same lock as the decision to stop: a spawn
+                        # after this starts a new worker, one before it made this one go on.
+                        self._again.discard(run_id)
+                        del self._workers[run_id]
+                        return
+                    self._again.discard(run_id)
+        except BaseException:
             with self._lock:
-                if run_id not in self._again or self._stopping.is_set():
-                    return
-                self._again.discard(run_id)
+                if self._workers.get(run_id) is me:
+                    del self._workers[run_id]
+            raise
 
     def recover(self) -> list[str]:
         """After a restart: continue every run that was running when the driver stopped, and
         hand the outcome of any child that ended meanwhile to the parent waiting for it."""
+        # A parent waiting for a child looks again too: the child may have ended, or its outcome
+        # may be in the call already, while this driver was down.
+        for parent in self.store.runs(status=AWAITING_CHILD, limit=10000):
+            self.store.transition(parent["run_id"], AWAITING_CHILD, RUNNING, "", "")
         ids = [r["run_id"] for r in self.store.runs(status=RUNNING, limit=10000)]
         for run_id in ids:
             self.store.append_event(run_id, "run_recovered")
             self.spawn(run_id)
-        for parent in self.store.runs(status=AWAITING_CHILD, limit=10000):
-            for child in self.store.children(parent["run_id"]):
-                if child["status"] in TERMINAL:
-                    self._settle_child(child)
         return ids
 
     def wait(self, run_id: str, timeout: float = 60.0) -> None:
@@ -526,11 +540,14 @@ class Driver:
                                  "was created; nothing ran for this delegation", decision_id=call["decision_id"])
                     continue
                 child = self.store.run(call["child_run_id"])
-                if child["status"] in TERMINAL:
-                    self._settle_child(child)
+                if child["status"] not in TERMINAL:
+                    self.store.wait_for_child(run_id, call["id"],
+                                              f"waiting for child run {child['run_id']} ({child['agent']})")
+                # Looked at again after the wait began: a child that ended in between is settled
+                # here, or by its own worker, which then wakes this run.
+                if self.store.run(child["run_id"])["status"] in TERMINAL:
+                    self._settle_child(self.store.run(child["run_id"]))
                     continue
-                self.store.set_status(run_id, AWAITING_CHILD, "awaiting_child",
-                                      f"waiting for child run {child['run_id']} ({child['agent']})")
                 return
             if call["status"] == "executing":
                 self._execute(run, call)
@@ -678,11 +695,15 @@ class Driver:
         self.store.update_call(call["id"], status="awaiting_child", child_run_id=child_id,
                                decision_id=resp.decision_id, verdict="ALLOW", code=resp.code)
         child = self._start_child(run, child_id, ask, req, resp)
-        self.store.set_status(run["run_id"], AWAITING_CHILD, "awaiting_child",
-                              f"waiting for child run {child['run_id']} ({child['agent']})")
         self.store.append_event(run["run_id"], "child_started", child_run_id=child["run_id"], agent=child["agent"],
                                 agent_version=child["agent_version"], decision_id=resp.decision_id,
                                 tools=[t["name"] for t in child["tool_specs"]], budget=child["budget"])
+        if not self.store.wait_for_child(run["run_id"], call["id"],
+                                         f"waiting for child run {child['run_id']} ({child['agent']})"):
+            # The parent was cancelled while its child was being created: the child never starts.
+            if self.store.run(run["run_id"])["status"] in TERMINAL:
+                self.cancel(child_id, "driver", f"its parent run {run['run_id']} ended before it started")
+                return False
         self.spawn(child["run_id"])
         return False
 
@@ -698,15 +719,12 @@ class Driver:
                     criteria=[Criterion(id=f"c{i}", description=text) for i, text in enumerate(ask.criteria, 1)],
                     constraints=[f"Delegated by agent {parent['agent']} in run {parent['run_id']}."],
                     budget=GoalBudget.model_validate(budget))
+        # exactly the link the chain token signs: the narrowing asked for, the budget granted
         link = cp.Actor(kind=cp.ACTOR_KIND_AGENT, id=resolved.agent, agent_version=resp.child_agent_version,
-                        run_id=child_id, narrowing=req.delegation.narrowing, budget=req.delegation.budget)
+                        run_id=child_id, narrowing=req.delegation.narrowing, budget=resp.child_budget)
         chain = [json_format.MessageToDict(a, preserving_proto_field_name=True)
                  for a in [*req.run.actor_chain, link]]
-        options = parent["provider_options"] or {}
-        if parent["provider"] == "scripted":  # the parent's script holds its children's, by agent
-            script = options.get("script")
-            children = script.get("delegates", {}) if isinstance(script, dict) else {}
-            options = {"script": children.get(ask.agent, {"responses": []})}
+        options = child_options(parent["provider"], parent["provider_options"] or {}, ask.agent)
         author = f"agent {parent['agent']} (run {parent['run_id']}, for {parent['owner']})"
         self.store.add_goal(child_id, goal.model_dump(), author=author)
         self.store.add_transcript(child_id, {"role": "user", "text": context.goal_message(goal.model_dump(), 1)})
@@ -745,8 +763,9 @@ class Driver:
                 self.store.add_to_run(parent_id, consecutive_failures=1)
             self.store.append_event(parent_id, "child_ended", child_run_id=child["run_id"], agent=child["agent"],
                                     status=child["status"], code=child["code"], reason=child["reason"])
-            if self.store.run(parent_id)["status"] == AWAITING_CHILD:
-                self.store.set_status(parent_id, RUNNING, "", "")
+            # Waiting: it goes on. Still running (it had not begun to wait): its worker looks again.
+            woken = self.store.transition(parent_id, AWAITING_CHILD, RUNNING, "", "")
+            if woken or self.store.run(parent_id)["status"] == RUNNING:
                 self.spawn(parent_id)
 
     def _execute_when_free(self, run: dict[str, Any], call: dict[str, Any], req: tr.ExecuteRequest,

@@ -1,14 +1,15 @@
 """Live tool output as run events: what `warden watch` shows while a tool is still running.
 
 The toolrunner streams scrubbed output in small chunks; one event per chunk would flood the
-event log. Chunks are coalesced per stream and written as `tool_output` events when enough has
-gathered or enough time has passed, up to a cap per call: the receipt keeps the output's head and
-tail for the model, these events are only for people watching.
+event log. Chunks are coalesced per stream and written as `tool_output` events once 2 KiB has
+gathered or the oldest waiting chunk is half a second old (a timer, so a line followed by
+silence still shows), up to a cap per call: the receipt keeps the output's head and tail for the
+model, these events are only for people watching.
 """
 
 from __future__ import annotations
 
-import time
+import threading
 
 from driver.store import RunStore
 
@@ -23,27 +24,38 @@ class OutputEvents:
         self.run_id = run_id
         self.tool = tool
         self.decision_id = decision_id
+        self._lock = threading.Lock()  # the gRPC reader and the flush timer both write
+        self._timer: threading.Timer | None = None
         self._stream = ""
         self._parts: list[str] = []
         self._size = 0
-        self._since = 0.0
         self._written = 0
         self._capped = False
 
     def __call__(self, stream: str, text: str) -> None:
-        if self._capped or not text:
-            return
-        if stream != self._stream:
-            self.flush()
-            self._stream = stream
-        if not self._parts:
-            self._since = time.monotonic()
-        self._parts.append(text)
-        self._size += len(text)
-        if self._size >= FLUSH_CHARS or time.monotonic() - self._since >= FLUSH_SECONDS:
-            self.flush()
+        with self._lock:
+            if self._capped or not text:
+                return
+            if stream != self._stream:
+                self._flush()
+                self._stream = stream
+            self._parts.append(text)
+            self._size += len(text)
+            if self._size >= FLUSH_CHARS:
+                self._flush()
+            elif self._timer is None:
+                self._timer = threading.Timer(FLUSH_SECONDS, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
 
     def flush(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self._parts:
             return
         text = "".join(self._parts)

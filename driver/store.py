@@ -197,6 +197,26 @@ class RunStore:
             self.changed.notify_all()
             return cur.rowcount == 1
 
+    def transition(self, run_id: str, frm: str, to: str, code: str, reason: str) -> bool:
+        """Move a run from `frm` to `to`; False (and nothing changed) when it is not in `frm`."""
+        with self._lock:
+            cur = self.db.execute(
+                "UPDATE runs SET status = ?, code = ?, reason = ?, updated_at = ? WHERE run_id = ? AND status = ?",
+                [to, code, reason, now(), run_id, frm])
+            self.changed.notify_all()
+            return cur.rowcount == 1
+
+    def wait_for_child(self, run_id: str, call_pk: int, reason: str) -> bool:
+        """A running run starts waiting for its child, only while the call still waits for it:
+        once the child's outcome is in the call, the run must go on instead."""
+        with self._lock:
+            cur = self.db.execute(
+                "UPDATE runs SET status = ?, code = ?, reason = ?, updated_at = ? WHERE run_id = ? AND status = ? "
+                "AND EXISTS (SELECT 1 FROM calls WHERE id = ? AND status = 'awaiting_child')",
+                [AWAITING_CHILD, "awaiting_child", reason, now(), run_id, RUNNING, call_pk])
+            self.changed.notify_all()
+            return cur.rowcount == 1
+
     def add_to_run(self, run_id: str, **deltas: float) -> dict[str, Any]:
         """Add to counters in one statement, so no increment is lost between threads."""
         sets = ", ".join(f"{k} = {k} + ?" for k in deltas if k in _RUN_COLUMNS)

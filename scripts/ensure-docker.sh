@@ -6,8 +6,6 @@ set -u
 
 WAIT_SECONDS=${WAIT_SECONDS:-60}
 LOG=${DOCKERD_LOG:-/tmp/dockerd.log}
-# The daemon config written when this script starts dockerd and gVisor's runsc is installed.
-DAEMON_CONFIG=${DOCKERD_CONFIG:-/tmp/warden-dockerd.json}
 
 say() { echo "ensure-docker: $*" >&2; }
 sudo_cmd() {
@@ -40,7 +38,14 @@ if [ ! -x /usr/bin/busybox ] && command -v apt-get >/dev/null 2>&1; then
 		say "could not install busybox-static (needed by scripts/build-images.sh)"
 fi
 
+note_runsc() {
+	if command -v runsc >/dev/null 2>&1 && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+		say "note: runsc is installed but this engine has no 'runsc' runtime (add it to daemon.json to use gVisor)"
+	fi
+}
+
 if docker info >/dev/null 2>&1; then
+	note_runsc
 	exit 0
 fi
 
@@ -52,11 +57,18 @@ if command -v dockerd >/dev/null 2>&1 && ! pgrep -x dockerd >/dev/null 2>&1; the
 	ARGS=""
 	RUNSC=$(command -v runsc 2>/dev/null || true)
 	if [ -n "$RUNSC" ] && [ ! -e /etc/docker/daemon.json ]; then
-		# runsc's own netstack cannot attach to Docker's network namespace everywhere (in some
-		# VMs it refuses it as the root namespace), so gVisor sandboxes get no network at all.
-		printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--network=none"]}}}\n' "$RUNSC" >"$DAEMON_CONFIG"
-		ARGS="--config-file $DAEMON_CONFIG"
-		say "registering gVisor's runsc as the runtime 'runsc' ($DAEMON_CONFIG)"
+		# A config file in a fresh private folder: a file another user planted at a fixed path
+		# must never be what a root dockerd reads. runsc's own netstack cannot attach to Docker's
+		# network namespace everywhere (in some VMs it refuses it as the root namespace), so
+		# gVisor sandboxes get no network at all.
+		CONFIG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/warden-dockerd.XXXXXX") &&
+			printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--network=none"]}}}\n' "$RUNSC" \
+				>"$CONFIG_DIR/daemon.json" &&
+			ARGS="--config-file $CONFIG_DIR/daemon.json" &&
+			say "registering gVisor's runsc as the runtime 'runsc' ($CONFIG_DIR/daemon.json)" ||
+			say "could not write a daemon config; starting dockerd without the runsc runtime"
+	elif [ -n "$RUNSC" ]; then
+		say "/etc/docker/daemon.json exists: add runsc to its runtimes there to use gVisor"
 	fi
 	if [ "$(id -u)" = 0 ]; then
 		# shellcheck disable=SC2086
@@ -72,9 +84,7 @@ i=0
 while [ "$i" -lt "$WAIT_SECONDS" ]; do
 	if docker info >/dev/null 2>&1; then
 		say "Docker engine is up"
-		if command -v runsc >/dev/null 2>&1 && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
-			say "note: runsc is installed but this engine has no 'runsc' runtime (add it to daemon.json to use gVisor)"
-		fi
+		note_runsc
 		exit 0
 	fi
 	sleep 1

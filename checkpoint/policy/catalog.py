@@ -35,6 +35,8 @@ class AgentCatalog:
                 raise FileNotFoundError(f"no agent catalog at {path}")
             uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
             self._db = sqlite_utils.Database(sqlite3.connect(uri, uri=True, check_same_thread=False))
+            if "agent_versions" not in self._db.table_names():  # raises sqlite3.Error on a non-database
+                raise ValueError(f"{path} is not an agent catalog (no agent_versions table)")
         elif path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             # the server reads the catalog from gRPC worker threads and the reload watcher; the

@@ -4,8 +4,11 @@ The engine resolves every agent of `run.actor_chain` from its own catalog, but t
 with each link's narrowing and budget, comes from the caller. Dropping an ancestor or a narrowing
 would widen a child's authority, so when the checkpoint allows a delegation it returns a token:
 an HMAC, under a key derived from the grant key, over the chain the child's run will send (the
-parent's chain plus the child's link). Every request whose chain holds two or more agents must
-carry the token of exactly that chain; otherwise it is refused with `chain_unverified`.
+parent's chain plus the child's link: the agent, the version pinned, the narrowing asked for and
+the effective budget the checkpoint granted). Every request whose chain holds two or more agents
+must carry the token of exactly that chain; otherwise it is refused with `chain_unverified`. So
+whatever the child's own run budget later says (a person's resume, say), its ceilings cannot pass
+what the delegation granted: ceilings only narrow down the chain.
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ def chain_token(key: bytes, chain: list[pb.Actor]) -> str:
 
 
 def child_chain(request: pb.CheckRequest, response: pb.CheckResponse) -> list[pb.Actor]:
-    """The chain a child run allowed by `response` will send: the parent's plus the child's link."""
+    """The chain a child run allowed by `response` will send: the parent's plus the child's link,
+    which carries the effective budget granted (not only the one asked for), because the parent's
+    own ceilings may live in its run context rather than in its link."""
     child = pb.Actor(
         kind=pb.ACTOR_KIND_AGENT,
         id=request.delegation.agent,
         agent_version=response.child_agent_version,
         narrowing=request.delegation.narrowing,
-        budget=request.delegation.budget,
+        budget=response.child_budget,
     )
     return [*request.run.actor_chain, child]
 

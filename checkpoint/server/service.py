@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from google.protobuf import json_format
+
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.policy import PolicySet
@@ -390,7 +392,13 @@ def _logged_arguments(
         }
     if action == "delegation":
         d = request.delegation
-        return {"agent": d.agent, "agent_version": d.agent_version}
+        # narrowing and budget too: an approval of a narrow delegation must not pass a wider one
+        return {
+            "agent": d.agent,
+            "agent_version": d.agent_version,
+            "narrowing": json_format.MessageToDict(d.narrowing, preserving_proto_field_name=True),
+            "budget": json_format.MessageToDict(d.budget, preserving_proto_field_name=True),
+        }
     if action == "plan":
         return {"steps": [{"id": s.id, "tool": s.tool} for s in request.plan.steps]}
     return None

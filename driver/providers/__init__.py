@@ -20,4 +20,17 @@ def make_provider(name: str, **options: Any) -> Provider:
     raise ValueError(f"unknown provider {name!r} (known: anthropic, scripted)")
 
 
-__all__ = ["ModelRequest", "Provider", "ToolDef", "make_provider"]
+def child_options(name: str, options: dict[str, Any], agent: str) -> dict[str, Any]:
+    """The provider options of a child run of `agent`, started by a run with these options.
+
+    A scripted run holds its children's scripts, by agent (a child without one hands off at
+    once); every other provider gives its children the options it has itself.
+    """
+    if name == "scripted":
+        from driver.providers.scripted import child_script
+
+        return {"script": child_script(options.get("script"), agent)}
+    return dict(options)
+
+
+__all__ = ["ModelRequest", "Provider", "ToolDef", "child_options", "make_provider"]

@@ -96,6 +96,12 @@ def validate_script(data: Any, path: str = "script", doc: SourceDocument | None 
     return {"responses": list(data["responses"]), "delegates": delegates}
 
 
+def child_script(script: Any, agent: str) -> Script:
+    """The script of a child run of `agent`, from its parent's (empty when it has none)."""
+    children = script.get("delegates") or {} if isinstance(script, dict) else {}
+    return children.get(agent) or {"responses": [], "delegates": {}}
+
+
 class ScriptedProvider:
     name = "scripted"
 

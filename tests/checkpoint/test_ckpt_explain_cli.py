@@ -242,3 +242,14 @@ def test_shipped_policy_cases(c, cel_engine):
 
 def test_shipped_cases_exist():
     assert len(list(_shipped_cases())) >= 40
+
+
+@pytest.mark.parametrize("content", [pytest.param(b"", id="empty"), pytest.param(b"not sqlite at all" * 100, id="garbage")])
+def test_check_with_a_data_folder_whose_catalog_is_not_one_says_so(tmp_path, capsys, content):
+    path = tmp_path / "req.json"
+    path.write_text(_request_json(policies("engine"), chain=["reader"], tool="read_doc", args=DOC))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "catalog.db").write_bytes(content)
+    assert main(["check", "--policies", str(FOLDERS["engine"]), "--data", str(tmp_path / "data"), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "catalog.db" in err and "Traceback" not in err

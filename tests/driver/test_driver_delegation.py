@@ -224,3 +224,65 @@ def test_the_delegate_tool_schema_and_its_validator_name_the_same_fields() -> No
     assert set(schema) == set(_Delegate.model_fields)
     assert set(schema["budget"]["properties"]) == set(_DelegateBudget.model_fields)
     assert set(schema["narrowing"]["properties"]) == set(_DelegateScope.model_fields)
+
+
+def test_a_parent_whose_child_outcome_was_stored_before_a_crash_goes_on_after_recover(stack):
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate(), final(summarised="child succeeded")],
+                      {"triage": [{"action": "handoff", "reason": "wait"}]})
+    settle(d, parent_id)
+    [child] = d.store.children(parent_id)
+    d.stop()
+    # The crash window inside the settling: the call holds the outcome, the parent still waits.
+    d.store.set_status(child["run_id"], SUCCEEDED, "succeeded", "done")
+    call = d.store.call_for_child(child["run_id"])
+    d.store.update_call(call["id"], status="done", result={"is_error": False, "content": "child done"})
+    assert d.store.run(parent_id)["status"] == AWAITING_CHILD
+    again = stack.driver()
+    again.recover()
+    run = settle(again, parent_id)
+    assert run["status"] == SUCCEEDED, (run["code"], run["reason"])
+
+
+def test_a_run_waits_for_its_child_only_while_the_call_does(tmp_path) -> None:
+    from driver.store import RUNNING, RunStore
+
+    store = RunStore(tmp_path / "d.db")
+    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    pk = store.add_call(run["run_id"], 0, 0, call_id="c", tool="delegate", arguments={}, args_sha="", plan_step="")
+    store.update_call(pk, status="awaiting_child", child_run_id="run-child")
+    assert store.wait_for_child(run["run_id"], pk, "waiting") and store.run(run["run_id"])["status"] == AWAITING_CHILD
+    store.transition(run["run_id"], AWAITING_CHILD, RUNNING, "", "")
+    store.update_call(pk, status="done")  # the child's outcome arrived first
+    assert not store.wait_for_child(run["run_id"], pk, "waiting") and store.run(run["run_id"])["status"] == RUNNING
+
+
+def test_a_parent_cancelled_while_its_child_is_created_leaves_the_child_unstarted(stack, monkeypatch):
+    d = stack.driver()
+    real = d._start_child
+
+    def cancel_parent_first(parent: dict[str, Any], *args: Any) -> dict[str, Any]:
+        d.cancel(parent["run_id"], "alice", "changed my mind")
+        return real(parent, *args)
+
+    monkeypatch.setattr(d, "_start_child", cancel_parent_first)
+    parent_id = start(stack, d, [delegate()], {"triage": TRIAGE_OK})
+    [child] = d.store.children(parent_id)
+    d.wait(child["run_id"], timeout=10)
+    child = d.store.run(child["run_id"])
+    assert d.store.run(parent_id)["status"] == "cancelled"
+    assert child["status"] == "cancelled" and child["model_attempts"] == 0
+    assert d.store.receipts(child["run_id"]) == []
+
+
+def test_cancelling_a_parent_whose_child_just_ended_still_cancels_the_parent(stack, monkeypatch):
+    d = stack.driver()
+    parent_id = start(stack, d, [delegate()], {"triage": [{"action": "handoff", "reason": "wait"}]})
+    settle(d, parent_id)
+    [child] = d.store.children(parent_id)
+    d.store.set_status(child["run_id"], SUCCEEDED, "succeeded", "ended just now")
+    stale = [child]  # listed while it still ran
+    monkeypatch.setattr(d.store, "children", lambda run_id: stale if run_id == parent_id else [])
+    d.cancel(parent_id, "alice")
+    assert d.store.run(parent_id)["status"] == "cancelled"
+    assert "run_cancelled" in kinds(d, parent_id)

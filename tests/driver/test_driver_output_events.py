@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from driver_harness import PLAN, call, final
@@ -16,7 +17,8 @@ def _outputs(store: RunStore, run_id: str) -> list[dict]:
     return [e["data"] for e in store.events(run_id) if e["kind"] == "tool_output"]
 
 
-def test_chunks_are_coalesced_per_stream_and_flushed_in_order(tmp_path: Path) -> None:
+def test_chunks_are_coalesced_per_stream_and_flushed_in_order(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(output_events, "FLUSH_SECONDS", 3600)  # only size, stream and flush() write here
     store = RunStore(tmp_path / "d.db")
     out = OutputEvents(store, "run-1", "scan", "d-1")
     for piece in ("a", "b", "c"):
@@ -29,7 +31,22 @@ def test_chunks_are_coalesced_per_stream_and_flushed_in_order(tmp_path: Path) ->
     assert all(e["tool"] == "scan" and e["decision_id"] == "d-1" for e in _outputs(store, "run-1"))
 
 
+def test_a_line_followed_by_silence_still_shows(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(output_events, "FLUSH_SECONDS", 0.05)
+    store = RunStore(tmp_path / "d.db")
+    out = OutputEvents(store, "run-1", "scan", "d-1")
+    out("stdout", "scanning 10.20.0.0/24\n")  # and then nothing for a long while
+    deadline = time.monotonic() + 60
+    while not _outputs(store, "run-1"):
+        assert time.monotonic() < deadline, "the lone line was never written"
+        time.sleep(0.01)
+    assert [e["text"] for e in _outputs(store, "run-1")] == ["scanning 10.20.0.0/24\n"]
+    out.flush()  # nothing left: no second event
+    assert len(_outputs(store, "run-1")) == 1
+
+
 def test_a_large_chunk_is_written_at_once_and_the_total_is_capped(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(output_events, "FLUSH_SECONDS", 3600)
     monkeypatch.setattr(output_events, "MAX_CHARS_PER_CALL", 5000)
     store = RunStore(tmp_path / "d.db")
     out = OutputEvents(store, "run-1", "scan", "d-1")

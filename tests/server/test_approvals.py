@@ -7,7 +7,7 @@ import math
 
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
-from .helpers import tool_call
+from .helpers import run_context, tool_call
 
 SUBNET = {"template": "web", "target": "10.20.0.0/24"}
 
@@ -90,3 +90,35 @@ def test_the_resolved_tenant_is_recorded_when_the_request_omits_it(checkpoint):
     req.run.tenant = ""
     resp = checkpoint.stub().Check(req, timeout=5)
     assert resp.tenant == "acme" and checkpoint.records()[-1]["tenant"] == "acme"
+
+
+def test_an_approved_delegation_does_not_carry_over_to_a_wider_one(start, policy_dir):
+    (policy_dir / "rules" / "delegation.yaml").write_text(
+        "kind: Rule\nname: delegations-need-approval\neffect: approve_if\ncondition: 'true'\n"
+        "actions: [delegation]\nreason: a person approves every child run\n")
+    checkpoint = start()
+    version = checkpoint.version("recon")
+
+    def delegation(narrowing: pb.Scope | None, approval: str = "") -> pb.CheckRequest:
+        req = pb.CheckRequest(run=run_context("recon", version), delegation=pb.Delegation(agent="triage"))
+        if narrowing is not None:
+            req.delegation.narrowing.CopyFrom(narrowing)
+            req.delegation.budget.turns = 2
+        if approval:
+            req.approval.decision_id, req.approval.approver = approval, "bob"
+        return req
+
+    narrow = pb.Scope(tools=["get_task"])
+    asked = checkpoint.stub().Check(delegation(narrow), timeout=5)
+    assert asked.verdict == pb.VERDICT_REQUIRE_APPROVAL
+    wider = checkpoint.stub().Check(delegation(None, asked.decision_id), timeout=5)
+    assert (wider.verdict, wider.code) == (pb.VERDICT_DENY, "approval_invalid") and not wider.chain_token
+    assert "arguments" in wider.reason
+    honest = checkpoint.stub().Check(delegation(narrow, asked.decision_id), timeout=5)
+    assert (honest.verdict, honest.rule) == (pb.VERDICT_ALLOW, "approval") and honest.chain_token
+    assert list(honest.child_authority.tools) == ["get_task"] and honest.child_budget.turns == 2
+    # an approved delegation is not an approval of a tool call either
+    call = tool_call("recon", version, "create_task_from_template", SUBNET)
+    call.approval.decision_id, call.approval.approver = asked.decision_id, "bob"
+    stolen = checkpoint.stub().Check(call, timeout=5)
+    assert (stolen.verdict, stolen.code) == (pb.VERDICT_DENY, "approval_invalid")
