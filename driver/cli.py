@@ -255,6 +255,18 @@ def print_run(r: Any) -> None:
 
 def follow(client: _Client, run_id: str, after_seq: int = 0, no_follow: bool = False) -> int:
     """Print the run's events until it ends or waits for a person, then where it stands."""
+    from warden.driver.v1 import driver_pb2 as pb
+
+    _print_events(client, run_id, after_seq, no_follow, indent="")
+    print_run(client.call("GetRun", pb.GetRunRequest(run_id=run_id)).run)
+    return 0
+
+
+CHILD_INDENT = "      | "
+
+
+def _print_events(client: _Client, run_id: str, after_seq: int, no_follow: bool, indent: str) -> None:
+    """A run's events; a child run it starts is followed in place, indented, while it runs."""
     from google.protobuf import json_format
 
     from driver.render import event_line
@@ -263,9 +275,10 @@ def follow(client: _Client, run_id: str, after_seq: int = 0, no_follow: bool = F
     req = pb.WatchRunRequest(run_id=run_id, after_seq=after_seq, no_follow=no_follow, until_waiting=True)
     for resp in client.stub.WatchRun(req, metadata=client.metadata):
         e = resp.event
-        print(event_line(e.kind, json_format.MessageToDict(e.data), e.seq), flush=True)
-    print_run(client.call("GetRun", pb.GetRunRequest(run_id=run_id)).run)
-    return 0
+        data = json_format.MessageToDict(e.data)
+        print(indent + event_line(e.kind, data, e.seq).replace("\n", "\n" + indent), flush=True)
+        if e.kind == "child_started" and not no_follow:
+            _print_events(client, str(data["child_run_id"]), 0, False, indent + CHILD_INDENT)
 
 
 @_grpc_errors

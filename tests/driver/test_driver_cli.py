@@ -65,3 +65,24 @@ def test_cli_without_credential_says_what_to_do(tmp_path):
     out = subprocess.run([sys.executable, "-m", "warden.cli", "runs"], capture_output=True, text=True, env=env,
                          cwd=ROOT, timeout=60)
     assert out.returncode != 0 and "warden up" in out.stderr
+
+
+def test_run_follow_shows_a_child_run_in_place(up, tmp_path):
+    script = tmp_path / "script.yaml"
+    delegate = call("delegate", agent="triage", objective="Summarise task-abc123.", criteria=["summarised"])
+    triage = [{"action": "tool_call", "tool": "propose_plan", "arguments": {"steps": [{"id": "r", "tool": "get_task"}]}},
+              call("get_task", task_id="task-abc123"),
+              {"action": "final", "summary": "no findings", "outcomes": [{"criterion": "c1", "met": True,
+                                                                         "evidence": "get_task receipt"}]}]
+    script.write_text(yaml.safe_dump({"responses": [delegate, {"action": "handoff", "reason": "read it"}],
+                                      "delegates": {"triage": {"responses": triage}}}))
+    out = warden(up, "run", "recon", "--goal", str(ROOT / "goals" / "recon-lab-scan.yaml"), "--script", str(script),
+                 "--follow")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    started = next(i for i, line in enumerate(lines) if "> child run run-" in line)
+    ended = next(i for i, line in enumerate(lines) if "< child run run-" in line)
+    child = [line for line in lines[started + 1:ended] if line.startswith("      | ")]
+    assert any("receipt get_task: exit 0" in line for line in child)
+    assert any("== succeeded" in line for line in child)
+    assert "run paused (handoff)" in out.stdout  # and the parent went on after its child
