@@ -7,7 +7,7 @@ same bearer token, to both. Reported: throughput and p50/p99 latency at each con
 checkpoint/no-op ratios against the targets in DESIGN.md, and the checkpoint's resident memory
 after start and after N decisions (decision log on, synchronous=NORMAL).
 
-    .venv/bin/python bench/bench_grpc.py [--seconds 5] [--concurrency 1,32] [--decisions 200000]
+    .venv/bin/python bench/bench_grpc.py [--seconds 5] [--concurrency 1,32] [--decisions 200000] [--pin]
 """
 
 from __future__ import annotations
@@ -172,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--decisions", type=int, default=200_000, help="decisions before the second RSS reading"
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin both servers to CPU 0 and the client to the others (os.sched_setaffinity), as a sidecar "
+        "given its own core would run",
+    )
     parser.add_argument("--noop-server", nargs=2, metavar=("PORT", "RESPONSE_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.noop_server:
@@ -179,6 +185,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     levels = [int(c) for c in args.concurrency.split(",")]
+    server_cpus: set[int] | None = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--pin needs at least two CPUs")
+        server_cpus = {cpus[0]}
+        os.sched_setaffinity(0, set(cpus[1:]))  # this process is the client
+
+    def pin_server() -> None:  # in the server's process before exec: every thread it starts inherits it
+        if server_cpus:
+            os.sched_setaffinity(0, server_cpus)
+
     tmp = Path(tempfile.mkdtemp(prefix="warden-bench-grpc-"))
     data = tmp / "data"
     token = secrets.token_urlsafe(32)
@@ -198,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(data), "--policies", str(ROOT / "policies"),
          "--address", f"127.0.0.1:{cp_port}", "--socket", "", "--reload-interval", "0", "--workers", str(WORKERS)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=pin_server,
     )  # fmt: skip
     noop = None
     try:
@@ -215,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         noop = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--noop-server", str(noop_port), str(tmp / "answer.bin")],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=pin_server,
         )  # fmt: skip
         _wait_ready(noop_target, request, token, noop)
 
