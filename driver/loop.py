@@ -208,8 +208,8 @@ class Driver:
         self.store.append_event(run["run_id"], "approval_decided", approval_id=approval_id,
                                 decision="approved" if approved else "rejected", person=person, note=note,
                                 tool=approval["tool"])
-        self.store.update_run(run["run_id"], status=RUNNING, code="", reason="")
-        if spawn:
+        # Only from awaiting_approval: a cancel that landed meanwhile stays a cancel.
+        if self.store.transition(run["run_id"], AWAITING_APPROVAL, RUNNING, "", "") and spawn:
             self.spawn(run["run_id"])
         return self.store.run(run["run_id"])
 
@@ -235,7 +235,11 @@ class Driver:
         budget.update(raise_budget)
         GoalBudget.model_validate(budget)
         note = f"A person ({person}) resumed the run." + (f" They wrote: {reply}" if reply else "")
-        self.store.update_run(run_id, status=RUNNING, code="", reason="", budget=budget, note=note,
+        # Only from paused: a cancel (or another resume) that landed meanwhile wins.
+        if not self.store.transition(run_id, PAUSED, RUNNING, "", ""):
+            current = self.store.run(run_id)["status"]
+            raise RunStateError(f"run {run_id} is {current}, not paused", code="run_not_paused")
+        self.store.update_run(run_id, budget=budget, note=note,
                               stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_tokens=0,
                               stretch_turns=0, provider_refusals=0, consecutive_failures=0, nudged=0)
         self.store.append_event(run_id, "run_resumed", person=person, reply=reply, raised=raise_budget,
@@ -265,7 +269,9 @@ class Driver:
         run = self.store.run(run_id)
         if run["status"] in TERMINAL:
             raise RunStateError(f"run {run_id} is already {run['status']}", code=f"run_{run['status']}")
-        self.store.update_run(run_id, status=CANCELLED, code="cancelled", reason=reason or f"cancelled by {person}")
+        if not self.store.set_status(run_id, CANCELLED, "cancelled", reason or f"cancelled by {person}"):
+            current = self.store.run(run_id)["status"]  # it ended meanwhile: that end stands
+            raise RunStateError(f"run {run_id} is already {current}", code=f"run_{current}")
         for child in self.store.children(run_id):  # nothing keeps running for a cancelled run
             if child["status"] not in TERMINAL:
                 try:
@@ -702,7 +708,10 @@ class Driver:
                                          f"waiting for child run {child['run_id']} ({child['agent']})"):
             # The parent was cancelled while its child was being created: the child never starts.
             if self.store.run(run["run_id"])["status"] in TERMINAL:
-                self.cancel(child_id, "driver", f"its parent run {run['run_id']} ended before it started")
+                try:
+                    self.cancel(child_id, "driver", f"its parent run {run['run_id']} ended before it started")
+                except RunStateError:
+                    pass  # the parent's cancel already reached it
                 return False
         self.spawn(child["run_id"])
         return False

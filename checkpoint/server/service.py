@@ -56,7 +56,7 @@ class CheckpointService:
         self.key = key
         # masked audit fields are keyed digests: a card number cannot be brute-forced from the log
         self.mask_key = hmac.new(key.secret, b"warden audit masking v1", hashlib.sha256).digest()
-        self.chain_key = hmac.new(key.secret, b"warden chain token v1", hashlib.sha256).digest()
+        self.chain_key = hmac.new(key.secret, b"warden chain token v2", hashlib.sha256).digest()
         self.metrics = metrics
         self.max_batch_items = max_batch_items
         self._watch_stops: set[threading.Event] = set()
@@ -102,7 +102,7 @@ class CheckpointService:
         if response.verdict == ALLOW and request.WhichOneof("action") == "delegation":
             response.chain_token = chain_token(self.chain_key, child_chain(request, response))
         if response.verdict == ALLOW and response.rule == "approval":
-            problem = self._approval_problem(request, policies)
+            problem = self._approval_problem(request, response, policies)
             if problem is not None:
                 response = _fail_closed(response, APPROVAL_INVALID, problem, rule="approval")
 
@@ -136,7 +136,9 @@ class CheckpointService:
         self._count(response.verdict, response.code)
         return response
 
-    def _approval_problem(self, request: pb.CheckRequest, policies: PolicySet) -> str | None:
+    def _approval_problem(
+        self, request: pb.CheckRequest, response: pb.CheckResponse, policies: PolicySet
+    ) -> str | None:
         approval = request.approval
         action = request.WhichOneof("action") or "none"
         arguments = convert.struct_to_dict(request.tool_call.arguments) if action == "tool_call" else None
@@ -148,7 +150,7 @@ class CheckpointService:
             agent_version=request.run.actor_chain[-1].agent_version if request.run.actor_chain else "",
             action=action,
             tool=request.tool_call.tool if action == "tool_call" else None,
-            logged_arguments=_logged_arguments(request, action, arguments, policies, self.mask_key),
+            logged_arguments=_logged_arguments(request, response, action, arguments, policies, self.mask_key),
         )
 
     def _count(self, verdict: int, code: str) -> None:
@@ -250,7 +252,7 @@ class CheckpointService:
             "agent_version": response.agent_version or last.get("agent_version") or None,
             "action": action,
             "tool": tool or None,
-            "arguments": _logged_arguments(request, action, arguments, policies, self.mask_key),
+            "arguments": _logged_arguments(request, response, action, arguments, policies, self.mask_key),
             "verdict": convert.verdict_name(response.verdict),
             "code": response.code,
             "rule": response.rule or None,
@@ -355,6 +357,7 @@ def _fail_closed(response: pb.CheckResponse, code: str, reason: str, *, rule: st
 
 def _logged_arguments(
     request: pb.CheckRequest,
+    response: pb.CheckResponse,
     action: str | None,
     arguments: dict[str, Any] | None,
     policies: PolicySet | None,
@@ -392,10 +395,12 @@ def _logged_arguments(
         }
     if action == "delegation":
         d = request.delegation
-        # narrowing and budget too: an approval of a narrow delegation must not pass a wider one
+        # narrowing, budget and the version the child would run: an approval of one delegation
+        # must not pass a wider one, nor one whose agent was widened by a policy edit meanwhile
         return {
             "agent": d.agent,
             "agent_version": d.agent_version,
+            "child_agent_version": response.child_agent_version,
             "narrowing": json_format.MessageToDict(d.narrowing, preserving_proto_field_name=True),
             "budget": json_format.MessageToDict(d.budget, preserving_proto_field_name=True),
         }

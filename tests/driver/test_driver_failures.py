@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
+import pytest
 from driver_harness import PLAN, call, final, goal
+
+from driver.errors import RunStateError
 
 SCAN = call("create_task_from_template", template="web", target="web.lab.example.com")
 SCRIPT = [PLAN, SCAN, call("get_task", task_id="task-abc"), final(reported="succeeded")]
@@ -76,3 +80,43 @@ def test_cancel_stops_the_run_and_its_pending_approval(stack):
     assert run["status"] == "cancelled"
     assert d.store.approvals(run["run_id"])[0]["status"] == "cancelled"
     assert d.run_until_stopped(run["run_id"])["status"] == "cancelled"
+
+
+def test_a_cancel_landing_inside_an_approval_or_a_resume_stays_a_cancel(stack, monkeypatch):
+    d = stack.driver()
+    script = [PLAN, call("create_task_from_template", template="web", target="10.20.0.0/24")]
+    run = d.start_run("recon", goal(), owner="alice", provider="scripted", spawn=False,
+                      provider_options={"script": script})
+    run = d.run_until_stopped(run["run_id"])
+    [approval] = d.store.approvals(run["run_id"], status="pending")
+    real_update_call = d.store.update_call
+
+    def cancel_first(pk: int, **fields: Any) -> None:  # the person's cancel wins the race
+        if fields.get("status") == "approved":
+            d.store.set_status(run["run_id"], "cancelled", "cancelled", "cancelled by carol")
+        real_update_call(pk, **fields)
+
+    monkeypatch.setattr(d.store, "update_call", cancel_first)
+    assert d.approve(approval["approval_id"], "bob", spawn=False)["status"] == "cancelled"
+
+    paused = d.start_run("recon", goal(), owner="alice", provider="scripted", spawn=False,
+                         provider_options={"script": [{"action": "handoff", "reason": "x"}]})
+    paused = d.run_until_stopped(paused["run_id"])
+    assert paused["status"] == "paused"
+    # resume reads "paused", then a cancel lands before it moves the run
+    d.store.set_status(paused["run_id"], "cancelled", "cancelled", "cancelled by carol")
+    real_run, reads = d.store.run, []
+
+    def stale_first_read(run_id: str) -> dict[str, Any]:
+        row = real_run(run_id)
+        if run_id == paused["run_id"] and not reads:
+            reads.append(run_id)
+            return {**row, "status": "paused", "code": "handoff"}
+        return row
+
+    monkeypatch.setattr(d.store, "run", stale_first_read)
+    with pytest.raises(RunStateError, match="is cancelled, not paused"):
+        d.resume(paused["run_id"], "alice", spawn=False)
+    assert real_run(paused["run_id"])["status"] == "cancelled"
+    with pytest.raises(RunStateError, match="already cancelled"):
+        d.cancel(paused["run_id"], "alice")

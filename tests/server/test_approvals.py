@@ -122,3 +122,27 @@ def test_an_approved_delegation_does_not_carry_over_to_a_wider_one(start, policy
     call.approval.decision_id, call.approval.approver = asked.decision_id, "bob"
     stolen = checkpoint.stub().Check(call, timeout=5)
     assert (stolen.verdict, stolen.code) == (pb.VERDICT_DENY, "approval_invalid")
+
+
+def test_an_approved_delegation_is_refused_once_the_child_agent_changed(start, policy_dir):
+    (policy_dir / "rules" / "delegation.yaml").write_text(
+        "kind: Rule\nname: delegations-need-approval\neffect: approve_if\ncondition: 'true'\n"
+        "actions: [delegation]\nreason: a person approves every child run\n")
+    checkpoint = start()
+    version = checkpoint.version("recon")
+    old_triage = checkpoint.version("triage")
+
+    def delegation(approval: str = "") -> pb.CheckRequest:
+        req = pb.CheckRequest(run=run_context("recon", version), delegation=pb.Delegation(agent="triage"))
+        if approval:
+            req.approval.decision_id, req.approval.approver = approval, "bob"
+        return req
+
+    asked = checkpoint.stub().Check(delegation(), timeout=5)
+    assert asked.verdict == pb.VERDICT_REQUIRE_APPROVAL and asked.child_agent_version == old_triage
+    # Before the person approves, triage's definition changes (a new persona is a new version).
+    triage = policy_dir / "agents" / "triage.yaml"
+    triage.write_text(triage.read_text().replace("persona: You read", "persona: You now read"))
+    assert checkpoint.server.store.reload() and checkpoint.version("triage") != old_triage
+    got = checkpoint.stub().Check(delegation(asked.decision_id), timeout=5)
+    assert (got.verdict, got.code) == (pb.VERDICT_DENY, "approval_invalid") and not got.chain_token
