@@ -22,7 +22,8 @@ def main(argv: list[str]) -> int:
         print(f"\n=== bench {name} ===", flush=True)
         started = time.perf_counter()
         try:
-            importlib.import_module(f"bench.bench_{name}").main()
+            # each with its defaults: the names given here are not the bench's own arguments
+            importlib.import_module(f"bench.bench_{name}").main([])
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
             print(f"bench {name} failed: {type(exc).__name__}: {exc}", flush=True)
             failed.append(name)

@@ -100,7 +100,7 @@ def cedar_decision():
     return lambda: cedarpy.is_authorized(request, policies, entities)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:  # no options; argv for the runner's sake
     rows = [("warden decide() [native CEL]", warden_decision())]
     try:
         rows.append(("cedarpy is_authorized()", cedar_decision()))
