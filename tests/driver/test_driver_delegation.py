@@ -286,3 +286,23 @@ def test_cancelling_a_parent_whose_child_just_ended_still_cancels_the_parent(sta
     d.cancel(parent_id, "alice")
     assert d.store.run(parent_id)["status"] == "cancelled"
     assert "run_cancelled" in kinds(d, parent_id)
+
+
+def test_the_tree_budget_counts_every_run_of_the_tree(stack):
+    d = stack.driver()
+    goal = parse_goal({"objective": "Get task-abc123 summarised.", "budget": {"tree_tokens": 1000},
+                       "criteria": [{"id": "summarised", "description": "a summary came back"}]})
+    script = {"responses": [{"actions": [delegate()], "usage": {"input_tokens": 300, "output_tokens": 300}}],
+              "delegates": {"triage": {"responses": [{"actions": [TRIAGE_PLAN],
+                                                      "usage": {"input_tokens": 250, "output_tokens": 250}},
+                                                     call("get_task", task_id="task-abc123")]}}}
+    run = d.start_run("recon", goal, owner="alice", provider="scripted",
+                      provider_options={"script": parse_script_dict(script)}, spawn=False)
+    d.run_until_stopped(run["run_id"])
+    settle(d, run["run_id"])
+    [child] = d.store.children(run["run_id"])
+    child = d.store.run(child["run_id"])
+    # neither run alone reached 1000 tokens (600 and 500); the tree did
+    assert (child["status"], child["code"]) == (PAUSED, "breaker_tree_budget")
+    assert child["total_tokens"] == 500 and child["budget"]["tree_tokens"] == 1000
+    assert d.store.tree(run["run_id"]) == (2, 1100)
