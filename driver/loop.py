@@ -269,7 +269,8 @@ class Driver:
         run = self.store.run(run_id)
         if run["status"] in TERMINAL:
             raise RunStateError(f"run {run_id} is already {run['status']}", code=f"run_{run['status']}")
-        if not self.store.set_status(run_id, CANCELLED, "cancelled", reason or f"cancelled by {person}"):
+        reason = reason or f"cancelled by {person}"
+        if not self.store.end_run(run_id, CANCELLED, "cancelled", reason, person=person):
             current = self.store.run(run_id)["status"]  # it ended meanwhile: that end stands
             raise RunStateError(f"run {run_id} is already {current}", code=f"run_{current}")
         for child in self.store.children(run_id):  # nothing keeps running for a cancelled run
@@ -285,7 +286,8 @@ class Driver:
             stopped = self.toolrunner.cancel(run_id)
         except DriverError as exc:  # the run is cancelled either way; say what could not be stopped
             self.store.append_event(run_id, "cancel_incomplete", code=exc.code, message=exc.message)
-        self.store.append_event(run_id, "run_cancelled", person=person, reason=reason, stopped_calls=stopped)
+        if stopped:
+            self.store.append_event(run_id, "calls_stopped", count=stopped)
         if run["parent_run_id"]:
             self._settle_child(self.store.run(run_id))
         return self.store.run(run_id)
@@ -376,11 +378,8 @@ class Driver:
             self.store.append_event(run["run_id"], "run_paused", code=code, reason=reason, **extra)
 
     def _finish(self, run: dict[str, Any], status: str, code: str, reason: str, **extra: Any) -> None:
-        if self.store.run(run["run_id"])["status"] in TERMINAL:
-            return
-        # the event first: a watcher that sees the final status has the final event to read
-        self.store.append_event(run["run_id"], f"run_{status}", code=code, reason=reason, **extra)
-        self.store.set_status(run["run_id"], status, code, reason)
+        if not self.store.end_run(run["run_id"], status, code, reason, **extra):
+            return  # it ended otherwise meanwhile (a cancel): that end stands
         if run["parent_run_id"]:
             self._settle_child(self.store.run(run["run_id"]))
 

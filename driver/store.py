@@ -197,6 +197,16 @@ class RunStore:
             self.changed.notify_all()
             return cur.rowcount == 1
 
+    def end_run(self, run_id: str, status: str, code: str, reason: str, /, **event: Any) -> bool:
+        """End a run that has not ended, and append its final event `run_<status>`, as one step:
+        a watcher never sees the end without its event, nor an event for an end that lost a race
+        (False, nothing written)."""
+        with self._lock:
+            if not self.set_status(run_id, status, code, reason):
+                return False
+            self.append_event(run_id, f"run_{status}", code=code, reason=reason, **event)
+            return True
+
     def transition(self, run_id: str, frm: str, to: str, code: str, reason: str) -> bool:
         """Move a run from `frm` to `to`; False (and nothing changed) when it is not in `frm`."""
         with self._lock:

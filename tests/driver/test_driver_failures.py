@@ -120,3 +120,16 @@ def test_a_cancel_landing_inside_an_approval_or_a_resume_stays_a_cancel(stack, m
     assert real_run(paused["run_id"])["status"] == "cancelled"
     with pytest.raises(RunStateError, match="already cancelled"):
         d.cancel(paused["run_id"], "alice")
+
+
+def test_a_run_ends_once_with_exactly_one_final_event(tmp_path) -> None:
+    from driver.store import RunStore
+
+    store = RunStore(tmp_path / "d.db")
+    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    assert store.end_run(run["run_id"], "cancelled", "cancelled", "by carol", person="carol")
+    # the model's final answer arrives a moment later: it loses, and leaves no event behind
+    assert not store.end_run(run["run_id"], "succeeded", "succeeded", "done")
+    finals = [e for e in store.events(run["run_id"]) if e["kind"].startswith("run_")]
+    assert [(e["kind"], e["data"]["code"]) for e in finals] == [("run_cancelled", "cancelled")]
+    assert store.run(run["run_id"])["status"] == "cancelled"
