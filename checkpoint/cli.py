@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     one = subparsers.add_parser(
         "check", help="decide one request (proto3 JSON CheckRequest) and print the CheckResponse",
-        description="Exit codes: 0 decided (any verdict), 1 the request is invalid, 3 the policies do not load.",
+        description="Exit codes: 0 decided (any verdict), 1 the request is invalid, 2 usage (e.g. --data "
+        "holds no agent catalog), 3 the policies do not load.",
     )
     one.add_argument("request", help="a file holding a CheckRequest in proto3 JSON, or - for stdin")
     one.add_argument("--policies", type=Path, default=Path("policies"), help="policy folder (default: policies)")
