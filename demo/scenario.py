@@ -28,7 +28,6 @@ class Scenario:
         self.stack = stack
         self.seen: set[str] = set()
         self.after = 0
-        self.children: list[str] = []
 
     def follow_until_stop(self, run_id: str) -> pb.Run:
         """Print events until the run waits for a person or ends."""
@@ -48,7 +47,6 @@ class Scenario:
 
     def follow_child(self, run_id: str) -> None:
         """The child run's own events, indented, until it ends or waits for a person."""
-        self.children.append(run_id)
         stream = self.driver.WatchRun(pb.WatchRunRequest(run_id=run_id, until_waiting=True), metadata=self.md)
         for resp in stream:
             e = resp.event
@@ -71,12 +69,13 @@ class Scenario:
         if kind == "run_succeeded":
             self.seen.add("verified success")
 
-    def print_decisions(self, run_id: str) -> int:
+    def print_decisions(self, root_run_id: str) -> int:
+        """Every decision of the run's delegation tree, in log order."""
         token = _read_token(self.stack.driver_data / "checkpoint.tokens", "driver") or ""
         with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
             stub = cp_grpc.CheckpointServiceStub(ch)
             n = 0
-            for resp in stub.WatchDecisions(cp.WatchDecisionsRequest(run_id=run_id, no_follow=True),
+            for resp in stub.WatchDecisions(cp.WatchDecisionsRequest(root_run_id=root_run_id, no_follow=True),
                                             metadata=[("authorization", f"Bearer {token}")], timeout=30):
                 r = resp.record
                 what = r.tool or r.action
@@ -113,9 +112,6 @@ def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
           f"{run.total_tokens} tokens", flush=True)
     print("\n== the decision stream, from the checkpoint's hash-chained log", flush=True)
     n = s.print_decisions(run_id)
-    for child in s.children:
-        print(f"  -- child run {child}", flush=True)
-        n += s.print_decisions(child)
     wanted = ["allowed call ran in a container", "denied call", "approval", "breaker trip and pause", "resume",
               "delegation to a child run", "verified success"]
     missing = [w for w in wanted if w not in s.seen]

@@ -44,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     filters = argparse.ArgumentParser(add_help=False)
     filters.add_argument("--run", metavar="RUN_ID", help="only this run")
+    filters.add_argument(
+        "--tree", metavar="ROOT_RUN_ID", help="only this run and every run it delegated to, at any depth"
+    )
     filters.add_argument("--agent", help="only this agent")
     filters.add_argument(
         "--verdict",
@@ -150,7 +153,13 @@ def _reader(args: argparse.Namespace) -> DecisionReader | None:
 
 
 def _filters(args: argparse.Namespace) -> dict[str, Any]:
-    return {"run_id": args.run, "agent": args.agent, "verdict": args.verdict, "code": args.code}
+    return {
+        "run_id": args.run,
+        "root_run_id": args.tree,
+        "agent": args.agent,
+        "verdict": args.verdict,
+        "code": args.code,
+    }
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -325,6 +325,7 @@ class DecisionLog:
         after_seq: int = 0,
         *,
         run_id: str | None = None,
+        root_run_id: str | None = None,
         agent: str | None = None,
         verdict: str | None = None,
         code: str | None = None,
@@ -347,6 +348,7 @@ class DecisionLog:
         return self._reader.follow(
             after_seq,
             run_id=run_id,
+            root_run_id=root_run_id,
             agent=agent,
             verdict=verdict,
             code=code,

@@ -35,6 +35,7 @@ class DecisionReader:
         after_seq: int = 0,
         *,
         run_id: str | None = None,
+        root_run_id: str | None = None,
         agent: str | None = None,
         verdict: str | None = None,
         code: str | None = None,
@@ -49,7 +50,7 @@ class DecisionReader:
                 after_seq,
                 None,
                 limit,
-                dict(run_id=run_id, agent=agent, verdict=verdict, code=code, since=since),
+                dict(run_id=run_id, root_run_id=root_run_id, agent=agent, verdict=verdict, code=code, since=since),
             )
         finally:
             conn.close()
@@ -83,6 +84,7 @@ class DecisionReader:
         after_seq: int = 0,
         *,
         run_id: str | None = None,
+        root_run_id: str | None = None,
         agent: str | None = None,
         verdict: str | None = None,
         code: str | None = None,
@@ -102,7 +104,7 @@ class DecisionReader:
             def wait(_pos: int, timeout: float) -> None:
                 stop.wait(timeout)
 
-        filters = dict(run_id=run_id, agent=agent, verdict=verdict, code=code)
+        filters = dict(run_id=run_id, root_run_id=root_run_id, agent=agent, verdict=verdict, code=code)
         conn = self._connect()
         try:
             pos = after_seq

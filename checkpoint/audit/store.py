@@ -95,6 +95,7 @@ def select(
     after_seq: int = 0,
     upto_seq: int | None = None,
     run_id: str | None = None,
+    root_run_id: str | None = None,
     agent: str | None = None,
     verdict: str | None = None,
     code: str | None = None,
@@ -102,13 +103,18 @@ def select(
     limit: int | None = None,
     newest_first: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """Stored rows as dicts of column values (JSON columns still text), by seq."""
+    """Stored rows as dicts of column values (JSON columns still text), by seq.
+
+    `root_run_id` picks a whole delegation tree (the root run records itself as its root). It is
+    not indexed, to keep commits cheap: such a query walks the log in seq order."""
     where = ["seq > ?"]
     params: list[Any] = [after_seq]
     if upto_seq is not None:
         where.append("seq <= ?")
         params.append(upto_seq)
-    for column, value in (("run_id", run_id), ("agent", agent), ("verdict", verdict), ("code", code)):
+    for column, value in (
+        ("run_id", run_id), ("root_run_id", root_run_id), ("agent", agent), ("verdict", verdict), ("code", code)
+    ):
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)

@@ -306,14 +306,17 @@ class CheckpointService:
     ) -> Iterator[pb.WatchDecisionsResponse]:
         if request.after_seq < 0:
             raise InvalidArgument("invalid_request", "after_seq must not be negative", "after_seq")
-        run_id, agent, code = request.run_id or None, request.agent or None, request.code or None
-        verdict = convert.verdict_name(request.verdict) if request.verdict else None
+        filters: dict[str, Any] = {
+            "run_id": request.run_id or None,
+            "root_run_id": request.root_run_id or None,
+            "agent": request.agent or None,
+            "code": request.code or None,
+            "verdict": convert.verdict_name(request.verdict) if request.verdict else None,
+        }
         if request.no_follow:
-            records = self.log.read(request.after_seq, run_id=run_id, agent=agent, verdict=verdict, code=code)
+            records = self.log.read(request.after_seq, **filters)
         else:
-            records = self.log.follow(
-                request.after_seq, run_id=run_id, agent=agent, verdict=verdict, code=code, stop_event=stop
-            )
+            records = self.log.follow(request.after_seq, stop_event=stop, **filters)
         with self._watch_lock:
             self._watch_stops.add(stop)
         try:

@@ -133,6 +133,15 @@ def test_read_filters_and_limits(log, make_record):
     assert [r["seq"] for r in log.tail(5, verdict="DENY")] == [2, 3]
 
 
+def test_a_whole_delegation_tree_is_read_by_its_root(log, make_record):
+    log.append(make_record(run_id="root", root_run_id="root"))
+    log.append(make_record(run_id="child", root_run_id="root", parent_run_id="root"))
+    log.append(make_record(run_id="other", root_run_id="other"))
+    log.append(make_record(run_id="grandchild", root_run_id="root", parent_run_id="child"))
+    assert [r["run_id"] for r in log.read(root_run_id="root")] == ["root", "child", "grandchild"]
+    assert [r["run_id"] for r in log.tail(1, root_run_id="root")] == ["grandchild"]
+
+
 def test_read_pages_through_more_than_one_page(log, make_record):
     from checkpoint.audit import reader
 

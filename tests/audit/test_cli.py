@@ -23,10 +23,16 @@ def data_dir(tmp_path, make_record) -> Path:
     data = tmp_path / ".warden"
     with DecisionLog(data / "decisions.db") as log:
         log.append(
-            make_record(run_id="r1", verdict="ALLOW", code="allowed", time="2024-01-01T10:00:00.000000Z")
+            make_record(
+                run_id="r1", root_run_id="r1", verdict="ALLOW", code="allowed", time="2024-01-01T10:00:00.000000Z"
+            )
         )
         log.append(make_record(run_id="r2", verdict="DENY", code="tool_not_allowed", agent="ops", tool="rm"))
-        log.append(make_record(run_id="r1", verdict="HALT", code="breaker_turns", rule="breaker.turns"))
+        log.append(
+            make_record(
+                run_id="r1-child", root_run_id="r1", verdict="HALT", code="breaker_turns", rule="breaker.turns"
+            )
+        )
     return data
 
 
@@ -52,7 +58,7 @@ def test_query_table_and_filters(data_dir, capsys):
     assert main(["audit", "query", "--data", str(data_dir)]) == 0
     out = capsys.readouterr().out
     assert "tool_not_allowed" in out and "breaker_turns" in out and "3 record(s)" in out
-    assert main(["audit", "query", "--data", str(data_dir), "--run", "r1", "--verdict", "halt"]) == 0
+    assert main(["audit", "query", "--data", str(data_dir), "--run", "r1-child", "--verdict", "halt"]) == 0
     out = capsys.readouterr().out
     assert "breaker_turns" in out and "tool_not_allowed" not in out and "1 record(s)" in out
 
@@ -73,6 +79,7 @@ def test_query_jsonl_with_every_filter(data_dir, capsys):
     assert seqs("--since", "2024-01-01T10:00:00Z") == [1, 2, 3]
     assert seqs("--since", "2024-01-02") == [2, 3]
     assert seqs("--since", "1h") == [2, 3]  # the first record is stamped in 2024
+    assert seqs("--tree", "r1") == [1, 3] and seqs("--tree", "nope") == []
 
 
 def test_since_rejects_nonsense(data_dir, capsys):

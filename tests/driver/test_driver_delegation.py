@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import grpc
 import pytest
 from driver_harness import call, decisions, kinds
 
 from driver.goal import parse_goal
 from driver.providers.scripted import ScriptError, parse_script
 from driver.store import AWAITING_CHILD, PAUSED, SUCCEEDED, TERMINAL
+from warden.checkpoint.v1 import checkpoint_pb2 as cpb
+from warden.checkpoint.v1.checkpoint_pb2_grpc import CheckpointServiceStub
 
 TRIAGE_PLAN = {"action": "tool_call", "tool": "propose_plan", "arguments": {"steps": [
     {"id": "read", "tool": "get_task"}]}}
@@ -88,6 +91,13 @@ def test_a_delegated_child_runs_with_the_intersected_authority_and_its_outcome_r
     tool_record = next(r for r in records if r["action"] == "tool_call")
     assert [a["id"] for a in tool_record["actor_chain"]] == ["alice", "recon", "triage"]
     assert tool_record["root_run_id"] == parent_id and tool_record["parent_run_id"] == parent_id
+    # a security team streams the whole tree by its root, in log order
+    with grpc.insecure_channel(checkpoint_server.address) as channel:
+        tree = list(CheckpointServiceStub(channel).WatchDecisions(
+            cpb.WatchDecisionsRequest(root_run_id=parent_id, no_follow=True), timeout=10))
+    assert {r.record.run_id for r in tree} == {parent_id, child["run_id"]}
+    assert [r.record.seq for r in tree] == sorted(r.record.seq for r in tree)
+    assert len(tree) == len(list(checkpoint_server.log.read(run_id=parent_id))) + len(records)
 
 
 def test_narrowing_shrinks_what_the_child_is_offered(stack):

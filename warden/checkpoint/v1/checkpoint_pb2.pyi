@@ -481,20 +481,22 @@ class DecisionRecord(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., decision_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., accountable_person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., action: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., policy_revision: _Optional[str] = ..., latency_us: _Optional[int] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ...) -> None: ...
 
 class WatchDecisionsRequest(_message.Message):
-    __slots__ = ("after_seq", "run_id", "agent", "verdict", "code", "no_follow")
+    __slots__ = ("after_seq", "run_id", "agent", "verdict", "code", "no_follow", "root_run_id")
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     NO_FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     after_seq: int
     run_id: str
     agent: str
     verdict: Verdict
     code: str
     no_follow: bool
-    def __init__(self, after_seq: _Optional[int] = ..., run_id: _Optional[str] = ..., agent: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., no_follow: _Optional[bool] = ...) -> None: ...
+    root_run_id: str
+    def __init__(self, after_seq: _Optional[int] = ..., run_id: _Optional[str] = ..., agent: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., no_follow: _Optional[bool] = ..., root_run_id: _Optional[str] = ...) -> None: ...
 
 class WatchDecisionsResponse(_message.Message):
     __slots__ = ("record",)
