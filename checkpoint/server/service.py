@@ -244,7 +244,7 @@ class CheckpointService:
             "time": convert.format_time_ns(now_ns),
             "tenant": response.tenant or run.tenant or None,
             "run_id": run.run_id or None,
-            "root_run_id": run.root_run_id or None,
+            "root_run_id": run.root_run_id or run.run_id or None,  # a run that names no root is its own
             "parent_run_id": run.parent_run_id or None,
             "actor_chain": chain,
             "accountable_person": response.accountable_person or person,

@@ -10,7 +10,7 @@ import grpc
 
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
-from .helpers import tool_call
+from .helpers import run_context, tool_call
 
 
 def _decide(running, n: int, tool: str = "get_task") -> list[str]:
@@ -78,3 +78,14 @@ def test_metrics_count_decisions_by_verdict_and_code(start):
     assert "warden_checkpoint_decision_seconds_count 4.0" in text
     assert "warden_checkpoint_grants_signed_total 3.0" in text
     assert 'warden_checkpoint_check_seconds_count{method="check"} 4.0' in text
+
+
+def test_a_run_that_names_no_root_is_recorded_as_its_own_root(checkpoint):
+    version = checkpoint.version("recon")
+    req = pb.CheckRequest(run=run_context("recon", version), model_call=pb.ModelCall(provider="p", model="m"))
+    req.run.run_id, req.run.root_run_id = "run-lonely", ""
+    checkpoint.stub().Check(req, timeout=5)
+    assert checkpoint.records()[-1]["root_run_id"] == "run-lonely"
+    tree = list(checkpoint.stub().WatchDecisions(
+        pb.WatchDecisionsRequest(root_run_id="run-lonely", no_follow=True), timeout=5))
+    assert [r.record.run_id for r in tree] == ["run-lonely"]
