@@ -72,6 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("run_id", nargs="?")
     runs.add_argument("--status", choices=("running", "paused", "awaiting_approval", "awaiting_child", "succeeded", "failed",
                                                 "cancelled"))
+    runs.add_argument("--tree", metavar="ROOT_RUN_ID",
+                      help="a delegation tree: the root run and every child run, nested under its parent")
     client_args(runs)
     runs.set_defaults(func=_runs)
 
@@ -310,8 +312,31 @@ def _runs(args: argparse.Namespace) -> int:
     req = pb.ListRunsRequest()
     if args.status:
         req.status = pb.RunStatus.Value("RUN_STATUS_" + args.status.upper())
+    if args.tree:
+        req.root_run_id, req.limit = args.tree, 1000
+        return _print_tree(list(client.call("ListRuns", req).runs), args.tree)
     for r in client.call("ListRuns", req).runs:
         print(run_line(r))
+    return 0
+
+
+def _print_tree(runs: list[Any], root: str) -> int:
+    from driver.render import run_line
+
+    below: dict[str, list[Any]] = {}
+    for r in runs:  # oldest first: children in the order their parent started them
+        below.setdefault(r.parent_run_id, []).append(r)
+    by_id = {r.run_id: r for r in runs}
+    if root not in by_id:
+        print(f"warden runs: no run {root!r} (or none in that tree matches --status)", file=sys.stderr)
+        return 1
+
+    def show(r: Any, depth: int) -> None:
+        print("    " * depth + run_line(r))
+        for child in below.get(r.run_id, []):
+            show(child, depth + 1)
+
+    show(by_id[root], 0)
     return 0
 
 

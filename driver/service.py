@@ -190,7 +190,7 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
     def ListRuns(self, request: pb.ListRunsRequest, context: grpc.ServicerContext) -> pb.ListRunsResponse:
         self._person(context)
         status = _STATUS_NAME.get(request.status) if request.status else None
-        runs = self.driver.store.runs(status=status, limit=request.limit or 50)
+        runs = self.driver.store.runs(status=status, limit=request.limit or 50, root_run_id=request.root_run_id)
         return pb.ListRunsResponse(runs=[run_to_proto(self.driver, r) for r in runs])
 
     def WatchRun(self, request: pb.WatchRunRequest, context: grpc.ServicerContext) -> Iterator[pb.WatchRunResponse]:

@@ -141,11 +141,19 @@ class RunStore:
             row[k] = json.loads(row[k]) if row[k] else None
         return row
 
-    def runs(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    def runs(self, status: str | None = None, limit: int = 100, root_run_id: str = "") -> list[dict[str, Any]]:
+        """Newest first; with `root_run_id`, that delegation tree, oldest first."""
+        clauses, params = [], []
+        if status:
+            clauses.append("status = ?")
+            params.append(status)
+        if root_run_id:
+            clauses.append("(run_id = ? OR root_run_id = ?)")
+            params += [root_run_id, root_run_id]
+        order = "created_at" if root_run_id else "created_at desc"
         with self._lock:
-            where, params = ("status = ?", [status]) if status else (None, None)
-            ids = [r["run_id"] for r in self._t("runs").rows_where(where, params, order_by="created_at desc",
-                                                                    limit=limit)]
+            ids = [r["run_id"] for r in self._t("runs").rows_where(" AND ".join(clauses) or None, params or None,
+                                                                    order_by=order, limit=limit)]
         return [self.run(i) for i in ids]
 
     def has_run(self, run_id: str) -> bool:

@@ -86,3 +86,13 @@ def test_run_follow_shows_a_child_run_in_place(up, tmp_path):
     assert any("receipt get_task: exit 0" in line for line in child)
     assert any("== succeeded" in line for line in child)
     assert "run paused (handoff)" in out.stdout  # and the parent went on after its child
+
+    root = re.search(r"started (run-[0-9a-f]+)", out.stdout).group(1)
+    tree = warden(up, "runs", "--tree", root)
+    assert tree.returncode == 0, tree.stderr
+    first, second = tree.stdout.splitlines()
+    assert first.startswith(root) and "recon@" in first and "paused" in first
+    assert second.startswith("    run-") and "triage@" in second and "succeeded" in second
+    assert f"parent {root}" in second
+    missing = warden(up, "runs", "--tree", "run-nope")
+    assert missing.returncode == 1 and "no run 'run-nope'" in missing.stderr

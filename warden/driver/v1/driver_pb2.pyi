@@ -199,12 +199,14 @@ class GetRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
-    __slots__ = ("status", "limit")
+    __slots__ = ("status", "limit", "root_run_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     status: RunStatus
     limit: int
-    def __init__(self, status: _Optional[_Union[RunStatus, str]] = ..., limit: _Optional[int] = ...) -> None: ...
+    root_run_id: str
+    def __init__(self, status: _Optional[_Union[RunStatus, str]] = ..., limit: _Optional[int] = ..., root_run_id: _Optional[str] = ...) -> None: ...
 
 class ListRunsResponse(_message.Message):
     __slots__ = ("runs",)
