@@ -310,11 +310,15 @@ def _runs(args: argparse.Namespace) -> int:
         print_run(client.call("GetRun", pb.GetRunRequest(run_id=args.run_id)).run)
         return 0
     req = pb.ListRunsRequest()
-    if args.status:
-        req.status = pb.RunStatus.Value("RUN_STATUS_" + args.status.upper())
-    if args.tree:
+    if args.tree:  # the whole tree: a status filter would cut branches off their parents
+        if args.status:
+            print("warden runs: --tree shows every run of the tree; it does not combine with --status",
+                  file=sys.stderr)
+            return 2
         req.root_run_id, req.limit = args.tree, 1000
         return _print_tree(list(client.call("ListRuns", req).runs), args.tree)
+    if args.status:
+        req.status = pb.RunStatus.Value("RUN_STATUS_" + args.status.upper())
     for r in client.call("ListRuns", req).runs:
         print(run_line(r))
     return 0
@@ -328,7 +332,7 @@ def _print_tree(runs: list[Any], root: str) -> int:
         below.setdefault(r.parent_run_id, []).append(r)
     by_id = {r.run_id: r for r in runs}
     if root not in by_id:
-        print(f"warden runs: no run {root!r} (or none in that tree matches --status)", file=sys.stderr)
+        print(f"warden runs: no run {root!r}", file=sys.stderr)
         return 1
 
     def show(r: Any, depth: int) -> None:
