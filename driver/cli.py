@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("--status", choices=("running", "paused", "awaiting_approval", "awaiting_child", "succeeded", "failed",
                                                 "cancelled"))
     runs.add_argument("--tree", metavar="ROOT_RUN_ID",
-                      help="a delegation tree: the root run and every child run, nested under its parent")
+                      help="the delegation tree whose root run this is, each child nested under its parent")
     client_args(runs)
     runs.set_defaults(func=_runs)
 

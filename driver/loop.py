@@ -270,7 +270,9 @@ class Driver:
         if run["status"] in TERMINAL:
             raise RunStateError(f"run {run_id} is already {run['status']}", code=f"run_{run['status']}")
         reason = reason or f"cancelled by {person}"
-        if not self.store.end_run(run_id, CANCELLED, "cancelled", reason, person=person):
+        # The status first (it stops the worker); the final event last, once everything that ran
+        # for the run was stopped, so a watcher reads the whole story before the end.
+        if not self.store.set_status(run_id, CANCELLED, "cancelled", reason):
             current = self.store.run(run_id)["status"]  # it ended meanwhile: that end stands
             raise RunStateError(f"run {run_id} is already {current}", code=f"run_{current}")
         for child in self.store.children(run_id):  # nothing keeps running for a cancelled run
@@ -286,8 +288,8 @@ class Driver:
             stopped = self.toolrunner.cancel(run_id)
         except DriverError as exc:  # the run is cancelled either way; say what could not be stopped
             self.store.append_event(run_id, "cancel_incomplete", code=exc.code, message=exc.message)
-        if stopped:
-            self.store.append_event(run_id, "calls_stopped", count=stopped)
+        self.store.append_event(run_id, "run_cancelled", code="cancelled", reason=reason, person=person,
+                                stopped_calls=stopped)
         if run["parent_run_id"]:
             self._settle_child(self.store.run(run_id))
         return self.store.run(run_id)
@@ -374,11 +376,10 @@ class Driver:
         return [c for c in self.store.calls(run["run_id"], run["turn"]) if c["status"] != "done"]
 
     def _pause(self, run: dict[str, Any], code: str, reason: str, **extra: Any) -> None:
-        if self.store.set_status(run["run_id"], PAUSED, code, reason):
-            self.store.append_event(run["run_id"], "run_paused", code=code, reason=reason, **extra)
+        self.store.set_status_logged(run["run_id"], PAUSED, code, reason, **extra)
 
     def _finish(self, run: dict[str, Any], status: str, code: str, reason: str, **extra: Any) -> None:
-        if not self.store.end_run(run["run_id"], status, code, reason, **extra):
+        if not self.store.set_status_logged(run["run_id"], status, code, reason, **extra):
             return  # it ended otherwise meanwhile (a cancel): that end stands
         if run["parent_run_id"]:
             self._settle_child(self.store.run(run["run_id"]))

@@ -41,6 +41,7 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 ACTIVE = (RUNNING, AWAITING_APPROVAL, AWAITING_CHILD)
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+_FINAL_EVENTS = tuple(f"run_{status}" for status in TERMINAL)
 
 _RUN_COLUMNS: dict[str, Any] = {
     "run_id": str, "agent": str, "agent_version": str, "tenant": str, "owner": str, "mode": str,
@@ -205,15 +206,21 @@ class RunStore:
             self.changed.notify_all()
             return cur.rowcount == 1
 
-    def end_run(self, run_id: str, status: str, code: str, reason: str, /, **event: Any) -> bool:
-        """End a run that has not ended, and append its final event `run_<status>`, as one step:
-        a watcher never sees the end without its event, nor an event for an end that lost a race
-        (False, nothing written)."""
+    def set_status_logged(self, run_id: str, status: str, code: str, reason: str, /, **event: Any) -> bool:
+        """Move a run that has not ended and append its event `run_<status>` in one transaction: a
+        watcher never sees the status without its event, nor an event for a move that lost a race
+        (False, nothing written), and a crash in between leaves neither."""
         with self._lock:
-            if not self.set_status(run_id, status, code, reason):
-                return False
-            self.append_event(run_id, f"run_{status}", code=code, reason=reason, **event)
-            return True
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                moved = self.set_status(run_id, status, code, reason)
+                if moved:
+                    self.append_event(run_id, f"run_{status}", code=code, reason=reason, **event)
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+            return moved
 
     def transition(self, run_id: str, frm: str, to: str, code: str, reason: str) -> bool:
         """Move a run from `frm` to `to`; False (and nothing changed) when it is not in `frm`."""
@@ -282,22 +289,30 @@ class RunStore:
             return [{**r, "data": json.loads(r["data"])} for r in rows]
 
     def follow(self, run_id: str, after_seq: int, stop: threading.Event, poll_seconds: float = 0.5,
-               until_waiting: bool = False) -> Iterator[dict[str, Any]]:
-        """Stored events after `after_seq`, then live ones until `stop` or the run is terminal and drained
-        (or, with `until_waiting`, waits for a person and is drained)."""
+               until_waiting: bool = False, final_grace_seconds: float = 30.0) -> Iterator[dict[str, Any]]:
+        """Stored events after `after_seq`, then live ones until `stop`, or until the run has ended
+        and its final event (`run_succeeded|failed|cancelled`) has been yielded (a cancel writes it
+        last, after stopping what ran; a run a crash left without one is given up on after
+        `final_grace_seconds`), or, with `until_waiting`, until it waits for a person."""
+        ended_at: float | None = None
+        final_seen = False
         while not stop.is_set():
             batch = self.events(run_id, after_seq)
             for e in batch:
                 after_seq = e["seq"]
+                final_seen = final_seen or e["kind"] in _FINAL_EVENTS
                 yield e
-            if not batch:
-                if self.run(run_id)["status"] in TERMINAL or (until_waiting and self.waits_for_person(run_id)):
-                    # the final event is appended right after the status changes: drain it first
-                    for e in self.events(run_id, after_seq):
-                        yield e
+            if batch:
+                continue
+            if self.run(run_id)["status"] in TERMINAL:
+                ended_at = ended_at if ended_at is not None else time.monotonic()
+                if final_seen or time.monotonic() - ended_at >= final_grace_seconds:
                     return
-                with self.changed:
-                    self.changed.wait(poll_seconds)
+            elif until_waiting and self.waits_for_person(run_id):
+                # a pause and its event are written together (set_status_logged): nothing more is due
+                return
+            with self.changed:
+                self.changed.wait(poll_seconds)
 
     def waits_for_person(self, run_id: str) -> bool:
         """Paused or awaiting approval, itself or through the child run it waits for."""

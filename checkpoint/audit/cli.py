@@ -45,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     filters = argparse.ArgumentParser(add_help=False)
     filters.add_argument("--run", metavar="RUN_ID", help="only this run")
     filters.add_argument(
-        "--tree", metavar="ROOT_RUN_ID", help="only this run and every run it delegated to, at any depth"
+        "--tree",
+        metavar="ROOT_RUN_ID",
+        help="only the delegation tree whose root run this is: the root and every run below it",
     )
     filters.add_argument("--agent", help="only this agent")
     filters.add_argument(

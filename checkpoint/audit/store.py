@@ -112,9 +112,11 @@ def select(
     if upto_seq is not None:
         where.append("seq <= ?")
         params.append(upto_seq)
-    for column, value in (
-        ("run_id", run_id), ("root_run_id", root_run_id), ("agent", agent), ("verdict", verdict), ("code", code)
-    ):
+    if root_run_id is not None:
+        # A root recorded before roots were normalised (no root_run_id) is still its own tree's root.
+        where.append("(root_run_id = ? OR (root_run_id IS NULL AND run_id = ?))")
+        params += [root_run_id, root_run_id]
+    for column, value in (("run_id", run_id), ("agent", agent), ("verdict", verdict), ("code", code)):
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)

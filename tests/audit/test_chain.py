@@ -140,6 +140,9 @@ def test_a_whole_delegation_tree_is_read_by_its_root(log, make_record):
     log.append(make_record(run_id="grandchild", root_run_id="root", parent_run_id="child"))
     assert [r["run_id"] for r in log.read(root_run_id="root")] == ["root", "child", "grandchild"]
     assert [r["run_id"] for r in log.tail(1, root_run_id="root")] == ["grandchild"]
+    # a root logged without root_run_id (by a caller that sent none, before the service filled it)
+    log.append(make_record(run_id="old-root", root_run_id=None))
+    assert [r["run_id"] for r in log.read(root_run_id="old-root")] == ["old-root"]
 
 
 def test_read_pages_through_more_than_one_page(log, make_record):

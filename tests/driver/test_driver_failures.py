@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import sqlite3
+import threading
 from typing import Any
 
 import pytest
@@ -127,9 +129,42 @@ def test_a_run_ends_once_with_exactly_one_final_event(tmp_path) -> None:
 
     store = RunStore(tmp_path / "d.db")
     run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
-    assert store.end_run(run["run_id"], "cancelled", "cancelled", "by carol", person="carol")
+    assert store.set_status_logged(run["run_id"], "cancelled", "cancelled", "by carol", person="carol")
     # the model's final answer arrives a moment later: it loses, and leaves no event behind
-    assert not store.end_run(run["run_id"], "succeeded", "succeeded", "done")
+    assert not store.set_status_logged(run["run_id"], "succeeded", "succeeded", "done")
     finals = [e for e in store.events(run["run_id"]) if e["kind"].startswith("run_")]
     assert [(e["kind"], e["data"]["code"]) for e in finals] == [("run_cancelled", "cancelled")]
     assert store.run(run["run_id"])["status"] == "cancelled"
+
+
+def test_a_status_and_its_event_are_one_transaction(tmp_path, monkeypatch) -> None:
+    from driver.store import RunStore
+
+    store = RunStore(tmp_path / "d.db")
+    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+
+    def broken(*_: Any, **__: Any) -> int:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(store, "append_event", broken)
+    with pytest.raises(sqlite3.OperationalError):
+        store.set_status_logged(run["run_id"], "succeeded", "succeeded", "done")
+    monkeypatch.undo()
+    reopened = RunStore(tmp_path / "d.db")
+    assert reopened.run(run["run_id"])["status"] == "running" and reopened.events(run["run_id"]) == []
+
+
+def test_a_watcher_of_a_cancel_reads_what_could_not_be_stopped_before_the_end(stack) -> None:
+    d = stack.driver(toolrunner=dead_address())  # nobody listens there: the stop cannot be sent
+    run = d.start_run("recon", goal(), owner="alice", provider="scripted", spawn=False,
+                      provider_options={"script": [{"action": "handoff", "reason": "x"}]})
+    run = d.run_until_stopped(run["run_id"])
+    seen: list[str] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=lambda: seen.extend(
+        e["kind"] for e in d.store.follow(run["run_id"], 0, stop, poll_seconds=0.05)))
+    watcher.start()
+    d.cancel(run["run_id"], "alice")
+    watcher.join(60)
+    assert not watcher.is_alive()
+    assert seen[-2:] == ["cancel_incomplete", "run_cancelled"]
