@@ -309,7 +309,9 @@ class RunStore:
                 if final_seen or time.monotonic() - ended_at >= final_grace_seconds:
                     return
             elif until_waiting and self.waits_for_person(run_id):
-                # a pause and its event are written together (set_status_logged): nothing more is due
+                # The status was read after the events: a pause written in between has its event
+                # stored by now (set_status_logged writes both at once), so one more read gets it.
+                yield from self.events(run_id, after_seq)
                 return
             with self.changed:
                 self.changed.wait(poll_seconds)

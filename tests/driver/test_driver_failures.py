@@ -168,3 +168,24 @@ def test_a_watcher_of_a_cancel_reads_what_could_not_be_stopped_before_the_end(st
     watcher.join(60)
     assert not watcher.is_alive()
     assert seen[-2:] == ["cancel_incomplete", "run_cancelled"]
+
+
+def test_a_watcher_that_stops_at_a_pause_still_reads_the_pause(tmp_path, monkeypatch) -> None:
+    from driver.store import RunStore
+
+    store = RunStore(tmp_path / "d.db")
+    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    store.append_event(run["run_id"], "run_started")
+    real_events, reads = store.events, []
+
+    def pause_right_after_an_empty_read(run_id: str, after_seq: int = 0, limit: int = 1000) -> list:
+        got = real_events(run_id, after_seq, limit)
+        reads.append(len(got))
+        if not got and reads.count(0) == 1:  # the pause lands between this read and the status check
+            store.set_status_logged(run_id, "paused", "handoff", "over to a person")
+        return got
+
+    monkeypatch.setattr(store, "events", pause_right_after_an_empty_read)
+    kinds = [e["kind"] for e in store.follow(run["run_id"], 0, threading.Event(), poll_seconds=0.01,
+                                               until_waiting=True)]
+    assert kinds == ["run_started", "run_paused"]
