@@ -157,13 +157,20 @@ def test_cancelling_the_parent_cancels_its_children(stack):
     assert d.store.run(parent_id)["status"] == "cancelled"
 
 
-def test_a_child_that_ended_while_the_driver_was_down_is_handed_to_its_parent(stack):
+def _parent_waiting_on_a_paused_child(stack: Any) -> tuple[Any, str, dict[str, Any]]:
+    """A parent that will succeed once its child does, and a child paused on a handoff; the
+    driver stopped, as if it had crashed."""
     d = stack.driver()
     parent_id = start(stack, d, [delegate(), final(summarised="child succeeded")],
                       {"triage": [{"action": "handoff", "reason": "wait"}]})
     settle(d, parent_id)
     [child] = d.store.children(parent_id)
     d.stop()
+    return d, parent_id, child
+
+
+def test_a_child_that_ended_while_the_driver_was_down_is_handed_to_its_parent(stack):
+    d, parent_id, child = _parent_waiting_on_a_paused_child(stack)
     # The crash window: the child's final status is stored, its parent not told yet.
     d.store.set_status(child["run_id"], SUCCEEDED, "succeeded", "finished before the crash")
     again = stack.driver()
@@ -237,12 +244,7 @@ def test_the_delegate_tool_schema_and_its_validator_name_the_same_fields() -> No
 
 
 def test_a_parent_whose_child_outcome_was_stored_before_a_crash_goes_on_after_recover(stack):
-    d = stack.driver()
-    parent_id = start(stack, d, [delegate(), final(summarised="child succeeded")],
-                      {"triage": [{"action": "handoff", "reason": "wait"}]})
-    settle(d, parent_id)
-    [child] = d.store.children(parent_id)
-    d.stop()
+    d, parent_id, child = _parent_waiting_on_a_paused_child(stack)
     # The crash window inside the settling: the call holds the outcome, the parent still waits.
     d.store.set_status(child["run_id"], SUCCEEDED, "succeeded", "done")
     call = d.store.call_for_child(child["run_id"])

@@ -92,10 +92,14 @@ def test_the_resolved_tenant_is_recorded_when_the_request_omits_it(checkpoint):
     assert resp.tenant == "acme" and checkpoint.records()[-1]["tenant"] == "acme"
 
 
-def test_an_approved_delegation_does_not_carry_over_to_a_wider_one(start, policy_dir):
+def _delegations_need_approval(policy_dir):
     (policy_dir / "rules" / "delegation.yaml").write_text(
         "kind: Rule\nname: delegations-need-approval\neffect: approve_if\ncondition: 'true'\n"
         "actions: [delegation]\nreason: a person approves every child run\n")
+
+
+def test_an_approved_delegation_does_not_carry_over_to_a_wider_one(start, policy_dir):
+    _delegations_need_approval(policy_dir)
     checkpoint = start()
     version = checkpoint.version("recon")
 
@@ -125,9 +129,7 @@ def test_an_approved_delegation_does_not_carry_over_to_a_wider_one(start, policy
 
 
 def test_an_approved_delegation_is_refused_once_the_child_agent_changed(start, policy_dir):
-    (policy_dir / "rules" / "delegation.yaml").write_text(
-        "kind: Rule\nname: delegations-need-approval\neffect: approve_if\ncondition: 'true'\n"
-        "actions: [delegation]\nreason: a person approves every child run\n")
+    _delegations_need_approval(policy_dir)
     checkpoint = start()
     version = checkpoint.version("recon")
     old_triage = checkpoint.version("triage")
