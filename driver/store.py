@@ -305,8 +305,15 @@ class RunStore:
             if batch:
                 continue
             if self.run(run_id)["status"] in TERMINAL:
+                for e in self.events(run_id, after_seq):  # written between the two reads above
+                    after_seq = e["seq"]
+                    final_seen = final_seen or e["kind"] in _FINAL_EVENTS
+                    yield e
+                # A watch that starts after the final event (after_seq past it) has nothing to wait for.
+                if final_seen or self._has_final_event(run_id):
+                    return
                 ended_at = ended_at if ended_at is not None else time.monotonic()
-                if final_seen or time.monotonic() - ended_at >= final_grace_seconds:
+                if time.monotonic() - ended_at >= final_grace_seconds:
                     return
             elif until_waiting and self.waits_for_person(run_id):
                 # The status was read after the events: a pause written in between has its event
@@ -315,6 +322,13 @@ class RunStore:
                 return
             with self.changed:
                 self.changed.wait(poll_seconds)
+
+    def _has_final_event(self, run_id: str) -> bool:
+        with self._lock:
+            row = self.db.execute(
+                f"SELECT 1 FROM events WHERE run_id = ? AND kind IN ({', '.join('?' for _ in _FINAL_EVENTS)}) LIMIT 1",
+                [run_id, *_FINAL_EVENTS]).fetchone()
+        return row is not None
 
     def waits_for_person(self, run_id: str) -> bool:
         """Paused or awaiting approval, itself or through the child run it waits for."""

@@ -189,3 +189,19 @@ def test_a_watcher_that_stops_at_a_pause_still_reads_the_pause(tmp_path, monkeyp
     kinds = [e["kind"] for e in store.follow(run["run_id"], 0, threading.Event(), poll_seconds=0.01,
                                                until_waiting=True)]
     assert kinds == ["run_started", "run_paused"]
+
+
+def test_a_watch_that_starts_after_the_end_ends_at_once(tmp_path) -> None:
+    from driver.store import RunStore
+
+    store = RunStore(tmp_path / "d.db")
+    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    store.set_status_logged(run["run_id"], "succeeded", "succeeded", "done")
+    last = store.events(run["run_id"])[-1]["seq"]
+    seen: list[dict] = []
+    watcher = threading.Thread(target=lambda: seen.extend(
+        store.follow(run["run_id"], last, threading.Event(), poll_seconds=0.01, final_grace_seconds=3600)),
+        daemon=True)
+    watcher.start()
+    watcher.join(60)
+    assert not watcher.is_alive() and seen == []  # nothing new, and no wait for a final event it already had
