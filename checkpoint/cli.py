@@ -60,12 +60,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         server_cli.register(subparsers)
 
 
+def _print_errors(exc: PolicyLoadError) -> None:
+    for error in exc.errors:
+        print(error, file=sys.stderr)
+
+
 def _load(directory: Path, cel_engine: str, catalog: AgentCatalog | None = None):  # noqa: ANN202
     try:
         return load_policy_dir(directory, catalog=catalog, cel_engine=cel_engine)
     except PolicyLoadError as exc:
-        for error in exc.errors:
-            print(error, file=sys.stderr)
+        _print_errors(exc)
         print(f"{len(exc.errors)} error(s); nothing was loaded", file=sys.stderr)
         return None
 
@@ -98,8 +102,7 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
         for path in files:
             suites.append((str(path), *load_cases(path, str(path))))
     except PolicyLoadError as exc:
-        for error in exc.errors:
-            print(error, file=sys.stderr)
+        _print_errors(exc)
         return EXIT_LOAD
     passed = failed = 0
     for shown, suite, cases in suites:

@@ -14,7 +14,6 @@ proposed action in shorthand, and the expected verdict, code and (optionally) ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,16 +76,6 @@ class Suite(_Strict):
     suite: str
     defaults: dict[str, Any] = Field(default_factory=dict)
     cases: list[dict[str, Any]] = Field(..., min_length=1)
-
-
-@dataclass
-class CaseResult:
-    file: str
-    line: int
-    suite: str
-    name: str
-    passed: bool
-    detail: str
 
 
 def find_test_files(directory: Path) -> list[Path]:

@@ -7,6 +7,7 @@ request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, deleg
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import fastjsonschema
@@ -17,6 +18,7 @@ from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
+from checkpoint.policy.policyset import RuleGroup
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 MAX_ARGUMENT_BYTES = 64 * 1024
@@ -75,12 +77,12 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
             DENY, codes.AGENT_MANAGEMENT_TOOL, "allowlist.agent_management",
             f"{tool.name!r} manages agents; agent changes go through a tenant admin's review, not a tool call",
         )
-    touched = _touched(call, tool, args)
-    if call.agent is not None:
-        authority.check_touched(call, touched)
-    _off_limits(call, touched.get("subjects", ()))
-    rules = call.policies.rules_by_tool.get(tool.name, ())
-    approval = _rules(call, rules, lambda: _tool_activation(call, tool, args, touched, _reads(call, rules)))
+    touched = _touched_in_bounds(call, tool, args)
+    approval = _rules(call, "tool_call", call.policies.rules_by_tool[tool.name], lambda: {
+        "args": args,
+        "tool": {"name": tool.name, "access": tool.spec.access.value},
+        "subjects": touched.get("subjects", []),
+    })
     if call.agent is not None:
         breakers.check(call, "tool_call")
     response.counts_as_drift = call.request.run.has_plan and not tc.plan_step
@@ -146,6 +148,15 @@ def _touched(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, 
     return touched
 
 
+def _touched_in_bounds(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, list[str]]:
+    """Steps 3b and 4: what the call touches, inside the chain's scope and not off-limits."""
+    touched = _touched(call, tool, args)
+    if call.agent is not None:
+        authority.check_touched(call, touched)
+    _off_limits(call, touched.get("subjects", ()))
+    return touched
+
+
 def _off_limits(call: Call, subjects: Any) -> None:
     """Step 4: off-limits subjects refuse everyone, agent or person."""
     for subject in subjects:
@@ -160,16 +171,23 @@ def _off_limits(call: Call, subjects: Any) -> None:
 # -- rules --------------------------------------------------------------------------------
 
 
-def _rules(call: Call, rules: tuple[CompiledRule, ...], activation_of: Any) -> CompiledRule | None:
-    """Step 5: deny-if rules refuse; approve-if rules ask for a person (after the breakers)."""
+def _rules(call: Call, action: str, group: RuleGroup,
+           own_variables: Callable[[], dict[str, Any]]) -> CompiledRule | None:
+    """Step 5: deny-if rules refuse; approve-if rules ask for a person (after the breakers).
+
+    `own_variables` gives the action's own rule variables (`args`, `model`, ...); the activation
+    is built once, and only when a rule applies to the acting agent.
+    """
     agent_name = call.agent.name if call.agent is not None else ""
     approval: CompiledRule | None = None
     activation = None
-    for rule in rules:
+    for rule in group.rules:
         if rule.spec.agents and agent_name not in rule.spec.agents:
             continue
         if activation is None:
-            activation = call.policies.prepare_rule_activation(activation_of())
+            variables = _base_activation(call, action, group.reads)
+            variables.update(own_variables())
+            activation = call.policies.prepare_rule_activation(variables)
         result = rule.program.evaluate(activation)
         if result.error is not None or not isinstance(result.value, bool):
             problem = result.error or f"returned {type(result.value).__name__}, not a bool"
@@ -216,8 +234,8 @@ def _agent_map(call: Call) -> dict[str, Any]:
 
 
 def _base_activation(call: Call, action: str, reads: frozenset[str]) -> dict[str, Any]:
-    """The rule variables; those no applicable rule names are left empty (CEL needs them declared,
-    not filled), which saves building and converting them on every call."""
+    """The rule variables, the action's own ones empty; those no applicable rule names are left
+    empty too (CEL needs them declared, not filled), which saves building and converting them."""
     counters = call.request.counters
     return {
         "action": action,
@@ -233,23 +251,6 @@ def _base_activation(call: Call, action: str, reads: frozenset[str]) -> dict[str
     }
 
 
-def _reads(call: Call, rules: tuple[CompiledRule, ...]) -> frozenset[str]:
-    key = ("reads", id(rules))
-    found = call.policies.memo.get(key)
-    if found is None:
-        found = call.policies.memo[key] = frozenset().union(*(r.reads for r in rules))
-    return found
-
-
-def _tool_activation(call: Call, tool: CompiledTool, args: dict[str, Any], touched: dict[str, list[str]],
-                     reads: frozenset[str]) -> dict[str, Any]:
-    activation = _base_activation(call, "tool_call", reads)
-    activation["args"] = args
-    activation["tool"] = {"name": tool.name, "access": tool.spec.access.value}
-    activation["subjects"] = touched.get("subjects", [])
-    return activation
-
-
 # -- model calls, delegations, plans -------------------------------------------------------
 
 
@@ -261,14 +262,10 @@ def _require_agent(call: Call, what: str) -> None:
 def _model_call(call: Call) -> None:
     _require_agent(call, "model calls")
     mc = call.request.model_call
-
-    def activation() -> dict[str, Any]:
-        act = _base_activation(call, "model_call", _reads(call, call.policies.rules_by_action["model_call"]))
-        act["model"] = {"provider": mc.provider, "name": mc.model, "max_tokens": mc.max_tokens,
-                        "input_tokens": mc.input_tokens}
-        return act
-
-    approval = _rules(call, call.policies.rules_by_action["model_call"], activation)
+    approval = _rules(call, "model_call", call.policies.rules_by_action["model_call"], lambda: {
+        "model": {"provider": mc.provider, "name": mc.model, "max_tokens": mc.max_tokens,
+                  "input_tokens": mc.input_tokens},
+    })
     breakers.check(call, "model_call")
     if approval is not None:
         _approve_or_stop(call, approval)
@@ -289,13 +286,9 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
         code = codes.UNKNOWN_AGENT_VERSION if d.agent in call.policies.agents else codes.UNKNOWN_AGENT
         raise trace.stop(DENY, code, "delegation.agent", f"cannot resolve agent {d.agent!r} {d.agent_version}".strip())
     trace.add("delegation.allowlist", "pass")
-
-    def activation() -> dict[str, Any]:
-        act = _base_activation(call, "delegation", _reads(call, call.policies.rules_by_action["delegation"]))
-        act["delegation"] = {"agent": child.name, "version": child.version}
-        return act
-
-    approval = _rules(call, call.policies.rules_by_action["delegation"], activation)
+    approval = _rules(call, "delegation", call.policies.rules_by_action["delegation"], lambda: {
+        "delegation": {"agent": child.name, "version": child.version},
+    })
     breakers.check(call, "delegation")
     _delegation_limits(call, child.name)
     response.child_agent_version = child.version
@@ -347,9 +340,7 @@ def _plan(call: Call, plan: pb.Plan, response: pb.CheckResponse) -> None:
             authority.check_tool(call, tool)
             authority.check_access(call, tool)
             if step.HasField("arguments"):
-                touched = _touched(call, tool, args)
-                authority.check_touched(call, touched)
-                _off_limits(call, touched.get("subjects", ()))
+                _touched_in_bounds(call, tool, args)
         except Stop as stop:
             result.verdict, result.code, result.rule, result.reason = DENY, stop.code, stop.rule, stop.reason
             first_refusal = first_refusal or result
@@ -360,13 +351,9 @@ def _plan(call: Call, plan: pb.Plan, response: pb.CheckResponse) -> None:
             f"step {first_refusal.index + 1} ({first_refusal.step_id or plan.steps[first_refusal.index].tool}) "
             f"is refused: {first_refusal.code}: {first_refusal.reason}",
         )
-
-    def activation() -> dict[str, Any]:
-        act = _base_activation(call, "plan", _reads(call, call.policies.rules_by_action["plan"]))
-        act["plan"] = [{"id": s.id, "tool": s.tool} for s in plan.steps]
-        return act
-
-    approval = _rules(call, call.policies.rules_by_action["plan"], activation)
+    approval = _rules(call, "plan", call.policies.rules_by_action["plan"], lambda: {
+        "plan": [{"id": s.id, "tool": s.tool} for s in plan.steps],
+    })
     breakers.check(call, "plan")
     if approval is not None:
         _approve_or_stop(call, approval)

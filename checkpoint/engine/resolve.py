@@ -20,13 +20,14 @@ def resolve_agent(policies: PolicySet, name: str, version: str = "") -> pb.Resol
     budget = pb.Budget()
     for field, value in agent.budget.model_dump(exclude_none=True).items():
         setattr(budget, field, value)
+    tools = sorted(agent.tools)
     response = pb.ResolveAgentResponse(
         agent=agent.name,
         agent_version=agent.version,
         persona=agent.persona,
-        tools=sorted(agent.tools),
+        tools=tools,
         scope=pb.Scope(
-            tools=sorted(agent.tools),
+            tools=tools,
             access=sorted(agent.access),
             images=agent.scope.images,
             nodes=agent.scope.nodes,
@@ -38,7 +39,7 @@ def resolve_agent(policies: PolicySet, name: str, version: str = "") -> pb.Resol
         tenant=agent.tenant,
         delegates=sorted(agent.delegates),
     )
-    for tool_name in sorted(agent.tools):
+    for tool_name in tools:
         tool = policies.tools.get(tool_name)
         if tool is None:  # an old version may name a tool the current files dropped
             continue

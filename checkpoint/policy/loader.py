@@ -19,10 +19,12 @@ from pydantic import ValidationError
 
 from checkpoint.cel import CelCompileError, CelProgram, CelType, get_engine
 from checkpoint.cel.fastpath import FastProgram, compile_fast
+from checkpoint.cel.native import NativeProgram
 from checkpoint.policy import model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
 from checkpoint.policy.policyset import (
+    SCOPE_DIMENSIONS,
     AgentVersion,
     CompiledRule,
     CompiledTool,
@@ -100,8 +102,10 @@ def load_policy_dir(
     return policies
 
 
-def _checked_type(source: str, variables: dict[str, CelType]) -> str | None:
+def _checked_type(program: CelProgram, source: str, variables: dict[str, CelType]) -> str | None:
     """The result type Google's type checker gives `source` (whichever engine evaluates it)."""
+    if isinstance(program, NativeProgram):  # already checked by that compile
+        return program.result_type
     try:
         return get_engine("native").compile(source, variables).result_type  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - no native runtime here: the engine's own checks stand
@@ -173,7 +177,7 @@ class _Compiler:
         except CelCompileError as exc:
             self.error(doc, path, f"CEL does not compile: {exc.message}")
             return None
-        checked = _checked_type(source, variables)
+        checked = _checked_type(program, source, variables)
         if checked is not None and checked != "DYN" and checked not in result_types:
             self.error(doc, path, f"CEL returns {checked}; it must return {' or '.join(result_types)}")
             return None
@@ -259,7 +263,7 @@ class _Compiler:
             self.error(doc, ("input_schema",), "input_schema must describe an object (type: object)")
         touches: dict[str, CelProgram] = {}
         failed = False
-        for dim in ("images", "nodes", "connections", "subjects"):
+        for dim in SCOPE_DIMENSIONS:
             source = getattr(spec.touches, dim)
             if source is not None:
                 # always compile through the engine: it type-checks; keep the fast form when there is one
@@ -310,9 +314,10 @@ class _Compiler:
         if spec.tenant not in tenants:
             self.error(doc, ("tenant",), f"agent {spec.name!r}: unknown tenant {spec.tenant!r}")
         needed = {tools[n].spec.access.value for n in resolved if n in tools}
-        if not wildcard and needed - {a.value for a in spec.scope.access}:
-            missing = ", ".join(sorted(needed - {a.value for a in spec.scope.access}))
-            self.error(doc, ("scope", "access"), f"agent {spec.name!r}: its tools need access {missing} that its scope does not grant")
+        missing = needed - {a.value for a in spec.scope.access}
+        if not wildcard and missing:
+            self.error(doc, ("scope", "access"),
+                       f"agent {spec.name!r}: its tools need access {', '.join(sorted(missing))} that its scope does not grant")
         version = AgentVersion(
             name=spec.name,
             version="",
@@ -325,8 +330,8 @@ class _Compiler:
             budget=spec.budget,
             delegates=frozenset(spec.delegates),
         )
-        version_id = canonical.sha256_hex(version.snapshot())[:20]
-        return AgentVersion.from_snapshot(version_id, version.snapshot())
+        snapshot = version.snapshot()
+        return AgentVersion.from_snapshot(canonical.sha256_hex(snapshot)[:20], snapshot)
 
     def _rule(self, doc: _Doc, tools: dict[str, _Doc], agents: dict[str, _Doc]) -> CompiledRule | None:
         spec: model.Rule = doc.spec

@@ -152,16 +152,17 @@ class CompiledRule:
         return self.spec.name
 
 
-@dataclass(frozen=True)
-class Ceilings:
-    """Instance or tenant level settings that bound every run below them."""
+@dataclass(frozen=True, slots=True)
+class RuleGroup:
+    """The rules that can apply to one tool or action, and every variable any of them reads."""
 
-    budget: model.Budget
-    per_owner_usd: float | None
-    tenant_usd: float | None
-    max_depth: int
-    max_children: int
-    max_tree: int
+    rules: tuple[CompiledRule, ...]
+    reads: frozenset[str]
+
+    @classmethod
+    def of(cls, rules: Iterable[CompiledRule]) -> RuleGroup:
+        found = tuple(rules)
+        return cls(found, frozenset().union(*(r.reads for r in found)))
 
 
 @dataclass
@@ -180,8 +181,8 @@ class PolicySet:
     prepare_rule_activation: Callable[[dict[str, Any]], Any]
     prepare_touches_activation: Callable[[dict[str, Any]], Any]
     # indexes built in __post_init__
-    rules_by_tool: dict[str, tuple[CompiledRule, ...]] = field(init=False)
-    rules_by_action: dict[str, tuple[CompiledRule, ...]] = field(init=False)
+    rules_by_tool: dict[str, RuleGroup] = field(init=False)  # every tool of `tools` has an entry
+    rules_by_action: dict[str, RuleGroup] = field(init=False)  # model_call, delegation, plan
     off_limits_any: PatternSet = field(init=False)
     # derived values keyed by what they depend on (e.g. effective ceilings per chain); a new
     # policy set starts empty, so nothing outlives the policies it came from
@@ -190,10 +191,11 @@ class PolicySet:
     def __post_init__(self) -> None:
         tool_rules = [r for r in self.rules if "tool_call" in r.spec.actions]
         self.rules_by_tool = {
-            name: tuple(r for r in tool_rules if not r.spec.tools or name in r.spec.tools) for name in self.tools
+            name: RuleGroup.of(r for r in tool_rules if not r.spec.tools or name in r.spec.tools)
+            for name in self.tools
         }
         self.rules_by_action = {
-            action: tuple(r for r in self.rules if action in r.spec.actions)
+            action: RuleGroup.of(r for r in self.rules if action in r.spec.actions)
             for action in ("model_call", "delegation", "plan")
         }
         self.off_limits_any = PatternSet(

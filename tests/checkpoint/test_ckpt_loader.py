@@ -36,6 +36,10 @@ def rule(condition: str) -> str:
     return f"kind: Rule\nname: r\neffect: deny_if\ncondition: '{condition}'\n"
 
 
+def tool(extra: str = "", schema: str = "{type: object}") -> str:
+    return f"kind: Tool\nname: t2\naccess: read\ninput_schema: {schema}\n{extra}"
+
+
 # (id, file, text, line, message fragment)
 ERRORS = [
     ("malformed-yaml", "b.yaml", "kind: Agent\nname: [unclosed\npersona: p\n", 3, "YAML syntax"),
@@ -59,17 +63,13 @@ ERRORS = [
     ("cel-type-error", "r.yaml", rule("action + 1 == 2"), 4, "CEL does not compile"),
     ("cel-condition-not-bool", "r.yaml", rule("1 + 2"), 4, "CEL returns INT; it must return BOOL"),
     ("cel-condition-string", "r.yaml", rule('"s"'), 4, "CEL returns STRING"),
-    ("touches-not-a-list", "t.yaml",
-     "kind: Tool\nname: t2\naccess: read\ninput_schema: {type: object}\ntouches:\n  subjects: '\"x\"'\n",
+    ("touches-not-a-list", "t.yaml", tool("touches:\n  subjects: '\"x\"'\n"),
      6, "CEL returns STRING; it must return LIST<STRING> or LIST<DYN>"),
-    ("touches-cel-undeclared", "t.yaml",
-     "kind: Tool\nname: t2\naccess: read\ninput_schema: {type: object}\ntouches:\n  subjects: '[run.x]'\n",
-     6, "CEL does not compile"),
+    ("touches-cel-undeclared", "t.yaml", tool("touches:\n  subjects: '[run.x]'\n"), 6, "CEL does not compile"),
     ("invalid-json-schema", "t.yaml",
      "kind: Tool\nname: t2\naccess: read\ninput_schema:\n  type: object\n  properties:\n    a: {type: 12}\n",
      7, "not a valid JSON Schema"),
-    ("schema-not-object", "t.yaml", "kind: Tool\nname: t2\naccess: read\ninput_schema: {type: string}\n",
-     4, "type: object"),
+    ("schema-not-object", "t.yaml", tool(schema="{type: string}"), 4, "type: object"),
     ("allowlist-unknown-tool", "b.yaml", agent("allowlist:\n  - ping\n  - nuke\nscope: {access: [read]}\n"),
      6, "unknown tool 'nuke'"),
     ("allowlist-agent-management", "b.yaml", agent("allowlist: [ping, admin]\nscope: {access: [read, write]}\n"),
@@ -85,9 +85,7 @@ ERRORS = [
     ("second-instance", "z.yaml", "kind: Instance\n", 1, "only one Instance"),
     ("tenant-ceiling-above-instance", "tenant.yaml", "kind: Tenant\nname: t\nceilings:\n  turns: 11\n", 4,
      "exceeds the instance's 10"),
-    ("command-placeholder", "t.yaml",
-     "kind: Tool\nname: t2\naccess: read\ninput_schema: {type: object}\n"
-     "run:\n  image: x\n  command: [a, '{nope}']\n", 7, "placeholder {nope}"),
+    ("command-placeholder", "t.yaml", tool("run:\n  image: x\n  command: [a, '{nope}']\n"), 7, "placeholder {nope}"),
 ]
 
 
