@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import format_time
+from checkpoint.audit.store import Filters
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
 _RELATIVE = re.compile(r"(\d+)([smhd])")
@@ -154,13 +155,14 @@ def _reader(args: argparse.Namespace) -> DecisionReader | None:
     return DecisionReader(path)
 
 
-def _filters(args: argparse.Namespace) -> dict[str, Any]:
+def _filters(args: argparse.Namespace) -> Filters:
     return {
         "run_id": args.run,
         "root_run_id": args.tree,
         "agent": args.agent,
         "verdict": args.verdict,
         "code": args.code,
+        "since": getattr(args, "since", None),  # query and export only
     }
 
 
@@ -184,7 +186,7 @@ def _query(args: argparse.Namespace) -> int:
     reader = _reader(args)
     if reader is None:
         return EXIT_USAGE
-    records = reader.read(args.after, since=args.since, limit=args.limit, **_filters(args))
+    records = reader.read(args.after, limit=args.limit, **_filters(args))
     if args.format == "jsonl":
         _write_jsonl(records, sys.stdout)
     else:
@@ -214,7 +216,7 @@ def _export(args: argparse.Namespace) -> int:
     reader = _reader(args)
     if reader is None:
         return EXIT_USAGE
-    records = reader.read(args.after, since=args.since, **_filters(args))
+    records = reader.read(args.after, **_filters(args))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             count = _write_jsonl(records, out)

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from checkpoint.audit import store
 from checkpoint.audit.errors import AuditUnavailable
@@ -311,10 +311,12 @@ class DecisionLog:
             "failures": self._failures,
         }
 
-    def read(self, after_seq: int = 0, **filters: Any) -> Iterator[dict[str, Any]]:
-        return self._reader.read(after_seq, **filters)
+    def read(
+        self, after_seq: int = 0, *, limit: int | None = None, **filters: Unpack[store.Filters]
+    ) -> Iterator[dict[str, Any]]:
+        return self._reader.read(after_seq, limit=limit, **filters)
 
-    def tail(self, n: int, **filters: Any) -> list[dict[str, Any]]:
+    def tail(self, n: int, **filters: Unpack[store.Filters]) -> list[dict[str, Any]]:
         return self._reader.tail(n, **filters)
 
     def verify(self, *, expect_head: tuple[int, str] | None = None) -> VerifyReport:
@@ -324,13 +326,9 @@ class DecisionLog:
         self,
         after_seq: int = 0,
         *,
-        run_id: str | None = None,
-        root_run_id: str | None = None,
-        agent: str | None = None,
-        verdict: str | None = None,
-        code: str | None = None,
         stop_event: threading.Event | None = None,
         poll_interval: float = 0.5,
+        **filters: Unpack[store.Filters],
     ) -> Iterator[dict[str, Any]]:
         """Stored records after ``after_seq``, then live ones as this log commits them.
 
@@ -347,15 +345,11 @@ class DecisionLog:
 
         return self._reader.follow(
             after_seq,
-            run_id=run_id,
-            root_run_id=root_run_id,
-            agent=agent,
-            verdict=verdict,
-            code=code,
             stop_event=stop_event,
             poll_interval=poll_interval,
             wait=wait,
             ended=lambda: not self._writer_alive,
+            **filters,
         )
 
     def wake_followers(self) -> None:

@@ -11,10 +11,11 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from checkpoint.audit import store
 from checkpoint.audit.record import from_row
+from checkpoint.audit.store import Filters
 from checkpoint.audit.verify import VerifyReport, verify_rows
 
 PAGE = 500
@@ -34,28 +35,17 @@ class DecisionReader:
         self,
         after_seq: int = 0,
         *,
-        run_id: str | None = None,
-        root_run_id: str | None = None,
-        agent: str | None = None,
-        verdict: str | None = None,
-        code: str | None = None,
-        since: str | None = None,
         limit: int | None = None,
+        **filters: Unpack[Filters],
     ) -> Iterator[dict[str, Any]]:
         """Stored records with seq > after_seq, oldest first, JSON fields parsed."""
         conn = self._connect()
         try:
-            yield from _paged(
-                conn,
-                after_seq,
-                None,
-                limit,
-                dict(run_id=run_id, root_run_id=root_run_id, agent=agent, verdict=verdict, code=code, since=since),
-            )
+            yield from _paged(conn, after_seq, None, limit, filters)
         finally:
             conn.close()
 
-    def tail(self, n: int, **filters: Any) -> list[dict[str, Any]]:
+    def tail(self, n: int, **filters: Unpack[Filters]) -> list[dict[str, Any]]:
         """The last n matching records, oldest first."""
         conn = self._connect()
         try:
@@ -83,15 +73,11 @@ class DecisionReader:
         self,
         after_seq: int = 0,
         *,
-        run_id: str | None = None,
-        root_run_id: str | None = None,
-        agent: str | None = None,
-        verdict: str | None = None,
-        code: str | None = None,
         stop_event: threading.Event | None = None,
         poll_interval: float = 0.5,
         wait: Waiter | None = None,
         ended: Callable[[], bool] | None = None,
+        **filters: Unpack[Filters],
     ) -> Iterator[dict[str, Any]]:
         """Stored records after ``after_seq``, then new ones as they are committed.
 
@@ -104,7 +90,6 @@ class DecisionReader:
             def wait(_pos: int, timeout: float) -> None:
                 stop.wait(timeout)
 
-        filters = dict(run_id=run_id, root_run_id=root_run_id, agent=agent, verdict=verdict, code=code)
         conn = self._connect()
         try:
             pos = after_seq
@@ -125,7 +110,7 @@ class DecisionReader:
 
 
 def _paged(
-    conn: sqlite3.Connection, after_seq: int, upto_seq: int | None, limit: int | None, filters: dict[str, Any]
+    conn: sqlite3.Connection, after_seq: int, upto_seq: int | None, limit: int | None, filters: Filters
 ) -> Iterator[dict[str, Any]]:
     pos, remaining = after_seq, limit
     while remaining is None or remaining > 0:

@@ -82,17 +82,21 @@ def format_time(moment: datetime) -> str:
 _second_cache: tuple[int, str] = (-1, "")
 
 
-def now() -> str:
+def format_time_ns(ns: int) -> str:
+    """`format_time` for nanoseconds since the epoch, as `time.time_ns()` gives them."""
     # Formatting the whole timestamp costs more than the rest of a record's checks; the
     # seconds part changes once a second, so it is formatted once and cached.
     global _second_cache
-    micros = time.time_ns() // 1000
-    second, micro = divmod(micros, 1_000_000)
+    second, micro = divmod(ns // 1000, 1_000_000)
     cached = _second_cache
     if cached[0] != second:
         cached = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
         _second_cache = cached
     return f"{cached[1]}.{micro:06d}Z"
+
+
+def now() -> str:
+    return format_time_ns(time.time_ns())
 
 
 _ACTOR, _ARGS, _LATENCY, _ACTION, _VERDICT = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import quote
 
 import sqlite_utils
@@ -29,6 +29,22 @@ _TYPES: dict[str, type] = {name: str for name in COLUMNS} | {"seq": int, "latenc
 _NOT_NULL = ("decision_id", "time", "action", "verdict", "prev_hash", "hash")
 INSERT_SQL = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 HEAD_SQL = f"SELECT seq, hash FROM {TABLE} ORDER BY seq DESC LIMIT 1"
+
+
+class Filters(TypedDict, total=False):
+    """What a query may ask of a record; None (or absent) asks nothing. Every reader takes these
+    as keywords and hands them through to `select`: a new filter is a field here and its clause
+    there."""
+
+    run_id: str | None
+    root_run_id: str | None  # a whole delegation tree
+    agent: str | None
+    verdict: str | None
+    code: str | None
+    since: str | None  # RFC 3339 UTC with microseconds, as stored: text order is time order
+
+
+FILTER_NAMES = frozenset(Filters.__optional_keys__)
 
 
 def open_writer(path: Path, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -94,32 +110,32 @@ def select(
     *,
     after_seq: int = 0,
     upto_seq: int | None = None,
-    run_id: str | None = None,
-    root_run_id: str | None = None,
-    agent: str | None = None,
-    verdict: str | None = None,
-    code: str | None = None,
-    since: str | None = None,
     limit: int | None = None,
     newest_first: bool = False,
+    **filters: Unpack[Filters],
 ) -> Iterator[dict[str, Any]]:
     """Stored rows as dicts of column values (JSON columns still text), by seq.
 
     `root_run_id` picks a whole delegation tree (the root run records itself as its root). It is
     not indexed, to keep commits cheap: such a query walks the log in seq order."""
+    if not filters.keys() <= FILTER_NAMES:  # a misspelt filter must not widen the query silently
+        raise TypeError(f"unknown filter(s): {', '.join(sorted(filters.keys() - FILTER_NAMES))}")
     where = ["seq > ?"]
     params: list[Any] = [after_seq]
     if upto_seq is not None:
         where.append("seq <= ?")
         params.append(upto_seq)
+    root_run_id = filters.get("root_run_id")
     if root_run_id is not None:
         # A root recorded before roots were normalised (no root_run_id) is still its own tree's root.
         where.append("(root_run_id = ? OR (root_run_id IS NULL AND run_id = ?))")
         params += [root_run_id, root_run_id]
-    for column, value in (("run_id", run_id), ("agent", agent), ("verdict", verdict), ("code", code)):
+    for column in ("run_id", "agent", "verdict", "code"):
+        value = filters.get(column)
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)
+    since = filters.get("since")
     if since is not None:  # fixed-width UTC text: text order is time order
         where.append("time >= ?")
         params.append(since)

@@ -38,7 +38,11 @@ def approval_problem(
     if not run_id:
         return "an approved call names its run"
     asked = next(
-        (r for r in records(run_id=run_id, verdict="REQUIRE_APPROVAL") if r.get("decision_id") == decision_id),
+        (
+            r
+            for r in records(run_id=run_id, verdict="REQUIRE_APPROVAL")
+            if r.get("decision_id") == decision_id
+        ),
         None,
     )
     if asked is None:

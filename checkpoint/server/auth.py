@@ -85,8 +85,8 @@ class AuthPolicy:
             for key, value in context.invocation_metadata():
                 if key == "authorization" and isinstance(value, str) and value[:7].lower() == _BEARER:
                     digest = hashlib.sha256(value[7:].strip().encode()).digest()
-                    # The dict lookup is on a hash of the token, so its timing says nothing about
-                    # the token; compare_digest keeps the final check constant-time anyway.
+                    # Hashes are compared, each in constant time: the time taken says nothing
+                    # about how much of a token was right.
                     for known, name in self.tokens.items():
                         if hmac.compare_digest(known, digest):
                             return name

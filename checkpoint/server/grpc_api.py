@@ -29,6 +29,7 @@ class Malformed:
     def __init__(self, message_type: str, error: str):
         self.message_type = message_type
         self.error = error
+        self.reason = f"the request is not a well-formed {message_type}"
 
 
 def _parser(cls: Any) -> Callable[[bytes], Any]:
@@ -43,7 +44,7 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
 
 def _well_formed(request: Any) -> None:
     if isinstance(request, Malformed):
-        raise InvalidArgument("invalid_request", f"the request is not a well-formed {request.message_type}")
+        raise InvalidArgument("invalid_request", request.reason)
 
 
 def _unary(
@@ -53,7 +54,7 @@ def _unary(
         started = time.perf_counter()
         try:
             if isinstance(request, Malformed):
-                record_malformed(f"the request is not a well-formed {request.message_type}")
+                record_malformed(request.reason)
             _well_formed(request)
             return fn(request)
         except ServiceError as exc:
@@ -105,7 +106,9 @@ def handlers(service: CheckpointService, *, max_watchers: int = 16) -> grpc.Gene
     def unary(fn: Callable[[Any], Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
         latency = service.metrics.check_seconds.labels(fn.__name__)
         return grpc.unary_unary_rpc_method_handler(
-            _unary(fn, latency, service.record_malformed), request_deserializer=_parser(req), response_serializer=resp.SerializeToString
+            _unary(fn, latency, service.record_malformed),
+            request_deserializer=_parser(req),
+            response_serializer=resp.SerializeToString,
         )
 
     return grpc.method_handlers_generic_handler(

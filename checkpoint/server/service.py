@@ -20,6 +20,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
+from checkpoint.audit.record import format_time_ns
+from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.policy import PolicySet
 from checkpoint.server import convert
@@ -99,29 +101,28 @@ class CheckpointService:
             )
         if not response.policy_revision:
             response.policy_revision = policies.revision
-        if response.verdict == ALLOW and request.WhichOneof("action") == "delegation":
+        action = request.WhichOneof("action")
+        # converted once: the approval check, the grant and the record all read these
+        arguments = _tool_arguments(request, action)
+        if response.verdict == ALLOW and action == "delegation":
             response.chain_token = chain_token(self.chain_key, child_chain(request, response))
         if response.verdict == ALLOW and response.rule == "approval":
-            problem = self._approval_problem(request, response, policies)
+            problem = self._approval_problem(request, response, action, arguments, policies)
             if problem is not None:
                 response = _fail_closed(response, APPROVAL_INVALID, problem, rule="approval")
 
         now_ns = time.time_ns()
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)
-        action = request.WhichOneof("action")
-        arguments: dict[str, Any] | None = None
-        if action == "tool_call":
-            arguments = convert.struct_to_dict(request.tool_call.arguments)
-            # a grant binds a pinned agent version: a person acting directly is decided and
-            # recorded, but the toolrunner runs agents' calls only
-            if response.verdict == ALLOW and response.agent_version:
-                try:
-                    self._sign(policies, request, response, arguments)
-                except (ValueError, TypeError) as exc:  # e.g. NaN: no canonical form, no grant
-                    response = _fail_closed(
-                        response, "invalid_arguments", f"arguments cannot be signed: {exc}", rule="grant"
-                    )
+        # a grant binds a pinned agent version: a person acting directly is decided and
+        # recorded, but the toolrunner runs agents' calls only
+        if arguments is not None and response.verdict == ALLOW and response.agent_version:
+            try:
+                self._sign(policies, request, response, arguments)
+            except (ValueError, TypeError) as exc:  # e.g. NaN: no canonical form, no grant
+                response = _fail_closed(
+                    response, "invalid_arguments", f"arguments cannot be signed: {exc}", rule="grant"
+                )
 
         record = self._record(request, response, action, arguments, policies, now_ns)
         record["latency_us"] = (time.perf_counter_ns() - started) // 1000
@@ -137,18 +138,21 @@ class CheckpointService:
         return response
 
     def _approval_problem(
-        self, request: pb.CheckRequest, response: pb.CheckResponse, policies: PolicySet
+        self,
+        request: pb.CheckRequest,
+        response: pb.CheckResponse,
+        action: str | None,
+        arguments: dict[str, Any] | None,
+        policies: PolicySet,
     ) -> str | None:
         approval = request.approval
-        action = request.WhichOneof("action") or "none"
-        arguments = convert.struct_to_dict(request.tool_call.arguments) if action == "tool_call" else None
         return approval_problem(
             self.log.read,
             decision_id=approval.decision_id,
             approver=approval.approver,
             run_id=request.run.run_id,
             agent_version=request.run.actor_chain[-1].agent_version if request.run.actor_chain else "",
-            action=action,
+            action=action or "none",
             tool=request.tool_call.tool if action == "tool_call" else None,
             logged_arguments=_logged_arguments(request, response, action, arguments, policies, self.mask_key),
         )
@@ -241,7 +245,7 @@ class CheckpointService:
         tool = request.tool_call.tool if action == "tool_call" else None
         return {
             "decision_id": response.decision_id or new_decision_id(),
-            "time": convert.format_time_ns(now_ns),
+            "time": format_time_ns(now_ns),
             "tenant": response.tenant or run.tenant or None,
             "run_id": run.run_id or None,
             "root_run_id": run.root_run_id or run.run_id or None,  # a run that names no root is its own
@@ -276,7 +280,7 @@ class CheckpointService:
             decision_id=new_decision_id(), verdict=DENY, code=code, rule="request", reason=reason,
             policy_revision=revision or "",
         )  # fmt: skip
-        arguments = convert.struct_to_dict(request.tool_call.arguments) if action == "tool_call" else None
+        arguments = _tool_arguments(request, action)
         try:
             self.log.append(
                 self._record(request, response, action, arguments, self.store.current, time.time_ns())
@@ -306,7 +310,7 @@ class CheckpointService:
     ) -> Iterator[pb.WatchDecisionsResponse]:
         if request.after_seq < 0:
             raise InvalidArgument("invalid_request", "after_seq must not be negative", "after_seq")
-        filters: dict[str, Any] = {
+        filters: Filters = {
             "run_id": request.run_id or None,
             "root_run_id": request.root_run_id or None,
             "agent": request.agent or None,
@@ -358,6 +362,11 @@ def _fail_closed(response: pb.CheckResponse, code: str, reason: str, *, rule: st
     return out
 
 
+def _tool_arguments(request: pb.CheckRequest, action: str | None) -> dict[str, Any] | None:
+    """A tool call's arguments as plain values (numbers as the Struct's doubles), else None."""
+    return convert.struct_to_dict(request.tool_call.arguments) if action == "tool_call" else None
+
+
 def _logged_arguments(
     request: pb.CheckRequest,
     response: pb.CheckResponse,
@@ -374,14 +383,15 @@ def _logged_arguments(
     canonical form (NaN) as a note: the decision is recorded whatever the request held.
     """
     if action == "tool_call":
-        tool = policies.tools.get(request.tool_call.tool) if policies is not None else None
         if arguments is None:
             return None
+        tool = policies.tools.get(request.tool_call.tool) if policies is not None else None
         size = request.tool_call.arguments.ByteSize()
         try:
             if tool is None or size > MAX_LOGGED_ARGUMENT_BYTES:
                 return {"sha256": canonical.sha256_hex(arguments), "bytes": size}
-            canonical.dumps(arguments)  # refuses what the log could not store either
+            if not response.HasField("grant"):  # a grant signed their canonical form already
+                canonical.dumps(arguments)  # refuses what the log could not store either
         except (ValueError, TypeError) as exc:
             return {"unrecordable": str(exc)[:200], "bytes": size}
         masking = tool.spec.audit
