@@ -14,6 +14,8 @@ import secrets
 import sys
 from pathlib import Path
 
+from warden.cli import help_only, optional_file
+
 DEFAULT_DATA = "./.warden"
 DEFAULT_ADDRESS = "127.0.0.1:7401"
 KEY_FILE = "grant.key"
@@ -27,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the checkpoint (the policy decision point)",
         description="The checkpoint sidecar.",
     )
-    checkpoint.set_defaults(func=lambda _a: (checkpoint.print_help(), 2)[1])
+    checkpoint.set_defaults(func=help_only(checkpoint))
     commands = checkpoint.add_subparsers(dest="checkpoint_command", metavar="SUBCOMMAND")
     serve = commands.add_parser(
         "serve",
@@ -87,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     keys = subparsers.add_parser(
         "keys", help="create key material", description="Key material for grants and callers."
     )
-    keys.set_defaults(func=lambda _a: (keys.print_help(), 2)[1])
+    keys.set_defaults(func=help_only(keys))
     key_commands = keys.add_subparsers(dest="keys_command", metavar="SUBCOMMAND")
     init = key_commands.add_parser(
         "init",
@@ -106,12 +108,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     init.set_defaults(func=_keys_init)
 
 
+def _data_file(given: str | None, data: Path, name: str) -> Path:
+    """The file a flag names, else DATA/name."""
+    return Path(given) if given else data / name
+
+
 def _keys_init(args: argparse.Namespace) -> int:
     from warden.grants import SigningKey
 
     data = Path(args.data)
-    key_path = Path(args.key) if args.key else data / KEY_FILE
-    tokens_path = Path(args.tokens) if args.tokens else data / TOKENS_FILE
+    key_path = _data_file(args.key, data, KEY_FILE)
+    tokens_path = _data_file(args.tokens, data, TOKENS_FILE)
     if key_path.exists():
         print(f"kept existing key {key_path} (id {SigningKey.load(key_path).key_id})")
     else:
@@ -143,7 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     data = Path(args.data)
-    key_path = Path(args.key) if args.key else data / KEY_FILE
+    key_path = _data_file(args.key, data, KEY_FILE)
     try:
         key = SigningKey.load(key_path)
     except FileNotFoundError:
@@ -153,14 +160,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"warden: bad grant key {key_path}: {exc}", file=sys.stderr)
         return 2
 
-    tokens_path = Path(args.tokens) if args.tokens else data / TOKENS_FILE
-    tokens = {}
-    if args.tokens or tokens_path.exists():
-        try:
-            tokens = load_tokens(tokens_path)
-        except (OSError, TokenFileError) as exc:
-            print(f"warden: {exc}", file=sys.stderr)
-            return 2
+    tokens_path = optional_file(args.tokens, data / TOKENS_FILE)
+    try:
+        tokens = load_tokens(tokens_path) if tokens_path else {}
+    except (OSError, TokenFileError) as exc:
+        print(f"warden: {exc}", file=sys.stderr)
+        return 2
     tls_args = (args.tls_cert, args.tls_key, args.tls_client_ca)
     if any(tls_args) and not all(tls_args):
         print("warden: mTLS needs --tls-cert, --tls-key and --tls-client-ca together", file=sys.stderr)

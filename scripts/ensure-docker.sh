@@ -11,6 +11,8 @@ say() { echo "ensure-docker: $*" >&2; }
 sudo_cmd() {
 	if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"; else return 1; fi
 }
+# apt-get, quiet and non-interactive, as root; its own output is dropped.
+apt_get() { sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get -qq "$@" >/dev/null; }
 how_to() {
 	say "$1"
 	cat >&2 <<'HELP'
@@ -26,15 +28,14 @@ HELP
 if ! command -v dockerd >/dev/null 2>&1; then
 	command -v apt-get >/dev/null 2>&1 || how_to "docker is not installed and apt-get is not available"
 	say "installing docker.io with apt-get"
-	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
-		sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null ||
+	apt_get update && apt_get install -y docker.io ||
 		how_to "apt-get install docker.io failed (no root, or no package mirror)"
 	# Optional: gVisor's runsc, for tools whose definition asks for `runtime: runsc`.
-	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null 2>&1 ||
+	apt_get install -y runsc 2>/dev/null ||
 		say "could not install runsc (optional: the gVisor runtime; tools asking for it get runtime_unavailable)"
 fi
 if [ ! -x /usr/bin/busybox ] && command -v apt-get >/dev/null 2>&1; then
-	sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null ||
+	apt_get install -y busybox-static ||
 		say "could not install busybox-static (needed by scripts/build-images.sh)"
 fi
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from toolrunner.errors import RunnerError
 from toolrunner.secrets import SecretsFileError, load_secrets
+from warden.cli import help_only, optional_file
 
 TOKENS_FILE = "toolrunner.tokens"
 
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--runtime", default=None, help="default OCI runtime for every tool, e.g. runsc")
     serve.add_argument("--reap-interval", type=float, default=30.0, help="seconds between leftover sweeps")
     serve.set_defaults(func=_serve)
-    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
+    parser.set_defaults(func=help_only(parser))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -63,14 +64,12 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyringError as exc:
         print(f"warden toolrunner: {exc}", file=sys.stderr)
         return 2
-    tokens_path = args.tokens or args.data / TOKENS_FILE
-    tokens: dict[bytes, str] = {}
-    if args.tokens or tokens_path.exists():
-        try:
-            tokens = load_tokens(tokens_path)
-        except (OSError, TokenFileError) as exc:
-            print(f"warden toolrunner: {exc}", file=sys.stderr)
-            return 2
+    tokens_path = optional_file(args.tokens, args.data / TOKENS_FILE)
+    try:
+        tokens = load_tokens(tokens_path) if tokens_path else {}
+    except (OSError, TokenFileError) as exc:
+        print(f"warden toolrunner: {exc}", file=sys.stderr)
+        return 2
     try:
         secrets = load_secrets(args.secrets)
     except SecretsFileError as exc:

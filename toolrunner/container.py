@@ -68,6 +68,11 @@ class Outcome:
     started_at: float
     finished_at: float
 
+    @classmethod
+    def not_run(cls, started_at: float, finished_at: float, *, cancelled: bool) -> Outcome:
+        """A container that never ran to an exit of its own: no exit code, no OOM, no timeout."""
+        return cls(-1, False, False, cancelled, started_at, finished_at)
+
 
 def host_config(api: docker.APIClient, spec: ContainerSpec) -> dict:
     limits = spec.limits
@@ -164,7 +169,7 @@ class ContainerRun:
         if not self._started:  # cancelled between create and start: never started
             _close(sock)
             reader.join(_DRAIN_SECONDS)
-            return Outcome(-1, False, False, True, started, time.time())
+            return Outcome.not_run(started, time.time(), cancelled=True)
         reader.join(self._spec.timeout_seconds)
         if reader.is_alive():
             timed_out = not self._cancelled.is_set()

@@ -50,12 +50,3 @@ class ImagePins:
         with self._lock:
             self._pins.setdefault(ref, image_id)
             return self._pins[ref]
-
-    def forget(self, ref: str) -> None:
-        with self._lock:
-            self._pins.pop(ref, None)
-
-    @property
-    def pins(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._pins)

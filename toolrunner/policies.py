@@ -8,17 +8,25 @@ checkpoint never decided. The folder's revision is the same content hash the che
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from checkpoint.policy.loader import load_policy_dir, policy_files, revision_of
+from checkpoint.policy.model import Tool
+
+
+def tool_specs(tools: Mapping[str, Any]) -> dict[str, Tool]:
+    """Name -> tool model. A loaded PolicySet holds compiled tools (the model under `.spec`);
+    tests and embedders may hand over the models themselves."""
+    return {name: getattr(t, "spec", t) for name, t in tools.items()}
 
 
 @dataclass(frozen=True)
 class LoadedTools:
     revision: str
-    tools: dict[str, Any]
+    tools: dict[str, Tool]
 
 
 class PolicySource:
@@ -34,4 +42,4 @@ class PolicySource:
     def load(self) -> LoadedTools:
         """Load and compile the folder; raises PolicyLoadError (every error, file:line)."""
         policies = load_policy_dir(self.directory)
-        return LoadedTools(policies.revision, {name: getattr(t, "spec", t) for name, t in policies.tools.items()})
+        return LoadedTools(policies.revision, tool_specs(policies.tools))

@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ from toolrunner.errors import (
 )
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
-from toolrunner.policies import PolicySource
+from toolrunner.policies import PolicySource, tool_specs
 from toolrunner.scrub import Scrubber, StreamScrubber
 from toolrunner.store import ReceiptStore
 from warden import canonical, grants
@@ -68,10 +69,10 @@ class RunnerConfig:
 
 
 class _Inflight:
-    def __init__(self) -> None:
+    def __init__(self, run_id: str) -> None:
         self.done = threading.Event()
         self.run: ContainerRun | None = None
-        self.run_id = ""
+        self.run_id = run_id
         self.cancelled = False
 
 
@@ -88,15 +89,17 @@ class ToolRunner:
         policy_revision: str = "",
         policy_source: PolicySource | None = None,
     ):
-        # The loader's PolicySet.tools holds compiled tools (the model under `.spec`); tests
-        # and other callers may pass the models themselves.
-        self.tools: dict[str, Tool] = {name: getattr(t, "spec", t) for name, t in tools.items()}
+        self.tools: dict[str, Tool] = tool_specs(tools)
+        # tool name -> (the tool, its input-schema validator), built at the tool's first call and
+        # rebuilt when a reload replaces the tool: no schema is re-checked on every call.
+        self._validators: dict[str, tuple[Tool, Any]] = {}
         # "" means the caller handed over tools of no known revision (tests embedding the
         # runner): the revision check is then off. The CLI always loads a folder and sets it.
         self.policy_revision = policy_revision
         self.policy_source = policy_source
         self._reload_lock = threading.Lock()
-        self.keys = keys
+        # verify() takes one key or a key-id -> key dict; copy a caller's mapping once, here.
+        self.keys = keys if isinstance(keys, grants.SigningKey) else dict(keys)
         self.store = store
         self.api = api
         self.secrets = dict(secrets or {})
@@ -120,7 +123,7 @@ class ToolRunner:
         grant = request.grant if request.HasField("grant") else None
         try:
             grants.verify(
-                self.keys if isinstance(self.keys, grants.SigningKey) else dict(self.keys),
+                self.keys,
                 grant,
                 run_id=request.run_id,
                 agent_version=request.agent_version,
@@ -149,22 +152,34 @@ class ToolRunner:
         if tool is None or tool.run is None:
             raise UnknownTool(f"no runnable tool {request.tool!r} in the loaded policies")
         run = tool.run
-        try:
-            jsonschema.validate(arguments, tool.input_schema)
-        except jsonschema.ValidationError as exc:
-            raise InvalidArguments(f"arguments do not match {tool.name}'s input schema: {exc.message}") from None
+        self._validate(tool, arguments)
         argv = argv_mod.fill(list(run.command), arguments)
         image_id = self.images.resolve(run.image)
-        env = dict(run.env)
         injected: dict[str, str] = {}
         for name in run.secrets:
             if name not in self.secrets:
                 raise SecretUnavailable(f"tool {tool.name} needs secret {name}, which the secrets file lacks")
             injected[name] = self.secrets[name]
-        env.update(injected)
         runtime = run.runtime or self.config.default_runtime
         if runtime:
             self._check_runtime(runtime)
+        spec = ContainerSpec(
+            image_id=image_id,
+            argv=argv,
+            env={**run.env, **injected},
+            user=run.user,
+            timeout_seconds=run.timeout_seconds,
+            limits=run.limits,
+            network=self.config.network_name if run.network else None,
+            read_only_root=run.read_only_root,
+            runtime=runtime,
+            labels={
+                LABEL_RUNNER: self.config.runner_id,
+                LABEL_DECISION: decision_id,
+                LABEL_RUN: request.run_id,
+                LABEL_TOOL: tool.name,
+            },
+        )
 
         entry, first = self._enter(decision_id, request.run_id)
         if not first:  # the same grant is running right now: wait for its receipt
@@ -174,9 +189,7 @@ class ToolRunner:
                 raise AlreadyStarted("the same grant was being run and produced no receipt")
             return stored
         try:
-            if not self._slots.acquire(blocking=False):
-                raise RunnerBusy(f"{self.config.max_concurrency} calls are already running; retry later")
-            try:
+            with self._slot():
                 if not self.store.claim(decision_id, request.run_id, tool.name):
                     stored = self._stored(decision_id)
                     if stored is not None:
@@ -184,44 +197,24 @@ class ToolRunner:
                     raise AlreadyStarted(
                         f"decision {decision_id} was claimed by an earlier runner that never finished it"
                     )
-                spec = ContainerSpec(
-                    image_id=image_id,
-                    argv=argv,
-                    env=env,
-                    user=run.user,
-                    timeout_seconds=run.timeout_seconds,
-                    limits=run.limits,
-                    network=self.config.network_name if run.network else None,
-                    read_only_root=run.read_only_root,
-                    runtime=runtime,
-                    labels={
-                        LABEL_RUNNER: self.config.runner_id,
-                        LABEL_DECISION: decision_id,
-                        LABEL_RUN: request.run_id,
-                        LABEL_TOOL: tool.name,
-                    },
-                )
                 try:
                     receipt = self._run(
-                        spec, entry, grant, tool.name, image_id, injected, run.output_cap_bytes, on_chunk
+                        spec, entry, grant, tool.name, injected, run.output_cap_bytes, on_chunk
                     )
                 except Exception as exc:
                     # The container may have run: the grant is spent either way, and the
                     # receipt says the runner failed rather than leaving the claim open.
                     log.exception("call %s failed inside the runner", decision_id)
-                    receipt = pb.Receipt(
-                        decision_id=decision_id,
-                        run_id=grant.run_id,
-                        tool=tool.name,
-                        image_id=image_id,
+                    receipt = _receipt(
+                        grant,
+                        tool.name,
+                        image_id,
                         exit_code=-1,
                         code="runner_error",
                         output=f"toolrunner: internal error: {type(exc).__name__}",
                     )
                 self.store.finish(receipt)
                 return receipt
-            finally:
-                self._slots.release()
         finally:
             self._leave(decision_id, entry)
 
@@ -231,7 +224,6 @@ class ToolRunner:
         entry: _Inflight,
         grant: Any,
         tool: str,
-        image_id: str,
         injected: Mapping[str, str],
         cap: int,
         on_chunk: OnChunk | None,
@@ -274,7 +266,7 @@ class ToolRunner:
             # failed; a receipt says so rather than leaving the claim dangling.
             log.error("container for %s failed: %s", grant.decision_id, exc)
             now = time.time()
-            outcome = Outcome(-1, False, False, False, now, now)
+            outcome = Outcome.not_run(now, now, cancelled=False)
             with emit_lock:
                 emit("stderr", f"toolrunner: the container could not run: {exc.explanation or exc}\n")
         with emit_lock:
@@ -289,11 +281,10 @@ class ToolRunner:
             code = "output_truncated"
         else:
             code = ""
-        receipt = pb.Receipt(
-            decision_id=grant.decision_id,
-            run_id=grant.run_id,
-            tool=tool,
-            image_id=image_id,
+        receipt = _receipt(
+            grant,
+            tool,
+            spec.image_id,
             exit_code=outcome.exit_code,
             oom_killed=outcome.oom_killed,
             timed_out=outcome.timed_out,
@@ -351,8 +342,7 @@ class ToolRunner:
             existing = self._inflight.get(decision_id)
             if existing is not None:
                 return existing, False
-            entry = _Inflight()
-            entry.run_id = run_id
+            entry = _Inflight(run_id)
             self._inflight[decision_id] = entry
             return entry, True
 
@@ -360,6 +350,28 @@ class ToolRunner:
         with self._lock:
             self._inflight.pop(decision_id, None)
         entry.done.set()
+
+    @contextmanager
+    def _slot(self) -> Iterator[None]:
+        """One of the `max_concurrency` slots for the length of a call, or RunnerBusy."""
+        if not self._slots.acquire(blocking=False):
+            raise RunnerBusy(f"{self.config.max_concurrency} calls are already running; retry later")
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    def _validate(self, tool: Tool, arguments: Any) -> None:
+        """`jsonschema.validate`, with the tool's validator built (and its schema checked) once."""
+        cached = self._validators.get(tool.name)
+        if cached is None or cached[0] is not tool:
+            cls = jsonschema.validators.validator_for(tool.input_schema)
+            cls.check_schema(tool.input_schema)
+            cached = (tool, cls(tool.input_schema))
+            self._validators[tool.name] = cached
+        error = jsonschema.exceptions.best_match(cached[1].iter_errors(arguments))
+        if error is not None:
+            raise InvalidArguments(f"arguments do not match {tool.name}'s input schema: {error.message}")
 
     def _check_revision(self, wanted: str) -> None:
         """Hold the tool definitions of the revision the grant was issued under, or refuse.
@@ -377,8 +389,10 @@ class ToolRunner:
                 try:
                     if self.policy_source.revision() != self.policy_revision:
                         loaded = self.policy_source.load()
-                        self.tools = dict(loaded.tools)
-                        log.info("policy folder reloaded: revision %s -> %s", self.policy_revision, loaded.revision)
+                        self.tools = loaded.tools
+                        log.info(
+                            "policy folder reloaded: revision %s -> %s", self.policy_revision, loaded.revision
+                        )
                         self.policy_revision = loaded.revision
                 except Exception as exc:  # noqa: BLE001 - a broken edit keeps the last good set
                     problem = f"its policy folder does not load ({str(exc).splitlines()[0][:200]})"
@@ -397,6 +411,13 @@ class ToolRunner:
                 f"runtime {runtime!r} is not configured on this Docker engine "
                 f"(it has: {', '.join(sorted(self._runtimes)) or 'none'})"
             )
+
+
+def _receipt(grant: Any, tool: str, image_id: str, **fields: Any) -> pb.Receipt:
+    """A receipt naming the call (decision, run, tool, pinned image), with `fields` for the rest."""
+    return pb.Receipt(
+        decision_id=grant.decision_id, run_id=grant.run_id, tool=tool, image_id=image_id, **fields
+    )
 
 
 class _StreamState:

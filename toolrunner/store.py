@@ -68,13 +68,6 @@ class ReceiptStore:
                 return False
             return True
 
-    def release(self, decision_id: str) -> None:
-        """Undo a claim whose container never started (so a retry may run it)."""
-        with self._lock:
-            self._db.execute(
-                f"DELETE FROM {RECEIPTS} WHERE decision_id = ? AND state = 'running'", [decision_id]
-            )
-
     def finish(self, receipt: pb.Receipt) -> None:
         with self._lock:
             self._table.upsert(

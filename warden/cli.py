@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 # (module, what it adds). Order is the order shown in --help.
 _COMMAND_MODULES = (
@@ -18,6 +20,23 @@ _COMMAND_MODULES = (
     "toolrunner.cli",  # toolrunner serve
     "driver.cli",  # driver serve, up, run, runs, watch, approve, reject, resume, cancel, amend
 )
+
+
+def help_only(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """The `func` of a command group run without its subcommand: print the group's help, exit 2."""
+
+    def show_help(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    return show_help
+
+
+def optional_file(given: str | Path | None, default: Path) -> Path | None:
+    """The file a flag names; without the flag, `default` when that file exists; else None."""
+    if given:
+        return Path(given)
+    return default if default.exists() else None
 
 
 def build_parser() -> argparse.ArgumentParser:
