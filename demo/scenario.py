@@ -8,11 +8,11 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from driver.cli import _read_token
+from driver.cli import CHILD_INDENT, watch_tree
 from driver.goal import load_goal
 from driver.render import event_line
 from driver.service import goal_to_proto
-from driver.up import Stack
+from driver.up import CHECKPOINT_TOKENS_FILE, Stack, caller_token
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
 from warden.driver.v1 import driver_pb2 as pb
@@ -47,11 +47,8 @@ class Scenario:
 
     def follow_child(self, run_id: str) -> None:
         """The child run's own events, indented, until it ends or waits for a person."""
-        stream = self.driver.WatchRun(pb.WatchRunRequest(run_id=run_id, until_waiting=True), metadata=self.md)
-        for resp in stream:
-            e = resp.event
-            data: dict[str, Any] = json_format.MessageToDict(e.data)
-            print("      | " + event_line(e.kind, data).replace("\n", "\n      | "), flush=True)
+        for indent, e, data in watch_tree(self.driver, self.md, run_id, indent=CHILD_INDENT):
+            print(indent + event_line(e.kind, data).replace("\n", "\n" + indent), flush=True)
             if e.kind == "run_succeeded":
                 self.seen.add("delegation to a child run")
 
@@ -71,7 +68,7 @@ class Scenario:
 
     def print_decisions(self, root_run_id: str) -> int:
         """Every decision of the run's delegation tree, in log order."""
-        token = _read_token(self.stack.driver_data / "checkpoint.tokens", "driver") or ""
+        token = caller_token(self.stack.driver_data / CHECKPOINT_TOKENS_FILE, "driver") or ""
         with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
             stub = cp_grpc.CheckpointServiceStub(ch)
             n = 0

@@ -8,6 +8,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,16 +120,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # -- server side ----------------------------------------------------------------------------
 
 
-def _read_token(path: Path, caller: str) -> str | None:
-    if not path.exists():
-        return None
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == caller:
-            return parts[1]
-    return None
-
-
 def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import signal
@@ -140,7 +131,13 @@ def _serve(args: argparse.Namespace) -> int:
     from driver.providers import make_provider
     from driver.service import OperatorsFileError, create_server, load_operators
     from driver.store import RunStore
-    from driver.up import OPERATORS_FILE, ensure_operator
+    from driver.up import (
+        CHECKPOINT_TOKENS_FILE,
+        OPERATORS_FILE,
+        TOOLRUNNER_TOKENS_FILE,
+        caller_token,
+        ensure_operator,
+    )
 
     data: Path = args.data
     operators_path = args.operators or data / OPERATORS_FILE
@@ -151,8 +148,8 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, OperatorsFileError) as exc:
         print(f"warden driver: {exc}", file=sys.stderr)
         return 2
-    token = _read_token(args.checkpoint_tokens or data / "checkpoint.tokens", "driver")
-    runner_token = _read_token(args.toolrunner_tokens or data / "toolrunner.tokens", "driver")
+    token = caller_token(args.checkpoint_tokens or data / CHECKPOINT_TOKENS_FILE, "driver")
+    runner_token = caller_token(args.toolrunner_tokens or data / TOOLRUNNER_TOKENS_FILE, "driver")
     api_key = os.environ.get("ANTHROPIC_API_KEY")
 
     def provider_factory(name: str, model: str, options: dict[str, Any]) -> Any:
@@ -257,9 +254,11 @@ def print_run(r: Any) -> None:
 
 def follow(client: _Client, run_id: str, after_seq: int = 0, no_follow: bool = False) -> int:
     """Print the run's events until it ends or waits for a person, then where it stands."""
+    from driver.render import event_line
     from warden.driver.v1 import driver_pb2 as pb
 
-    _print_events(client, run_id, after_seq, no_follow, indent="")
+    for indent, e, data in watch_tree(client.stub, client.metadata, run_id, after_seq=after_seq, no_follow=no_follow):
+        print(indent + event_line(e.kind, data, e.seq).replace("\n", "\n" + indent), flush=True)
     print_run(client.call("GetRun", pb.GetRunRequest(run_id=run_id)).run)
     return 0
 
@@ -267,20 +266,20 @@ def follow(client: _Client, run_id: str, after_seq: int = 0, no_follow: bool = F
 CHILD_INDENT = "      | "
 
 
-def _print_events(client: _Client, run_id: str, after_seq: int, no_follow: bool, indent: str) -> None:
-    """A run's events; a child run it starts is followed in place, indented, while it runs."""
+def watch_tree(stub: Any, metadata: Any, run_id: str, *, after_seq: int = 0, no_follow: bool = False,
+               indent: str = "") -> Iterator[tuple[str, Any, dict[str, Any]]]:
+    """A run's events as (indent, event, data) until it ends or waits for a person; a child run it
+    starts is followed in place, one CHILD_INDENT deeper, while it runs."""
     from google.protobuf import json_format
 
-    from driver.render import event_line
     from warden.driver.v1 import driver_pb2 as pb
 
     req = pb.WatchRunRequest(run_id=run_id, after_seq=after_seq, no_follow=no_follow, until_waiting=True)
-    for resp in client.stub.WatchRun(req, metadata=client.metadata):
-        e = resp.event
-        data = json_format.MessageToDict(e.data)
-        print(indent + event_line(e.kind, data, e.seq).replace("\n", "\n" + indent), flush=True)
-        if e.kind == "child_started" and not no_follow:
-            _print_events(client, str(data["child_run_id"]), 0, False, indent + CHILD_INDENT)
+    for resp in stub.WatchRun(req, metadata=metadata):
+        data = json_format.MessageToDict(resp.event.data)
+        yield indent, resp.event, data
+        if resp.event.kind == "child_started" and not no_follow:
+            yield from watch_tree(stub, metadata, str(data["child_run_id"]), indent=indent + CHILD_INDENT)
 
 
 @_grpc_errors
@@ -349,20 +348,24 @@ def _watch(args: argparse.Namespace) -> int:
     return follow(_Client(args), args.run_id, no_follow=args.no_follow)
 
 
+def _act(args: argparse.Namespace, method: str, request: Any) -> int:
+    """A person's action on a run, then where the run stands."""
+    print_run(_Client(args).call(method, request).run)
+    return 0
+
+
 @_grpc_errors
 def _approve(args: argparse.Namespace) -> int:
     from warden.driver.v1 import driver_pb2 as pb
 
-    print_run(_Client(args).call("ApproveCall", pb.ApproveCallRequest(approval_id=args.approval_id, note=args.note)).run)
-    return 0
+    return _act(args, "ApproveCall", pb.ApproveCallRequest(approval_id=args.approval_id, note=args.note))
 
 
 @_grpc_errors
 def _reject(args: argparse.Namespace) -> int:
     from warden.driver.v1 import driver_pb2 as pb
 
-    print_run(_Client(args).call("RejectCall", pb.RejectCallRequest(approval_id=args.approval_id, note=args.note)).run)
-    return 0
+    return _act(args, "RejectCall", pb.RejectCallRequest(approval_id=args.approval_id, note=args.note))
 
 
 def parse_raises(items: list[str]) -> dict[str, float]:
@@ -387,17 +390,14 @@ def _resume(args: argparse.Namespace) -> int:
     budget = cp.Budget()
     for k, v in raises.items():
         setattr(budget, k, v if k in ("wall_clock_seconds", "spend_usd") else int(v))
-    print_run(_Client(args).call("ResumeRun", pb.ResumeRunRequest(run_id=args.run_id, reply=args.reply,
-                                                                  raise_budget=budget)).run)
-    return 0
+    return _act(args, "ResumeRun", pb.ResumeRunRequest(run_id=args.run_id, reply=args.reply, raise_budget=budget))
 
 
 @_grpc_errors
 def _cancel(args: argparse.Namespace) -> int:
     from warden.driver.v1 import driver_pb2 as pb
 
-    print_run(_Client(args).call("CancelRun", pb.CancelRunRequest(run_id=args.run_id, reason=args.reason)).run)
-    return 0
+    return _act(args, "CancelRun", pb.CancelRunRequest(run_id=args.run_id, reason=args.reason))
 
 
 @_grpc_errors

@@ -58,56 +58,53 @@ def _map(err: grpc.RpcError, who: str) -> DriverError:
     return DriverError(f"{who}: {message}", code=code)
 
 
-def _metadata(token: str | None) -> list[tuple[str, str]]:
-    return [("authorization", f"Bearer {token}")] if token else []
+class _Client:
+    """A channel to one peer; every unary call's gRPC failure is mapped by `_map`."""
 
-
-class CheckpointClient:
-    def __init__(self, address: str, *, token: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, who: str, address: str, stub: Callable[[grpc.Channel], Any], token: str | None,
+                 timeout: float) -> None:
         self.address = address
+        self._who = who
         self._channel = grpc.insecure_channel(address)
-        self._stub = cp_grpc.CheckpointServiceStub(self._channel)
-        self._md = _metadata(token)
+        self._stub = stub(self._channel)
+        self._md = [("authorization", f"Bearer {token}")] if token else []
         self.timeout = timeout
 
-    def check(self, request: cp.CheckRequest) -> cp.CheckResponse:
+    def _call(self, method: Callable[..., Any], request: Any, timeout: float | None = None) -> Any:
         try:
-            return self._stub.Check(request, timeout=self.timeout, metadata=self._md)
+            return method(request, timeout=self.timeout if timeout is None else timeout, metadata=self._md)
         except grpc.RpcError as err:
-            raise _map(err, "checkpoint") from None
-
-    def check_plan(self, request: cp.CheckPlanRequest) -> cp.CheckResponse:
-        try:
-            return self._stub.CheckPlan(request, timeout=self.timeout, metadata=self._md).decision
-        except grpc.RpcError as err:
-            raise _map(err, "checkpoint") from None
-
-    def resolve_agent(self, agent: str, version: str = "") -> cp.ResolveAgentResponse:
-        try:
-            return self._stub.ResolveAgent(cp.ResolveAgentRequest(agent=agent, agent_version=version),
-                                           timeout=self.timeout, metadata=self._md)
-        except grpc.RpcError as err:
-            raise _map(err, "checkpoint") from None
+            raise _map(err, self._who) from None
 
     def close(self) -> None:
         self._channel.close()
 
 
-class ToolRunnerClient:
+class CheckpointClient(_Client):
+    def __init__(self, address: str, *, token: str | None = None, timeout: float = 10.0) -> None:
+        super().__init__("checkpoint", address, cp_grpc.CheckpointServiceStub, token, timeout)
+
+    def check(self, request: cp.CheckRequest) -> cp.CheckResponse:
+        return self._call(self._stub.Check, request)
+
+    def check_plan(self, request: cp.CheckPlanRequest) -> cp.CheckResponse:
+        return self._call(self._stub.CheckPlan, request).decision
+
+    def resolve_agent(self, agent: str, version: str = "") -> cp.ResolveAgentResponse:
+        return self._call(self._stub.ResolveAgent, cp.ResolveAgentRequest(agent=agent, agent_version=version))
+
+
+class ToolRunnerClient(_Client):
     def __init__(self, address: str, *, token: str | None = None, timeout: float = 600.0) -> None:
-        self.address = address
-        self._channel = grpc.insecure_channel(address)
-        self._stub = tr_grpc.ToolRunnerServiceStub(self._channel)
-        self._md = _metadata(token)
-        self.timeout = timeout
+        super().__init__("toolrunner", address, tr_grpc.ToolRunnerServiceStub, token, timeout)
 
     def execute(self, request: tr.ExecuteRequest,
                 on_output: Callable[[str, str], None] | None = None) -> tr.Receipt:
         """Run a granted call and return its receipt. With `on_output(stream, text)`, the scrubbed
         output arrives while the tool writes it (ExecuteStream); without, one Execute."""
+        if on_output is None:
+            return self._call(self._stub.Execute, request).receipt
         try:
-            if on_output is None:
-                return self._stub.Execute(request, timeout=self.timeout, metadata=self._md).receipt
             for event in self._stub.ExecuteStream(request, timeout=self.timeout, metadata=self._md):
                 if event.HasField("receipt"):
                     return event.receipt
@@ -119,10 +116,4 @@ class ToolRunnerClient:
                                     code="toolrunner_unavailable")
 
     def cancel(self, run_id: str) -> int:
-        try:
-            return self._stub.Cancel(tr.CancelRequest(run_id=run_id), timeout=10, metadata=self._md).cancelled
-        except grpc.RpcError as err:
-            raise _map(err, "toolrunner") from None
-
-    def close(self) -> None:
-        self._channel.close()
+        return self._call(self._stub.Cancel, tr.CancelRequest(run_id=run_id), timeout=10).cancelled

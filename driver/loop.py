@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -66,6 +66,7 @@ MAX_TOKENS = 2048
 _ALLOW, _DENY, _APPROVAL, _HALT = (cp.VERDICT_ALLOW, cp.VERDICT_DENY, cp.VERDICT_REQUIRE_APPROVAL,
                                    cp.VERDICT_HALT)
 _BUDGET_FIELDS = tuple(GoalBudget.model_fields)
+_Args = TypeVar("_Args", bound=BaseModel)
 
 
 class _PlanStep(BaseModel):
@@ -487,10 +488,7 @@ class Driver:
         run = self.store.add_to_run(run_id, stretch_tokens=tokens, total_tokens=tokens, stretch_turns=1,
                                     total_turns=1, turn=1, spend_usd=usd)
         self.store.add_transcript(run_id, {"role": "assistant", "reply": reply.model_dump(mode="json")})
-        contract = [s["name"] for s in run["tool_specs"]] + [context.PLAN_TOOL]
-        if run["delegates"]:
-            contract.append(context.DELEGATE_TOOL)
-        decision = decide(reply, contract)
+        decision = decide(reply, [t.name for t in tools])  # the contract: exactly the tools offered
         self.store.append_event(run_id, "model_reply", turn=run["turn"], kind=decision.kind,
                                 input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
                                 stop_reason=reply.stop_reason, usd=usd, proposal=decision.model_dump(mode="json"))
@@ -541,25 +539,32 @@ class Driver:
                 self.store.set_status(run_id, AWAITING_APPROVAL, call["code"], "waiting for a person")
                 return
             if call["status"] == "awaiting_child":
-                if not self.store.has_run(call["child_run_id"]):
-                    self._refuse(run, call, "child_not_started", "the driver stopped before the child run "
-                                 "was created; nothing ran for this delegation", decision_id=call["decision_id"])
-                    continue
-                child = self.store.run(call["child_run_id"])
-                if child["status"] not in TERMINAL:
-                    self.store.wait_for_child(run_id, call["id"],
-                                              f"waiting for child run {child['run_id']} ({child['agent']})")
-                # Looked at again after the wait began: a child that ended in between is settled
-                # here, or by its own worker, which then wakes this run.
-                if self.store.run(child["run_id"])["status"] in TERMINAL:
-                    self._settle_child(self.store.run(child["run_id"]))
-                    continue
-                return
+                if not self._child_done(run, call):
+                    return
+                continue
             if call["status"] == "executing":
                 self._execute(run, call)
                 continue
             if not self._decide_call(run, call):
                 return
+
+    def _child_done(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
+        """A delegation call whose child was started: False while the run must wait for the child."""
+        if not self.store.has_run(call["child_run_id"]):
+            self._refuse(run, call, "child_not_started", "the driver stopped before the child run "
+                         "was created; nothing ran for this delegation", decision_id=call["decision_id"])
+            return True
+        child = self.store.run(call["child_run_id"])
+        if child["status"] not in TERMINAL:
+            self.store.wait_for_child(run["run_id"], call["id"],
+                                      f"waiting for child run {child['run_id']} ({child['agent']})")
+        # Looked at again after the wait began: a child that ended in between is settled
+        # here, or by its own worker, which then wakes this run.
+        child = self.store.run(child["run_id"])
+        if child["status"] in TERMINAL:
+            self._settle_child(child)
+            return True
+        return False
 
     def _made_in_turn(self, run: dict[str, Any], call: dict[str, Any]) -> int:
         return sum(1 for c in self.store.calls(run["run_id"], run["turn"])
@@ -644,11 +649,17 @@ class Driver:
         chosen = (exact or loose)[:1]
         return chosen[0]["id"] if chosen else ""
 
-    def _plan(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
+    def _arguments(self, run: dict[str, Any], call: dict[str, Any], model: type[_Args], what: str) -> _Args | None:
+        """The call's arguments as `model`; None when they do not fit (the call is refused)."""
         try:
-            plan = _Plan.model_validate(call["arguments"])
+            return model.model_validate(call["arguments"])
         except ValidationError as exc:
-            self._refuse(run, call, "malformed_response", f"the plan is not valid: {exc.errors()[0]['msg']}")
+            self._refuse(run, call, "malformed_response", f"{what} is not valid: {exc.errors()[0]['msg']}")
+            return None
+
+    def _plan(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
+        plan = self._arguments(run, call, _Plan, "the plan")
+        if plan is None:
             return True
         steps = [cp.PlanStep(id=s.id, tool=s.tool, description=s.description,
                              **({"arguments": to_struct(s.arguments)} if s.arguments is not None else {}))
@@ -681,10 +692,8 @@ class Driver:
 
     def _delegate(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
         """Ask the checkpoint for a child run; on ALLOW start it and wait (False: stop advancing)."""
-        try:
-            ask = _Delegate.model_validate(call["arguments"])
-        except ValidationError as exc:
-            self._refuse(run, call, "malformed_response", f"the delegation is not valid: {exc.errors()[0]['msg']}")
+        ask = self._arguments(run, call, _Delegate, "the delegation")
+        if ask is None:
             return True
         req = cp.CheckRequest(run=self._run_context(run), delegation=ask.to_proto(),
                               counters=self._counters(run, turn_tool_calls=self._made_in_turn(run, call)))
@@ -766,16 +775,20 @@ class Driver:
             self.store.update_call(call["id"], status="done",
                                    result={"is_error": not ok, "content": context.child_result(child, summary)})
             parent_id = call["run_id"]
-            if ok:
-                self.store.update_run(parent_id, consecutive_failures=0)
-            else:
-                self.store.add_to_run(parent_id, consecutive_failures=1)
+            self._count_outcome(parent_id, ok)
             self.store.append_event(parent_id, "child_ended", child_run_id=child["run_id"], agent=child["agent"],
                                     status=child["status"], code=child["code"], reason=child["reason"])
             # Waiting: it goes on. Still running (it had not begun to wait): its worker looks again.
             woken = self.store.transition(parent_id, AWAITING_CHILD, RUNNING, "", "")
             if woken or self.store.run(parent_id)["status"] == RUNNING:
                 self.spawn(parent_id)
+
+    def _count_outcome(self, run_id: str, ok: bool) -> None:
+        """A call's outcome: a success ends the run of consecutive failures, a failure extends it."""
+        if ok:
+            self.store.update_run(run_id, consecutive_failures=0)
+        else:
+            self.store.add_to_run(run_id, consecutive_failures=1)
 
     def _execute_when_free(self, run: dict[str, Any], call: dict[str, Any], req: tr.ExecuteRequest,
                            output: OutputEvents) -> tr.Receipt:
@@ -828,10 +841,7 @@ class Driver:
         content = context.receipt_result(call["tool"], call["decision_id"], receipt.exit_code, receipt.code,
                                          receipt.output, receipt.truncated)
         self.store.update_call(call["id"], status="done", result={"is_error": not ok, "content": content})
-        if ok:
-            self.store.update_run(run["run_id"], consecutive_failures=0)
-        else:
-            self.store.add_to_run(run["run_id"], consecutive_failures=1)
+        self._count_outcome(run["run_id"], ok)
         self.store.append_event(run["run_id"], "tool_receipt", tool=call["tool"], decision_id=call["decision_id"],
                                 exit_code=receipt.exit_code, code=receipt.code, duration=receipt.duration_seconds,
                                 truncated=receipt.truncated, masked=receipt.masked_count, replayed=receipt.replayed,

@@ -8,15 +8,16 @@ open. Stable codes travel in a warden.checkpoint.v1.ErrorDetail in the status de
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import struct_pb2, timestamp_pb2
@@ -28,7 +29,6 @@ from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStat
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
-from driver.store import TERMINAL
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
@@ -113,11 +113,30 @@ def run_to_proto(driver: Driver, run: dict[str, Any]) -> pb.Run:
     return out
 
 
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+
+
 def _abort(context: grpc.ServicerContext, status: grpc.StatusCode, code: str, message: str) -> None:
     """End the call with the checkpoint's status mapping: ErrorDetail in the status details."""
     error = ServiceError(code, message)
     error.status = status
     abort(context, error)
+
+
+def _driver_errors(rpc: Callable[[DriverServicer, _Req, grpc.ServicerContext], _Resp],
+                   ) -> Callable[[DriverServicer, _Req, grpc.ServicerContext], _Resp]:
+    """A unary RPC whose DriverError ends the call with its status (see DriverServicer._fail)."""
+
+    @functools.wraps(rpc)
+    def wrapper(self: DriverServicer, request: _Req, context: grpc.ServicerContext) -> _Resp:
+        try:
+            return rpc(self, request, context)
+        except DriverError as exc:
+            self._fail(context, exc)
+            raise
+
+    return wrapper
 
 
 class DriverServicer(pb_grpc.DriverServiceServicer):
@@ -154,38 +173,32 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
             status = grpc.StatusCode.INTERNAL
         _abort(context, status, exc.code, exc.message)
 
+    @_driver_errors
     def StartRun(self, request: pb.StartRunRequest, context: grpc.ServicerContext) -> pb.StartRunResponse:
         person = self._person(context)
-        try:
-            goal = goal_from_proto(request.goal)
-            options: dict[str, Any] = {}
-            provider = request.provider or self.driver.default_provider
-            if provider == "scripted":
-                if not request.script_yaml:
-                    raise GoalError("the scripted provider needs a script", code="script_required")
-                try:
-                    options["script"] = parse_script(request.script_yaml, "script")
-                except ScriptError as exc:
-                    raise GoalError(str(exc), code="invalid_script") from None
-            elif provider != "anthropic":
-                raise GoalError(f"unknown provider {provider!r}", code="unknown_provider")
-            mode = "background" if request.mode == pb.RUN_MODE_BACKGROUND else "interactive"
-            run = self.driver.start_run(request.agent, goal, owner=person, mode=mode, provider=provider,
-                                        model=request.model or (self.driver.default_model if provider == "anthropic"
-                                                                else "scripted"),
-                                        provider_options=options, agent_version=request.agent_version)
-            return pb.StartRunResponse(run=run_to_proto(self.driver, run))
-        except DriverError as exc:
-            self._fail(context, exc)
-            raise
+        goal = goal_from_proto(request.goal)
+        options: dict[str, Any] = {}
+        provider = request.provider or self.driver.default_provider
+        if provider == "scripted":
+            if not request.script_yaml:
+                raise GoalError("the scripted provider needs a script", code="script_required")
+            try:
+                options["script"] = parse_script(request.script_yaml, "script")
+            except ScriptError as exc:
+                raise GoalError(str(exc), code="invalid_script") from None
+        elif provider != "anthropic":
+            raise GoalError(f"unknown provider {provider!r}", code="unknown_provider")
+        mode = "background" if request.mode == pb.RUN_MODE_BACKGROUND else "interactive"
+        run = self.driver.start_run(request.agent, goal, owner=person, mode=mode, provider=provider,
+                                    model=request.model or (self.driver.default_model if provider == "anthropic"
+                                                            else "scripted"),
+                                    provider_options=options, agent_version=request.agent_version)
+        return pb.StartRunResponse(run=run_to_proto(self.driver, run))
 
+    @_driver_errors
     def GetRun(self, request: pb.GetRunRequest, context: grpc.ServicerContext) -> pb.GetRunResponse:
         self._person(context)
-        try:
-            return pb.GetRunResponse(run=run_to_proto(self.driver, self.driver.store.run(request.run_id)))
-        except DriverError as exc:
-            self._fail(context, exc)
-            raise
+        return pb.GetRunResponse(run=run_to_proto(self.driver, self.driver.store.run(request.run_id)))
 
     def ListRuns(self, request: pb.ListRunsRequest, context: grpc.ServicerContext) -> pb.ListRunsResponse:
         self._person(context)
@@ -214,50 +227,35 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
             yield pb.WatchRunResponse(event=pb.RunEvent(seq=e["seq"], run_id=e["run_id"], time=_ts(e["time"]),
                                                         kind=e["kind"], data=_struct(e["data"])))
 
+    @_driver_errors
     def ApproveCall(self, request: pb.ApproveCallRequest, context: grpc.ServicerContext) -> pb.ApproveCallResponse:
         person = self._person(context)
-        try:
-            return pb.ApproveCallResponse(run=run_to_proto(self.driver, self.driver.approve(
-                request.approval_id, person, request.note)))
-        except DriverError as exc:
-            self._fail(context, exc)
-            raise
+        run = self.driver.approve(request.approval_id, person, request.note)
+        return pb.ApproveCallResponse(run=run_to_proto(self.driver, run))
 
+    @_driver_errors
     def RejectCall(self, request: pb.RejectCallRequest, context: grpc.ServicerContext) -> pb.RejectCallResponse:
         person = self._person(context)
-        try:
-            return pb.RejectCallResponse(run=run_to_proto(self.driver, self.driver.reject(
-                request.approval_id, person, request.note)))
-        except DriverError as exc:
-            self._fail(context, exc)
-            raise
+        run = self.driver.reject(request.approval_id, person, request.note)
+        return pb.RejectCallResponse(run=run_to_proto(self.driver, run))
 
+    @_driver_errors
     def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.ServicerContext) -> pb.ResumeRunResponse:
         person = self._person(context)
-        try:
-            run = self.driver.resume(request.run_id, person, request.reply, budget_to_dict(request.raise_budget))
-            return pb.ResumeRunResponse(run=run_to_proto(self.driver, run))
-        except DriverError as exc:
-            self._fail(context, exc)
-            raise
+        run = self.driver.resume(request.run_id, person, request.reply, budget_to_dict(request.raise_budget))
+        return pb.ResumeRunResponse(run=run_to_proto(self.driver, run))
 
+    @_driver_errors
     def CancelRun(self, request: pb.CancelRunRequest, context: grpc.ServicerContext) -> pb.CancelRunResponse:
         person = self._person(context)
-        try:
-            return pb.CancelRunResponse(run=run_to_proto(self.driver, self.driver.cancel(
-                request.run_id, person, request.reason)))
-        except DriverError as exc:
-            self._fail(context, exc)
-            raise
+        run = self.driver.cancel(request.run_id, person, request.reason)
+        return pb.CancelRunResponse(run=run_to_proto(self.driver, run))
 
+    @_driver_errors
     def AmendGoal(self, request: pb.AmendGoalRequest, context: grpc.ServicerContext) -> pb.AmendGoalResponse:
         person = self._person(context)
-        try:
-            version = self.driver.amend_goal(request.run_id, goal_from_proto(request.goal), person)
-            return pb.AmendGoalResponse(goal_version=version)
-        except DriverError as exc:
-            self._fail(context, exc)
-            raise
+        version = self.driver.amend_goal(request.run_id, goal_from_proto(request.goal), person)
+        return pb.AmendGoalResponse(goal_version=version)
 
 
 class RunningDriver:
@@ -287,7 +285,3 @@ def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
         log.info("recovered %d running run(s): %s", len(recovered), ", ".join(recovered))
     set_serving(health_servicer, SERVICE_NAME)
     return RunningDriver(server, servicer, health_servicer), port
-
-
-def is_terminal(status: str) -> bool:
-    return status in TERMINAL

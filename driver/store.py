@@ -39,7 +39,6 @@ AWAITING_CHILD = "awaiting_child"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED = "cancelled"
-ACTIVE = (RUNNING, AWAITING_APPROVAL, AWAITING_CHILD)
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
 _FINAL_EVENTS = tuple(f"run_{status}" for status in TERMINAL)
 
@@ -59,6 +58,10 @@ _CALL_COLUMNS: dict[str, Any] = {
     "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
     "decision_id": str, "grant": bytes, "verdict": str, "code": str, "approval_id": str, "child_run_id": str,
 }
+
+
+def _call_row(r: dict[str, Any]) -> dict[str, Any]:
+    return {**r, "arguments": json.loads(r["arguments"]), "result": json.loads(r["result"]) if r["result"] else None}
 
 
 def now() -> float:
@@ -83,6 +86,14 @@ class RunStore:
 
     def _t(self, name: str) -> sqlite_utils.db.Table:
         return self.db.table(name)
+
+    def _get(self, table: str, pk: str, what: str) -> dict[str, Any]:
+        """One row by primary key; a missing one is `<what>_not_found`."""
+        with self._lock:
+            try:
+                return dict(self._t(table).get(pk))
+            except sqlite_utils.db.NotFoundError:
+                raise RunStateError(f"no {what} {pk!r}", code=f"{what}_not_found") from None
 
     def _create(self) -> None:
         if "runs" not in self.db.table_names():
@@ -133,11 +144,7 @@ class RunStore:
         return self.run(row["run_id"])
 
     def run(self, run_id: str) -> dict[str, Any]:
-        with self._lock:
-            try:
-                row = dict(self._t("runs").get(run_id))
-            except sqlite_utils.db.NotFoundError:
-                raise RunStateError(f"no run {run_id!r}", code="run_not_found") from None
+        row = self._get("runs", run_id, "run")
         for k in _JSON_RUN_FIELDS:
             row[k] = json.loads(row[k]) if row[k] else None
         return row
@@ -179,12 +186,7 @@ class RunStore:
     def call_for_child(self, child_run_id: str) -> dict[str, Any] | None:
         with self._lock:
             rows = list(self._t("calls").rows_where("child_run_id = ?", [child_run_id], limit=1))
-        if not rows:
-            return None
-        r = dict(rows[0])
-        r["arguments"] = json.loads(r["arguments"])
-        r["result"] = json.loads(r["result"]) if r["result"] else None
-        return r
+        return _call_row(rows[0]) if rows else None
 
     def update_run(self, run_id: str, **fields: Any) -> dict[str, Any]:
         for k in _JSON_RUN_FIELDS:
@@ -366,13 +368,7 @@ class RunStore:
                 rows = self._t("calls").rows_where("run_id = ?", [run_id], order_by="id")
             else:
                 rows = self._t("calls").rows_where("run_id = ? AND turn = ?", [run_id, turn], order_by="idx")
-            out = []
-            for r in rows:
-                r = dict(r)
-                r["arguments"] = json.loads(r["arguments"])
-                r["result"] = json.loads(r["result"]) if r["result"] else None
-                out.append(r)
-            return out
+            return [_call_row(r) for r in rows]
 
     def update_call(self, call_pk: int, **fields: Any) -> None:
         if "result" in fields:
@@ -412,13 +408,8 @@ class RunStore:
             return [{**r, "arguments": json.loads(r["arguments"])} for r in rows]
 
     def approval(self, approval_id: str) -> dict[str, Any]:
-        with self._lock:
-            try:
-                r = dict(self._t("approvals").get(approval_id))
-            except sqlite_utils.db.NotFoundError:
-                raise RunStateError(f"no approval {approval_id!r}", code="approval_not_found") from None
-        r["arguments"] = json.loads(r["arguments"])
-        return r
+        r = self._get("approvals", approval_id, "approval")
+        return {**r, "arguments": json.loads(r["arguments"])}
 
     def decide_approval(self, approval_id: str, status: str, person: str, note: str = "") -> dict[str, Any]:
         with self._lock:
@@ -452,10 +443,10 @@ class RunStore:
 
     def spend_today(self, owner: str, tenant: str) -> tuple[float, float]:
         with self._lock:
-            o = self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM spend WHERE day = ? AND owner = ?",
-                                [today(), owner]).fetchone()[0]
-            t = self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM spend WHERE day = ? AND tenant = ?",
-                                [today(), tenant]).fetchone()[0]
+            o, t = self.db.execute(
+                "SELECT COALESCE(SUM(CASE WHEN owner = ? THEN usd END), 0), "
+                "COALESCE(SUM(CASE WHEN tenant = ? THEN usd END), 0) FROM spend WHERE day = ?",
+                [owner, tenant, today()]).fetchone()
         return float(o), float(t)
 
     def close(self) -> None:

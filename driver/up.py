@@ -85,6 +85,12 @@ def caller_line(path: Path, caller: str) -> str | None:
     return None
 
 
+def caller_token(path: Path, caller: str) -> str | None:
+    """The token of `caller` in a token file, if any."""
+    line = caller_line(path, caller)
+    return line.split()[1] if line else None
+
+
 class PreflightError(RuntimeError):
     pass
 
