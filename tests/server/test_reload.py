@@ -112,8 +112,12 @@ def test_broken_edit_keeps_the_last_good_set(start):
         health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=5).status
         == health_pb2.HealthCheckResponse.SERVING
     )
-    reload_health = health.Check(health_pb2.HealthCheckRequest(service=RELOAD_HEALTH_NAME), timeout=5)
-    assert reload_health.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    def reload_health_status() -> int:
+        return health.Check(health_pb2.HealthCheckRequest(service=RELOAD_HEALTH_NAME), timeout=5).status
+
+    # Health and metrics follow the status through a listener, a moment later: wait for them.
+    _wait(lambda: reload_health_status() == health_pb2.HealthCheckResponse.NOT_SERVING)
+    assert reload_health_status() == health_pb2.HealthCheckResponse.NOT_SERVING
 
     base = f"http://127.0.0.1:{running.server.metrics_port}"
     details = json.loads(urllib.request.urlopen(base + "/healthz", timeout=5).read())
@@ -126,8 +130,9 @@ def test_broken_edit_keeps_the_last_good_set(start):
     # Fixing the file recovers without a restart.
     (running.policies / "rules" / "broken.yaml").unlink()
     _wait(lambda: running.server.store.status.last_ok)
-    reload_health = health.Check(health_pb2.HealthCheckRequest(service=RELOAD_HEALTH_NAME), timeout=5)
-    assert reload_health.status == health_pb2.HealthCheckResponse.SERVING
+
+    _wait(lambda: reload_health_status() == health_pb2.HealthCheckResponse.SERVING)
+    assert reload_health_status() == health_pb2.HealthCheckResponse.SERVING
 
 
 def test_agent_edit_makes_a_new_version_and_pinned_runs_keep_the_old(checkpoint):
