@@ -64,11 +64,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
     serve.add_argument("--tls-client-ca", metavar="FILE", help="CA that client certificates must chain to")
     serve.add_argument(
-        "--insecure-no-auth",
-        action="store_true",
-        help="accept unauthenticated TCP callers (never in production)",
-    )
-    serve.add_argument(
         "--metrics-address", metavar="HOST:PORT", help="serve /metrics and /healthz here (default off)"
     )
     serve.add_argument(
@@ -175,7 +170,7 @@ def _serve(args: argparse.Namespace) -> int:
         if all(tls_args)
         else None
     )
-    auth = AuthPolicy(tokens=tokens, mtls=tls is not None, allow_unauthenticated_tcp=args.insecure_no_auth)
+    auth = AuthPolicy(tokens=tokens, mtls=tls is not None)
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
     try:
         return serve(

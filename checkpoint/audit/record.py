@@ -40,6 +40,9 @@ INPUT_FIELDS: tuple[str, ...] = (
     "reason",
     "policy_revision",
     "latency_us",
+    "principal",
+    "caller",
+    "call_digest",
 )
 # What the hash covers: everything stored except the two chain columns themselves.
 HASHED_FIELDS: tuple[str, ...] = ("seq", *INPUT_FIELDS)
@@ -47,7 +50,8 @@ COLUMNS: tuple[str, ...] = (*HASHED_FIELDS, "prev_hash", "hash")
 
 # "none": a request refused before it named an action (unparseable, unauthenticated ResolveAgent,
 # no action at all). Nothing decided goes unrecorded, refusals included.
-ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none"})
+# "start_run", "approval", "rejection": acts that are not a proposed step but belong on the record.
+ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none", "start_run", "approval", "rejection"})
 VERDICTS = frozenset({"ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"})
 GENESIS_HASH = "0" * 64
 

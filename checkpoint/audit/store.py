@@ -18,7 +18,7 @@ from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.record import COLUMNS
 
 TABLE = "decisions"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: principal, caller, call_digest
 # Each index is one more B-tree page written per commit. run_id and agent pick out few records of
 # many; verdict (four values) and code (a few dozen) would not narrow a search much, so queries
 # on those walk the table in seq order instead (logs made before kept their old indexes).
@@ -86,7 +86,10 @@ def _ensure_schema(db: sqlite_utils.Database) -> None:
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     columns = tuple(c.name for c in table.columns)
     if columns != COLUMNS:
-        raise AuditUnavailable(f"decision log schema mismatch: columns {columns}, expected {COLUMNS}")
+        raise AuditUnavailable(
+            f"decision log schema mismatch: columns {columns}, expected {COLUMNS} (a log written by an "
+            "older warden: move it aside, it stays readable by the version that wrote it, and start a new one)"
+        )
     for column in INDEXED:
         table.create_index([column], if_not_exists=True)
 

@@ -52,10 +52,14 @@ DELEGATION_DEPTH = "delegation_depth"
 DELEGATION_CHILDREN = "delegation_children"
 DELEGATION_TREE_SIZE = "delegation_tree_size"
 DELEGATION_CYCLE = "delegation_cycle"
-# service (decided around the engine: the log vouches for approvals and records every decision)
+# service (decided around the engine: who calls, which run, who approved; the record)
 AUDIT_UNAVAILABLE = "audit_unavailable"
 APPROVAL_INVALID = "approval_invalid"
-CHAIN_UNVERIFIED = "chain_unverified"
+CALLER_NOT_PERMITTED = "caller_not_permitted"
+RUN_TOKEN_INVALID = "run_token_invalid"
+# the codes of a person's recorded act (Approve, Reject)
+APPROVED = "approved"
+REJECTED = "rejected"
 
 DECISION_CODES = frozenset(
     [
@@ -64,6 +68,6 @@ DECISION_CODES = frozenset(
         ACCESS_NOT_ALLOWED, *OUT_OF_SCOPE.values(), SUBJECT_OFF_LIMITS, RULE_DENIED, APPROVAL_REQUIRED,
         POLICY_ERROR, PLAN_STEP_NOT_ALLOWED, *BREAKER_CODES.values(), DELEGATION_DEPTH,
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
-        CHAIN_UNVERIFIED,
+        CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, APPROVED, REJECTED,
     ]
 )

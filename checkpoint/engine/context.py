@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.engine import codes
+from checkpoint.engine.convert import struct_to_dict
 from checkpoint.engine.outcome import DENY, InvalidRequest, Trace
 from checkpoint.policy import AgentVersion, PolicySet
 from checkpoint.policy.model import Tenant
@@ -37,7 +38,8 @@ class Call:
     tenant: Tenant
     mode: str
     agent: AgentVersion | None  # the acting agent (the last link); None when a person acts
-    approved_by: str = ""  # set when a person's approval satisfied an approve_if rule
+    approver: str = ""  # a verified approval of this call is at hand (the service checked it)
+    approved_by: str = ""  # set when that approval satisfied an approve_if rule
 
     @property
     def depth(self) -> int:
@@ -55,6 +57,7 @@ class Call:
             "depth": self.depth,
             "accountable_person": self.person,
             "has_plan": run.has_plan,
+            "inputs": struct_to_dict(run.inputs) if run.HasField("inputs") else {},
         }
 
 

@@ -25,13 +25,19 @@ MAX_ARGUMENT_BYTES = 64 * 1024
 MAX_PLAN_STEPS = 100
 
 
-def decide(policies: PolicySet, request: pb.CheckRequest) -> pb.CheckResponse:
-    """Decide one request. Raises InvalidRequest when it is not well formed enough to decide."""
+def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "") -> pb.CheckResponse:
+    """Decide one request. Raises InvalidRequest when it is not well formed enough to decide.
+
+    `approver`: the person whose approval of this very call the service has verified (an
+    approval token it signed); an approve-if rule passes on it. The engine never reads an
+    approver from the request itself.
+    """
     trace = Trace(enabled=request.explain, outcomes=[])
     response = pb.CheckResponse(policy_revision=policies.revision)
     call: Call | None = None
     try:
         call = resolve(policies, request, trace)
+        call.approver = approver[:100]
         action = request.WhichOneof("action")
         if action == "tool_call":
             _tool_call(call, request.tool_call, response)
@@ -207,10 +213,9 @@ def _rules(call: Call, action: str, group: RuleGroup,
 
 
 def _approve_or_stop(call: Call, rule: CompiledRule) -> None:
-    approval = call.request.approval
-    if call.request.HasField("approval") and approval.decision_id and approval.approver:
-        call.trace.add(f"rule:{rule.name}", "approved", detail=f"by {approval.approver[:100]}")
-        call.approved_by = approval.approver[:100]
+    if call.approver:
+        call.trace.add(f"rule:{rule.name}", "approved", detail=f"by {call.approver}")
+        call.approved_by = call.approver
         return
     reason = rule.spec.reason or f"rule {rule.name!r} asks a person to approve this"
     raise call.trace.stop(APPROVE, rule.code, f"rule:{rule.name}", reason)

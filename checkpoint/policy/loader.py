@@ -23,6 +23,7 @@ from checkpoint.cel.native import NativeProgram
 from checkpoint.policy import model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
+from checkpoint.policy.principals import Principals
 from checkpoint.policy.policyset import (
     SCOPE_DIMENSIONS,
     AgentVersion,
@@ -189,7 +190,7 @@ class _Compiler:
         by_kind: dict[str, list[_Doc]] = {k: [] for k in model.KINDS}
         for d in docs:
             by_kind[d.spec.kind].append(d)
-        named = {k: self._unique(by_kind[k]) for k in ("Agent", "Tool", "Rule", "Tenant")}
+        named = {k: self._unique(by_kind[k]) for k in ("Agent", "Tool", "Rule", "Tenant", "Principal")}
 
         instance = self._instance(by_kind["Instance"])
         tenants = {name: d.spec for name, d in named["Tenant"].items()}
@@ -203,6 +204,7 @@ class _Compiler:
         off_limits = [
             (PatternSet([s.pattern], ignore_case=True, subdomains=True), s.reason) for d in by_kind["OffLimits"] for s in d.spec.subjects
         ]
+        principals = self._principals(named["Principal"], tenants, named["Agent"])
         if self.errors:
             return None
         return PolicySet(
@@ -218,7 +220,32 @@ class _Compiler:
             instance=instance,
             catalog=catalog,
             cel_engine=cel_engine,
+            principals=principals,
         )
+
+    def _principals(self, docs: dict[str, _Doc], tenants: dict[str, model.Tenant],
+                    agents: dict[str, _Doc]) -> Principals:
+        """Each exact identity belongs to one principal; named tenants and agents must exist."""
+        owner: dict[str, _Doc] = {}
+        for d in docs.values():
+            spec: model.Principal = d.spec
+            for i, identity in enumerate(spec.identities):
+                first = owner.get(identity)
+                if first is not None and "*" not in identity:
+                    self.error(d, ("identities", i),
+                               f"identity {identity!r} already names principal {first.spec.name!r} ({first.file})")
+                owner.setdefault(identity, d)
+            for section in ("check", "approve"):
+                rights = getattr(spec, section)
+                if rights is None:
+                    continue
+                for i, name in enumerate(rights.tenants):
+                    if name != "*" and name not in tenants:
+                        self.error(d, (section, "tenants", i), f"principal {spec.name!r}: unknown tenant {name!r}")
+                for i, name in enumerate(rights.agents):
+                    if name != "*" and name not in agents:
+                        self.error(d, (section, "agents", i), f"principal {spec.name!r}: unknown agent {name!r}")
+        return Principals(d.spec for d in docs.values())
 
     def _unique(self, docs: list[_Doc]) -> dict[str, _Doc]:
         seen: dict[str, _Doc] = {}

@@ -201,8 +201,49 @@ class Instance(Strict):
     grant_ttl_seconds: float = Field(120, gt=0, le=3600)
 
 
-Document = Agent | Tool | Rule | OffLimits | Tenant | Instance
+Identity = Annotated[str, StringConstraints(pattern=r"^(unix|(token|mtls):[^\s]{1,256})$")]
+Names = list[Annotated[str, StringConstraints(min_length=1, max_length=128)]]
+
+
+class CheckRights(Strict):
+    """Whom a principal may ask decisions for. `*` in a list means any."""
+
+    tenants: Names = Field(default_factory=list)
+    agents: Names = Field(default_factory=list, description="agents its runs may act as")
+    persons: Literal["any", "self"] | Names = Field(
+        "self",
+        description="accountable persons it may vouch for: any, a list, or self (the person must "
+        "call with their own credential, whose name is then the person)",
+    )
+
+
+class ApproveRights(Strict):
+    """What a principal may approve or reject. `*` in a list means any."""
+
+    tenants: Names = Field(default_factory=list)
+    agents: Names = Field(default_factory=list)
+    rules: Names = Field(default_factory=list, description="rule names whose REQUIRE_APPROVAL it may answer")
+    own_runs: bool = Field(False, description="may approve calls of runs it is the accountable person of")
+
+
+class Principal(Strict):
+    """A caller of the checkpoint, and what it may do. The credential names it: a token file line
+    `NAME TOKEN` is the identity `token:NAME`, a verified client certificate `mtls:SUBJECT`, a
+    connection on the Unix socket `unix`. An identity with `*` (e.g. `token:*`) is a pattern; an
+    exact identity of another principal wins over a pattern."""
+
+    kind: Literal["Principal"]
+    name: Name
+    description: str = ""
+    identities: list[Identity] = Field(..., min_length=1)
+    check: CheckRights | None = Field(None, description="may call Check, StartRun, ResolveAgent")
+    approve: ApproveRights | None = Field(None, description="may call Approve and Reject")
+    audit: bool = Field(False, description="may read the decision log (WatchDecisions)")
+
+
+Document = Agent | Tool | Rule | OffLimits | Tenant | Instance | Principal
 KINDS: dict[str, type[Strict]] = {
+    "Principal": Principal,
     "Agent": Agent,
     "Tool": Tool,
     "Rule": Rule,

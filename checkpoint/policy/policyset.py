@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoint.cel import CelProgram
 from checkpoint.policy import model
+from checkpoint.policy.principals import Principals
 
 if TYPE_CHECKING:
     from checkpoint.policy.catalog import AgentCatalog
@@ -180,6 +181,8 @@ class PolicySet:
     # convert a CEL activation once per request for every program of that declaration set
     prepare_rule_activation: Callable[[dict[str, Any]], Any]
     prepare_touches_activation: Callable[[dict[str, Any]], Any]
+    # who may call the checkpoint, and for what (policy files' Principal documents)
+    principals: Principals = field(default_factory=Principals)
     # indexes built in __post_init__
     rules_by_tool: dict[str, RuleGroup] = field(init=False)  # every tool of `tools` has an entry
     rules_by_action: dict[str, RuleGroup] = field(init=False)  # model_call, delegation, plan

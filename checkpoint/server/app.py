@@ -22,11 +22,12 @@ from grpc_reflection.v1alpha import reflection
 
 from checkpoint.audit import DecisionLog
 from checkpoint.policy import AgentCatalog
-from checkpoint.server.auth import AuthInterceptor, AuthPolicy
+from checkpoint.server.auth import AuthPolicy
 from checkpoint.server.grpc_api import SERVICE_NAME, handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
 from checkpoint.server.reload import PolicyStore, PolicyWatcher, ReloadStatus, snapshot
 from checkpoint.server.service import CheckpointService
+from checkpoint.server.single_use import SingleUse
 from warden.grants import SigningKey
 
 log = logging.getLogger("warden.checkpoint")
@@ -140,7 +141,7 @@ def create_server(
     data = Path(data_dir)
     data.mkdir(parents=True, exist_ok=True)
     auth = auth or AuthPolicy()
-    if address and tls is None and not auth.tokens and not auth.allow_unauthenticated_tcp:
+    if address and tls is None and not auth.tokens:
         raise ValueError(
             "TCP needs caller authentication: give a tokens file or mTLS, or listen on the Unix socket only"
         )
@@ -164,15 +165,10 @@ def create_server(
     initial = snapshot(Path(policy_dir))
     store.reload()
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
-    service = CheckpointService(store, decisions, key, metrics)
+    service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"))
 
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),
-        interceptors=[
-            AuthInterceptor(
-                auth, lambda method, request, _ctx: service.record_unauthenticated(method, request)
-            )
-        ],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
@@ -180,7 +176,7 @@ def create_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    server.add_generic_rpc_handlers((handlers(service, max_watchers=max_watchers),))
+    server.add_generic_rpc_handlers((handlers(service, auth, max_watchers=max_watchers),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),

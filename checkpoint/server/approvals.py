@@ -1,66 +1,112 @@
-"""Approvals the checkpoint honours: only ones its own log can vouch for.
+"""Approvals: a person's act, authenticated by their own credential, bound to one whole call, once.
 
-A request may carry `approval {decision_id, approver}`, saying a person approved an earlier
-REQUIRE_APPROVAL answer. The engine lets an approve-if rule pass on it, so the service checks the
-reference first: the decision must be in the log, be REQUIRE_APPROVAL, and be for this very
-action (same run, action, agent version, tool and recorded arguments: for a delegation, the child
-agent and version); and it must not have been used already.
-Otherwise the call is denied with `approval_invalid`, and recorded like any other decision.
+1. A call answered REQUIRE_APPROVAL is recorded with `call_digest`: a keyed digest of the whole
+   call (run, agent version, action, every argument masked or not, and for a delegation the child
+   version it would run).
+2. A person calls Approve with their own credential. The service finds that record, checks the
+   person's principal may approve it (tenant, agent, rule, and their own runs only if allowed),
+   records the approval, and returns an approval token binding the run, the decision, the digest
+   and the approver's identity. The driver relays the token; it cannot make one.
+3. The call is sent again with `approval {decision_id, token}`. The token is verified, the call's
+   digest must equal the approved one, and the approval is spent by a unique key (`SingleUse`)
+   before the ALLOW is recorded: the same approval never passes twice, however many copies race.
+Anything else is denied `approval_invalid` and recorded like every decision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf import json_format
+
 from checkpoint.engine.codes import APPROVAL_INVALID
+from checkpoint.server.runs import Refused
+from checkpoint.server.single_use import SingleUse
+from checkpoint.server.tokens import APPROVAL_LABEL, Signer, TokenInvalid, call_digest
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
-__all__ = ["APPROVAL_INVALID", "approval_problem"]
+
+@dataclass(frozen=True, slots=True)
+class VerifiedApproval:
+    decision_id: str
+    run_id: str
+    call_digest: str
+    approver: str
 
 
-def approval_problem(
-    records: Callable[..., Iterable[Mapping[str, Any]]],
-    *,
-    decision_id: str,
-    approver: str,
-    run_id: str,
-    agent_version: str,
-    action: str,
-    tool: str | None,
-    logged_arguments: Any,
-) -> str | None:
-    """Why the approval cannot be honoured, or None when it can.
+class Approvals:
+    def __init__(self, secret: bytes, digest_key: bytes, single_use: SingleUse):
+        self._signer = Signer(secret, APPROVAL_LABEL)
+        self._digest_key = digest_key
+        self._single_use = single_use
 
-    `records(run_id=..., verdict=...)` reads the run's stored decisions (the decision log's `read`).
-    """
-    if not decision_id or not approver:
-        return "an approval names the approved decision and the person who approved it"
-    if not run_id:
-        return "an approved call names its run"
-    asked = next(
-        (
-            r
-            for r in records(run_id=run_id, verdict="REQUIRE_APPROVAL")
-            if r.get("decision_id") == decision_id
-        ),
-        None,
-    )
-    if asked is None:
-        return f"decision {decision_id[:64]!r} is not a REQUIRE_APPROVAL answer of run {run_id[:64]!r}"
-    mismatched = [
-        name
-        for name, recorded, now in (
-            ("action", asked.get("action"), action),
-            ("tool", asked.get("tool"), tool),
-            ("agent version", asked.get("agent_version"), agent_version),
-            ("arguments", asked.get("arguments"), logged_arguments),
+    def digest(self, request: pb.CheckRequest, response: pb.CheckResponse, action: str | None) -> str:
+        """The whole call, as the approver saw it asked: equal calls, equal digests."""
+        run = request.run
+        body = getattr(request, action) if action else None
+        return call_digest(self._digest_key, {
+            "run_id": run.run_id,
+            "agent": response.agent,
+            "agent_version": response.agent_version,
+            "action": action,
+            "call": json_format.MessageToDict(body, preserving_proto_field_name=True) if body is not None else None,
+            "child_agent_version": response.child_agent_version,
+        })
+
+    def asked(self, records: Callable[..., Iterable[Mapping[str, Any]]], run_id: str, decision_id: str) -> dict[str, Any]:
+        """The REQUIRE_APPROVAL record a person answers; Refused when there is none."""
+        for record in records(run_id=run_id, verdict="REQUIRE_APPROVAL"):
+            if record.get("decision_id") == decision_id:
+                if not record.get("call_digest"):
+                    break
+                return dict(record)
+        raise Refused(
+            APPROVAL_INVALID,
+            f"decision {decision_id[:64]!r} is not a REQUIRE_APPROVAL answer of run {run_id[:64]!r}",
+            "approval",
         )
-        if recorded != now
-    ]
-    if mismatched:
-        return f"decision {decision_id[:64]!r} approved a different call ({', '.join(mismatched)})"
-    marker = f"(decision {decision_id[:64]})"
-    for r in records(run_id=run_id, verdict="ALLOW"):
-        if r.get("rule") == "approval" and (r.get("reason") or "").endswith(marker):
-            return f"decision {decision_id[:64]!r} was already approved and used by decision {r.get('decision_id')}"
-    return None
+
+    def issue(self, asked: Mapping[str, Any], approver: str, principal: str, approval_id: str) -> str:
+        return self._signer.sign({
+            "decision_id": asked["decision_id"],
+            "run_id": asked["run_id"],
+            "call_digest": asked["call_digest"],
+            "approver": approver,
+            "principal": principal,
+            "approval_id": approval_id,
+        })
+
+    def verify(self, request: pb.CheckRequest) -> VerifiedApproval:
+        """The approval the request presents, if its token is one this checkpoint signed for this
+        run and decision; Refused otherwise. The call itself is compared in `spend`."""
+        approval = request.approval
+        try:
+            claims = self._signer.verify(approval.token)
+            verified = VerifiedApproval(
+                decision_id=str(claims["decision_id"]),
+                run_id=str(claims["run_id"]),
+                call_digest=str(claims["call_digest"]),
+                approver=str(claims["approver"]),
+            )
+        except (TokenInvalid, KeyError) as exc:
+            reason = str(exc) if isinstance(exc, TokenInvalid) else "claims are not well formed"
+            raise Refused(APPROVAL_INVALID, f"the approval token is not valid: {reason}", "approval") from None
+        if verified.decision_id != approval.decision_id or verified.run_id != request.run.run_id:
+            raise Refused(
+                APPROVAL_INVALID,
+                f"the approval token approves decision {verified.decision_id[:64]!r} of run "
+                f"{verified.run_id[:64]!r}, not this one",
+                "approval",
+            )
+        return verified
+
+    def spend(self, approval: VerifiedApproval, request: pb.CheckRequest, digest: str) -> str | None:
+        """Use the approval for this call, once. Why not, or None when it is now spent on this call."""
+        if digest != approval.call_digest:
+            return f"decision {approval.decision_id[:64]!r} approved a different call"
+        first = self._single_use.claim(approval.decision_id, request.run.run_id)
+        if first is not None:
+            return f"decision {approval.decision_id[:64]!r} was already approved and used"
+        return None

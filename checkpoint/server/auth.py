@@ -1,10 +1,12 @@
-"""Caller authentication: who may ask the checkpoint for decisions.
+"""Caller authentication: which credential a call carries. What it may do is the principal's
+business (checkpoint.policy.principals); this module only names the identity:
 
-- Unix domain socket: the socket file's permissions (0600 / 0660) decide who can connect at all,
-  so a connected caller is trusted; no token is asked for.
+- Unix domain socket: the socket file's permissions (0600 / 0660) decide who can connect at all;
+  a connected caller is the identity `unix`. No token is asked for.
 - TCP with mTLS: the TLS handshake already refused clients without a certificate signed by the
-  configured CA; a verified peer is trusted.
-- TCP otherwise: the caller sends `authorization: Bearer <token>`; tokens come from a file.
+  configured CA; a verified peer is `mtls:<its first identity>`.
+- TCP otherwise: the caller sends `authorization: Bearer <token>`; tokens come from a file whose
+  line `NAME TOKEN` makes the identity `token:NAME`.
 
 Health checks and reflection are open: a liveness probe carries no token, and the service
 description is the published proto. Refusals are answered with UNAUTHENTICATED and the stable code
@@ -65,18 +67,23 @@ def load_tokens(path: str | Path, *, require_names: bool = False) -> dict[bytes,
 
 @dataclass
 class AuthPolicy:
-    """How TCP callers prove who they are. With neither tokens nor mTLS, TCP is refused entirely
-    unless `allow_unauthenticated_tcp` says otherwise (tests and throwaway demos only)."""
+    """How TCP callers prove who they are. With neither tokens nor mTLS, TCP is refused entirely."""
 
     tokens: dict[bytes, str] = field(default_factory=dict)
     mtls: bool = False
-    allow_unauthenticated_tcp: bool = False
 
     def caller(self, context: grpc.ServicerContext) -> str | None:
-        """The authenticated caller's name, or None."""
+        """The authenticated caller's plain name (a token line's NAME), or None."""
+        identity = self.identity(context)
+        if identity is None:
+            return None
+        return "unix-socket" if identity == "unix" else identity.removeprefix("token:")
+
+    def identity(self, context: grpc.ServicerContext) -> str | None:
+        """The authenticated caller's identity (`token:NAME`, `mtls:SUBJECT`, `unix`), or None."""
         peer = context.peer()
         if peer.startswith("unix:"):
-            return "unix-socket"
+            return "unix"
         if self.mtls:
             ids = context.peer_identities()
             if ids:
@@ -89,10 +96,8 @@ class AuthPolicy:
                     # about how much of a token was right.
                     for known, name in self.tokens.items():
                         if hmac.compare_digest(known, digest):
-                            return name
+                            return f"token:{name}"
                     return None
-        if self.allow_unauthenticated_tcp:
-            return "anonymous"
         return None
 
 

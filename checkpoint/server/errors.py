@@ -4,6 +4,8 @@
     ├── InvalidArgument          INVALID_ARGUMENT: the request is not well formed (``invalid_request``,
     │                            ``unknown_agent``, ``batch_too_large`` ...)
     ├── Unauthenticated          UNAUTHENTICATED: no valid credentials (``unauthenticated``)
+    ├── PermissionDenied         PERMISSION_DENIED: the caller's principal may not do this
+    │                            (``caller_not_permitted``)
     └── Unavailable              UNAVAILABLE: the checkpoint cannot decide (``policy_error``: no
                                  policy set loaded yet)
 
@@ -42,6 +44,10 @@ class InvalidArgument(ServiceError):
 
 class Unauthenticated(ServiceError):
     status = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(ServiceError):
+    status = grpc.StatusCode.PERMISSION_DENIED
 
 
 class Unavailable(ServiceError):

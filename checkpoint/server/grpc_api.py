@@ -1,9 +1,11 @@
 """The gRPC face of the service: thin handlers, and the one place errors become statuses.
 
-Handlers are built here rather than through the generated `add_..._to_server`, for one reason:
-the request deserializer. The generated one lets a message that does not parse fail inside
-gRPC with an opaque INTERNAL; ours hands the handler a marker, so the caller gets
-INVALID_ARGUMENT with the stable code `invalid_request` like any other bad request.
+Handlers are built here rather than through the generated `add_..._to_server`, for two reasons:
+the request deserializer (the generated one lets a message that does not parse fail inside gRPC
+with an opaque INTERNAL; ours hands the handler a marker, so the caller gets INVALID_ARGUMENT
+with the stable code `invalid_request` like any other bad request), and the caller's identity,
+which every service method takes: the handler authenticates the call once and passes it on.
+Health and reflection are separate services, open to probes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from checkpoint.server.errors import InvalidArgument, ServiceError, Unavailable, abort
+from checkpoint.server.auth import AuthPolicy
+from checkpoint.server.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
 from checkpoint.server.service import CheckpointService
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -47,16 +50,23 @@ def _well_formed(request: Any) -> None:
         raise InvalidArgument("invalid_request", request.reason)
 
 
+UNAUTHENTICATED = Unauthenticated("unauthenticated", "a valid bearer token or client certificate is required")
+
+
 def _unary(
-    fn: Callable[[Any], Any], latency: Any, record_malformed: Callable[[str], None]
+    fn: Callable[[Any, str], Any], latency: Any, service: CheckpointService, auth: AuthPolicy, method: str
 ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         started = time.perf_counter()
         try:
+            caller = auth.identity(context)
+            if caller is None:
+                service.record_unauthenticated(method, request)
+                raise UNAUTHENTICATED
             if isinstance(request, Malformed):
-                record_malformed(request.reason)
+                service.record_malformed(request.reason)
             _well_formed(request)
-            return fn(request)
+            return fn(request, caller)
         except ServiceError as exc:
             abort(context, exc)
         finally:
@@ -79,12 +89,17 @@ class Watchers:
         self._sem.release()
 
 
-def handlers(service: CheckpointService, *, max_watchers: int = 16) -> grpc.GenericRpcHandler:
+def handlers(service: CheckpointService, auth: AuthPolicy, *, max_watchers: int = 16) -> grpc.GenericRpcHandler:
     watchers = Watchers(max_watchers)
 
     def watch(request: Any, context: grpc.ServicerContext) -> Iterator[pb.WatchDecisionsResponse]:
         try:
+            caller = auth.identity(context)
+            if caller is None:
+                service.record_unauthenticated("/" + SERVICE_NAME + "/WatchDecisions", request)
+                raise UNAUTHENTICATED
             _well_formed(request)
+            service.may_watch(caller)
             if not watchers.acquire():
                 raise Unavailable("too_many_watchers", f"at most {watchers.limit} decision streams at once")
         except ServiceError as exc:
@@ -103,10 +118,11 @@ def handlers(service: CheckpointService, *, max_watchers: int = 16) -> grpc.Gene
         finally:
             watchers.release()
 
-    def unary(fn: Callable[[Any], Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
+    def unary(fn: Callable[[Any, str], Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
         latency = service.metrics.check_seconds.labels(fn.__name__)
+        method = f"/{SERVICE_NAME}/{req.DESCRIPTOR.name.removesuffix('Request')}"
         return grpc.unary_unary_rpc_method_handler(
-            _unary(fn, latency, service.record_malformed),
+            _unary(fn, latency, service, auth, method),
             request_deserializer=_parser(req),
             response_serializer=resp.SerializeToString,
         )
@@ -118,6 +134,9 @@ def handlers(service: CheckpointService, *, max_watchers: int = 16) -> grpc.Gene
             "CheckBatch": unary(service.check_batch, pb.CheckBatchRequest, pb.CheckBatchResponse),
             "CheckPlan": unary(service.check_plan, pb.CheckPlanRequest, pb.CheckPlanResponse),
             "ResolveAgent": unary(service.resolve_agent, pb.ResolveAgentRequest, pb.ResolveAgentResponse),
+            "StartRun": unary(service.start_run, pb.StartRunRequest, pb.StartRunResponse),
+            "Approve": unary(service.approve, pb.ApproveRequest, pb.ApproveResponse),
+            "Reject": unary(service.reject, pb.RejectRequest, pb.RejectResponse),
             "WatchDecisions": grpc.unary_stream_rpc_method_handler(
                 watch,
                 request_deserializer=_parser(pb.WatchDecisionsRequest),

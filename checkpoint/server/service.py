@@ -22,15 +22,18 @@ from google.protobuf import json_format
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.audit.record import format_time_ns
 from checkpoint.audit.store import Filters
-from checkpoint.engine import InvalidRequest, decide, resolve_agent
+from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
+from checkpoint.engine.context import MODES
 from checkpoint.policy import PolicySet
+from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
-from checkpoint.server.approvals import APPROVAL_INVALID, approval_problem
-from checkpoint.server.chains import CHAIN_UNVERIFIED, chain_problem, chain_token, child_chain
-from checkpoint.server.errors import InvalidArgument, Unavailable
+from checkpoint.server.approvals import Approvals
+from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.metrics import Metrics
 from checkpoint.server.reload import PolicyStore
+from checkpoint.server.runs import MAX_RUN_ID, Refused, RunTokens, child_run
+from checkpoint.server.single_use import SingleUse
 from warden import canonical, grants
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -50,6 +53,7 @@ class CheckpointService:
         decisions: DecisionLog,
         key: grants.SigningKey,
         metrics: Metrics,
+        single_use: SingleUse,
         *,
         max_batch_items: int = MAX_BATCH_ITEMS,
     ):
@@ -58,7 +62,8 @@ class CheckpointService:
         self.key = key
         # masked audit fields are keyed digests: a card number cannot be brute-forced from the log
         self.mask_key = hmac.new(key.secret, b"warden audit masking v1", hashlib.sha256).digest()
-        self.chain_key = hmac.new(key.secret, b"warden chain token v2", hashlib.sha256).digest()
+        self.runs = RunTokens(key.secret)
+        self.approvals = Approvals(key.secret, self.mask_key, single_use)
         self.metrics = metrics
         self.max_batch_items = max_batch_items
         self._watch_stops: set[threading.Event] = set()
@@ -73,19 +78,35 @@ class CheckpointService:
             raise Unavailable("policy_error", "no policy set is loaded; see the checkpoint's health details")
         return policies
 
-    def check(self, request: pb.CheckRequest) -> pb.CheckResponse:
-        """Decide, sign, record. Raises InvalidArgument / Unavailable when no decision is possible."""
+    def check(self, request: pb.CheckRequest, caller: str) -> pb.CheckResponse:
+        """Establish, decide, sign, record. Raises InvalidArgument / Unavailable when no decision
+        is possible. `caller` is the authenticated identity (`token:NAME`, `mtls:...`, `unix`)."""
         started = time.perf_counter_ns()
         policies = self._policies()
+        principal = policies.principals.of(caller)
+        action = request.WhichOneof("action")
+        approval = None
         try:
-            response = decide(policies, request)
-            if request.HasField("run"):
-                problem = chain_problem(self.chain_key, request)
-                if problem is not None:
-                    response = _fail_closed(response, CHAIN_UNVERIFIED, problem, rule="chain")
+            if principal is None:
+                raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
+            if not request.HasField("run"):
+                raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
+            established = self.runs.establish(request)
+            if established.principal != principal.name:
+                raise Refused(codes.RUN_TOKEN_INVALID,
+                              f"the run token was issued to principal {established.principal!r}", "run_token")
+            if not principal.may_check(request.run.tenant, established.agent):
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"principal {principal.name!r} may not ask for agent {established.agent!r} "
+                              f"of tenant {request.run.tenant!r}", "principal")
+            if request.HasField("approval"):
+                approval = self.approvals.verify(request)
+            response = decide(policies, request, approver=approval.approver if approval else "")
+        except Refused as refused:
+            response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
             self.metrics.refusals.labels(exc.code).inc()
-            self._record_refusal(request, exc.code, str(exc.message), policies.revision)
+            self._record_refusal(request, exc.code, str(exc.message), policies.revision, caller, principal)
             raise InvalidArgument(exc.code, str(exc.message), exc.field or "") from exc
         except Exception:
             # A crash in the decision function must not become an ALLOW, nor an unrecorded error.
@@ -101,19 +122,22 @@ class CheckpointService:
             )
         if not response.policy_revision:
             response.policy_revision = policies.revision
-        action = request.WhichOneof("action")
-        # converted once: the approval check, the grant and the record all read these
+        # converted once: the approval digest, the grant and the record all read these
         arguments = _tool_arguments(request, action)
-        if response.verdict == ALLOW and action == "delegation":
-            response.chain_token = chain_token(self.chain_key, child_chain(request, response))
-        if response.verdict == ALLOW and response.rule == "approval":
-            problem = self._approval_problem(request, response, action, arguments, policies)
+        digest = None
+        if response.verdict == pb.VERDICT_REQUIRE_APPROVAL or (approval is not None and response.rule == "approval"):
+            digest = self.approvals.digest(request, response, action)
+        if approval is not None and response.verdict == ALLOW and response.rule == "approval":
+            assert digest is not None
+            problem = self.approvals.spend(approval, request, digest)
             if problem is not None:
-                response = _fail_closed(response, APPROVAL_INVALID, problem, rule="approval")
+                response = _fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
 
         now_ns = time.time_ns()
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)
+        if response.verdict == ALLOW and action == "delegation" and principal is not None:
+            self._child_run(policies, request, response, principal)
         # a grant binds a pinned agent version: a person acting directly is decided and
         # recorded, but the toolrunner runs agents' calls only
         if arguments is not None and response.verdict == ALLOW and response.agent_version:
@@ -126,36 +150,32 @@ class CheckpointService:
 
         record = self._record(request, response, action, arguments, policies, now_ns)
         record["latency_us"] = (time.perf_counter_ns() - started) // 1000
+        record["caller"] = caller_name(caller)
+        record["principal"] = principal.name if principal is not None else None
+        record["call_digest"] = digest
+        self._append_or_deny(record, response)
+        self._count(response.verdict, response.code)
+        return response
+
+    def _append_or_deny(self, record: dict[str, Any], response: Any) -> None:
+        """Record before answering: when the log cannot take the record, the answer is a DENY."""
         try:
             self.log.append(record)
         except Exception as exc:  # AuditUnavailable, or anything else: no answer without its record
             self.metrics.audit_failures.inc()
             log.error("decision %s not recorded, denying: %s", response.decision_id, exc)
-            response = _fail_closed(
+            response.CopyFrom(_fail_closed(
                 response, "audit_unavailable", "the decision could not be recorded", rule="audit"
-            )
-        self._count(response.verdict, response.code)
-        return response
+            ))
 
-    def _approval_problem(
-        self,
-        request: pb.CheckRequest,
-        response: pb.CheckResponse,
-        action: str | None,
-        arguments: dict[str, Any] | None,
-        policies: PolicySet,
-    ) -> str | None:
-        approval = request.approval
-        return approval_problem(
-            self.log.read,
-            decision_id=approval.decision_id,
-            approver=approval.approver,
-            run_id=request.run.run_id,
-            agent_version=request.run.actor_chain[-1].agent_version if request.run.actor_chain else "",
-            action=action or "none",
-            tool=request.tool_call.tool if action == "tool_call" else None,
-            logged_arguments=_logged_arguments(request, response, action, arguments, policies, self.mask_key),
-        )
+    def _child_run(self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse,
+                   principal: Principal) -> None:
+        """An allowed delegation mints the child's run id and its run token (for the same principal)."""
+        child = policies.agent_version(request.delegation.agent, response.child_agent_version)
+        run_id = new_run_id()
+        run = child_run(request.run, request, response, run_id, child.tenant if child else request.run.tenant)
+        response.child_run_id = run_id
+        response.child_run_token = self.runs.issue(run, principal.name)
 
     def _count(self, verdict: int, code: str) -> None:
         # prometheus_client's labels() costs a lock and a few dict lookups per call; the
@@ -167,13 +187,13 @@ class CheckpointService:
             self._decision_counters[key] = child
         child.inc()
 
-    def check_plan(self, request: pb.CheckPlanRequest) -> pb.CheckPlanResponse:
+    def check_plan(self, request: pb.CheckPlanRequest, caller: str) -> pb.CheckPlanResponse:
         check = pb.CheckRequest(
             run=request.run, plan=request.plan, counters=request.counters, explain=request.explain
         )
-        return pb.CheckPlanResponse(decision=self.check(check))
+        return pb.CheckPlanResponse(decision=self.check(check, caller))
 
-    def check_batch(self, request: pb.CheckBatchRequest) -> pb.CheckBatchResponse:
+    def check_batch(self, request: pb.CheckBatchRequest, caller: str) -> pb.CheckBatchResponse:
         if len(request.items) > self.max_batch_items:
             raise InvalidArgument(
                 "batch_too_large", f"{len(request.items)} items; at most {self.max_batch_items}", "items"
@@ -188,12 +208,12 @@ class CheckpointService:
                 )
                 continue
             try:
-                result.response.CopyFrom(self.check(item.request))
+                result.response.CopyFrom(self.check(item.request, caller))
             except (InvalidArgument, Unavailable) as exc:
                 result.error.CopyFrom(exc.detail())
         return out
 
-    def resolve_agent(self, request: pb.ResolveAgentRequest) -> pb.ResolveAgentResponse:
+    def resolve_agent(self, request: pb.ResolveAgentRequest, caller: str) -> pb.ResolveAgentResponse:
         policies = self._policies()
         if not request.agent:
             raise InvalidArgument("invalid_request", "agent is required", "agent")
@@ -201,9 +221,185 @@ class CheckpointService:
             response = resolve_agent(policies, request.agent, request.agent_version)
         except InvalidRequest as exc:
             raise InvalidArgument(exc.code, str(exc.message), exc.field or "agent") from exc
+        principal = policies.principals.of(caller)
+        if principal is None or not principal.may_check(response.tenant, response.agent):
+            raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
+                                   f"{caller_name(caller)!r} may not ask for agent {request.agent[:100]!r}", "agent")
         if not response.policy_revision:
             response.policy_revision = policies.revision
         return response
+
+    # -- runs and a person's acts ------------------------------------------------------------
+
+    def start_run(self, request: pb.StartRunRequest, caller: str) -> pb.StartRunResponse:
+        """A run begins with a recorded decision; on ALLOW the checkpoint mints its id and token."""
+        started = time.perf_counter_ns()
+        policies = self._policies()
+        principal = policies.principals.of(caller)
+        out = pb.StartRunResponse()
+        run = pb.RunContext(mode=request.mode, tenant=request.tenant)
+        chain = [pb.Actor(kind=pb.ACTOR_KIND_PERSON, id=request.person[:MAX_RUN_ID])]
+        response = pb.CheckResponse(verdict=DENY, rule="start_run", policy_revision=policies.revision,
+                                    accountable_person=request.person[:MAX_RUN_ID])
+        try:
+            if principal is None:
+                raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
+            if not request.person or len(request.person) > MAX_RUN_ID:
+                raise Refused(codes.INVALID_REQUEST, f"a run names its accountable person (1 to {MAX_RUN_ID} characters)",
+                              "start_run.person")
+            if request.mode not in MODES:
+                raise Refused(codes.INVALID_REQUEST, "mode must be INTERACTIVE or BACKGROUND", "start_run.mode")
+            if request.HasField("inputs") and request.inputs.ByteSize() > MAX_INPUT_BYTES:
+                raise Refused(codes.INVALID_REQUEST, f"inputs are larger than {MAX_INPUT_BYTES} bytes", "start_run.inputs")
+            tenant = request.tenant or "default"
+            if request.agent:
+                try:
+                    agent = resolve_agent(policies, request.agent, request.agent_version)
+                except InvalidRequest as exc:
+                    raise Refused(exc.code, str(exc.message), "start_run.agent") from None
+                response.agent, response.agent_version = agent.agent, agent.agent_version
+                if request.tenant and request.tenant != agent.tenant:
+                    raise Refused(codes.INVALID_REQUEST,
+                                  f"tenant {request.tenant[:100]!r} is not the agent's tenant {agent.tenant!r}",
+                                  "start_run.tenant")
+                tenant = agent.tenant
+                out.agent.CopyFrom(agent)
+            elif tenant not in policies.tenants:
+                raise Refused(codes.INVALID_REQUEST, f"unknown tenant {tenant[:100]!r}", "start_run.tenant")
+            response.tenant = tenant
+            if not principal.may_check(tenant, request.agent):
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"principal {principal.name!r} may not start runs of agent {request.agent[:100]!r} "
+                              f"in tenant {tenant!r}", "principal")
+            if not principal.may_vouch(request.person, caller_name(caller)):
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
+                              "principal")
+            run.run_id = new_run_id()
+            run.root_run_id = run.run_id
+            run.tenant = tenant
+            if request.agent:
+                chain.append(pb.Actor(kind=pb.ACTOR_KIND_AGENT, id=out.agent.agent,
+                                      agent_version=out.agent.agent_version, run_id=run.run_id))
+            run.actor_chain.extend(chain)
+            if request.HasField("inputs"):
+                run.inputs.CopyFrom(request.inputs)
+                canonical.dumps(convert.struct_to_dict(request.inputs))  # refuses NaN: no canonical form
+            out.run_id = run.run_id
+            out.run_token = self.runs.issue(run, principal.name)
+            response.verdict, response.code, response.reason = ALLOW, codes.ALLOWED, "run started"
+        except Refused as refused:
+            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
+            out.ClearField("agent")
+        except (ValueError, TypeError) as exc:
+            response.code, response.rule, response.reason = codes.INVALID_REQUEST, "start_run.inputs", str(exc)[:200]
+            out.run_id = out.run_token = ""
+        if response.verdict != ALLOW:
+            run.actor_chain[:] = chain
+        now_ns = time.time_ns()
+        response.decision_id = new_decision_id()
+        convert.timestamp_from_ns(now_ns, response.decided_at)
+        record = {
+            "decision_id": response.decision_id,
+            "time": format_time_ns(now_ns),
+            "tenant": response.tenant or None,
+            "run_id": run.run_id or None,
+            "root_run_id": run.run_id or None,
+            "actor_chain": convert.actor_chain(run.actor_chain),
+            "accountable_person": request.person[:MAX_RUN_ID] or None,
+            "agent": response.agent or (request.agent[:100] or None),
+            "agent_version": response.agent_version or (request.agent_version[:100] or None),
+            "action": "start_run",
+            "arguments": {"mode": MODES.get(request.mode, "unspecified"),
+                          "inputs": convert.struct_to_dict(request.inputs) if out.run_token and request.HasField("inputs") else None},
+            "verdict": convert.verdict_name(response.verdict),
+            "code": response.code,
+            "rule": response.rule,
+            "reason": response.reason,
+            "policy_revision": policies.revision,
+            "latency_us": (time.perf_counter_ns() - started) // 1000,
+            "caller": caller_name(caller),
+            "principal": principal.name if principal is not None else None,
+        }
+        self._append_or_deny(record, response)
+        if response.verdict != ALLOW:
+            out.run_id = out.run_token = ""
+            out.ClearField("agent")
+        self._count(response.verdict, response.code)
+        out.decision.CopyFrom(response)
+        return out
+
+    def approve(self, request: pb.ApproveRequest, caller: str) -> pb.ApproveResponse:
+        response, token = self._person_act(request, caller, approve=True)
+        return pb.ApproveResponse(decision=response, approval_token=token)
+
+    def reject(self, request: pb.RejectRequest, caller: str) -> pb.RejectResponse:
+        response, _ = self._person_act(request, caller, approve=False)
+        return pb.RejectResponse(decision=response)
+
+    def _person_act(self, request: Any, caller: str, *, approve: bool) -> tuple[pb.CheckResponse, str]:
+        """Approve or reject a REQUIRE_APPROVAL answer: the person is the caller, the act is recorded."""
+        policies = self._policies()
+        principal = policies.principals.of(caller)
+        person = caller_name(caller)
+        response = pb.CheckResponse(verdict=DENY, rule="approval", policy_revision=policies.revision)
+        asked: dict[str, Any] = {}
+        token = ""
+        try:
+            if principal is None:
+                raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
+            if not request.run_id or not request.decision_id:
+                raise Refused(codes.INVALID_REQUEST, "name the run and the REQUIRE_APPROVAL decision", "approval")
+            asked = self.approvals.asked(self.log.read, request.run_id, request.decision_id)
+            response.tenant, response.agent = asked.get("tenant") or "", asked.get("agent") or ""
+            response.agent_version = asked.get("agent_version") or ""
+            response.accountable_person = asked.get("accountable_person") or ""
+            own = person == asked.get("accountable_person")
+            if not principal.may_approve(response.tenant, response.agent, asked.get("rule") or "", own_run=own):
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"{person!r} (principal {principal.name!r}) may not "
+                              f"{'approve' if approve else 'reject'} {asked.get('rule')!r} of agent "
+                              f"{response.agent!r}" + (" in a run they are accountable for" if own else ""),
+                              "principal")
+            response.verdict = ALLOW
+            response.code = codes.APPROVED if approve else codes.REJECTED
+            response.reason = (f"{'approved' if approve else 'rejected'} by {person}"
+                               + (f": {request.note[:500]}" if request.note else ""))
+        except Refused as refused:
+            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
+        now_ns = time.time_ns()
+        response.decision_id = new_decision_id()
+        convert.timestamp_from_ns(now_ns, response.decided_at)
+        if response.verdict == ALLOW and approve:
+            token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
+        record = {
+            "decision_id": response.decision_id,
+            "time": format_time_ns(now_ns),
+            "tenant": response.tenant or None,
+            "run_id": request.run_id[:MAX_RUN_ID] or None,
+            "root_run_id": asked.get("root_run_id") or request.run_id[:MAX_RUN_ID] or None,
+            "parent_run_id": asked.get("parent_run_id"),
+            "actor_chain": asked.get("actor_chain"),
+            "accountable_person": response.accountable_person or None,
+            "agent": response.agent or None,
+            "agent_version": response.agent_version or None,
+            "action": "approval" if approve else "rejection",
+            "tool": asked.get("tool"),
+            "arguments": {"decision_id": request.decision_id[:64], "note": request.note[:1000]},
+            "verdict": convert.verdict_name(response.verdict),
+            "code": response.code,
+            "rule": asked.get("rule") if response.verdict == ALLOW else response.rule,
+            "reason": response.reason,
+            "policy_revision": policies.revision,
+            "caller": person,
+            "principal": principal.name if principal is not None else None,
+            "call_digest": asked.get("call_digest"),
+        }
+        self._append_or_deny(record, response)
+        if response.verdict != ALLOW:
+            token = ""
+        self._count(response.verdict, response.code)
+        return response, token
 
     # -- grants and records ----------------------------------------------------------------
 
@@ -264,7 +460,8 @@ class CheckpointService:
             "policy_revision": response.policy_revision or None,
         }
 
-    def _record_refusal(self, request: Any, code: str, reason: str, revision: str | None) -> None:
+    def _record_refusal(self, request: Any, code: str, reason: str, revision: str | None,
+                        caller: str | None = None, principal: Principal | None = None) -> None:
         """Record a request refused before any decision (invalid, unauthenticated).
 
         Best effort: the caller is refused either way, so a log failure here changes no answer.
@@ -281,10 +478,11 @@ class CheckpointService:
             policy_revision=revision or "",
         )  # fmt: skip
         arguments = _tool_arguments(request, action)
+        record = self._record(request, response, action, arguments, self.store.current, time.time_ns())
+        record["caller"] = caller_name(caller) if caller else None
+        record["principal"] = principal.name if principal is not None else None
         try:
-            self.log.append(
-                self._record(request, response, action, arguments, self.store.current, time.time_ns())
-            )
+            self.log.append(record)
         except AuditUnavailable as exc:
             self.metrics.audit_failures.inc()
             log.error("refusal (%s) not recorded: %s", code, exc)
@@ -304,6 +502,13 @@ class CheckpointService:
             self._record_refusal(item, "unauthenticated", f"{method}: no valid credentials", revision)
 
     # -- the decision stream ---------------------------------------------------------------
+
+    def may_watch(self, caller: str) -> None:
+        """Reading the log is the audit right; raises PermissionDenied otherwise."""
+        principal = self._policies().principals.of(caller)
+        if principal is None or not principal.may_audit:
+            raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
+                                   f"{caller_name(caller)!r} may not read the decision log (audit)")
 
     def watch(
         self, request: pb.WatchDecisionsRequest, stop: threading.Event
@@ -341,6 +546,18 @@ class CheckpointService:
         for stop in stops:
             stop.set()
         self.log.wake_followers()
+
+
+MAX_INPUT_BYTES = 16 * 1024
+
+
+def new_run_id() -> str:
+    """Run ids are minted here, never chosen by a caller: none is empty, none is reused."""
+    return "run-" + new_decision_id()
+
+
+def _no_principal(caller: str) -> str:
+    return f"the credential {caller_name(caller)[:100]!r} names no principal in the policy files"
 
 
 def _fail_closed(response: pb.CheckResponse, code: str, reason: str, *, rule: str) -> pb.CheckResponse:

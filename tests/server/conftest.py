@@ -11,13 +11,15 @@ import pytest
 
 from checkpoint.audit import DecisionReader
 from checkpoint.server import AuthPolicy, CheckpointServer, create_server
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
 from warden.grants import SigningKey
 
 from .helpers import BearerAuth
 
 REPO = Path(__file__).resolve().parents[2]
-TOKEN = "test-token-0123456789abcdef"
+TOKEN = "test-token-0123456789abcdef"  # the `driver` principal of the shipped policies
+PERSON_TOKEN = "carol-token-0123456789abcdef"  # a person: the `people` principal (approves)
 
 
 @dataclass
@@ -44,6 +46,23 @@ class Running:
 
     def stub(self, token: str | None = TOKEN) -> pb_grpc.CheckpointServiceStub:
         return pb_grpc.CheckpointServiceStub(self.tcp(token))
+
+    def start_run(self, agent: str = "", version: str = "", *, person: str = "alice",
+                  mode: int = pb.RUN_MODE_INTERACTIVE, token: str | None = TOKEN, **fields) -> pb.StartRunResponse:
+        return self.stub(token).StartRun(
+            pb.StartRunRequest(agent=agent, agent_version=version, person=person, mode=mode, **fields), timeout=5
+        )
+
+    def with_run(self, request, token: str | None = TOKEN):
+        """`request` with its run context replaced by a run started for the same person, agent
+        and mode (the checkpoint mints the run id): only budget and has_plan stay the caller's."""
+        run = request.run
+        chain = run.actor_chain
+        started = self.start_run(chain[-1].id if len(chain) > 1 else "", chain[-1].agent_version if len(chain) > 1 else "",
+                                 person=chain[0].id, mode=run.mode, token=token)
+        assert started.run_token, started.decision
+        request.run.CopyFrom(pb.RunContext(run_token=started.run_token, budget=run.budget, has_plan=run.has_plan))
+        return request
 
     def records(self) -> list[dict]:
         return list(DecisionReader(self.data / "decisions.db").read())
@@ -74,7 +93,8 @@ def start(tmp_path: Path, policy_dir: Path) -> Iterator:
             policy_dir=overrides.pop("policy_dir", policy_dir),
             data_dir=data,
             key=key,
-            auth=AuthPolicy(tokens={hashlib.sha256(TOKEN.encode()).digest(): "tests"}),
+            auth=AuthPolicy(tokens={hashlib.sha256(TOKEN.encode()).digest(): "driver",
+                                    hashlib.sha256(PERSON_TOKEN.encode()).digest(): "carol"}),
             watch_interval=0.05,
             debounce=0.1,
         )

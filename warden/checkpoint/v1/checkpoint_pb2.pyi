@@ -101,7 +101,7 @@ class Actor(_message.Message):
     def __init__(self, kind: _Optional[_Union[ActorKind, str]] = ..., id: _Optional[str] = ..., agent_version: _Optional[str] = ..., run_id: _Optional[str] = ..., narrowing: _Optional[_Union[Scope, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ...) -> None: ...
 
 class RunContext(_message.Message):
-    __slots__ = ("tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "mode", "budget", "has_plan", "chain_token")
+    __slots__ = ("tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "mode", "budget", "has_plan", "run_token", "inputs")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -110,7 +110,8 @@ class RunContext(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     HAS_PLAN_FIELD_NUMBER: _ClassVar[int]
-    CHAIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RUN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     run_id: str
     root_run_id: str
@@ -119,8 +120,9 @@ class RunContext(_message.Message):
     mode: RunMode
     budget: Budget
     has_plan: bool
-    chain_token: str
-    def __init__(self, tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., has_plan: _Optional[bool] = ..., chain_token: _Optional[str] = ...) -> None: ...
+    run_token: str
+    inputs: _struct_pb2.Struct
+    def __init__(self, tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., has_plan: _Optional[bool] = ..., run_token: _Optional[str] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Counters(_message.Message):
     __slots__ = ("stretch_tokens", "stretch_turns", "total_turns", "turn_tool_calls", "wall_clock_seconds", "identical_calls", "consecutive_failures", "drift", "tree_tokens", "owner_spend_today_usd", "tenant_spend_today_usd", "provider_refusals", "children", "tree_runs", "run_spend_usd")
@@ -229,12 +231,12 @@ class CheckRequest(_message.Message):
     def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., model_call: _Optional[_Union[ModelCall, _Mapping]] = ..., delegation: _Optional[_Union[Delegation, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., explain: _Optional[bool] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("decision_id", "approver")
+    __slots__ = ("decision_id", "token")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
-    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
-    approver: str
-    def __init__(self, decision_id: _Optional[str] = ..., approver: _Optional[str] = ...) -> None: ...
+    token: str
+    def __init__(self, decision_id: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
 
 class Grant(_message.Message):
     __slots__ = ("decision_id", "run_id", "agent", "agent_version", "tool", "arguments_sha256", "policy_revision", "expires_at", "key_id", "signature")
@@ -289,7 +291,7 @@ class PlanStepResult(_message.Message):
     def __init__(self, step_id: _Optional[str] = ..., index: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "chain_token")
+    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "child_run_id", "child_run_token")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -308,7 +310,8 @@ class CheckResponse(_message.Message):
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ACCOUNTABLE_PERSON_FIELD_NUMBER: _ClassVar[int]
     CHILD_AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
-    CHAIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CHILD_RUN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     verdict: Verdict
     code: str
@@ -327,8 +330,9 @@ class CheckResponse(_message.Message):
     tenant: str
     accountable_person: str
     child_agent_version: str
-    chain_token: str
-    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., chain_token: _Optional[str] = ...) -> None: ...
+    child_run_id: str
+    child_run_token: str
+    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., child_run_id: _Optional[str] = ..., child_run_token: _Optional[str] = ...) -> None: ...
 
 class CheckBatchItem(_message.Message):
     __slots__ = ("correlation_id", "request")
@@ -433,7 +437,7 @@ class ToolSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., access: _Optional[str] = ...) -> None: ...
 
 class DecisionRecord(_message.Message):
-    __slots__ = ("seq", "decision_id", "time", "tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "accountable_person", "agent", "agent_version", "action", "tool", "arguments", "verdict", "code", "rule", "reason", "policy_revision", "latency_us", "prev_hash", "hash")
+    __slots__ = ("seq", "decision_id", "time", "tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "accountable_person", "agent", "agent_version", "action", "tool", "arguments", "verdict", "code", "rule", "reason", "policy_revision", "latency_us", "prev_hash", "hash", "principal", "caller")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +460,8 @@ class DecisionRecord(_message.Message):
     LATENCY_US_FIELD_NUMBER: _ClassVar[int]
     PREV_HASH_FIELD_NUMBER: _ClassVar[int]
     HASH_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     seq: int
     decision_id: str
     time: _timestamp_pb2.Timestamp
@@ -478,7 +484,9 @@ class DecisionRecord(_message.Message):
     latency_us: int
     prev_hash: str
     hash: str
-    def __init__(self, seq: _Optional[int] = ..., decision_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., accountable_person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., action: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., policy_revision: _Optional[str] = ..., latency_us: _Optional[int] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ...) -> None: ...
+    principal: str
+    caller: str
+    def __init__(self, seq: _Optional[int] = ..., decision_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., accountable_person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., action: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., policy_revision: _Optional[str] = ..., latency_us: _Optional[int] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ..., principal: _Optional[str] = ..., caller: _Optional[str] = ...) -> None: ...
 
 class WatchDecisionsRequest(_message.Message):
     __slots__ = ("after_seq", "run_id", "agent", "verdict", "code", "no_follow", "root_run_id")
@@ -503,3 +511,65 @@ class WatchDecisionsResponse(_message.Message):
     RECORD_FIELD_NUMBER: _ClassVar[int]
     record: DecisionRecord
     def __init__(self, record: _Optional[_Union[DecisionRecord, _Mapping]] = ...) -> None: ...
+
+class StartRunRequest(_message.Message):
+    __slots__ = ("tenant", "person", "agent", "agent_version", "mode", "inputs")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PERSON_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    person: str
+    agent: str
+    agent_version: str
+    mode: RunMode
+    inputs: _struct_pb2.Struct
+    def __init__(self, tenant: _Optional[str] = ..., person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., mode: _Optional[_Union[RunMode, str]] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class StartRunResponse(_message.Message):
+    __slots__ = ("decision", "run_id", "run_token", "agent")
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    decision: CheckResponse
+    run_id: str
+    run_token: str
+    agent: ResolveAgentResponse
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., run_id: _Optional[str] = ..., run_token: _Optional[str] = ..., agent: _Optional[_Union[ResolveAgentResponse, _Mapping]] = ...) -> None: ...
+
+class ApproveRequest(_message.Message):
+    __slots__ = ("run_id", "decision_id", "note")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    decision_id: str
+    note: str
+    def __init__(self, run_id: _Optional[str] = ..., decision_id: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class ApproveResponse(_message.Message):
+    __slots__ = ("decision", "approval_token")
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    decision: CheckResponse
+    approval_token: str
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., approval_token: _Optional[str] = ...) -> None: ...
+
+class RejectRequest(_message.Message):
+    __slots__ = ("run_id", "decision_id", "note")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    decision_id: str
+    note: str
+    def __init__(self, run_id: _Optional[str] = ..., decision_id: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class RejectResponse(_message.Message):
+    __slots__ = ("decision",)
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    decision: CheckResponse
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ...) -> None: ...

@@ -54,6 +54,21 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ResolveAgentRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ResolveAgentResponse.FromString,
                 _registered_method=True)
+        self.StartRun = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/StartRun',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.StartRunRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.StartRunResponse.FromString,
+                _registered_method=True)
+        self.Approve = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/Approve',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ApproveRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ApproveResponse.FromString,
+                _registered_method=True)
+        self.Reject = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/Reject',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectResponse.FromString,
+                _registered_method=True)
         self.WatchDecisions = channel.unary_stream(
                 '/warden.checkpoint.v1.CheckpointService/WatchDecisions',
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.WatchDecisionsRequest.SerializeToString,
@@ -92,6 +107,30 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartRun(self, request, context):
+        """Begin a run: a recorded decision that mints the run id and a signed run token binding who
+        acts for whom (tenant, accountable person, agent@version, mode, verified inputs). Every later
+        Check of the run presents the token in RunContext.run_token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Approve(self, request, context):
+        """A person approves a REQUIRE_APPROVAL answer, with their own credential: recorded, and answered
+        with a signed approval token the driver relays (Approval.token). The approver is the caller.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reject(self, request, context):
+        """A person rejects a REQUIRE_APPROVAL answer, with their own credential: recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchDecisions(self, request, context):
         """The stored decision records from a position, then live ones.
         """
@@ -121,6 +160,21 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.ResolveAgent,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ResolveAgentRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ResolveAgentResponse.SerializeToString,
+            ),
+            'StartRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartRun,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.StartRunRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.StartRunResponse.SerializeToString,
+            ),
+            'Approve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Approve,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ApproveRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ApproveResponse.SerializeToString,
+            ),
+            'Reject': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reject,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectResponse.SerializeToString,
             ),
             'WatchDecisions': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchDecisions,
@@ -236,6 +290,87 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/ResolveAgent',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ResolveAgentRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ResolveAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/StartRun',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.StartRunRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.StartRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Approve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/Approve',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ApproveRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ApproveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/Reject',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectResponse.FromString,
             options,
             channel_credentials,
             insecure,

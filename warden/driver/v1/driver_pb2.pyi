@@ -233,12 +233,14 @@ class WatchRunResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[RunEvent, _Mapping]] = ...) -> None: ...
 
 class ApproveCallRequest(_message.Message):
-    __slots__ = ("approval_id", "note")
+    __slots__ = ("approval_id", "note", "approval_token")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     note: str
-    def __init__(self, approval_id: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    approval_token: str
+    def __init__(self, approval_id: _Optional[str] = ..., note: _Optional[str] = ..., approval_token: _Optional[str] = ...) -> None: ...
 
 class ApproveCallResponse(_message.Message):
     __slots__ = ("run",)
@@ -247,12 +249,14 @@ class ApproveCallResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
 class RejectCallRequest(_message.Message):
-    __slots__ = ("approval_id", "note")
+    __slots__ = ("approval_id", "note", "rejection_decision_id")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    REJECTION_DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     note: str
-    def __init__(self, approval_id: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    rejection_decision_id: str
+    def __init__(self, approval_id: _Optional[str] = ..., note: _Optional[str] = ..., rejection_decision_id: _Optional[str] = ...) -> None: ...
 
 class RejectCallResponse(_message.Message):
     __slots__ = ("run",)

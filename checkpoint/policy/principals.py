@@ -1,0 +1,101 @@
+"""Principals: who may call the checkpoint, and for what. Built once per policy load.
+
+A caller's credential gives an identity (`token:NAME`, `mtls:SUBJECT`, `unix`); the principal
+is the `Principal` document that lists it. Rights are answered here and nowhere else, so every
+RPC asks the same questions the same way: may this principal ask decisions for this tenant and
+agent, vouch for this person, approve this rule's calls, read the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from checkpoint.policy import model
+
+
+def _any_of(names: Iterable[str], value: str) -> bool:
+    return any(n == "*" or n == value for n in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    spec: model.Principal
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def may_check(self, tenant: str, agent: str) -> bool:
+        """Ask decisions for runs of `agent` (empty: a person acting directly) in `tenant`."""
+        rights = self.spec.check
+        if rights is None or not _any_of(rights.tenants, tenant):
+            return False
+        return not agent or _any_of(rights.agents, agent)
+
+    def may_vouch(self, person: str, caller: str) -> bool:
+        """Name `person` as the accountable person. `caller` is the credential's own name: a
+        principal that vouches for nobody else may name only the person it authenticates as."""
+        rights = self.spec.check
+        if rights is None or not person:
+            return False
+        if rights.persons == "any":
+            return True
+        if rights.persons == "self":
+            return person == caller
+        return person in rights.persons
+
+    def may_approve(self, tenant: str, agent: str, rule: str, *, own_run: bool) -> bool:
+        rights = self.spec.approve
+        if rights is None or (own_run and not rights.own_runs):
+            return False
+        return (
+            _any_of(rights.tenants, tenant)
+            and _any_of(rights.agents, agent or "")
+            and _any_of(rights.rules, rule.removeprefix("rule:"))
+        )
+
+    @property
+    def may_audit(self) -> bool:
+        return self.spec.audit
+
+
+class Principals:
+    """Identity -> principal. An exact identity wins over a pattern; patterns are tried in the
+    order of the principals' names, so the answer never depends on file order."""
+
+    __slots__ = ("_exact", "_patterns", "by_name")
+
+    def __init__(self, specs: Iterable[model.Principal] = ()):
+        self.by_name: dict[str, Principal] = {}
+        self._exact: dict[str, Principal] = {}
+        self._patterns: list[tuple[str, Principal]] = []
+        for spec in sorted(specs, key=lambda s: s.name):
+            principal = Principal(spec)
+            self.by_name[spec.name] = principal
+            for identity in spec.identities:
+                if "*" in identity:
+                    self._patterns.append((identity, principal))
+                else:
+                    self._exact[identity] = principal
+
+    def exact_owner(self, identity: str) -> Principal | None:
+        return self._exact.get(identity)
+
+    def of(self, identity: str) -> Principal | None:
+        found = self._exact.get(identity)
+        if found is not None:
+            return found
+        for pattern, principal in self._patterns:
+            if fnmatchcase(identity, pattern):
+                return principal
+        return None
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+
+def caller_name(identity: str) -> str:
+    """The credential's own name: `token:alice` -> `alice`; other identities are their own name."""
+    return identity.removeprefix("token:")

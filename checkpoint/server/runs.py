@@ -1,0 +1,158 @@
+"""Runs the checkpoint established: issuing run tokens, and putting a request's run back on them.
+
+A request's run context (tenant, run ids, mode, actor chain, inputs) is not believed: it is taken
+from the run token the request presents, which the checkpoint signed when the run started or
+when a delegation was allowed (see `tokens`). Fields the request fills in anyway must equal the
+token's. What stays the caller's: `has_plan` and the run's `budget` (the driver is trusted for
+the counters and the person's budget it reports; a child's granted budget is in its chain link,
+which is signed, and ceilings only narrow down the chain).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from google.protobuf import json_format
+
+from checkpoint.engine.codes import RUN_TOKEN_INVALID
+from checkpoint.server.tokens import RUN_LABEL, Signer, TokenInvalid
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+_MEMO_SIZE = 4096
+MAX_RUN_ID = 128
+
+
+class Refused(Exception):
+    """A request the service answers with a recorded DENY before (or instead of) deciding."""
+
+    def __init__(self, code: str, reason: str, rule: str):
+        super().__init__(reason)
+        self.code, self.reason, self.rule = code, reason, rule
+
+
+def _actor_dict(actor: pb.Actor) -> dict[str, Any]:
+    return json_format.MessageToDict(actor, preserving_proto_field_name=True, use_integers_for_enums=True)
+
+
+class Established:
+    """What a verified run token says: the run context to decide under, and whom it was issued to."""
+
+    __slots__ = ("run", "principal")
+
+    def __init__(self, run: pb.RunContext, principal: str):
+        self.run = run
+        self.principal = principal
+
+    @property
+    def agent(self) -> str:
+        chain = self.run.actor_chain
+        return chain[-1].id if len(chain) > 1 else ""
+
+
+class RunTokens:
+    def __init__(self, secret: bytes):
+        self._signer = Signer(secret, RUN_LABEL)
+        self._memo: OrderedDict[str, Established] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def issue(self, run: pb.RunContext, principal: str) -> str:
+        """Sign `run` (its identity fields, chain and inputs) for `principal`; sets run.run_token."""
+        claims = {
+            "run_id": run.run_id,
+            "root_run_id": run.root_run_id,
+            "parent_run_id": run.parent_run_id,
+            "tenant": run.tenant,
+            "mode": int(run.mode),
+            "chain": [_actor_dict(a) for a in run.actor_chain],
+            "inputs": json_format.MessageToDict(run.inputs) if run.HasField("inputs") else None,
+            "principal": principal,
+        }
+        run.run_token = self._signer.sign(claims)
+        return run.run_token
+
+    def _verified(self, token: str) -> Established:
+        with self._lock:
+            found = self._memo.get(token)
+            if found is not None:
+                self._memo.move_to_end(token)
+                return found
+        try:
+            claims = self._signer.verify(token)
+            run = pb.RunContext(
+                run_token=token,
+                run_id=claims["run_id"],
+                root_run_id=claims["root_run_id"],
+                parent_run_id=claims["parent_run_id"],
+                tenant=claims["tenant"],
+                mode=claims["mode"],
+                actor_chain=[json_format.ParseDict(a, pb.Actor()) for a in claims["chain"]],
+            )
+            if claims["inputs"] is not None:
+                run.inputs.update(claims["inputs"])
+            established = Established(run, claims["principal"])
+        except TokenInvalid as exc:
+            raise Refused(RUN_TOKEN_INVALID, f"the run token is not valid: {exc}", "run_token") from None
+        except (KeyError, TypeError, ValueError, json_format.ParseError):
+            raise Refused(RUN_TOKEN_INVALID, "the run token's claims are not well formed", "run_token") from None
+        with self._lock:
+            self._memo[token] = established
+            if len(self._memo) > _MEMO_SIZE:
+                self._memo.popitem(last=False)
+        return established
+
+    def establish(self, request: pb.CheckRequest) -> Established:
+        """Replace the request's run context by its token's (in place) and return what was established."""
+        given = request.run
+        if not given.run_token:
+            raise Refused(
+                RUN_TOKEN_INVALID, "every check presents the run token StartRun or a delegation returned", "run_token"
+            )
+        established = self._verified(given.run_token)
+        signed = established.run
+        for name in ("tenant", "run_id", "root_run_id", "parent_run_id"):
+            value = getattr(given, name)
+            if value and value != getattr(signed, name):
+                raise Refused(RUN_TOKEN_INVALID, f"run.{name} is not the run token's", "run_token")
+        if given.mode and given.mode != signed.mode:
+            raise Refused(RUN_TOKEN_INVALID, "run.mode is not the run token's", "run_token")
+        if len(given.actor_chain) and list(given.actor_chain) != list(signed.actor_chain):
+            raise Refused(RUN_TOKEN_INVALID, "run.actor_chain is not the run token's", "run_token")
+        if given.HasField("inputs") and given.inputs != signed.inputs:
+            raise Refused(RUN_TOKEN_INVALID, "run.inputs are not the run token's", "run_token")
+        has_plan = given.has_plan
+        budget = pb.Budget()
+        budget.CopyFrom(given.budget)
+        had_budget = given.HasField("budget")
+        given.CopyFrom(signed)
+        given.has_plan = has_plan
+        if had_budget:
+            given.budget.CopyFrom(budget)
+        return established
+
+
+def child_run(parent: pb.RunContext, request: pb.CheckRequest, response: pb.CheckResponse, run_id: str,
+              tenant: str) -> pb.RunContext:
+    """The run an allowed delegation starts: the parent's chain plus the child's link, which carries
+    the narrowing asked for and the effective budget granted (the parent's own ceilings may live in
+    its run context rather than its link, so the granted one is what binds the child)."""
+    child = pb.Actor(
+        kind=pb.ACTOR_KIND_AGENT,
+        id=request.delegation.agent,
+        agent_version=response.child_agent_version,
+        run_id=run_id,
+        narrowing=request.delegation.narrowing,
+        budget=response.child_budget,
+    )
+    run = pb.RunContext(
+        run_id=run_id,
+        root_run_id=parent.root_run_id or parent.run_id,
+        parent_run_id=parent.run_id,
+        tenant=tenant,
+        mode=parent.mode,
+        actor_chain=[*parent.actor_chain, child],
+    )
+    if parent.HasField("inputs"):
+        run.inputs.CopyFrom(parent.inputs)
+    return run

@@ -1,0 +1,45 @@
+"""Single use, enforced by a unique key: an approval is honoured once, whatever the concurrency.
+
+A check followed by a write lets two threads (or two checkpoint processes on one data folder)
+both see "unused" and both answer ALLOW. Here the claim *is* the write: an INSERT into a table
+whose primary key is the approved decision's id either succeeds, for exactly one caller, or
+fails. The claim is taken before the decision is recorded, so a record that then fails to write
+leaves the approval spent and the call denied: the safe direction.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+from checkpoint.audit.record import now
+
+
+class SingleUse:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # never readable by others
+        os.close(fd)
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS used (key TEXT PRIMARY KEY, used_by TEXT NOT NULL, at TEXT NOT NULL)"
+        )
+        self._lock = threading.Lock()
+
+    def claim(self, key: str, used_by: str) -> str | None:
+        """None when this caller now holds `key`; otherwise who used it first."""
+        with self._lock:
+            try:
+                self._conn.execute("INSERT INTO used (key, used_by, at) VALUES (?, ?, ?)", (key, used_by, now()))
+                return None
+            except sqlite3.IntegrityError:
+                row = self._conn.execute("SELECT used_by FROM used WHERE key = ?", (key,)).fetchone()
+                return row[0] if row else "another decision"
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,102 @@
+"""Signed statements the checkpoint hands out and later believes: run tokens and approval tokens.
+
+The checkpoint keeps no run state, yet must not take a run's authority from a request field. So
+what it established once travels in a token it signed, and every later request presents it:
+
+- A **run token** (from StartRun, or from an allowed delegation) binds the run id, its root and
+  parent, tenant, mode, the actor chain from the accountable person through each agent with its
+  pinned version, narrowing and granted budget, the verified inputs, and the principal it was
+  issued to. A child's token comes only from an allowed delegation, so a child cannot pose as a
+  root run, drop an ancestor or widen a link.
+- An **approval token** (from Approve, called with the approver's own credential) binds the run,
+  the REQUIRE_APPROVAL decision, a keyed digest of the whole call (every argument, masked or not)
+  and the approver's identity.
+
+Format: `<label>.<base64url(canonical JSON claims)>.<base64url(HMAC-SHA256(label.claims))>`, keyed
+by a key derived from the grant key, so rotating the grant key retires every token. Verified
+tokens are memoised (bounded): a run presents the same token on every call.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from warden import canonical
+
+RUN_LABEL = "wrun1"
+APPROVAL_LABEL = "wapv1"
+MAX_TOKEN_BYTES = 64 * 1024
+_MEMO_SIZE = 4096
+
+
+class TokenInvalid(ValueError):
+    """A token that is not one this checkpoint signed (or not of the expected kind)."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Signer:
+    """Signs and verifies one kind of token. Thread-safe."""
+
+    def __init__(self, secret: bytes, label: str):
+        self.label = label
+        self._key = hmac.new(secret, f"warden {label} token".encode(), hashlib.sha256).digest()
+        self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def sign(self, claims: dict[str, Any]) -> str:
+        body = f"{self.label}.{_b64(canonical.dumps(claims))}"
+        return f"{body}.{_b64(hmac.new(self._key, body.encode('ascii'), hashlib.sha256).digest())}"
+
+    def verify(self, token: str) -> dict[str, Any]:
+        """The claims of a token this signer made; raises TokenInvalid otherwise.
+
+        Callers must not mutate the returned dict (it is shared through the memo)."""
+        with self._lock:
+            found = self._memo.get(token)
+            if found is not None:
+                self._memo.move_to_end(token)
+                return found
+        if len(token) > MAX_TOKEN_BYTES:
+            raise TokenInvalid("token too long")
+        label, _, rest = token.partition(".")
+        payload, _, signature = rest.partition(".")
+        if label != self.label or not payload or not signature:
+            raise TokenInvalid(f"not a {self.label} token")
+        body = f"{label}.{payload}"
+        try:
+            given = _unb64(signature)
+            expected = hmac.new(self._key, body.encode("ascii"), hashlib.sha256).digest()
+            if not hmac.compare_digest(given, expected):
+                raise TokenInvalid("signature does not verify")
+            claims = json.loads(_unb64(payload))
+        except (binascii.Error, ValueError, UnicodeError) as exc:
+            if isinstance(exc, TokenInvalid):
+                raise
+            raise TokenInvalid("token is not well formed") from None
+        if not isinstance(claims, dict):
+            raise TokenInvalid("token claims are not an object")
+        with self._lock:
+            self._memo[token] = claims
+            if len(self._memo) > _MEMO_SIZE:
+                self._memo.popitem(last=False)
+        return claims
+
+
+def call_digest(key: bytes, claims: dict[str, Any]) -> str:
+    """A keyed digest of a whole call: equal calls give equal digests; the log can keep it without
+    letting anyone test guesses of masked arguments against it."""
+    return hmac.new(key, canonical.dumps(claims), hashlib.sha256).hexdigest()
