@@ -294,8 +294,8 @@ class CheckpointService:
         except (ValueError, TypeError) as exc:
             response.code, response.rule, response.reason = codes.INVALID_REQUEST, "start_run.inputs", str(exc)[:200]
             out.run_id = out.run_token = ""
-        if response.verdict != ALLOW:
-            run.actor_chain[:] = chain
+        if not run.actor_chain:
+            run.actor_chain.extend(chain)
         now_ns = time.time_ns()
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)

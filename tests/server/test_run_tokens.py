@@ -1,0 +1,149 @@
+"""Runs are established by the checkpoint: StartRun mints the id and a signed run token, an allowed
+delegation mints the child's; every check presents its token, and nothing in it can be changed."""
+
+from __future__ import annotations
+
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+from .conftest import PERSON_TOKEN
+from .helpers import tool_call
+
+
+def started(checkpoint, agent="recon", **kw) -> pb.StartRunResponse:
+    got = checkpoint.start_run(agent, **kw)
+    assert got.decision.verdict == pb.VERDICT_ALLOW, got.decision
+    return got
+
+
+def call(token: str, tool="get_task", args=None) -> pb.CheckRequest:
+    req = pb.CheckRequest(run=pb.RunContext(run_token=token), tool_call=pb.ToolCall(tool=tool))
+    req.tool_call.arguments.update(args or {"task_id": "task-1"})
+    return req
+
+
+def test_start_run_mints_the_run_and_pins_the_current_version(checkpoint):
+    got = started(checkpoint)
+    assert got.run_id.startswith("run-") and got.run_token.startswith("wrun1.")
+    assert got.agent.agent_version == checkpoint.version("recon") and got.agent.tools
+    record = checkpoint.records()[-1]
+    assert (record["action"], record["verdict"], record["run_id"]) == ("start_run", "ALLOW", got.run_id)
+    assert (record["principal"], record["caller"], record["accountable_person"]) == ("driver", "driver", "alice")
+    other = started(checkpoint)
+    assert other.run_id != got.run_id  # ids are minted, never reused
+
+
+def test_a_check_is_decided_under_the_tokens_run(checkpoint):
+    got = started(checkpoint)
+    resp = checkpoint.stub().Check(call(got.run_token), timeout=5)
+    assert (resp.verdict, resp.accountable_person, resp.tenant) == (pb.VERDICT_ALLOW, "alice", "acme")
+    assert resp.grant.run_id == got.run_id
+    assert checkpoint.records()[-1]["run_id"] == got.run_id
+
+
+def test_a_check_without_a_token_is_refused_and_recorded(checkpoint):
+    req = tool_call("recon", checkpoint.version("recon"), "get_task", {"task_id": "task-1"})
+    resp = checkpoint.stub().Check(req, timeout=5)
+    assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "run_token_invalid") and not resp.HasField("grant")
+    assert checkpoint.records()[-1]["code"] == "run_token_invalid"
+
+
+def test_a_forged_or_altered_token_is_refused(checkpoint):
+    token = started(checkpoint).run_token
+    label, payload, signature = token.split(".")
+    flipped = signature[:-2] + ("A" if signature[-2] != "A" else "B") + signature[-1]
+    for bad in (f"{label}.{payload}.{flipped}", f"{label}.{payload[:-4]}.{signature}", "wrun1..", "x" * 70000,
+                "wapv1." + payload + "." + signature):
+        resp = checkpoint.stub().Check(call(bad), timeout=5)
+        assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "run_token_invalid"), bad[:40]
+
+
+def test_fields_that_contradict_the_token_are_refused(checkpoint):
+    got = started(checkpoint)
+    for field, value in (("run_id", "run-other"), ("tenant", "other"), ("root_run_id", "run-x"),
+                         ("parent_run_id", "run-y")):
+        req = call(got.run_token)
+        setattr(req.run, field, value)
+        resp = checkpoint.stub().Check(req, timeout=5)
+        assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "run_token_invalid"), field
+    req = call(got.run_token)
+    req.run.actor_chain.add(kind=pb.ACTOR_KIND_PERSON, id="mallory")
+    assert checkpoint.stub().Check(req, timeout=5).code == "run_token_invalid"
+    req = call(got.run_token)
+    req.run.mode = pb.RUN_MODE_BACKGROUND
+    assert checkpoint.stub().Check(req, timeout=5).code == "run_token_invalid"
+    # the same values as the token's are fine
+    req = call(got.run_token)
+    req.run.run_id, req.run.tenant = got.run_id, "acme"
+    assert checkpoint.stub().Check(req, timeout=5).verdict == pb.VERDICT_ALLOW
+
+
+def test_a_token_is_bound_to_the_principal_it_was_issued_to(checkpoint):
+    got = checkpoint.start_run("", person="carol", token=PERSON_TOKEN, tenant="acme")  # a person acting as themselves
+    assert got.decision.verdict == pb.VERDICT_ALLOW, got.decision
+    req = pb.CheckRequest(run=pb.RunContext(run_token=got.run_token), tool_call=pb.ToolCall(tool="get_task"))
+    req.tool_call.arguments.update({"task_id": "task-1"})
+    resp = checkpoint.stub().Check(req, timeout=5)  # presented by the driver principal
+    assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "run_token_invalid")
+    own = checkpoint.stub(PERSON_TOKEN).Check(req, timeout=5)
+    assert own.verdict == pb.VERDICT_ALLOW and not own.HasField("grant")  # a person gets no grant
+
+
+def delegate(checkpoint, narrowing=None, budget=None):
+    got = started(checkpoint)
+    run = pb.RunContext(run_token=got.run_token)
+    if budget is not None:
+        run.budget.CopyFrom(budget)
+    req = pb.CheckRequest(run=run, delegation=pb.Delegation(agent="triage"))
+    if narrowing is not None:
+        req.delegation.narrowing.CopyFrom(narrowing)
+    resp = checkpoint.stub().Check(req, timeout=5)
+    assert resp.verdict == pb.VERDICT_ALLOW, resp
+    assert resp.child_run_id and resp.child_run_token and resp.child_agent_version == checkpoint.version("triage")
+    return got, resp
+
+
+def test_a_child_is_decided_under_its_own_token(checkpoint):
+    parent, resp = delegate(checkpoint)
+    got = checkpoint.stub().Check(call(resp.child_run_token), timeout=5)
+    assert (got.verdict, got.agent) == (pb.VERDICT_ALLOW, "triage") and got.grant.run_id == resp.child_run_id
+    record = checkpoint.records()[-1]
+    assert (record["parent_run_id"], record["root_run_id"]) == (parent.run_id, parent.run_id)
+    assert [a["id"] for a in record["actor_chain"]] == ["alice", "recon", "triage"]
+
+
+def test_the_narrowing_the_parent_asked_for_binds_the_child(checkpoint):
+    _, resp = delegate(checkpoint, narrowing=pb.Scope(tools=["list_templates"]))
+    got = checkpoint.stub().Check(call(resp.child_run_token), timeout=5)
+    assert got.code == "tool_not_allowed"  # get_task was narrowed away
+    # the chain cannot be sent without its narrowing: the fields must be the token's
+    req = call(resp.child_run_token)
+    req.run.actor_chain.add(kind=pb.ACTOR_KIND_PERSON, id="alice")
+    req.run.actor_chain.add(kind=pb.ACTOR_KIND_AGENT, id="triage", agent_version=resp.child_agent_version)
+    assert checkpoint.stub().Check(req, timeout=5).code == "run_token_invalid"
+
+
+def test_the_child_link_carries_the_granted_budget_and_no_other(checkpoint):
+    _, resp = delegate(checkpoint, budget=pb.Budget(tokens=5000))
+    assert resp.child_budget.tokens == 5000
+    # The child's own run budget says more; the signed link still holds it to what was granted.
+    req = call(resp.child_run_token)
+    req.run.budget.tokens = 10**9
+    req.counters.stretch_tokens = 6000
+    got = checkpoint.stub().Check(req, timeout=5)
+    assert (got.verdict, got.code) == (pb.VERDICT_HALT, "breaker_tokens")
+
+
+def test_start_run_refusals_are_recorded_with_stable_codes(checkpoint):
+    cases = [
+        (dict(agent="nobody"), "unknown_agent"),
+        (dict(agent="recon", version="0" * 20), "unknown_agent_version"),
+        (dict(agent="recon", person=""), "invalid_request"),
+        (dict(agent="recon", mode=pb.RUN_MODE_UNSPECIFIED), "invalid_request"),
+        (dict(agent="recon", tenant="other"), "invalid_request"),
+    ]
+    for kwargs, code in cases:
+        got = checkpoint.start_run(**kwargs)
+        assert (got.decision.verdict, got.decision.code) == (pb.VERDICT_DENY, code), kwargs
+        assert not got.run_token and not got.run_id
+        record = checkpoint.records()[-1]
+        assert (record["action"], record["code"]) == ("start_run", code)
