@@ -9,10 +9,11 @@ import grpc
 from google.protobuf import json_format
 
 from driver.cli import CHILD_INDENT, watch_tree
+from driver.clients import CheckpointClient
 from driver.goal import load_goal
 from driver.render import event_line
 from driver.service import goal_to_proto
-from driver.up import CHECKPOINT_TOKENS_FILE, Stack, caller_token
+from driver.up import PERSON_CHECKPOINT_TOKEN_FILE, Stack
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
 from warden.driver.v1 import driver_pb2 as pb
@@ -26,6 +27,9 @@ class Scenario:
         self.channel = grpc.insecure_channel(stack.driver_address)
         self.driver = pb_grpc.DriverServiceStub(self.channel)
         self.stack = stack
+        # the person's own checkpoint credential: approvals and the decision log, never via the driver
+        self.person_token = (stack.data / PERSON_CHECKPOINT_TOKEN_FILE).read_text().strip()
+        self.checkpoint = CheckpointClient(f"127.0.0.1:{stack.checkpoint_port}", token=self.person_token)
         self.seen: set[str] = set()
         self.after = 0
 
@@ -68,7 +72,7 @@ class Scenario:
 
     def print_decisions(self, root_run_id: str) -> int:
         """Every decision of the run's delegation tree, in log order."""
-        token = caller_token(self.stack.driver_data / CHECKPOINT_TOKENS_FILE, "driver") or ""
+        token = self.person_token
         with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
             stub = cp_grpc.CheckpointServiceStub(ch)
             n = 0
@@ -97,8 +101,13 @@ def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
             a = run.pending_approvals[0]
             print(f"\n== a person reads the call and approves it: {a.tool} {json_format.MessageToDict(a.arguments)}",
                   flush=True)
-            s.driver.ApproveCall(pb.ApproveCallRequest(approval_id=a.approval_id, note="lab subnet, go ahead"),
-                                 metadata=s.md)
+            note = "lab subnet, go ahead"
+            approved = s.checkpoint.approve(a.run_id, a.decision_id, note)  # the person's own act
+            if approved.decision.verdict != cp.VERDICT_ALLOW:
+                print(f"demo: the checkpoint refused the approval: {approved.decision.reason}", flush=True)
+                break
+            s.driver.ApproveCall(pb.ApproveCallRequest(approval_id=a.approval_id, note=note,
+                                                       approval_token=approved.approval_token), metadata=s.md)
         elif run.status == pb.RUN_STATUS_PAUSED and run.code.startswith("breaker_"):
             print(f"\n== the run paused on {run.code}; a person raises the ceiling and resumes", flush=True)
             s.driver.ResumeRun(pb.ResumeRunRequest(run_id=run_id, reply="you have five more turns",

@@ -14,6 +14,7 @@ from typing import Any
 
 DEFAULT_DATA = os.environ.get("WARDEN_DATA", ".warden")
 DEFAULT_DRIVER = os.environ.get("WARDEN_DRIVER", "127.0.0.1:7403")
+DEFAULT_CHECKPOINT = os.environ.get("WARDEN_CHECKPOINT", "127.0.0.1:7401")
 BUDGET_KEYS = ("tokens", "turns", "tool_calls", "wall_clock_seconds", "repetition", "failures", "drift",
                "tree_tokens", "spend_usd", "provider_refusals")
 
@@ -34,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="token file holding the driver's toolrunner token for Cancel "
                             "(default DATA/toolrunner.tokens)")
     serve.add_argument("--operators", type=Path, help="operators file, 'person token' per line (default DATA/operators.tokens)")
-    serve.add_argument("--provider", default="scripted", choices=("scripted", "anthropic"), help="default provider")
+    serve.add_argument("--provider", default="anthropic", choices=("scripted", "anthropic"),
+                       help="provider of runs that name none (default %(default)s; the scripted model only when "
+                            "a run asks for it)")
     serve.add_argument("--model", default=os.environ.get("WARDEN_MODEL", "claude-sonnet-4-5"),
                        help="default model for the anthropic provider")
     serve.add_argument("--anthropic-base-url", default=os.environ.get("ANTHROPIC_BASE_URL"),
@@ -48,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--data", default=DEFAULT_DATA, type=Path, help="data folder (default %(default)s)")
     up.add_argument("--policies", default="policies", type=Path, help="policy folder (default %(default)s)")
     up.add_argument("--ports", default="7401,7402,7403", help="checkpoint,toolrunner,driver ports (default %(default)s)")
-    up.add_argument("--provider", default="scripted", choices=("scripted", "anthropic"))
+    up.add_argument("--provider", default="anthropic", choices=("scripted", "anthropic"),
+                    help="provider of runs that name none (default %(default)s)")
     up.set_defaults(func=_up)
 
     def client_args(p: argparse.ArgumentParser) -> None:
@@ -87,9 +91,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, verb in (("approve", "approve"), ("reject", "reject")):
         p = subparsers.add_parser(name, help=f"{verb} a call waiting for a person",
                                   description=f"{verb.capitalize()} a call that waits for a person (REQUIRE_APPROVAL). "
-                                              "You are recorded as the approver.")
+                                              "The act goes to the checkpoint with your own credential "
+                                              "(DATA/checkpoint.token), which records you as the approver; the "
+                                              "driver only relays it.")
         p.add_argument("approval_id")
         p.add_argument("--note", default="")
+        p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT,
+                       help="checkpoint address (default %(default)s, env WARDEN_CHECKPOINT)")
         client_args(p)
         p.set_defaults(func=_approve if name == "approve" else _reject)
 
@@ -354,18 +362,52 @@ def _act(args: argparse.Namespace, method: str, request: Any) -> int:
     return 0
 
 
-@_grpc_errors
-def _approve(args: argparse.Namespace) -> int:
+def _person_act(args: argparse.Namespace, approve: bool) -> int:
+    """Approve or reject at the checkpoint with the person's own credential, then tell the driver."""
+    from driver.clients import CheckpointClient
+    from driver.errors import DriverError
+    from driver.up import PERSON_CHECKPOINT_TOKEN_FILE
+    from warden.checkpoint.v1 import checkpoint_pb2 as cp
     from warden.driver.v1 import driver_pb2 as pb
 
-    return _act(args, "ApproveCall", pb.ApproveCallRequest(approval_id=args.approval_id, note=args.note))
+    verb = "approve" if approve else "reject"
+    token_file = Path(args.data) / PERSON_CHECKPOINT_TOKEN_FILE
+    if not token_file.exists():
+        raise SystemExit(f"warden {verb}: no checkpoint credential of yours at {token_file} (`warden up` makes one)")
+    driver = _Client(args)
+    waiting = driver.call("ListRuns", pb.ListRunsRequest(status=pb.RUN_STATUS_AWAITING_APPROVAL, limit=1000)).runs
+    pending = next((a for r in waiting for a in r.pending_approvals if a.approval_id == args.approval_id), None)
+    if pending is None:
+        print(f"warden {verb}: no pending approval {args.approval_id!r}", file=sys.stderr)
+        return 1
+    checkpoint = CheckpointClient(args.checkpoint, token=token_file.read_text().strip())
+    try:
+        act = (checkpoint.approve if approve else checkpoint.reject)(pending.run_id, pending.decision_id, args.note)
+    except DriverError as exc:
+        print(f"warden {verb}: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        checkpoint.close()
+    if act.decision.verdict != cp.VERDICT_ALLOW:
+        print(f"warden {verb}: the checkpoint refused: {act.decision.code}: {act.decision.reason}", file=sys.stderr)
+        return 1
+    if approve:
+        request: Any = pb.ApproveCallRequest(approval_id=args.approval_id, note=args.note,
+                                             approval_token=act.approval_token)
+    else:
+        request = pb.RejectCallRequest(approval_id=args.approval_id, note=args.note,
+                                       rejection_decision_id=act.decision.decision_id)
+    return _act(args, "ApproveCall" if approve else "RejectCall", request)
+
+
+@_grpc_errors
+def _approve(args: argparse.Namespace) -> int:
+    return _person_act(args, approve=True)
 
 
 @_grpc_errors
 def _reject(args: argparse.Namespace) -> int:
-    from warden.driver.v1 import driver_pb2 as pb
-
-    return _act(args, "RejectCall", pb.RejectCallRequest(approval_id=args.approval_id, note=args.note))
+    return _person_act(args, approve=False)
 
 
 def parse_raises(items: list[str]) -> dict[str, float]:

@@ -51,7 +51,7 @@ def _map(err: grpc.RpcError, who: str) -> DriverError:
     code = _detail_code(err) or {
         grpc.StatusCode.INVALID_ARGUMENT: "invalid_request",
         grpc.StatusCode.UNAUTHENTICATED: "unauthenticated",
-        grpc.StatusCode.PERMISSION_DENIED: "unauthenticated",
+        grpc.StatusCode.PERMISSION_DENIED: "caller_not_permitted",
     }.get(status, f"{who}_error")
     if code == "audit_unavailable":  # the checkpoint cannot record, so it cannot decide: fail closed
         return DependencyUnavailable(f"{who}: {message}", code=code)
@@ -92,6 +92,16 @@ class CheckpointClient(_Client):
 
     def resolve_agent(self, agent: str, version: str = "") -> cp.ResolveAgentResponse:
         return self._call(self._stub.ResolveAgent, cp.ResolveAgentRequest(agent=agent, agent_version=version))
+
+    def start_run(self, request: cp.StartRunRequest) -> cp.StartRunResponse:
+        return self._call(self._stub.StartRun, request)
+
+    # a person's own acts, made with the person's own checkpoint credential (never the driver's)
+    def approve(self, run_id: str, decision_id: str, note: str = "") -> cp.ApproveResponse:
+        return self._call(self._stub.Approve, cp.ApproveRequest(run_id=run_id, decision_id=decision_id, note=note))
+
+    def reject(self, run_id: str, decision_id: str, note: str = "") -> cp.RejectResponse:
+        return self._call(self._stub.Reject, cp.RejectRequest(run_id=run_id, decision_id=decision_id, note=note))
 
 
 class ToolRunnerClient(_Client):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -141,7 +140,7 @@ class Driver:
                  provider_factory: Callable[[str, str, dict[str, Any]], Provider], *,
                  prices: Prices | None = None, provider_backoff_seconds: float = 1.0,
                  runner_busy_retries: int = 4, runner_busy_backoff_seconds: float = 0.5,
-                 default_provider: str = "scripted", default_model: str = "") -> None:
+                 default_provider: str = "anthropic", default_model: str = "") -> None:
         self.default_provider = default_provider
         self.default_model = default_model
         self.store = store
@@ -163,9 +162,18 @@ class Driver:
     def start_run(self, agent: str, goal: Goal, *, owner: str, mode: str = "interactive",
                   provider: str = "scripted", model: str = "", provider_options: dict[str, Any] | None = None,
                   agent_version: str = "", spawn: bool = True) -> dict[str, Any]:
-        resolved = self.checkpoint.resolve_agent(agent, agent_version)
+        # The checkpoint begins the run: it records the decision, pins the version, mints the run id
+        # and the run token every later check presents. A refusal starts nothing.
+        started = self.checkpoint.start_run(cp.StartRunRequest(
+            agent=agent, agent_version=agent_version, person=owner,
+            mode=cp.RUN_MODE_BACKGROUND if mode == "background" else cp.RUN_MODE_INTERACTIVE))
+        if started.decision.verdict != _ALLOW:
+            raise RunStateError(f"the checkpoint refused to start the run: {started.decision.reason}",
+                                code=started.decision.code or "run_refused")
+        resolved = started.agent
         budget = goal.budget.model_dump(exclude_none=True)
         run = self.store.create_run(
+            run_id=started.run_id, run_token=started.run_token,
             agent=resolved.agent, agent_version=resolved.agent_version, tenant=resolved.tenant, owner=owner,
             mode=mode, provider=provider, model=model or provider, provider_options=provider_options or {},
             persona=resolved.persona, tool_specs=_tool_specs(resolved), policy_revision=resolved.policy_revision,
@@ -182,14 +190,21 @@ class Driver:
             self.spawn(run_id)
         return self.store.run(run_id)
 
-    def approve(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True) -> dict[str, Any]:
-        return self._decide_approval(approval_id, person, note, approved=True, spawn=spawn)
+    def approve(self, approval_id: str, person: str, note: str = "", *, approval_token: str,
+                spawn: bool = True) -> dict[str, Any]:
+        """Relay a person's approval: `approval_token` is what the checkpoint's Approve gave them for
+        their own credential. The driver cannot make one; the checkpoint verifies it on the call."""
+        if not approval_token:
+            raise RunStateError("an approval carries the approval token the checkpoint gave the approver "
+                                "(warden approve obtains it with the person's own credential)",
+                                code="approval_token_required")
+        return self._decide_approval(approval_id, person, note, approved=True, spawn=spawn, token=approval_token)
 
     def reject(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True) -> dict[str, Any]:
         return self._decide_approval(approval_id, person, note, approved=False, spawn=spawn)
 
     def _decide_approval(self, approval_id: str, person: str, note: str, *, approved: bool,
-                         spawn: bool) -> dict[str, Any]:
+                         spawn: bool, token: str = "") -> dict[str, Any]:
         if not person:
             raise RunStateError("an approval needs the person's id", code="person_required")
         approval = self.store.approval(approval_id)
@@ -197,7 +212,8 @@ class Driver:
         if run["status"] != AWAITING_APPROVAL:
             raise RunStateError(f"run {run['run_id']} is {run['status']}, not awaiting approval",
                                 code="run_not_awaiting_approval")
-        approval = self.store.decide_approval(approval_id, "approved" if approved else "rejected", person, note)
+        approval = self.store.decide_approval(approval_id, "approved" if approved else "rejected", person, note,
+                                              token=token)
         if approved:
             self.store.update_call(approval["call"], status="approved")
         else:
@@ -386,19 +402,10 @@ class Driver:
             self._settle_child(self.store.run(run["run_id"]))
 
     def _run_context(self, run: dict[str, Any]) -> cp.RunContext:
+        """The run token says who acts for whom; the driver adds what it keeps: the person's budget
+        for the run (a child's granted one is bound in its token) and whether a plan is approved."""
         budget = cp.Budget(**{k: v for k, v in (run["budget"] or {}).items() if k in cp.Budget.DESCRIPTOR.fields_by_name})
-        if run["chain"]:  # a child run sends, byte for byte, the chain its chain token vouches for
-            chain = [json_format.ParseDict(actor, cp.Actor()) for actor in run["chain"]]
-        else:
-            chain = [cp.Actor(kind=cp.ACTOR_KIND_PERSON, id=run["owner"]),
-                     cp.Actor(kind=cp.ACTOR_KIND_AGENT, id=run["agent"], agent_version=run["agent_version"],
-                              run_id=run["run_id"])]
-        return cp.RunContext(
-            tenant=run["tenant"], run_id=run["run_id"], root_run_id=run["root_run_id"] or run["run_id"],
-            parent_run_id=run["parent_run_id"], actor_chain=chain, chain_token=run["chain_token"],
-            mode=cp.RUN_MODE_BACKGROUND if run["mode"] == "background" else cp.RUN_MODE_INTERACTIVE,
-            budget=budget, has_plan=bool(run["has_plan"]),
-        )
+        return cp.RunContext(run_token=run["run_token"], budget=budget, has_plan=bool(run["has_plan"]))
 
     def _counters(self, run: dict[str, Any], *, turn_tool_calls: int = 0, identical: int = 0) -> cp.Counters:
         owner_spend, tenant_spend = self.store.spend_today(run["owner"], run["tenant"])
@@ -609,7 +616,7 @@ class Driver:
     def _attach_approval(self, req: cp.CheckRequest, call: dict[str, Any]) -> None:
         if call["status"] == "approved":
             approval = self.store.approval(call["approval_id"])
-            req.approval.CopyFrom(cp.Approval(decision_id=approval["decision_id"], approver=approval["decided_by"]))
+            req.approval.CopyFrom(cp.Approval(decision_id=approval["decision_id"], token=approval["token"]))
 
     def _not_allowed(self, run: dict[str, Any], call: dict[str, Any], resp: cp.CheckResponse) -> bool:
         """DENY, REQUIRE_APPROVAL or HALT of a call; False when the run stops advancing."""
@@ -706,7 +713,7 @@ class Driver:
         # The call names its child before the child exists, and the child's row is written last:
         # a driver that stops in between finds either no child (the call is refused, nothing ran)
         # or a whole one, never two children for one delegation.
-        child_id = "run-" + uuid.uuid4().hex[:12]
+        child_id = resp.child_run_id
         self.store.update_call(call["id"], status="awaiting_child", child_run_id=child_id,
                                decision_id=resp.decision_id, verdict="ALLOW", code=resp.code)
         child = self._start_child(run, child_id, ask, req, resp)
@@ -737,11 +744,6 @@ class Driver:
                     criteria=[Criterion(id=f"c{i}", description=text) for i, text in enumerate(ask.criteria, 1)],
                     constraints=[f"Delegated by agent {parent['agent']} in run {parent['run_id']}."],
                     budget=GoalBudget.model_validate(budget))
-        # exactly the link the chain token signs: the narrowing asked for, the budget granted
-        link = cp.Actor(kind=cp.ACTOR_KIND_AGENT, id=resolved.agent, agent_version=resp.child_agent_version,
-                        run_id=child_id, narrowing=req.delegation.narrowing, budget=resp.child_budget)
-        chain = [json_format.MessageToDict(a, preserving_proto_field_name=True)
-                 for a in [*req.run.actor_chain, link]]
         options = child_options(parent["provider"], parent["provider_options"] or {}, ask.agent)
         author = f"agent {parent['agent']} (run {parent['run_id']}, for {parent['owner']})"
         self.store.add_goal(child_id, goal.model_dump(), author=author)
@@ -752,7 +754,7 @@ class Driver:
             provider_options=options, persona=resolved.persona, tool_specs=specs,
             policy_revision=resp.policy_revision, budget=budget, delegates=list(resolved.delegates),
             parent_run_id=parent["run_id"], root_run_id=parent["root_run_id"] or parent["run_id"],
-            depth=parent["depth"] + 1, chain=chain, chain_token=resp.chain_token,
+            depth=parent["depth"] + 1, run_token=resp.child_run_token,
         )
         self.store.append_event(child_id, "run_started", agent=resolved.agent, agent_version=child["agent_version"],
                                 owner=parent["owner"], mode=parent["mode"], provider=parent["provider"],

@@ -230,7 +230,7 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
     @_driver_errors
     def ApproveCall(self, request: pb.ApproveCallRequest, context: grpc.ServicerContext) -> pb.ApproveCallResponse:
         person = self._person(context)
-        run = self.driver.approve(request.approval_id, person, request.note)
+        run = self.driver.approve(request.approval_id, person, request.note, approval_token=request.approval_token)
         return pb.ApproveCallResponse(run=run_to_proto(self.driver, run))
 
     @_driver_errors

@@ -50,9 +50,9 @@ _RUN_COLUMNS: dict[str, Any] = {
     "stretch": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
     "consecutive_failures": int, "drift": int, "provider_refusals": int, "spend_usd": float,
     "model_attempts": int, "turn": int, "nudged": int, "missing": str,
-    "parent_run_id": str, "root_run_id": str, "depth": int, "chain": str, "chain_token": str, "delegates": str,
+    "parent_run_id": str, "root_run_id": str, "depth": int, "run_token": str, "delegates": str,
 }
-_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "chain", "delegates")
+_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "delegates")
 _CALL_COLUMNS: dict[str, Any] = {
     "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
     "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
@@ -109,7 +109,7 @@ class RunStore:
             self._t("approvals").create({
                 "approval_id": str, "run_id": str, "call": int, "decision_id": str, "tool": str,
                 "arguments": str, "code": str, "rule": str, "reason": str, "status": str,
-                "decided_by": str, "decided_at": float, "note": str, "created_at": float,
+                "decided_by": str, "decided_at": float, "note": str, "created_at": float, "token": str,
             }, pk="approval_id")
             self._t("receipts").create({"decision_id": str, "run_id": str, "tool": str, "exit_code": int,
                                    "code": str, "output": str, "receipt": str, "created_at": float},
@@ -118,7 +118,7 @@ class RunStore:
                                 "usd": float}, pk="id")
             self._t("spend").create_index(["day", "owner"])
         # A store written by an older driver gains the newer columns (empty), nothing else changes.
-        for table, columns in (("runs", _RUN_COLUMNS), ("calls", _CALL_COLUMNS)):
+        for table, columns in (("runs", _RUN_COLUMNS), ("calls", _CALL_COLUMNS), ("approvals", {"token": str})):
             have = set(self._t(table).columns_dict)
             for name, typ in columns.items():
                 if name not in have:
@@ -131,9 +131,10 @@ class RunStore:
     def create_run(self, **fields: Any) -> dict[str, Any]:
         t = now()
         row: dict[str, Any] = {c: (0 if typ in (int, float) else "") for c, typ in _RUN_COLUMNS.items()}
-        row.update(run_id=fields.pop("run_id", None) or "run-" + uuid.uuid4().hex[:12], status=RUNNING,
+        # the checkpoint mints run ids (StartRun, or an allowed delegation): none is made up here
+        row.update(run_id=fields.pop("run_id"), status=RUNNING,
                    created_at=t, updated_at=t, stretch_started_at=t, stretch=1, goal_version=1,
-                   plan="null", missing="[]", provider_options="{}", budget="{}", chain="[]", delegates="[]")
+                   plan="null", missing="[]", provider_options="{}", budget="{}", delegates="[]")
         for k, v in fields.items():
             if k not in _RUN_COLUMNS:
                 raise KeyError(k)
@@ -411,14 +412,15 @@ class RunStore:
         r = self._get("approvals", approval_id, "approval")
         return {**r, "arguments": json.loads(r["arguments"])}
 
-    def decide_approval(self, approval_id: str, status: str, person: str, note: str = "") -> dict[str, Any]:
+    def decide_approval(self, approval_id: str, status: str, person: str, note: str = "",
+                        token: str = "") -> dict[str, Any]:
         with self._lock:
             current = self.approval(approval_id)
             if current["status"] != "pending":
                 raise RunStateError(f"approval {approval_id} is already {current['status']}",
                                     code="approval_not_pending")
             self._t("approvals").update(approval_id, {"status": status, "decided_by": person,
-                                                      "decided_at": now(), "note": note})
+                                                      "decided_at": now(), "note": note, "token": token})
         return self.approval(approval_id)
 
     # -- receipts and spend ---------------------------------------------------------------

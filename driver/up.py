@@ -8,7 +8,10 @@ with SERVING, and stops them in reverse order on Ctrl-C or SIGTERM.
 
 Each process gets a folder of its own, holding only what it needs:
 
-    DATA/operator.token          the person's operator credential (the CLI reads it)
+    DATA/operator.token          the person's operator credential for the driver (the CLI reads it)
+    DATA/checkpoint.token        the person's own checkpoint credential: approvals, rejections and
+                                 reading the decision log go to the checkpoint with it, never
+                                 through the driver (its line `PERSON TOKEN` is in checkpoint.tokens)
     DATA/checkpoint/             grant.key, checkpoint.tokens, the decision log
     DATA/toolrunner/             toolrunner.tokens, toolrunner.db; the grant key is passed
                                  explicitly as DATA/checkpoint/grant.key
@@ -41,6 +44,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 OPERATORS_FILE = "operators.tokens"
 OPERATOR_TOKEN_FILE = "operator.token"
+PERSON_CHECKPOINT_TOKEN_FILE = "checkpoint.token"
 CHECKPOINT_TOKENS_FILE = "checkpoint.tokens"
 TOOLRUNNER_TOKENS_FILE = "toolrunner.tokens"
 GRANT_KEY_FILE = "grant.key"
@@ -71,6 +75,30 @@ def ensure_operator(data: Path, person: str | None = None, operators_path: Path 
     if not operators_path.exists():
         person = person or getpass.getuser() or "operator"
         _write_private(operators_path, f"# person token: operator credentials for DriverService\n{person} {token}\n")
+    return token
+
+
+def operator_name(operators_path: Path) -> str:
+    """The person the operators file names first (the one at this keyboard)."""
+    for line in operators_path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not line.lstrip().startswith("#"):
+            return parts[0]
+    raise RuntimeError(f"{operators_path} names no person")
+
+
+def ensure_person_checkpoint_token(data: Path, person: str, checkpoint_tokens: Path) -> str:
+    """The person's own checkpoint credential (DATA/checkpoint.token) and its line in the
+    checkpoint's token file: a token distinct from the operator one, so the driver, which sees
+    operator tokens, never holds a credential that can approve."""
+    token_file = data / PERSON_CHECKPOINT_TOKEN_FILE
+    if not token_file.exists():
+        _write_private(token_file, secrets.token_urlsafe(32) + "\n")
+    token = token_file.read_text().strip()
+    if caller_token(checkpoint_tokens, person) != token:
+        kept = [line for line in checkpoint_tokens.read_text().splitlines() if line.split()[:1] != [person]]
+        checkpoint_tokens.unlink()
+        _write_private(checkpoint_tokens, "\n".join([*kept, f"{person} {token}"]) + "\n")
     return token
 
 
@@ -208,6 +236,8 @@ class Stack:
         subprocess.run(self._warden("keys", "init", "--data", str(self.checkpoint_data)), check=True,
                        stdout=subprocess.DEVNULL)
         ensure_operator(self.data, operators_path=self.driver_data / OPERATORS_FILE)
+        ensure_person_checkpoint_token(self.data, operator_name(self.driver_data / OPERATORS_FILE),
+                                       self.checkpoint_data / CHECKPOINT_TOKENS_FILE)
         # The driver's checkpoint token: its own line only, never the checkpoint's whole file.
         driver_cp = self.driver_data / CHECKPOINT_TOKENS_FILE
         line = caller_line(self.checkpoint_data / CHECKPOINT_TOKENS_FILE, "driver")

@@ -23,7 +23,6 @@ from checkpoint.cel.native import NativeProgram
 from checkpoint.policy import model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
-from checkpoint.policy.principals import Principals
 from checkpoint.policy.policyset import (
     SCOPE_DIMENSIONS,
     AgentVersion,
@@ -32,6 +31,7 @@ from checkpoint.policy.policyset import (
     PatternSet,
     PolicySet,
 )
+from checkpoint.policy.principals import Principals
 from checkpoint.policy.yamlsource import SourceDocument, YamlIssue, load_documents
 from warden import canonical
 

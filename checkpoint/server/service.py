@@ -91,6 +91,8 @@ class CheckpointService:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
             if not request.HasField("run"):
                 raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
+            if action is None:
+                raise InvalidRequest(codes.INVALID_REQUEST, "the request proposes no action", "action")
             established = self.runs.establish(request)
             if established.principal != principal.name:
                 raise Refused(codes.RUN_TOKEN_INVALID,

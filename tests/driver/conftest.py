@@ -34,11 +34,15 @@ def grant_key():
 
 @pytest.fixture()
 def checkpoint_server(tmp_path: Path, policy_dir: Path, grant_key) -> Iterator[Any]:
+    from driver_harness import CHECKPOINT_TOKEN, PERSON_TOKEN
+
     from checkpoint.server.app import create_server
     from checkpoint.server.auth import AuthPolicy
 
+    tokens = {hashlib.sha256(CHECKPOINT_TOKEN.encode()).digest(): "driver",  # the driver principal
+              hashlib.sha256(PERSON_TOKEN.encode()).digest(): "bob"}  # a person (the people principal)
     server, port = create_server("127.0.0.1:0", policy_dir=policy_dir, data_dir=tmp_path / "cp", key=grant_key,
-                                 auth=AuthPolicy(allow_unauthenticated_tcp=True), watch_interval=None)
+                                 auth=AuthPolicy(tokens=tokens), watch_interval=None)
     server.start()
     server.address = f"127.0.0.1:{port}"
     yield server

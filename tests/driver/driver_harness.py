@@ -15,6 +15,9 @@ from driver.store import RunStore
 
 # The driver's bearer token for the toolrunner's Cancel and GetReceipt (the test toolrunner admits it).
 TOOLRUNNER_TOKEN = "driver-test-token-" + secrets.token_hex(8)
+# The driver's checkpoint credential (principal `driver`), and a person's own (bob, principal `people`).
+CHECKPOINT_TOKEN = "driver-cp-token-" + secrets.token_hex(8)
+PERSON_TOKEN = "bob-cp-token-" + secrets.token_hex(8)
 
 PLAN = {"action": "tool_call", "tool": "propose_plan", "arguments": {"steps": [
     {"id": "list", "tool": "list_templates"},
@@ -56,7 +59,7 @@ class Stack:
 
     def driver(self, *, checkpoint: str | None = None, toolrunner: str | None = None) -> Driver:
         store = RunStore(self.db)
-        d = Driver(store, CheckpointClient(checkpoint or self.checkpoint_address, timeout=5),
+        d = Driver(store, CheckpointClient(checkpoint or self.checkpoint_address, timeout=5, token=CHECKPOINT_TOKEN),
                    ToolRunnerClient(toolrunner or self.toolrunner_address, timeout=60, token=TOOLRUNNER_TOKEN),
                    lambda name, model, options: make_provider(name, **options),
                    prices=Prices.from_policy_dir(self.policy_dir), provider_backoff_seconds=0)
@@ -68,6 +71,17 @@ class Stack:
         run = d.start_run(agent, g or goal(), owner="alice", mode=mode, provider="scripted",
                           provider_options={"script": script}, spawn=False)
         return d.run_until_stopped(run["run_id"])
+
+    def approval_token(self, d: Driver, approval_id: str, note: str = "") -> str:
+        """What `warden approve` gets: bob approves at the checkpoint with his own credential."""
+        approval = d.store.approval(approval_id)
+        person = CheckpointClient(self.checkpoint_address, timeout=5, token=PERSON_TOKEN)
+        try:
+            got = person.approve(approval["run_id"], approval["decision_id"], note)
+        finally:
+            person.close()
+        assert got.approval_token, got.decision
+        return got.approval_token
 
     def close(self) -> None:
         for d in self.drivers:

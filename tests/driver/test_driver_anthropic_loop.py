@@ -6,6 +6,7 @@ import json
 
 import driver_fake_anthropic as fa
 import pytest
+from driver_harness import CHECKPOINT_TOKEN
 
 from driver.clients import CheckpointClient, ToolRunnerClient
 from driver.goal import parse_goal
@@ -27,7 +28,7 @@ def fake():
 
 @pytest.fixture()
 def driver(stack, fake):
-    d = Driver(RunStore(stack.tmp / "anthropic.db"), CheckpointClient(stack.checkpoint_address),
+    d = Driver(RunStore(stack.tmp / "anthropic.db"), CheckpointClient(stack.checkpoint_address, token=CHECKPOINT_TOKEN),
                ToolRunnerClient(stack.toolrunner_address),
                lambda name, model, opts: make_provider("anthropic", model=model, api_key="sk-test",
                                                        base_url=fake.base_url),

@@ -99,7 +99,8 @@ def test_a_cancel_landing_inside_an_approval_or_a_resume_stays_a_cancel(stack, m
         real_update_call(pk, **fields)
 
     monkeypatch.setattr(d.store, "update_call", cancel_first)
-    assert d.approve(approval["approval_id"], "bob", spawn=False)["status"] == "cancelled"
+    assert d.approve(approval["approval_id"], "bob", spawn=False,
+                     approval_token=stack.approval_token(d, approval["approval_id"]))["status"] == "cancelled"
 
     paused = d.start_run("recon", goal(), owner="alice", provider="scripted", spawn=False,
                          provider_options={"script": [{"action": "handoff", "reason": "x"}]})

@@ -106,7 +106,8 @@ def test_approval_then_run_records_the_approver(stack):
     [approval] = d.store.approvals(run["run_id"], status="pending")
     assert approval["tool"] == "create_task_from_template"
     assert d.store.receipts(run["run_id"]) == []
-    d.approve(approval["approval_id"], "bob", "fine, lab subnet", spawn=False)
+    d.approve(approval["approval_id"], "bob", "fine, lab subnet", spawn=False,
+              approval_token=stack.approval_token(d, approval["approval_id"]))
     run = d.run_until_stopped(run["run_id"])
     assert run["status"] == "succeeded", (run["code"], run["reason"])
     assert d.store.approval(approval["approval_id"])["decided_by"] == "bob"

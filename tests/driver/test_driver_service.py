@@ -57,7 +57,7 @@ def test_every_action_needs_an_operator_credential(service):
             assert "unauthenticated" in err.value.details()
 
 
-def test_start_approve_and_finish_over_grpc_records_the_person(service):
+def test_start_approve_and_finish_over_grpc_records_the_person(service, stack):
     stub, _, d = service
     script = yaml.safe_dump({"responses": [PLAN, call("create_task_from_template", template="web",
                                                       target="10.20.0.0/24"), final(reported="ok")]})
@@ -68,7 +68,12 @@ def test_start_approve_and_finish_over_grpc_records_the_person(service):
     got = stub.GetRun(pb.GetRunRequest(run_id=run.run_id), metadata=md()).run
     assert got.status == pb.RUN_STATUS_AWAITING_APPROVAL
     [approval] = got.pending_approvals
-    stub.ApproveCall(pb.ApproveCallRequest(approval_id=approval.approval_id, note="ok"), metadata=md())
+    unsigned = pb.ApproveCallRequest(approval_id=approval.approval_id, note="ok")
+    with pytest.raises(grpc.RpcError) as err:  # the driver cannot approve by itself
+        stub.ApproveCall(unsigned, metadata=md())
+    assert "approval_token_required" in err.value.details()
+    stub.ApproveCall(pb.ApproveCallRequest(approval_id=approval.approval_id, note="ok",
+                                           approval_token=stack.approval_token(d, approval.approval_id)), metadata=md())
     seen = watch_until(stub, run.run_id, {"run_succeeded", "run_paused"})
     assert seen[-1] == "run_succeeded"
     assert d.store.approval(approval.approval_id)["decided_by"] == "bob"
