@@ -7,6 +7,12 @@
 // the sidecar socket. TCP needs a bearer token: --token-file FILE (a `warden keys init` tokens file;
 // the first token is used) or WARDEN_TOKEN. Prints one JSON line per answer; exits 0 on ALLOW,
 // 1 on any other verdict, 2 when the call failed (the stable code is printed).
+//
+// The checkpoint establishes runs itself: the client first calls StartRun (--person, --agent,
+// --agent-version, --mode, --tenant), which mints the run id and a signed run token, and presents
+// that token in run.run_token on the Check. --run-token TOKEN reuses a run instead (the token
+// decides the run's person, agent, version, mode and tenant); --run RUN_ID, with it, is sent as
+// run.run_id and the checkpoint refuses the call when it is not the token's run.
 'use strict';
 
 const fs = require('fs');
@@ -22,10 +28,13 @@ function parseArgs(argv) {
     token: process.env.WARDEN_TOKEN || '',
     tokenFile: '',
     agent: 'recon',
+    agentVersion: '', // empty: StartRun pins the agent's current version
+    mode: 'interactive', // or background
     tool: 'get_task',
     args: '{"task_id":"task-1"}',
     person: 'alice',
-    run: `node-${process.pid}`,
+    run: '', // run ids are minted by StartRun; only checked against --run-token's run
+    runToken: '',
     tenant: 'acme',
   };
   for (let i = 0; i < argv.length; i += 2) {
@@ -42,8 +51,14 @@ function parseArgs(argv) {
     const parts = line.split(/\s+/);
     out.token = parts[parts.length - 1];
   }
+  if (!MODES[out.mode]) throw new Error(`--mode must be interactive or background, not ${out.mode}`);
+  if (out.run && !out.runToken) {
+    throw new Error('--run needs --run-token: the checkpoint mints run ids (StartRun)');
+  }
   return out;
 }
+
+const MODES = { interactive: 'RUN_MODE_INTERACTIVE', background: 'RUN_MODE_BACKGROUND' };
 
 // google.protobuf.Struct as proto-loader represents it.
 function toValue(v) {
@@ -83,6 +98,20 @@ function stableCode(err) {
   return m ? m[1] : '';
 }
 
+function answer(res, run) {
+  return {
+    decision_id: res.decision_id,
+    verdict: res.verdict,
+    code: res.code,
+    rule: res.rule,
+    reason: res.reason,
+    agent_version: res.agent_version,
+    policy_revision: res.policy_revision,
+    grant: res.grant ? { tool: res.grant.tool, arguments_sha256: res.grant.arguments_sha256, key_id: res.grant.key_id } : null,
+    ...run,
+  };
+}
+
 function call(client, method, request, metadata) {
   return new Promise((resolve, reject) => {
     client[method](request, metadata, { deadline: Date.now() + 10000 }, (err, res) => (err ? reject(err) : resolve(res)));
@@ -96,33 +125,34 @@ async function main() {
   const metadata = new grpc.Metadata();
   if (opts.token) metadata.set('authorization', `Bearer ${opts.token}`);
   try {
-    // Pin the agent's current version, as a run does when it starts.
-    const agent = await call(client, 'ResolveAgent', { agent: opts.agent }, metadata);
-    const request = {
-      run: {
+    const args = toStruct(JSON.parse(opts.args));
+    let run = { run_token: opts.runToken, run_id: opts.run };
+    if (!opts.runToken) {
+      // The checkpoint starts the run: it pins the agent's version, mints the run id and signs
+      // a run token for this caller. A refused start is a recorded DENY, printed like any answer.
+      const started = await call(client, 'StartRun', {
         tenant: opts.tenant,
-        run_id: opts.run,
-        root_run_id: opts.run,
-        mode: 'RUN_MODE_INTERACTIVE',
-        actor_chain: [
-          { kind: 'ACTOR_KIND_PERSON', id: opts.person },
-          { kind: 'ACTOR_KIND_AGENT', id: opts.agent, agent_version: agent.agent_version, run_id: opts.run },
-        ],
-      },
-      tool_call: { tool: opts.tool, arguments: toStruct(JSON.parse(opts.args)) },
+        person: opts.person,
+        agent: opts.agent,
+        agent_version: opts.agentVersion,
+        mode: MODES[opts.mode],
+      }, metadata);
+      if (started.decision.verdict !== 'VERDICT_ALLOW' || !started.run_token) {
+        console.log(JSON.stringify(answer(started.decision, {})));
+        return 1;
+      }
+      run = { run_token: started.run_token, run_id: started.run_id };
+    }
+    const request = {
+      // Only the token is needed (the checkpoint puts the run back on it); a run id sent along
+      // must be the token's.
+      run: { run_token: run.run_token, run_id: run.run_id },
+      tool_call: { tool: opts.tool, arguments: args },
       counters: { stretch_turns: 1, total_turns: 1 },
     };
     const res = await call(client, 'Check', request, metadata);
-    console.log(JSON.stringify({
-      decision_id: res.decision_id,
-      verdict: res.verdict,
-      code: res.code,
-      rule: res.rule,
-      reason: res.reason,
-      agent_version: res.agent_version,
-      policy_revision: res.policy_revision,
-      grant: res.grant ? { tool: res.grant.tool, arguments_sha256: res.grant.arguments_sha256, key_id: res.grant.key_id } : null,
-    }));
+    // run_id and run_token let the caller go on in the same run (--run-token, --run).
+    console.log(JSON.stringify(answer(res, { run_id: run.run_id || res.grant?.run_id || '', run_token: run.run_token })));
     return res.verdict === 'VERDICT_ALLOW' ? 0 : 1;
   } catch (err) {
     console.log(JSON.stringify({ error: grpc.status[err.code], code: stableCode(err), details: err.details }));

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from checkpoint.audit import DecisionReader
 from checkpoint.server import AuthPolicy, TlsConfig, create_server, load_tokens
 from checkpoint.server.auth import TokenFileError
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -23,10 +24,16 @@ from warden.grants import SigningKey
 from .helpers import rpc_error, tool_call
 
 
-def _check(running, stub):
-    return stub.Check(
-        tool_call("recon", running.version("recon"), "get_task", {"task_id": "task-1"}), timeout=5
+def _check(stub, version: str):
+    """Start a run and make one call in it, both over `stub` (one caller, one principal)."""
+    started = stub.StartRun(
+        pb.StartRunRequest(person="alice", agent="recon", mode=pb.RUN_MODE_INTERACTIVE), timeout=5
     )
+    assert started.decision.verdict == pb.VERDICT_ALLOW, started.decision
+    assert started.agent.agent_version == version
+    req = tool_call("recon", version, "get_task", {"task_id": "task-1"})
+    req.run.CopyFrom(pb.RunContext(run_token=started.run_token))
+    return stub.Check(req, timeout=5)
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token-0123456789"])
@@ -45,14 +52,17 @@ def test_tcp_without_a_valid_token_is_refused_and_recorded(checkpoint, token):
 
 
 def test_tcp_with_token_is_served(checkpoint):
-    assert _check(checkpoint, checkpoint.stub()).verdict == pb.VERDICT_ALLOW
+    assert _check(checkpoint.stub(), checkpoint.version("recon")).verdict == pb.VERDICT_ALLOW
+    assert checkpoint.records()[-1]["caller"] == "driver"
 
 
 def test_unix_socket_needs_no_token_and_is_owner_only(checkpoint):
     mode = stat.S_IMODE(os.stat(checkpoint.server.uds_path).st_mode)
     assert mode == 0o600
     stub = pb_grpc.CheckpointServiceStub(checkpoint.uds())
-    assert _check(checkpoint, stub).verdict == pb.VERDICT_ALLOW
+    assert _check(stub, checkpoint.version("recon")).verdict == pb.VERDICT_ALLOW
+    record = checkpoint.records()[-1]
+    assert (record["caller"], record["principal"]) == ("unix", "driver")
 
 
 def test_socket_mode_0660(start):
@@ -108,7 +118,20 @@ def _pem(obj) -> bytes:
     )
 
 
+MTLS_PRINCIPAL = """kind: Principal
+name: mtls-driver
+description: a driver that authenticates with its client certificate (the test's)
+identities: ["mtls:localhost"]
+check:
+  tenants: ["*"]
+  agents: ["*"]
+  persons: any
+"""
+
+
 def test_mtls_client_certificate_is_required(tmp_path, policy_dir):
+    # a verified certificate is the identity `mtls:<its first identity>` (here its DNS name)
+    (policy_dir / "principals" / "mtls-driver.yaml").write_text(MTLS_PRINCIPAL)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
     ca = _cert("test-ca", ca_key, ca_name, ca_key, ca=True)
@@ -129,7 +152,9 @@ def test_mtls_client_certificate_is_required(tmp_path, policy_dir):
         good = grpc.secure_channel(
             f"localhost:{port}", grpc.ssl_channel_credentials(_pem(ca), _pem(client_key), _pem(client_cert))
         )
-        assert pb_grpc.CheckpointServiceStub(good).Check(req, timeout=5).verdict == pb.VERDICT_ALLOW
+        assert _check(pb_grpc.CheckpointServiceStub(good), version).verdict == pb.VERDICT_ALLOW
+        record = list(DecisionReader(tmp_path / "d" / "decisions.db").read())[-1]
+        assert (record["caller"], record["principal"]) == ("mtls:localhost", "mtls-driver")
         anonymous = grpc.secure_channel(f"localhost:{port}", grpc.ssl_channel_credentials(_pem(ca)))
         with pytest.raises(grpc.RpcError) as exc:
             pb_grpc.CheckpointServiceStub(anonymous).Check(req, timeout=5)

@@ -57,6 +57,9 @@ def test_sigkill_under_load_loses_no_answered_decision(tmp_path, policy_dir):
     assert _warden("keys", "init", "--data", str(data)).returncode == 0
     proc = _serve(data, policy_dir, sock)
     received: list[str] = []
+    tokens: list[str] = []
+    refused: list[str] = []
+    verdicts: set[tuple[int, str]] = set()
     lock = threading.Lock()
     stop = threading.Event()
     try:
@@ -65,17 +68,34 @@ def test_sigkill_under_load_loses_no_answered_decision(tmp_path, policy_dir):
         version = stub.ResolveAgent(pb.ResolveAgentRequest(agent="recon"), timeout=5).agent_version
 
         def client(n: int) -> None:
+            try:
+                started = stub.StartRun(
+                    pb.StartRunRequest(
+                        person="alice", agent="recon", agent_version=version, mode=pb.RUN_MODE_INTERACTIVE
+                    ),
+                    timeout=5,
+                )
+            except grpc.RpcError:
+                return  # the server is gone
+            with lock:
+                received.append(started.decision.decision_id)  # a run's start is an answered decision too
+                if started.run_token:
+                    tokens.append(started.run_token)
+                else:
+                    refused.append(started.decision.code)
             i = 0
             while not stop.is_set():
                 i += 1
                 tool = "get_task" if i % 3 else "cancel_task"  # allows and denies
-                req = tool_call("recon", version, tool, {"task_id": f"task-{n}x{i}"}, run_id=f"run-{n}")
+                req = tool_call("recon", version, tool, {"task_id": f"task-{n}x{i}"})
+                req.run.CopyFrom(pb.RunContext(run_token=started.run_token))
                 try:
                     resp = stub.Check(req, timeout=5)
                 except grpc.RpcError:
                     return  # the server is gone
                 with lock:
                     received.append(resp.decision_id)
+                    verdicts.add((resp.verdict, resp.code))
 
         threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
         for t in threads:
@@ -95,14 +115,18 @@ def test_sigkill_under_load_loses_no_answered_decision(tmp_path, policy_dir):
             proc.kill()
             proc.wait()
     assert len(received) >= 100, "too little traffic before the kill to prove anything"
+    assert refused == [] and tokens, refused
+    # real decisions, allows and denies alike (not refusals of an unestablished run)
+    assert {(pb.VERDICT_ALLOW, "allowed"), (pb.VERDICT_DENY, "tool_not_allowed")} <= verdicts, verdicts
 
     # Restart on the same data folder: the chain continues from what was committed.
     proc = _serve(data, policy_dir, sock)
     try:
         channel = _wait_serving(sock, proc)
-        after = pb_grpc.CheckpointServiceStub(channel).Check(
-            tool_call("recon", version, "get_task", {"task_id": "task-after"}), timeout=5
-        )
+        req = tool_call("recon", version, "get_task", {"task_id": "task-after"})
+        req.run.CopyFrom(pb.RunContext(run_token=tokens[0]))  # a run from before the kill goes on
+        after = pb_grpc.CheckpointServiceStub(channel).Check(req, timeout=5)
+        assert (after.verdict, after.code) == (pb.VERDICT_ALLOW, "allowed"), after
         received.append(after.decision_id)
         channel.close()
     finally:

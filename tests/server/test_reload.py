@@ -67,7 +67,7 @@ def _wait(predicate, timeout: float = 60.0) -> None:  # a bound so a broken relo
 
 def test_good_edit_swaps_atomically_under_traffic(checkpoint):
     old = checkpoint.server.store.current.revision
-    request = tool_call("recon", checkpoint.version("recon"), "get_task", {"task_id": "task-1"})
+    request = checkpoint.with_run(tool_call("recon", checkpoint.version("recon"), "get_task", {"task_id": "task-1"}))
     with Traffic(checkpoint.stub(), request) as traffic:
         _wait(lambda: len(traffic.answers) > 20)
         (checkpoint.policies / "rules" / "freeze.yaml").write_text(DENY_GET_TASK)
@@ -92,7 +92,7 @@ def test_good_edit_swaps_atomically_under_traffic(checkpoint):
 def test_broken_edit_keeps_the_last_good_set(start):
     running = start(metrics_address="127.0.0.1:0")
     good = running.server.store.current.revision
-    request = tool_call("recon", running.version("recon"), "get_task", {"task_id": "task-1"})
+    request = running.with_run(tool_call("recon", running.version("recon"), "get_task", {"task_id": "task-1"}))
     health = health_pb2_grpc.HealthStub(running.tcp(token=None))
     with Traffic(running.stub(), request, threads=2) as traffic:
         _wait(lambda: len(traffic.answers) > 10)
@@ -137,6 +137,7 @@ def test_broken_edit_keeps_the_last_good_set(start):
 
 def test_agent_edit_makes_a_new_version_and_pinned_runs_keep_the_old(checkpoint):
     old_version = checkpoint.version("recon")
+    pinned_run = checkpoint.with_run(tool_call("recon", old_version, "get_task", {"task_id": "task-1"}))
     recon = checkpoint.policies / "agents" / "recon.yaml"
     recon.write_text(
         recon.read_text().replace(
@@ -147,12 +148,19 @@ def test_agent_edit_makes_a_new_version_and_pinned_runs_keep_the_old(checkpoint)
     assert checkpoint.server.store.status.last_ok, checkpoint.server.store.status.errors
     new_version = checkpoint.version("recon")
     stub = checkpoint.stub()
-    pinned = stub.Check(tool_call("recon", old_version, "get_task", {"task_id": "task-1"}), timeout=5)
+    pinned = stub.Check(pinned_run, timeout=5)
     assert (pinned.verdict, pinned.agent_version) == (
         pb.VERDICT_ALLOW,
         old_version,
     )  # a run pinned before the edit
-    fresh = stub.Check(tool_call("recon", new_version, "get_task", {"task_id": "task-1"}), timeout=5)
-    assert (fresh.verdict, fresh.code) == (pb.VERDICT_DENY, "tool_not_allowed")
+    started = checkpoint.start_run("recon")  # a run started now pins the new version
+    assert started.agent.agent_version == new_version, started.decision
+    fresh_request = tool_call("recon", new_version, "get_task", {"task_id": "task-1"})
+    fresh_request.run.CopyFrom(pb.RunContext(run_token=started.run_token))
+    fresh = stub.Check(fresh_request, timeout=5)
+    assert (fresh.verdict, fresh.code, fresh.agent_version) == (pb.VERDICT_DENY, "tool_not_allowed", new_version)
+    # the old version stays startable by name: a run may still pin it explicitly
+    repinned = checkpoint.with_run(tool_call("recon", old_version, "get_task", {"task_id": "task-1"}))
+    assert stub.Check(repinned, timeout=5).agent_version == old_version
     resolved = stub.ResolveAgent(pb.ResolveAgentRequest(agent="recon", agent_version=old_version), timeout=5)
     assert resolved.agent_version == old_version

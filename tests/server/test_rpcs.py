@@ -62,27 +62,32 @@ def test_reflection_lists_the_service_and_resolves_its_file(checkpoint):
 def test_allow_carries_a_grant_that_verifies_for_exactly_this_call(checkpoint):
     version = checkpoint.version("recon")
     args = {"task_id": "task-1"}
-    resp = checkpoint.stub().Check(tool_call("recon", version, "get_task", args), timeout=5)
+    started = checkpoint.start_run("recon", version)
+    req = tool_call("recon", version, "get_task", args)
+    req.run.CopyFrom(pb.RunContext(run_token=started.run_token))
+    resp = checkpoint.stub().Check(req, timeout=5)
     assert resp.verdict == pb.VERDICT_ALLOW, resp
     assert resp.decision_id and resp.decided_at.seconds > 0
     assert resp.policy_revision == checkpoint.server.store.current.revision
     grant = resp.grant
     assert grant.decision_id == resp.decision_id and grant.tool == "get_task"
+    assert grant.run_id == started.run_id  # the minted run
     grants.verify(
-        checkpoint.key, grant, run_id="run-1", agent_version=version, tool="get_task", arguments=args
+        checkpoint.key, grant, run_id=started.run_id, agent_version=version, tool="get_task", arguments=args
     )
     with pytest.raises(grants.GrantError) as exc:
         grants.verify(
             checkpoint.key,
             grant,
-            run_id="run-1",
+            run_id=started.run_id,
             agent_version=version,
             tool="get_task",
             arguments={"task_id": "task-2"},
         )
     assert exc.value.code == "grant_mismatch"
-    [record] = checkpoint.records()
-    assert record["decision_id"] == resp.decision_id
+    start, record = checkpoint.records()
+    assert (start["action"], start["run_id"]) == ("start_run", started.run_id)
+    assert record["decision_id"] == resp.decision_id and record["run_id"] == started.run_id
     assert record["verdict"] == "ALLOW" and record["code"] == "allowed"
     assert record["accountable_person"] == "alice" and record["agent"] == "recon"
     assert record["arguments"] == args and record["latency_us"] >= 0
@@ -92,11 +97,12 @@ def test_allow_carries_a_grant_that_verifies_for_exactly_this_call(checkpoint):
 def test_deny_is_an_answer_without_grant_and_is_recorded(checkpoint):
     version = checkpoint.version("refunds")
     resp = checkpoint.stub().Check(
-        tool_call("refunds", version, "get_task", {"task_id": "task-t"}), timeout=5
+        checkpoint.with_run(tool_call("refunds", version, "get_task", {"task_id": "task-t"})), timeout=5
     )
     assert resp.verdict == pb.VERDICT_DENY and resp.code == "tool_not_allowed"
     assert not resp.HasField("grant")
-    [record] = checkpoint.records()
+    start, record = checkpoint.records()
+    assert start["action"] == "start_run" and record["run_id"] == start["run_id"]
     assert (record["decision_id"], record["verdict"], record["code"]) == (
         resp.decision_id,
         "DENY",
@@ -106,10 +112,13 @@ def test_deny_is_an_answer_without_grant_and_is_recorded(checkpoint):
 
 def test_logged_arguments_are_masked_by_the_tool_policy(checkpoint):
     version = checkpoint.version("refunds")
-    resp = checkpoint.stub().Check(tool_call("refunds", version, "propose_refund", REFUND_ARGS), timeout=5)
+    resp = checkpoint.stub().Check(
+        checkpoint.with_run(tool_call("refunds", version, "propose_refund", REFUND_ARGS)), timeout=5
+    )
     assert resp.verdict == pb.VERDICT_REQUIRE_APPROVAL, resp
     assert not resp.HasField("grant")  # only an ALLOW carries a grant
-    [record] = checkpoint.records()
+    start, record = checkpoint.records()
+    assert start["action"] == "start_run" and record["decision_id"] == resp.decision_id
     logged = record["arguments"]
     assert "reason" not in logged  # dropped
     # a keyed digest: a card number cannot be brute-forced back from the log without the key
@@ -121,17 +130,23 @@ def test_logged_arguments_are_masked_by_the_tool_policy(checkpoint):
 def test_decision_ids_are_unique_and_time_ordered(checkpoint):
     stub = checkpoint.stub()
     version = checkpoint.version("recon")
-    ids = [
-        stub.Check(tool_call("recon", version, "get_task", {"task_id": f"task-{i}"}), timeout=5).decision_id
-        for i in range(50)
-    ]
+    run = checkpoint.with_run(tool_call("recon", version, "get_task", {})).run  # one run, many calls
+    answers = []
+    for i in range(50):
+        req = tool_call("recon", version, "get_task", {"task_id": f"task-{i}"})
+        req.run.CopyFrom(run)
+        answers.append(stub.Check(req, timeout=5))
+    assert {a.verdict for a in answers} == {pb.VERDICT_ALLOW}
+    ids = [a.decision_id for a in answers]
     assert len(set(ids)) == 50
     assert ids == sorted(ids)
 
 
 def test_invalid_request_is_invalid_argument_with_code_and_recorded(checkpoint):
+    # The run context comes from the run token now, so its shape cannot be wrong; a request
+    # with no run context at all still is.
     req = tool_call("recon", "v", "get_task", {"task_id": "task-t"})
-    del req.run.actor_chain[:]
+    req.ClearField("run")
     code, detail = rpc_error(checkpoint.stub().Check, req)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert detail is not None and detail.code and detail.field.startswith("run")
@@ -169,16 +184,15 @@ def test_oversize_request_is_refused(start):
 def test_check_batch_answers_each_item_by_correlation_id(checkpoint):
     version = checkpoint.version("recon")
     invalid = tool_call("recon", version, "get_task", {"task_id": "task-t"})
-    del invalid.run.actor_chain[:]
+    invalid.ClearField("run")
+    first = checkpoint.with_run(tool_call("recon", version, "get_task", {"task_id": "task-t"}))
+    third = tool_call("recon", version, "cancel_task", {"task_id": "task-t"})
+    third.run.CopyFrom(first.run)  # the same run
     batch = pb.CheckBatchRequest(
         items=[
-            pb.CheckBatchItem(
-                correlation_id="a", request=tool_call("recon", version, "get_task", {"task_id": "task-t"})
-            ),
+            pb.CheckBatchItem(correlation_id="a", request=first),
             pb.CheckBatchItem(correlation_id="b", request=invalid),
-            pb.CheckBatchItem(
-                correlation_id="c", request=tool_call("recon", version, "cancel_task", {"task_id": "task-t"})
-            ),
+            pb.CheckBatchItem(correlation_id="c", request=third),
         ]
     )
     out = checkpoint.stub().CheckBatch(batch, timeout=5)
@@ -187,7 +201,10 @@ def test_check_batch_answers_each_item_by_correlation_id(checkpoint):
     assert by_id["a"].response.verdict == pb.VERDICT_ALLOW and by_id["a"].response.HasField("grant")
     assert by_id["b"].WhichOneof("outcome") == "error" and by_id["b"].error.code
     assert by_id["c"].response.verdict == pb.VERDICT_DENY
-    assert len(checkpoint.records()) == 3  # the invalid item is recorded too
+    start, *checks = checkpoint.records()
+    assert start["action"] == "start_run"
+    assert len(checks) == 3  # the invalid item is recorded too
+    assert [r["code"] for r in checks] == ["allowed", by_id["b"].error.code, by_id["c"].response.code]
 
 
 def test_check_batch_too_large(start):
@@ -201,13 +218,16 @@ def test_check_batch_too_large(start):
 def test_check_plan_checks_every_step(checkpoint):
     version = checkpoint.version("recon")
     plan = pb.Plan(steps=[pb.PlanStep(id="s1", tool="get_task"), pb.PlanStep(id="s2", tool="cancel_task")])
-    req = pb.CheckPlanRequest(run=tool_call("recon", version, "get_task", {}).run, plan=plan)
+    req = pb.CheckPlanRequest(
+        run=checkpoint.with_run(tool_call("recon", version, "get_task", {})).run, plan=plan
+    )
     out = checkpoint.stub().CheckPlan(req, timeout=5).decision
     assert out.verdict == pb.VERDICT_DENY and out.decision_id
     assert [s.step_id for s in out.plan_steps] == ["s1", "s2"]
     assert out.plan_steps[1].verdict == pb.VERDICT_DENY
     assert not out.HasField("grant")
-    [record] = checkpoint.records()
+    start, record = checkpoint.records()
+    assert start["action"] == "start_run" and record["run_id"] == start["run_id"]
     assert record["action"] == "plan" and record["arguments"]["steps"][1]["tool"] == "cancel_task"
 
 
@@ -222,9 +242,10 @@ def test_resolve_agent_current_and_unknown(checkpoint):
 
 
 def test_audit_unavailable_denies_without_grant(checkpoint):
-    checkpoint.server.log.close()  # the log can no longer take records
     version = checkpoint.version("recon")
-    resp = checkpoint.stub().Check(tool_call("recon", version, "get_task", {"task_id": "task-t"}), timeout=5)
+    req = checkpoint.with_run(tool_call("recon", version, "get_task", {"task_id": "task-t"}))  # an ALLOW
+    checkpoint.server.log.close()  # the log can no longer take records
+    resp = checkpoint.stub().Check(req, timeout=5)
     assert resp.verdict == pb.VERDICT_DENY and resp.code == "audit_unavailable"
     assert not resp.HasField("grant") and resp.decision_id
     assert checkpoint.server.service.metrics.audit_failures._value.get() == 1
@@ -232,10 +253,15 @@ def test_audit_unavailable_denies_without_grant(checkpoint):
 
 def test_lookup_order_allow_binds_run_and_arguments(checkpoint):
     version = checkpoint.version("refunds")
-    resp = checkpoint.stub().Check(
-        tool_call("refunds", version, "lookup_order", LOOKUP_ARGS, run_id="r-9"), timeout=5
-    )
+    started = checkpoint.start_run("refunds", version)
+    req = tool_call("refunds", version, "lookup_order", LOOKUP_ARGS)
+    req.run.CopyFrom(pb.RunContext(run_token=started.run_token))
+    resp = checkpoint.stub().Check(req, timeout=5)
     assert resp.verdict == pb.VERDICT_ALLOW
+    grants.verify(
+        checkpoint.key, resp.grant, run_id=started.run_id, agent_version=version, tool="lookup_order",
+        arguments=LOOKUP_ARGS,
+    )  # fmt: skip
     with pytest.raises(grants.GrantError) as exc:
         grants.verify(
             checkpoint.key,
@@ -250,7 +276,7 @@ def test_lookup_order_allow_binds_run_and_arguments(checkpoint):
 
 def test_model_calls_and_delegations_are_recorded_without_grants(checkpoint):
     version = checkpoint.version("recon")
-    run = tool_call("recon", version, "get_task", {}).run
+    run = checkpoint.with_run(tool_call("recon", version, "get_task", {})).run
     stub = checkpoint.stub()
     model = stub.Check(
         pb.CheckRequest(
@@ -262,8 +288,10 @@ def test_model_calls_and_delegations_are_recorded_without_grants(checkpoint):
     assert not model.HasField("grant")  # grants are for tool calls only
     delegation = stub.Check(pb.CheckRequest(run=run, delegation=pb.Delegation(agent="triage")), timeout=5)
     assert delegation.decision_id
-    records = checkpoint.records()
+    start, *records = checkpoint.records()
+    assert start["action"] == "start_run"
     assert [r["action"] for r in records] == ["model_call", "delegation"]
+    assert {r["run_id"] for r in records} == {start["run_id"]}
     assert records[0]["arguments"]["model"] == "claude-haiku-4-5" and records[0]["tool"] is None
     assert records[1]["arguments"]["agent"] == "triage"
     assert records[1]["code"] == delegation.code
@@ -272,13 +300,14 @@ def test_model_calls_and_delegations_are_recorded_without_grants(checkpoint):
 def test_a_crashing_decision_function_denies_and_is_recorded(checkpoint, monkeypatch):
     import checkpoint.server.service as service_module
 
-    def broken(_policies, _request):
+    def broken(_policies, _request, **_kwargs):
         raise RuntimeError("engine bug")
 
-    monkeypatch.setattr(service_module, "decide", broken)
-    resp = checkpoint.stub().Check(
-        tool_call("recon", checkpoint.version("recon"), "get_task", {"task_id": "task-1"}), timeout=5
+    req = checkpoint.with_run(
+        tool_call("recon", checkpoint.version("recon"), "get_task", {"task_id": "task-1"})
     )
+    monkeypatch.setattr(service_module, "decide", broken)
+    resp = checkpoint.stub().Check(req, timeout=5)
     assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "policy_error") and not resp.HasField("grant")
-    [record] = checkpoint.records()
+    _start, record = checkpoint.records()
     assert (record["decision_id"], record["code"]) == (resp.decision_id, "policy_error")
