@@ -378,7 +378,7 @@ def _person_act(args: argparse.Namespace, approve: bool) -> int:
     waiting = driver.call("ListRuns", pb.ListRunsRequest(status=pb.RUN_STATUS_AWAITING_APPROVAL, limit=1000)).runs
     pending = next((a for r in waiting for a in r.pending_approvals if a.approval_id == args.approval_id), None)
     if pending is None:
-        print(f"warden {verb}: no pending approval {args.approval_id!r}", file=sys.stderr)
+        print(f"warden {verb}: approval {args.approval_id!r} is not pending (approval_not_pending)", file=sys.stderr)
         return 1
     checkpoint = CheckpointClient(args.checkpoint, token=token_file.read_text().strip())
     try:

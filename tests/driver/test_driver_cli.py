@@ -26,7 +26,8 @@ def up(tmp_path, policy_dir, tool_images):
 
 
 def warden(stack, *args):
-    env = {**os.environ, "WARDEN_DRIVER": stack.driver_address, "WARDEN_DATA": str(stack.data)}
+    env = {**os.environ, "WARDEN_DRIVER": stack.driver_address, "WARDEN_DATA": str(stack.data),
+           "WARDEN_CHECKPOINT": f"127.0.0.1:{stack.checkpoint_port}"}
     return subprocess.run([sys.executable, "-m", "warden.cli", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=120)
 
@@ -41,7 +42,7 @@ def test_run_follow_approve_resume_from_the_cli_and_a_clean_stop(up, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "REQUIRE_APPROVAL approval_required" in out.stdout
     approval_id = re.search(r"\bapr-[0-9a-f]+", out.stdout).group(0)
-    run_id = re.search(r"\brun-[0-9a-f]+", out.stdout).group(0)
+    run_id = re.search(r"\brun-[0-9a-f-]+", out.stdout).group(0)
 
     approved = warden(up, "approve", approval_id, "--note", "lab only")
     assert approved.returncode == 0, approved.stderr
@@ -52,7 +53,7 @@ def test_run_follow_approve_resume_from_the_cli_and_a_clean_stop(up, tmp_path):
     shown = warden(up, "runs", run_id)
     assert "paused" in shown.stdout and "handoff" in shown.stdout
     again = warden(up, "approve", approval_id)
-    assert again.returncode == 1 and "run_not_awaiting_approval" in again.stderr
+    assert again.returncode == 1 and "not pending" in again.stderr
     resumed = warden(up, "resume", run_id, "--raise", "turns_total=9")
     assert resumed.returncode != 0 and "not a ceiling" in resumed.stderr  # turns_total is never raised
 
@@ -87,7 +88,7 @@ def test_run_follow_shows_a_child_run_in_place(up, tmp_path):
     assert any("== succeeded" in line for line in child)
     assert "run paused (handoff)" in out.stdout  # and the parent went on after its child
 
-    root = re.search(r"started (run-[0-9a-f]+)", out.stdout).group(1)
+    root = re.search(r"started (run-[0-9a-f-]+)", out.stdout).group(1)
     tree = warden(up, "runs", "--tree", root)
     assert tree.returncode == 0, tree.stderr
     first, second = tree.stdout.splitlines()

@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 import pytest
-from driver_harness import call, decisions, kinds
+from driver_harness import PERSON_TOKEN, call, decisions, kinds
 
 from driver.goal import parse_goal
 from driver.providers.scripted import ScriptError, parse_script
@@ -93,8 +93,9 @@ def test_a_delegated_child_runs_with_the_intersected_authority_and_its_outcome_r
     assert tool_record["root_run_id"] == parent_id and tool_record["parent_run_id"] == parent_id
     # a security team streams the whole tree by its root, in log order
     with grpc.insecure_channel(checkpoint_server.address) as channel:
-        tree = list(CheckpointServiceStub(channel).WatchDecisions(
-            cpb.WatchDecisionsRequest(root_run_id=parent_id, no_follow=True), timeout=10))
+        tree = list(CheckpointServiceStub(channel).WatchDecisions(  # with an auditor's credential
+            cpb.WatchDecisionsRequest(root_run_id=parent_id, no_follow=True), timeout=10,
+            metadata=[("authorization", f"Bearer {PERSON_TOKEN}")]))
     assert {r.record.run_id for r in tree} == {parent_id, child["run_id"]}
     assert [r.record.seq for r in tree] == sorted(r.record.seq for r in tree)
     assert len(tree) == len(list(checkpoint_server.log.read(run_id=parent_id))) + len(records)
@@ -261,7 +262,7 @@ def test_a_run_waits_for_its_child_only_while_the_call_does(tmp_path) -> None:
     from driver.store import RUNNING, RunStore
 
     store = RunStore(tmp_path / "d.db")
-    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    run = store.create_run(run_id="run-1", agent="recon", agent_version="v", tenant="t", owner="alice")
     pk = store.add_call(run["run_id"], 0, 0, call_id="c", tool="delegate", arguments={}, args_sha="", plan_step="")
     store.update_call(pk, status="awaiting_child", child_run_id="run-child")
     assert store.wait_for_child(run["run_id"], pk, "waiting") and store.run(run["run_id"])["status"] == AWAITING_CHILD

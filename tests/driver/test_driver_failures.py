@@ -129,7 +129,7 @@ def test_a_run_ends_once_with_exactly_one_final_event(tmp_path) -> None:
     from driver.store import RunStore
 
     store = RunStore(tmp_path / "d.db")
-    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    run = store.create_run(run_id="run-1", agent="recon", agent_version="v", tenant="t", owner="alice")
     assert store.set_status_logged(run["run_id"], "cancelled", "cancelled", "by carol", person="carol")
     # the model's final answer arrives a moment later: it loses, and leaves no event behind
     assert not store.set_status_logged(run["run_id"], "succeeded", "succeeded", "done")
@@ -142,7 +142,7 @@ def test_a_status_and_its_event_are_one_transaction(tmp_path, monkeypatch) -> No
     from driver.store import RunStore
 
     store = RunStore(tmp_path / "d.db")
-    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    run = store.create_run(run_id="run-1", agent="recon", agent_version="v", tenant="t", owner="alice")
 
     def broken(*_: Any, **__: Any) -> int:
         raise sqlite3.OperationalError("disk I/O error")
@@ -175,7 +175,7 @@ def test_a_watcher_that_stops_at_a_pause_still_reads_the_pause(tmp_path, monkeyp
     from driver.store import RunStore
 
     store = RunStore(tmp_path / "d.db")
-    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    run = store.create_run(run_id="run-1", agent="recon", agent_version="v", tenant="t", owner="alice")
     store.append_event(run["run_id"], "run_started")
     real_events, reads = store.events, []
 
@@ -196,7 +196,7 @@ def test_a_watch_that_starts_after_the_end_ends_at_once(tmp_path) -> None:
     from driver.store import RunStore
 
     store = RunStore(tmp_path / "d.db")
-    run = store.create_run(agent="recon", agent_version="v", tenant="t", owner="alice")
+    run = store.create_run(run_id="run-1", agent="recon", agent_version="v", tenant="t", owner="alice")
     store.set_status_logged(run["run_id"], "succeeded", "succeeded", "done")
     last = store.events(run["run_id"])[-1]["seq"]
     seen: list[dict] = []
