@@ -61,7 +61,8 @@ class Case(_Strict):
     model_call: dict[str, Any] | None = None
     delegation: dict[str, Any] | None = None
     plan: list[StepSpec] | None = None
-    approval: dict[str, str] | None = None
+    # the person whose approval of this very call the checkpoint verified (an approval token)
+    approved_by: str | None = None
     expect: Expect
 
     @model_validator(mode="after")
@@ -116,8 +117,6 @@ def build_request(policies: PolicySet, case: Case) -> pb.CheckRequest:
             s = request.plan.steps.add(id=step.id, tool=step.tool)
             if step.args is not None:
                 s.arguments.update(step.args)
-    if case.approval:
-        json_format.ParseDict(case.approval, request.approval)
     return request
 
 
@@ -154,7 +153,7 @@ def load_cases(path: Path, shown: str) -> tuple[str, list[tuple[int, Case]]]:
 
 def run_case(policies: PolicySet, case: Case) -> tuple[bool, str]:
     try:
-        response = decide(policies, build_request(policies, case))
+        response = decide(policies, build_request(policies, case), approver=case.approved_by or "")
     except InvalidRequest as exc:
         got = ("INVALID", exc.code, "", exc.message)
     else:

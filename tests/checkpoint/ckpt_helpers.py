@@ -52,7 +52,6 @@ def build(
     has_plan: bool = False,
     plan_step: str = "",
     explain: bool = False,
-    approval: dict[str, str] | None = None,
 ) -> pb.CheckRequest:
     """The CheckRequest a driver would send; each agent of `chain` pinned to its current version
     unless `versions` says otherwise. `narrowing` is what the acting (last) agent received."""
@@ -89,8 +88,6 @@ def build(
             s = request.plan.steps.add(id=step.get("id", ""), tool=step["tool"])
             if "args" in step:
                 s.arguments.update(step["args"])
-    if approval:
-        json_format.ParseDict(approval, request.approval)
     return request
 
 
@@ -103,9 +100,10 @@ class Outcome:
     response: pb.CheckResponse | None
 
 
-def outcome(p: PolicySet, request: pb.CheckRequest) -> Outcome:
+def outcome(p: PolicySet, request: pb.CheckRequest, approver: str = "") -> Outcome:
+    """`approver`: a person's approval the service verified (the engine never reads one from the request)."""
     try:
-        r = decide(p, request)
+        r = decide(p, request, approver=approver)
     except InvalidRequest as exc:
         return Outcome("INVALID", exc.code, exc.field, exc.message, None)
     return Outcome(pb.Verdict.Name(r.verdict).removeprefix("VERDICT_"), r.code, r.rule, r.reason, r)
@@ -122,7 +120,9 @@ class Case:
 
     def run(self, cel_engine: str = "native") -> Outcome:
         p = policies(self.folder, cel_engine)
-        return outcome(p, build(p, **self.kw))
+        kw = dict(self.kw)
+        approver = kw.pop("approver", "")
+        return outcome(p, build(p, **kw), approver)
 
     def check(self, cel_engine: str = "native") -> Outcome:
         got = self.run(cel_engine)

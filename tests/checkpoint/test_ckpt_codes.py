@@ -76,9 +76,9 @@ CODE_CASES = [
     case("approval_required/tool", "REQUIRE_APPROVAL", "approval_required", "rule:worker-writes-need-approval",
          chain=["worker"], tool="write_doc", args=DOC),
     case("approval/approved", "ALLOW", "allowed",
-         chain=["worker"], tool="write_doc", args=DOC, approval={"decision_id": "d-1", "approver": "bob"}),
+         chain=["worker"], tool="write_doc", args=DOC, approver="bob"),
     case("approval/no-approver-is-not-approval", "REQUIRE_APPROVAL", "approval_required",
-         chain=["worker"], tool="write_doc", args=DOC, approval={"decision_id": "d-1"}),
+         chain=["worker"], tool="write_doc", args=DOC, approver=""),
     case("approval_required/delegation", "REQUIRE_APPROVAL", "approval_required",
          "rule:background-delegation-needs-approval",
          chain=["worker"], mode="background", delegation={"agent": "helper"}),
@@ -161,13 +161,14 @@ def _all_tables():
 
 
 def test_every_decision_code_is_produced():
-    """Every stable code but the service's own (audit_unavailable, approval_invalid, chain_unverified: tests/server)
-    comes out of some table row."""
+    """Every stable code but the service's own (tests/server: audit_unavailable, approval_invalid,
+    caller_not_permitted, run_token_invalid, and a person's acts approved / rejected) comes out of some table row."""
     produced = set()
     for c in _all_tables():
         got = c.run()
         assert (got.verdict, got.code) == (c.verdict, c.code), c.id
         produced.add(got.code)
-    wanted = set(codes.DECISION_CODES) - {codes.AUDIT_UNAVAILABLE, codes.APPROVAL_INVALID, codes.CHAIN_UNVERIFIED}
+    wanted = set(codes.DECISION_CODES) - {codes.AUDIT_UNAVAILABLE, codes.APPROVAL_INVALID, codes.CALLER_NOT_PERMITTED,
+                                          codes.RUN_TOKEN_INVALID, codes.APPROVED, codes.REJECTED}
     assert wanted - produced == set(), "codes no table row produces"
     assert produced - wanted == set(), "codes produced that are not in DECISION_CODES"
