@@ -86,6 +86,7 @@ class CheckpointService:
         principal = policies.principals.of(caller)
         action = request.WhichOneof("action")
         approval = None
+        established = None
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
@@ -108,6 +109,8 @@ class CheckpointService:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
             self.metrics.refusals.labels(exc.code).inc()
+            if established is None:
+                _forget_claimed_run(request)
             self._record_refusal(request, exc.code, str(exc.message), policies.revision, caller, principal)
             raise InvalidArgument(exc.code, str(exc.message), exc.field or "") from exc
         except Exception:
@@ -116,6 +119,8 @@ class CheckpointService:
             response = pb.CheckResponse(
                 verdict=DENY, code="policy_error", rule="engine", reason="the decision function failed"
             )
+        if established is None:  # refused before the run was established: file it under no run
+            response.reason += _forget_claimed_run(request)
         decided = time.perf_counter_ns()
         self.metrics.decision_seconds.observe((decided - started) / 1e9)
         if response.verdict not in KNOWN_VERDICTS:
@@ -501,7 +506,8 @@ class CheckpointService:
         )
         revision = self.store.status.revision or None
         for item in requests:
-            self._record_refusal(item, "unauthenticated", f"{method}: no valid credentials", revision)
+            claimed = _forget_claimed_run(item)
+            self._record_refusal(item, "unauthenticated", f"{method}: no valid credentials{claimed}", revision)
 
     # -- the decision stream ---------------------------------------------------------------
 
@@ -556,6 +562,18 @@ MAX_INPUT_BYTES = 16 * 1024
 def new_run_id() -> str:
     """Run ids are minted here, never chosen by a caller: none is empty, none is reused."""
     return "run-" + new_decision_id()
+
+
+def _forget_claimed_run(request: Any) -> str:
+    """Drop a run context nobody vouched for, so a refusal is never filed under another run's id
+    (a caller could otherwise write DENY records into any run's history); the claim stays in the
+    reason, capped."""
+    run = getattr(request, "run", None)
+    if run is None or not request.HasField("run"):
+        return ""
+    claimed = run.run_id
+    request.ClearField("run")
+    return f" (the request claimed run {claimed[:64]!r})" if claimed else ""
 
 
 def _no_principal(caller: str) -> str:
