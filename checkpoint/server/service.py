@@ -109,9 +109,8 @@ class CheckpointService:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
             self.metrics.refusals.labels(exc.code).inc()
-            if established is None:
-                _forget_claimed_run(request)
-            self._record_refusal(request, exc.code, str(exc.message), policies.revision, caller, principal)
+            claimed = _forget_claimed_run(request) if established is None else ""
+            self._record_refusal(request, exc.code, str(exc.message) + claimed, policies.revision, caller, principal)
             raise InvalidArgument(exc.code, str(exc.message), exc.field or "") from exc
         except Exception:
             # A crash in the decision function must not become an ALLOW, nor an unrecorded error.
