@@ -389,7 +389,7 @@ def read_pattern(text: str, kind: str | None = None, *, typed: bool = True) -> P
     if kind is not None and kind != found.kind:
         if kind not in KINDS:
             raise SubjectError(f"unknown type {kind!r}; expected one of: {', '.join(KINDS)}")
-        raise SubjectError(f"{_show(text)} reads as a {found.kind}, not a {kind}")
+        raise SubjectError(f"{_show(text)} reads as type {found.kind}, not {kind}")
     return found
 
 
