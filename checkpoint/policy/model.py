@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from checkpoint.policy.subjects import Kind
+
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
@@ -162,7 +164,7 @@ class Rule(Strict):
 class OffLimitsSubject(Strict):
     pattern: Pattern
     reason: str = Field(..., min_length=1)
-    type: Literal["host", "ip", "url", "name"] | None = Field(
+    type: Kind | None = Field(
         None, description="what the pattern is; inferred from its text when unset, and checked against it"
     )
 

@@ -58,6 +58,7 @@ _PREFIX = re.compile(r"([^/]+)(?:/(0|[1-9][0-9]{0,2}))?")
 _LEGACY_V4 = re.compile(r"((?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){1,3})\*")
 _LDH = re.compile(r"[a-z0-9_-]{1,63}")  # an ASCII label; `_` for service names like _dmarc
 _V4_MAPPED = 0xFFFF << 32  # ::ffff:0:0/96, where IPv6 keeps IPv4 addresses
+_HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]*))?")  # a URL's netloc without userinfo
 
 
 def fold(text: str) -> str:
@@ -137,6 +138,7 @@ def _ip_span(text: str, *, strict: bool, prefix_ok: bool = True) -> tuple[int, i
 # -- URL paths ----------------------------------------------------------------------------
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-F]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # A server that decodes once more would read these as path structure: `/`, `\`, NUL, or a new escape.
 _REFUSED_ESCAPES = frozenset({"2F", "5C", "00", "25"})
@@ -157,7 +159,7 @@ def normalise_path(path: str) -> str:
     escapes upper case, dot segments removed (5.2.4). An empty path is `/`."""
     if "%" in path:
         path = _ESCAPE.sub(_unescape, path)
-        if re.search(r"%(?![0-9A-F]{2})", path):
+        if _STRAY_PERCENT.search(path):
             raise SubjectError("a '%' in a URL path that is not an escape")
     out: list[str] = []
     segments = path.split("/")[1:] if path.startswith("/") else path.split("/")
@@ -281,7 +283,7 @@ def _read_url(text: str, folded: str, *, pattern: bool) -> tuple[Subject, bool]:
         raise SubjectError(f"{_show(text)}: credentials in a URL (user@host) are refused")
     if pattern and (parts.query or parts.fragment or "?" in folded or "#" in folded):
         raise SubjectError(f"{_show(text)}: a URL pattern names no query or fragment ('?' is not a wildcard here)")
-    m = re.fullmatch(r"(\[[^\]]*\]|[^:]*)(?::([0-9]*))?", parts.netloc)
+    m = _HOST_PORT.fullmatch(parts.netloc)
     if m is None or not m.group(1):
         raise SubjectError(f"{_show(text)} has no valid host[:port]")
     host_text, port_text = m.group(1), m.group(2)
@@ -384,8 +386,9 @@ def read_pattern(text: str, kind: str | None = None, *, typed: bool = True) -> P
     """Compile one entry. `typed=False` (images, nodes) reads every entry as a name glob.
     `kind`, when the policy gives one, must be what the text reads as."""
     if text in ("*", "**"):
-        return ANY
-    found = _read_pattern(text) if typed else Pattern("name", text, glob=text)
+        found = ANY
+    else:
+        found = _read_pattern(text) if typed else Pattern("name", text, glob=text)
     if kind is not None and kind != found.kind:
         if kind not in KINDS:
             raise SubjectError(f"unknown type {kind!r}; expected one of: {', '.join(KINDS)}")
