@@ -334,27 +334,28 @@ class Pattern:
             object.__setattr__(self, "regex", re.compile(glob_to_regex(self.glob)))
             object.__setattr__(self, "iregex", re.compile(glob_to_regex(self.glob), re.IGNORECASE))
 
-    def matches(self, s: Subject, *, subdomains: bool = False) -> bool:
-        """Scope semantics; `subdomains=True` (off-limits) also covers subdomains of a host and
-        any overlap of a range, so a wider target that includes an off-limits host is refused."""
+    def matches(self, s: Subject, *, off_limits: bool = False) -> bool:
+        """Scope semantics, or with `off_limits` the wider reading of a deny list: a host covers
+        its subdomains, a range refuses any overlap (a wider target that includes an off-limits
+        host is refused), names and URL paths ignore case."""
         if self.kind == "any":
             return True
         if self.kind != s.kind:
             return False
         if self.kind == "host":
-            if self.wildcard or (subdomains and s.host != self.host):
+            if self.wildcard or (off_limits and s.host != self.host):
                 return s.host.endswith("." + self.host)
             return s.host == self.host
         if self.kind == "ip":
             (low, high), (lo, hi) = self.span, s.span
-            return lo <= high and low <= hi if subdomains else low <= lo and hi <= high
+            return (lo <= high and low <= hi) if off_limits else (low <= lo and hi <= high)
         if self.kind == "url":
             assert self.of is not None and s.of is not None
             return (
-                self.scheme == s.scheme and self.port == s.port and self.of.matches(s.of, subdomains=subdomains)
-                and self._glob_matches(s.path, subdomains)
+                self.scheme == s.scheme and self.port == s.port and self.of.matches(s.of, off_limits=off_limits)
+                and self._glob_matches(s.path, off_limits)
             )
-        return self._glob_matches(s.text, subdomains)
+        return self._glob_matches(s.text, off_limits)
 
     def _glob_matches(self, text: str, ignore_case: bool) -> bool:
         regex = self.iregex if ignore_case else self.regex
@@ -523,7 +524,7 @@ class OffLimits:
         if s.kind == "name" and (self._names is None or self._names.fullmatch(s.text) is None):
             return None
         for p, reason in self._others:
-            if p.matches(s, subdomains=True):
+            if p.matches(s, off_limits=True):
                 return reason
         if s.kind == "url":
             assert s.of is not None
