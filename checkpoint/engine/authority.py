@@ -10,13 +10,23 @@ from checkpoint.engine import codes
 from checkpoint.engine.context import Call
 from checkpoint.engine.outcome import DENY
 from checkpoint.policy import AgentVersion, CompiledTool
-from checkpoint.policy.policyset import SCOPE_DIMENSIONS, PatternSet
+from checkpoint.policy.policyset import SCOPE_DIMENSIONS, TYPED_DIMENSIONS
+from checkpoint.policy.subjects import Pattern, Subject, SubjectError, SubjectSet, read_pattern
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 
 @functools.lru_cache(maxsize=4096)
-def _patterns(patterns: tuple[str, ...]) -> PatternSet:
-    return PatternSet(patterns)
+def _patterns(dim: str, patterns: tuple[str, ...]) -> SubjectSet:
+    """A narrowing's (or a level's) entries, compiled once; an entry that does not compile matches nothing."""
+    return SubjectSet.lenient(patterns, typed=dim in TYPED_DIMENSIONS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern(dim: str, text: str) -> Pattern | None:
+    try:
+        return read_pattern(text, typed=dim in TYPED_DIMENSIONS)
+    except SubjectError:
+        return None
 
 
 def check_tool(call: Call, tool: CompiledTool) -> None:
@@ -62,7 +72,7 @@ def check_access(call: Call, tool: CompiledTool) -> None:
     call.trace.add("scope.access", "pass")
 
 
-def check_touched(call: Call, touched: dict[str, list[str]]) -> None:
+def check_touched(call: Call, touched: dict[str, list[Subject]]) -> None:
     """Step 3b: every image, node, connection and subject the call touches is inside scope."""
     for dim in SCOPE_DIMENSIONS:
         values = touched.get(dim)
@@ -71,23 +81,23 @@ def check_touched(call: Call, touched: dict[str, list[str]]) -> None:
         for link in reversed(call.links):
             allowed = link.agent.patterns[dim]
             narrowing: Sequence[str] = getattr(link.narrowing, dim) if link.narrowing is not None else ()
-            narrowed = _patterns(tuple(narrowing)) if narrowing else None
+            narrowed = _patterns(dim, tuple(narrowing)) if narrowing else None
             for value in values:
                 if not allowed.matches(value) or (narrowed is not None and not narrowed.matches(value)):
                     raise call.trace.stop(
                         DENY, codes.OUT_OF_SCOPE[dim], f"scope.{dim}",
-                        f"{dim[:-1]} {value!r} is outside the scope of {link.agent.name!r}"
+                        f"{dim[:-1]} {value.text[:200]!r} is outside the scope of {link.agent.name!r}"
                         + (" after narrowing" if narrowed is not None and allowed.matches(value) else ""),
                     )
         if call.trace.enabled:  # the detail costs a join: build it only for explain
-            call.trace.add(f"scope.{dim}", "pass", detail=", ".join(values))
+            call.trace.add(f"scope.{dim}", "pass", detail=", ".join(v.text for v in values))
 
 
 def child_authority(call: Call, child: AgentVersion, narrowing: pb.Scope) -> pb.Scope:
     """What a delegated child may do: its own authority intersected with the whole chain's.
 
-    Tools and access are sets, so that is exact. Scope patterns are globs, and the intersection
-    of two globs is not always a glob: the report keeps each pattern that every level covers,
+    Tools and access are sets, so that is exact. Scope entries are typed patterns, and the
+    intersection of two is not always one: the report keeps each entry that every level covers,
     which never claims more than the child may do (calls are checked against every level anyway).
     """
     tool_levels: list[set[str]] = [set(child.tools)]
@@ -110,27 +120,12 @@ def child_authority(call: Call, child: AgentVersion, narrowing: pb.Scope) -> pb.
     scope = pb.Scope(tools=sorted(set.intersection(*tool_levels)), access=sorted(set.intersection(*access_levels)))
     for dim, levels in pattern_levels.items():
         candidates = sorted({p for level in levels for p in level})
-        getattr(scope, dim).extend(p for p in candidates if all(_covered(p, level) for level in levels))
+        getattr(scope, dim).extend(p for p in candidates if all(_covered(dim, p, level) for level in levels))
     return scope
 
 
-_WILD = frozenset("*?")
-
-
-def _covered(pattern: str, level: tuple[str, ...]) -> bool:
-    """Whether every value `pattern` matches is matched by some pattern of `level` (sound, not complete).
-
-    Reading `pattern`'s text as a value: if `q` matches it, each wildcard of `pattern` lands inside a
-    wildcard of `q` that matches at least as much, except where `q` has a `?` (one character) or
-    `pattern` has a `**` (crosses `/`) that `q` lacks.
-    """
-    for q in level:
-        if q == pattern or q in ("*", "**"):  # a lone "*" means anything (see glob_to_regex)
-            return True
-        if "**" in pattern and "**" not in q:
-            continue
-        if _WILD & set(pattern) and "?" in q:
-            continue
-        if _patterns((q,)).matches(pattern):
-            return True
-    return False
+def _covered(dim: str, pattern: str, level: tuple[str, ...]) -> bool:
+    """Whether every value `pattern` matches is matched by some entry of `level` (sound, not complete).
+    An entry that does not compile is never reported: it would claim something no level grants."""
+    compiled = _pattern(dim, pattern)
+    return compiled is not None and _patterns(dim, level).covers(compiled)

@@ -7,7 +7,7 @@ request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, deleg
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import fastjsonschema
@@ -18,7 +18,8 @@ from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
-from checkpoint.policy.policyset import RuleGroup
+from checkpoint.policy.policyset import RuleGroup, read_touched
+from checkpoint.policy.subjects import Subject, SubjectError
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 MAX_ARGUMENT_BYTES = 64 * 1024
@@ -157,19 +158,32 @@ def _touched(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, 
 def _touched_in_bounds(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, list[str]]:
     """Steps 3b and 4: what the call touches, inside the chain's scope and not off-limits."""
     touched = _touched(call, tool, args)
+    read = {dim: [_read(call, dim, value) for value in values] for dim, values in touched.items()}
     if call.agent is not None:
-        authority.check_touched(call, touched)
-    _off_limits(call, touched.get("subjects", ()))
+        authority.check_touched(call, read)
+    _off_limits(call, read.get("subjects", ()))
     return touched
 
 
-def _off_limits(call: Call, subjects: Any) -> None:
+def _read(call: Call, dim: str, value: str) -> Subject:
+    """A touched value read as a host, address, URL or name: once per call, for scope and off-limits.
+    An address or host spelled so that a reader could take it two ways is refused, like bad arguments."""
+    try:
+        return read_touched(dim, value)
+    except SubjectError as exc:
+        raise call.trace.stop(
+            DENY, codes.INVALID_ARGUMENTS, "request.arguments", f"{dim[:-1]} {value[:100]!r}: {str(exc)[:300]}"
+        ) from None
+
+
+def _off_limits(call: Call, subjects: Iterable[Subject]) -> None:
     """Step 4: off-limits subjects refuse everyone, agent or person."""
     for subject in subjects:
         reason = call.policies.off_limits_reason(subject)
         if reason is not None:
             raise call.trace.stop(
-                DENY, codes.SUBJECT_OFF_LIMITS, "off_limits", f"subject {subject!r} is off-limits: {reason}"
+                DENY, codes.SUBJECT_OFF_LIMITS, "off_limits",
+                f"subject {subject.text[:200]!r} is off-limits: {reason}",
             )
     call.trace.add("off_limits", "pass")
 

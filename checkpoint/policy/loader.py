@@ -25,13 +25,14 @@ from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
 from checkpoint.policy.policyset import (
     SCOPE_DIMENSIONS,
+    TYPED_DIMENSIONS,
     AgentVersion,
     CompiledRule,
     CompiledTool,
-    PatternSet,
     PolicySet,
 )
 from checkpoint.policy.principals import Principals
+from checkpoint.policy.subjects import OffLimits, Pattern, SubjectError, read_pattern
 from checkpoint.policy.yamlsource import SourceDocument, YamlIssue, load_documents
 from warden import canonical
 
@@ -201,9 +202,7 @@ class _Compiler:
         tools = {name: self._tool(d) for name, d in named["Tool"].items()}
         agents = {name: self._agent(d, named["Tool"], named["Agent"], tenants) for name, d in named["Agent"].items()}
         rules = [self._rule(d, named["Tool"], named["Agent"]) for d in named["Rule"].values()]
-        off_limits = [
-            (PatternSet([s.pattern], ignore_case=True, subdomains=True), s.reason) for d in by_kind["OffLimits"] for s in d.spec.subjects
-        ]
+        off_limits = OffLimits(self._off_limits(by_kind["OffLimits"]))
         principals = self._principals(named["Principal"], tenants, named["Agent"])
         if self.errors:
             return None
@@ -246,6 +245,16 @@ class _Compiler:
                     if name != "*" and name not in agents:
                         self.error(d, (section, "agents", i), f"principal {spec.name!r}: unknown agent {name!r}")
         return Principals(d.spec for d in docs.values())
+
+    def _off_limits(self, docs: list[_Doc]) -> list[tuple[Pattern, str]]:
+        entries = []
+        for d in docs:
+            for i, subject in enumerate(d.spec.subjects):
+                try:
+                    entries.append((read_pattern(subject.pattern, subject.type), subject.reason))
+                except SubjectError as exc:
+                    self.error(d, ("subjects", i, "pattern"), f"off-limits subject: {exc}")
+        return entries
 
     def _unique(self, docs: list[_Doc]) -> dict[str, _Doc]:
         seen: dict[str, _Doc] = {}
@@ -340,6 +349,12 @@ class _Compiler:
                 self.error(doc, ("delegates", i), f"agent {spec.name!r} cannot delegate to itself")
         if spec.tenant not in tenants:
             self.error(doc, ("tenant",), f"agent {spec.name!r}: unknown tenant {spec.tenant!r}")
+        for dim in SCOPE_DIMENSIONS:
+            for i, text in enumerate(getattr(spec.scope, dim)):
+                try:
+                    read_pattern(text, typed=dim in TYPED_DIMENSIONS)
+                except SubjectError as exc:
+                    self.error(doc, ("scope", dim, i), f"agent {spec.name!r}: scope.{dim}: {exc}")
         needed = {tools[n].spec.access.value for n in resolved if n in tools}
         missing = needed - {a.value for a in spec.scope.access}
         if not wildcard and missing:

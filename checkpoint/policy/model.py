@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from checkpoint.policy.subjects import Kind
+
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
@@ -44,7 +46,8 @@ class Budget(Strict):
 
 
 class Scope(Strict):
-    """What an agent's tools may touch. Entries are glob patterns (`*.lab.example.com`)."""
+    """What an agent's tools may touch. Images and nodes are glob patterns (`recon/nmap:*`);
+    connections and subjects are typed (host, ip, url or name; docs/policies.md)."""
 
     access: list[Access] = Field(default_factory=list)
     images: list[Pattern] = Field(default_factory=list)
@@ -161,6 +164,9 @@ class Rule(Strict):
 class OffLimitsSubject(Strict):
     pattern: Pattern
     reason: str = Field(..., min_length=1)
+    type: Kind | None = Field(
+        None, description="what the pattern is; inferred from its text when unset, and checked against it"
+    )
 
 
 class OffLimits(Strict):

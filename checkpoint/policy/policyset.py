@@ -1,13 +1,12 @@
 """A loaded, compiled policy set: everything a decision reads, built once per load.
 
 Nothing here is parsed or compiled per request: tool schemas are compiled validators, CEL is
-compiled programs, glob patterns are compiled regular expressions, and rules are indexed by
-action and tool so a call evaluates only the rules that can apply to it.
+compiled programs, scope and off-limits entries are compiled typed patterns (subjects.py), and
+rules are indexed by action and tool so a call evaluates only the rules that can apply to it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,63 +14,19 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.cel import CelProgram
 from checkpoint.policy import model
 from checkpoint.policy.principals import Principals
+from checkpoint.policy.subjects import OffLimits, Subject, SubjectSet, read_value
 
 if TYPE_CHECKING:
     from checkpoint.policy.catalog import AgentCatalog
 
 SCOPE_DIMENSIONS = ("images", "nodes", "connections", "subjects")
+# Dimensions whose entries and values are typed (host, ip, url, name); images and nodes are names.
+TYPED_DIMENSIONS = frozenset({"connections", "subjects"})
 
 
-def glob_to_regex(pattern: str) -> str:
-    """A scope glob as a regular expression.
-
-    `*` matches within one path segment: any run of characters except `/` and whitespace, so
-    `10.20.0.*` does not admit `10.20.0.0/8` and `*.lab.example.com` does not admit
-    `evil.org .lab.example.com`. `**` also crosses `/` (for connection URLs and image paths).
-    `?` matches one such character. Everything else is literal (no character classes).
-    A pattern that is only `*` means "anything": the unfenced scope an operator wrote out.
-    """
-    if pattern == "*":
-        pattern = "**"
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**", i):
-            out.append(r"\S*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append(r"[^/\s]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append(r"[^/\s]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return "".join(out)
-
-
-class PatternSet:
-    """Glob patterns (`*.lab.example.com`, `10.20.0.*`) compiled into one regular expression."""
-
-    __slots__ = ("patterns", "_regex")
-
-    def __init__(self, patterns: Iterable[str], *, ignore_case: bool = False, subdomains: bool = False):
-        """`subdomains=True` also matches any `label.` prefix (`x.` + a match), for deny lists."""
-        self.patterns = tuple(patterns)
-        flags = re.IGNORECASE if ignore_case else 0
-        prefix = r"(?:[^/\s]*\.)?" if subdomains else ""
-        self._regex = (
-            re.compile(prefix + "(?:" + "|".join(f"(?:{glob_to_regex(p)})" for p in self.patterns) + ")", flags)
-            if self.patterns
-            else None
-        )
-
-    def matches(self, value: str) -> bool:
-        return self._regex is not None and self._regex.fullmatch(value) is not None
-
-    def __bool__(self) -> bool:
-        return bool(self.patterns)
+def read_touched(dim: str, text: str) -> Subject:
+    """A touched value of dimension `dim`, read once per call; SubjectError when it is malformed."""
+    return read_value(text) if dim in TYPED_DIMENSIONS else Subject("name", text)
 
 
 @dataclass(frozen=True)
@@ -89,13 +44,16 @@ class AgentVersion:
     budget: model.Budget
     delegates: frozenset[str]
     access: frozenset[str] = field(init=False)
-    patterns: dict[str, PatternSet] = field(init=False, compare=False)
+    patterns: dict[str, SubjectSet] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "access", frozenset(a.value for a in self.scope.access))
-        object.__setattr__(
-            self, "patterns", {dim: PatternSet(getattr(self.scope, dim)) for dim in SCOPE_DIMENSIONS}
-        )
+        # lenient: the loader refuses a bad entry with file:line; a version from the catalog may
+        # predate a stricter reading, and then the entry matches nothing
+        object.__setattr__(self, "patterns", {
+            dim: SubjectSet.lenient(getattr(self.scope, dim), typed=dim in TYPED_DIMENSIONS)
+            for dim in SCOPE_DIMENSIONS
+        })
 
     def snapshot(self) -> dict[str, Any]:
         """The content the version id is the hash of; also what the catalog stores."""
@@ -173,7 +131,7 @@ class PolicySet:
     tools: dict[str, CompiledTool]
     agents: dict[str, AgentVersion]  # current version of each agent, by name
     rules: list[CompiledRule]
-    off_limits: list[tuple[PatternSet, str]]  # (pattern, reason)
+    off_limits: OffLimits
     tenants: dict[str, model.Tenant]
     instance: model.Instance
     catalog: AgentCatalog
@@ -186,7 +144,6 @@ class PolicySet:
     # indexes built in __post_init__
     rules_by_tool: dict[str, RuleGroup] = field(init=False)  # every tool of `tools` has an entry
     rules_by_action: dict[str, RuleGroup] = field(init=False)  # model_call, delegation, plan
-    off_limits_any: PatternSet = field(init=False)
     # derived values keyed by what they depend on (e.g. effective ceilings per chain); a new
     # policy set starts empty, so nothing outlives the policies it came from
     memo: dict[Any, Any] = field(init=False, default_factory=dict)
@@ -201,9 +158,6 @@ class PolicySet:
             action: RuleGroup.of(r for r in self.rules if action in r.spec.actions)
             for action in ("model_call", "delegation", "plan")
         }
-        self.off_limits_any = PatternSet(
-            (p for ps, _ in self.off_limits for p in ps.patterns), ignore_case=True, subdomains=True
-        )
 
     def agent_version(self, name: str, version: str) -> AgentVersion | None:
         current = self.agents.get(name)
@@ -211,18 +165,6 @@ class PolicySet:
             return current
         return self.catalog.get(name, version)
 
-    def off_limits_reason(self, subject: str) -> str | None:
-        """The reason `subject` is off-limits, or None.
-
-        A deny list must not be dodged by spelling: matching ignores case, a trailing dot
-        (`www.irs.gov.`, a fully qualified DNS name) is the same host, and an off-limits host
-        covers its subdomains (`x.payments.lab.example.com` is inside `payments.lab.example.com`).
-        Scope matching stays exact, which fails closed.
-        """
-        subject = subject.rstrip(".")
-        if not self.off_limits_any.matches(subject):
-            return None
-        for patterns, reason in self.off_limits:
-            if patterns.matches(subject):
-                return reason
-        return "off-limits"  # unreachable while the two agree; refusing is the safe answer
+    def off_limits_reason(self, subject: Subject) -> str | None:
+        """The reason `subject` is off-limits, or None (subjects.OffLimits says how it reads)."""
+        return self.off_limits.reason(subject)

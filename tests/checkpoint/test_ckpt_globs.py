@@ -1,49 +1,68 @@
-"""Scope globs: `*` stays inside a segment, `**` crosses `/`, a lone `*` means anything."""
+"""Scope entries: globs for images and nodes (`*` stays inside a segment, `**` crosses `/`, a lone
+`*` means anything), typed patterns for subjects and connections (tests/security has the attacks)."""
 
 from __future__ import annotations
 
 import pytest
 
 from checkpoint.engine.authority import _covered
-from checkpoint.policy.policyset import PatternSet
+from checkpoint.policy.policyset import TYPED_DIMENSIONS, read_touched
+from checkpoint.policy.subjects import SubjectError, SubjectSet, read_pattern
+
+
+def _matches(dim: str, pattern: str, value: str) -> bool | str:
+    entries = SubjectSet([read_pattern(pattern, typed=dim in TYPED_DIMENSIONS)])
+    try:
+        return entries.matches(read_touched(dim, value))
+    except SubjectError:
+        return "invalid"
 
 
 @pytest.mark.parametrize(
-    "pattern, value, matches",
+    "dim, pattern, value, matches",
     [
-        ("10.20.0.*", "10.20.0.7", True),
-        ("10.20.0.*", "10.20.0.0/8", False),  # a wider range is not an address in the /24
-        ("*.lab.example.com", "www.lab.example.com", True),
-        ("*.lab.example.com", "a.b.lab.example.com", True),
-        ("*.lab.example.com", "evil.example.org .lab.example.com", False),  # no whitespace
-        ("*.lab.example.com", "lab.example.com", False),
-        ("recon/nmap:*", "recon/nmap:7.94", True),
-        ("recon/nmap:*", "recon/nmap:7.94/../../x", False),
-        ("https://api.example.com/*", "https://api.example.com/v1", True),
-        ("https://api.example.com/*", "https://api.example.com/v1/users", False),
-        ("https://api.example.com/**", "https://api.example.com/v1/users", True),
-        ("*", "img/a", True),  # the written-out "anything"
-        ("customer:vip-?", "customer:vip-1", True),
-        ("customer:vip-?", "customer:vip-12", False),
-        ("a[b]", "a[b]", True),  # no character classes: brackets are literal
-        ("a[b]", "ab", False),
+        ("subjects", "10.20.0.*", "10.20.0.7", True),
+        ("subjects", "10.20.0.*", "10.20.0.0/8", False),  # a wider range is not inside the /24
+        ("subjects", "10.20.0.*", "10.20.0.evil.com", False),  # an address pattern never matches a host
+        ("subjects", "*.lab.example.com", "www.lab.example.com", True),
+        ("subjects", "*.lab.example.com", "a.b.lab.example.com", True),
+        ("subjects", "*.lab.example.com", "evil.example.org .lab.example.com", "invalid"),  # not a host
+        ("subjects", "*.lab.example.com", "lab.example.com", False),
+        ("images", "recon/nmap:*", "recon/nmap:7.94", True),
+        ("images", "recon/nmap:*", "recon/nmap:7.94/../../x", False),
+        ("connections", "https://api.example.com/*", "https://api.example.com/v1", True),
+        ("connections", "https://api.example.com/*", "https://api.example.com/v1/users", False),
+        ("connections", "https://api.example.com/**", "https://api.example.com/v1/users", True),
+        ("images", "*", "img/a", True),  # the written-out "anything"
+        ("subjects", "customer:vip-?", "customer:vip-1", True),
+        ("subjects", "customer:vip-?", "customer:vip-12", False),
+        ("subjects", "a[b]", "a[b]", True),  # no character classes: brackets are literal
+        ("subjects", "a[b]", "ab", False),
     ],
 )
-def test_glob_semantics(pattern, value, matches):
-    assert PatternSet([pattern]).matches(value) is matches
+def test_scope_semantics(dim, pattern, value, matches):
+    assert _matches(dim, pattern, value) == matches
 
 
 @pytest.mark.parametrize(
-    "pattern, level, covered",
+    "dim, pattern, level, covered",
     [
-        ("*.lab.example.com", ("*.example.com",), True),
-        ("*.example.com", ("*.lab.example.com",), False),
-        ("doc:public-*", ("doc:*",), True),
-        ("doc:*", ("doc:public-*",), False),
-        ("https://x/**", ("https://x/*",), False),  # ** crosses '/', * does not
-        ("a-*", ("a-?",), False),  # one character cannot cover many
-        ("anything", ("*",), True),
+        ("subjects", "*.lab.example.com", ("*.example.com",), True),
+        ("subjects", "*.example.com", ("*.lab.example.com",), False),
+        ("subjects", "www.example.com", ("*.example.com",), True),
+        ("subjects", "example.com", ("*.example.com",), False),  # `*.` is subdomains only
+        ("subjects", "10.20.0.0/25", ("10.20.0.*",), True),
+        ("subjects", "10.20.0.0/23", ("10.20.0.0/24",), False),
+        ("subjects", "10.20.0.*", ("*.lab.example.com",), False),  # an address is never a host
+        ("subjects", "doc:public-*", ("doc:*",), True),
+        ("subjects", "doc:*", ("doc:public-*",), False),
+        ("connections", "https://x/**", ("https://x/*",), False),  # ** crosses '/', * does not
+        ("connections", "https://a.x/v1/*", ("https://*.x/**",), True),
+        ("connections", "http://a.x/v1/*", ("https://*.x/**",), False),  # another scheme
+        ("subjects", "a-*", ("a-?",), False),  # one character cannot cover many
+        ("subjects", "anything", ("*",), True),
+        ("subjects", "10.9.2313", ("*",), False),  # an entry that does not compile is never reported
     ],
 )
-def test_reported_child_scope_never_claims_more_than_a_level_allows(pattern, level, covered):
-    assert _covered(pattern, level) is covered
+def test_reported_child_scope_never_claims_more_than_a_level_allows(dim, pattern, level, covered):
+    assert _covered(dim, pattern, level) is covered

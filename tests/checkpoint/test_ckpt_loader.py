@@ -36,6 +36,10 @@ def rule(condition: str) -> str:
     return f"kind: Rule\nname: r\neffect: deny_if\ncondition: '{condition}'\n"
 
 
+def off_limits(entries: str) -> str:
+    return f"kind: OffLimits\nsubjects:\n  - {{pattern: ok.example, reason: fine}}\n{entries}"
+
+
 def tool(extra: str = "", schema: str = "{type: object}") -> str:
     return f"kind: Tool\nname: t2\naccess: read\ninput_schema: {schema}\n{extra}"
 
@@ -86,6 +90,24 @@ ERRORS = [
     ("tenant-ceiling-above-instance", "tenant.yaml", "kind: Tenant\nname: t\nceilings:\n  turns: 11\n", 4,
      "exceeds the instance's 10"),
     ("command-placeholder", "t.yaml", tool("run:\n  image: x\n  command: [a, '{nope}']\n"), 7, "placeholder {nope}"),
+    # typed subjects (checkpoint/policy/subjects.py): a bad entry never loads as something else
+    ("off-limits-bad-cidr", "o.yaml", off_limits("  - {pattern: 10.9.0.0/33, reason: r}\n"), 4, "not an IP range"),
+    ("off-limits-host-bits", "o.yaml", off_limits("  - {pattern: 10.9.0.1/16, reason: r}\n"), 4, "host bits set"),
+    ("off-limits-idna-refused", "o.yaml", off_limits("  - {pattern: \"xn--zz.example\", reason: r}\n"),
+     4, "not a host name"),
+    ("off-limits-emoji-host", "o.yaml", off_limits("  - {pattern: \"\U0001f4a3.example\", reason: r}\n"),
+     4, "not a host name"),
+    ("off-limits-unknown-type", "o.yaml", off_limits("  - {pattern: a.example, reason: r, type: dns}\n"),
+     4, "subjects.1.type"),
+    ("off-limits-type-disagrees", "o.yaml", off_limits("  - {pattern: 10.20.0.evil.com, reason: r, type: ip}\n"),
+     4, "reads as type host, not ip"),
+    ("off-limits-integer-address", "o.yaml", off_limits("  - {pattern: '167641093', reason: r}\n"),
+     4, "not a canonical IP address"),
+    ("scope-host-wildcard-inside", "b.yaml", agent("scope:\n  subjects:\n    - www.*.example.com\n"),
+     6, "only wildcard is a leading '*.'"),
+    ("scope-short-address", "b.yaml", agent("scope:\n  subjects: [10.9.2313]\n"), 5, "scope.subjects"),
+    ("scope-url-query", "b.yaml", agent("scope:\n  connections: ['https://a.example/v1?x=*']\n"),
+     5, "no query"),
 ]
 
 

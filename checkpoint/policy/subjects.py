@@ -1,0 +1,532 @@
+"""Typed subjects: scope entries, off-limits entries and touched values compared by meaning.
+
+A glob over raw text lets the same machine through under another spelling (`XN--...`, `0x0a090909`,
+`10.20.0.evil.com`, `/v1/../admin`). So every entry and every value is read once into one of four
+types, and only values and entries of the same type are compared:
+
+- `host`: a DNS name as IDNA 2008 A-labels, lower case, without the trailing dot.
+- `ip`: an address or a range (IPv4 kept as its IPv4-mapped IPv6 range, so one integer interval
+  holds both families and `::ffff:10.9.9.9` is `10.9.9.9`).
+- `url`: scheme, host (a `host` or an `ip`), port, and a normalised path.
+- `name`: anything else (`customer:vip-1`), matched by glob as before.
+
+How text is read (`read_value`, and `read_pattern` for entries; docs/policies.md has the table):
+text is NFKC-folded and the Unicode full stops become `.`; then it is a URL when it contains
+`://`; an IPv6 address when it is hex digits and at least two `:`; an IPv4 address when the part
+before its first `/` or `:` ends in a number (the WHATWG URL rule: the last label is decimal or
+`0x` hex); a host when that part holds a dot and a letter or digit; a name otherwise. Text that
+looks like an address, host or URL but is not a valid one raises SubjectError: a call carrying it
+is refused with `invalid_arguments`, a policy entry is a load error. Only canonical dotted quads
+are IPv4 addresses, so `167641093`, `0x0a090909`, `10.9.2313` and `010.9.9.9` are refused, never
+guessed at.
+
+Everything here runs at policy load, except `read_value`, once per touched value per call.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+import idna
+
+Kind = Literal["host", "ip", "url", "name"]
+KINDS: tuple[Kind, ...] = ("host", "ip", "url", "name")
+
+
+class SubjectError(ValueError):
+    """Text that looks like a host, an address or a URL, and is not a valid one."""
+
+
+def _show(text: str) -> str:
+    return repr(text[:80] + ("..." if len(text) > 80 else ""))
+
+
+# -- reading text -------------------------------------------------------------------------
+
+_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+_IPV6ISH = re.compile(r"\[?[0-9a-f.]*(?::[0-9a-f.]*){2,}\]?(?:%[^/]*)?(?:/[^/]*)?", re.IGNORECASE)
+_NUMBER = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]*")
+_HEAD_END = re.compile(r"[/:]")
+_PREFIX = re.compile(r"([^/]+)(?:/(0|[1-9][0-9]{0,2}))?")
+_LEGACY_V4 = re.compile(r"((?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){1,3})\*")
+_LDH = re.compile(r"[a-z0-9_-]{1,63}")  # an ASCII label; `_` for service names like _dmarc
+_V4_MAPPED = 0xFFFF << 32  # ::ffff:0:0/96, where IPv6 keeps IPv4 addresses
+_HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]*))?")  # a URL's netloc without userinfo
+
+
+def fold(text: str) -> str:
+    """Compatibility forms folded (full-width letters and digits, `⒈`), Unicode full stops as `.`."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text).translate(_DOTS)
+
+
+def _ends_in_number(host: str) -> bool:
+    """WHATWG URL: a host whose last label is a number is an IPv4 address, or nothing."""
+    labels = host.split(".")
+    if len(labels) > 1 and labels[-1] == "":
+        labels.pop()
+    return _NUMBER.fullmatch(labels[-1]) is not None
+
+
+def _looks_like_host(head: str) -> bool:
+    return "." in head and any(c.isalnum() for c in head)
+
+
+def normalise_host(text: str) -> str:
+    """`text` (already folded) as A-labels, lower case, without the trailing dot; or SubjectError."""
+    if not text.isascii():
+        try:
+            text = idna.uts46_remap(text, std3_rules=False, transitional=False)
+        except idna.IDNAError as exc:
+            raise SubjectError(f"{_show(text)} is not a host name: {exc}") from None
+    host = text.lower()
+    if host.endswith("."):
+        host = host[:-1]
+    if not host or len(host) > 253:
+        raise SubjectError(f"{_show(text)} is not a host name (1 to 253 characters)")
+    labels = host.split(".")
+    for i, label in enumerate(labels):
+        if label.isascii() and not label.startswith("xn--"):
+            if _LDH.fullmatch(label) is None:
+                raise SubjectError(
+                    f"{_show(text)} is not a host name (a label is 1 to 63 letters, digits, '-' or '_';"
+                    " a port or a path is not part of a host)"
+                )
+            continue
+        try:  # a U-label is encoded, an A-label is checked by decoding it
+            labels[i] = idna.alabel(label).decode("ascii")
+        except (idna.IDNAError, UnicodeError) as exc:
+            raise SubjectError(f"{_show(text)} is not a host name: {exc}") from None
+    return ".".join(labels)
+
+
+def _span(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> tuple[int, int]:
+    low = int(net.network_address) + (_V4_MAPPED if net.version == 4 else 0)
+    return low, low + net.num_addresses - 1
+
+
+def _ip_span(text: str, *, strict: bool, prefix_ok: bool = True) -> tuple[int, int]:
+    """An address or CIDR range, canonical spellings only. `strict`: no host bits after the prefix."""
+    m = _PREFIX.fullmatch(text)
+    if m is None or (m.group(2) is not None and not prefix_ok):
+        raise SubjectError(f"{_show(text)} is not an IP address" + ("" if prefix_ok else " (no /prefix here)"))
+    address, bits = m.group(1), m.group(2)
+    if address.startswith("[") or "%" in address:
+        raise SubjectError(f"{_show(text)}: brackets and zone ids (%eth0) are not part of an address")
+    try:
+        parsed = ipaddress.ip_address(address)  # refuses 010.9.9.9, 10.9.2313, 0x0a090909
+    except ValueError:
+        raise SubjectError(
+            f"{_show(text)} is not a canonical IP address (IPv4 is four decimal numbers, no leading zeros)"
+        ) from None
+    if bits is None:  # one address: skip building a network, the common case on the hot path
+        low = int(parsed) + (_V4_MAPPED if parsed.version == 4 else 0)
+        return low, low
+    try:
+        net = ipaddress.ip_network(f"{parsed}/{bits}", strict=strict)
+    except ValueError as exc:
+        raise SubjectError(f"{_show(text)} is not an IP range: {exc}") from None
+    return _span(net)
+
+
+# -- URL paths ----------------------------------------------------------------------------
+
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-F]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# A server that decodes once more would read these as path structure: `/`, `\`, NUL, or a new escape.
+_REFUSED_ESCAPES = frozenset({"2F", "5C", "00", "25"})
+_URL_REFUSED = re.compile(r"[\x00-\x20\x7f\\]")  # whitespace, controls, and `\` (read as `/` by browsers)
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
+
+
+def _unescape(m: re.Match[str]) -> str:
+    hex_ = m.group(1).upper()
+    if hex_ in _REFUSED_ESCAPES:
+        raise SubjectError(f"the escape %{hex_} is refused in a URL path")
+    char = chr(int(hex_, 16))
+    return char if char in _UNRESERVED else "%" + hex_
+
+
+def normalise_path(path: str) -> str:
+    """RFC 3986 6.2.2: escapes of unreserved characters decoded (so `%2e%2e` is `..`), other
+    escapes upper case, dot segments removed (5.2.4). An empty path is `/`."""
+    if "%" in path:
+        path = _ESCAPE.sub(_unescape, path)
+        if _STRAY_PERCENT.search(path):
+            raise SubjectError("a '%' in a URL path that is not an escape")
+    out: list[str] = []
+    segments = path.split("/")[1:] if path.startswith("/") else path.split("/")
+    for segment in segments:
+        bare = segment.split(";", 1)[0]
+        if bare not in (".", ".."):
+            out.append(segment)
+        elif segment != bare:  # `..;x` is `..` to some servers (Tomcat): refuse rather than guess
+            raise SubjectError("parameters on a dot segment ('..;') are refused in a URL path")
+        elif bare == ".." and out:
+            out.pop()
+    if segments and segments[-1].split(";", 1)[0] in (".", ".."):
+        out.append("")  # `/a/b/..` is the folder `/a/`
+    return "/" + "/".join(out)
+
+
+# -- globs (names, URL paths, and the untyped dimensions) ---------------------------------
+
+
+def glob_to_regex(pattern: str) -> str:
+    """A glob as a regular expression.
+
+    `*` matches within one path segment: any run of characters except `/` and whitespace, so
+    `*.lab.example.com` does not admit `evil.org .lab.example.com`. `**` also crosses `/` (for
+    image paths and URL paths). `?` matches one such character. Everything else is literal (no
+    character classes). A pattern that is only `*` means "anything": the unfenced scope an
+    operator wrote out.
+    """
+    if pattern == "*":
+        pattern = "**"
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append(r"\S*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append(r"[^/\s]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append(r"[^/\s]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
+def _glob_covers(q: str, pattern: str) -> bool:
+    """Whether glob `q` matches every value glob `pattern` does (sound, not complete).
+
+    Reading `pattern`'s text as a value: if `q` matches it, each wildcard of `pattern` lands inside
+    a wildcard of `q` that matches at least as much, except where `q` has a `?` (one character) or
+    `pattern` has a `**` (crosses `/`) that `q` lacks.
+    """
+    if q == pattern or q in ("*", "**"):
+        return True
+    if "**" in pattern and "**" not in q:
+        return False
+    if ("*" in pattern or "?" in pattern) and "?" in q:
+        return False
+    return re.fullmatch(glob_to_regex(q), pattern) is not None
+
+
+# -- values -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """One touched value, read once per call."""
+
+    kind: Kind
+    text: str  # as the call wrote it: names are matched on it, messages quote it
+    host: str = ""  # host: the A-label form
+    span: tuple[int, int] = (0, -1)  # ip: first and last address (IPv4 as IPv4-mapped IPv6)
+    scheme: str = ""  # url: lower case
+    port: int | None = None  # url: None when the scheme has no default and none is written
+    path: str = ""  # url: normalised; query and fragment are not part of what a scope names
+    of: Subject | None = None  # url: its host, a `host` or an `ip` subject
+
+
+def read_value(text: str) -> Subject:
+    """Read a touched value; SubjectError when it looks like an address, host or URL and is not one.
+
+    Calls name the same few targets again and again, so short values are read once per process
+    (a Subject is immutable; refusals are not cached, and long values would only fill memory)."""
+    return _read_cached(text) if len(text) <= 512 else _read_value(text)
+
+
+def _read_value(text: str) -> Subject:
+    folded = fold(text)
+    if "://" in folded:
+        return _read_url(text, folded, pattern=False)[0]
+    if _IPV6ISH.fullmatch(folded):
+        return Subject("ip", text, span=_ip_span(folded, strict=False))
+    head = _HEAD_END.split(folded, 1)[0]
+    if _ends_in_number(head):
+        return Subject("ip", text, span=_ip_span(folded, strict=False))
+    if _looks_like_host(head):
+        host = normalise_host(folded)
+        if _ends_in_number(host):  # an address spelled in other characters: only canonical ones count
+            return Subject("ip", text, span=_ip_span(host, strict=False, prefix_ok=False))
+        return Subject("host", text, host=host)
+    return Subject("name", text)
+
+
+_read_cached = functools.lru_cache(maxsize=8192)(_read_value)
+
+
+def _read_url(text: str, folded: str, *, pattern: bool) -> tuple[Subject, bool]:
+    """A URL value, or a URL pattern's parts (then the host may start `*.`; returns the wildcard)."""
+    if _URL_REFUSED.search(folded):
+        raise SubjectError(f"{_show(text)}: whitespace, controls and '\\' are refused in a URL")
+    try:
+        parts = urlsplit(folded)
+    except ValueError as exc:
+        raise SubjectError(f"{_show(text)} is not a URL: {exc}") from None
+    if not parts.scheme or not parts.netloc:
+        raise SubjectError(f"{_show(text)} is not a URL with a scheme and a host")
+    if "@" in parts.netloc:  # `https://api.example.com@evil.com/` goes to evil.com
+        raise SubjectError(f"{_show(text)}: credentials in a URL (user@host) are refused")
+    if pattern and (parts.query or parts.fragment or "?" in folded or "#" in folded):
+        raise SubjectError(f"{_show(text)}: a URL pattern names no query or fragment ('?' is not a wildcard here)")
+    m = _HOST_PORT.fullmatch(parts.netloc)
+    if m is None or not m.group(1):
+        raise SubjectError(f"{_show(text)} has no valid host[:port]")
+    host_text, port_text = m.group(1), m.group(2)
+    wildcard = pattern and host_text.startswith("*.")
+    if wildcard:
+        host_text = host_text[2:]
+    if host_text.startswith("["):
+        of = Subject("ip", host_text, span=_ip_span(host_text[1:-1], strict=True, prefix_ok=False))
+        if wildcard:
+            raise SubjectError(f"{_show(text)}: '*.' goes before a host name, not an address")
+    elif _ends_in_number(host_text):
+        of = Subject("ip", host_text, span=_ip_span(host_text, strict=True, prefix_ok=False))
+    else:
+        host = normalise_host(host_text)
+        if _ends_in_number(host):
+            of = Subject("ip", host_text, span=_ip_span(host, strict=True, prefix_ok=False))
+        else:
+            of = Subject("host", host_text, host=host)
+    port = int(port_text) if port_text else DEFAULT_PORTS.get(parts.scheme)
+    if port is not None and port > 65535:
+        raise SubjectError(f"{_show(text)}: port {port} is out of range")
+    url = Subject("url", text, scheme=parts.scheme, port=port, path=normalise_path(parts.path), of=of)
+    return url, wildcard
+
+
+# -- entries ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """One scope or off-limits entry, compiled at load."""
+
+    kind: Kind | Literal["any"]
+    text: str  # as the policy wrote it
+    host: str = ""  # host: the A-label form, without a leading `*.`
+    wildcard: bool = False  # host: `*.` = any subdomain, not the name itself
+    span: tuple[int, int] = (0, -1)  # ip
+    scheme: str = ""  # url
+    port: int | None = None  # url
+    glob: str = ""  # name: the glob; url: the normalised path glob
+    of: Pattern | None = None  # url: its host pattern
+    # the glob compiled, exact (scope) and ignoring case (off-limits); built here, once per load
+    regex: re.Pattern[str] | None = field(default=None, init=False, compare=False)
+    iregex: re.Pattern[str] | None = field(default=None, init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.glob:
+            object.__setattr__(self, "regex", re.compile(glob_to_regex(self.glob)))
+            object.__setattr__(self, "iregex", re.compile(glob_to_regex(self.glob), re.IGNORECASE))
+
+    def matches(self, s: Subject, *, off_limits: bool = False) -> bool:
+        """Scope semantics, or with `off_limits` the wider reading of a deny list: a host covers
+        its subdomains, a range refuses any overlap (a wider target that includes an off-limits
+        host is refused), names and URL paths ignore case."""
+        if self.kind == "any":
+            return True
+        if self.kind != s.kind:
+            return False
+        if self.kind == "host":
+            if self.wildcard or (off_limits and s.host != self.host):
+                return s.host.endswith("." + self.host)
+            return s.host == self.host
+        if self.kind == "ip":
+            (low, high), (lo, hi) = self.span, s.span
+            return (lo <= high and low <= hi) if off_limits else (low <= lo and hi <= high)
+        if self.kind == "url":
+            assert self.of is not None and s.of is not None
+            return (
+                self.scheme == s.scheme and self.port == s.port and self.of.matches(s.of, off_limits=off_limits)
+                and self._glob_matches(s.path, off_limits)
+            )
+        return self._glob_matches(s.text, off_limits)
+
+    def _glob_matches(self, text: str, ignore_case: bool) -> bool:
+        regex = self.iregex if ignore_case else self.regex
+        return regex is not None and regex.fullmatch(text) is not None
+
+    def covers(self, other: Pattern) -> bool:
+        """Whether this entry matches every value `other` matches, in scope semantics (sound, not complete)."""
+        if self.kind == "any":
+            return True
+        if self.kind != other.kind:
+            return False
+        if self.kind == "host":
+            if not self.wildcard:
+                return not other.wildcard and other.host == self.host
+            return other.host.endswith("." + self.host) or (other.wildcard and other.host == self.host)
+        if self.kind == "ip":
+            return self.span[0] <= other.span[0] and other.span[1] <= self.span[1]
+        if self.kind == "url":
+            assert self.of is not None and other.of is not None
+            return (self.scheme == other.scheme and self.port == other.port and self.of.covers(other.of)
+                    and _glob_covers(self.glob, other.glob))
+        return _glob_covers(self.glob, other.glob)
+
+
+ANY = Pattern("any", "*")
+
+
+def read_pattern(text: str, kind: str | None = None, *, typed: bool = True) -> Pattern:
+    """Compile one entry. `typed=False` (images, nodes) reads every entry as a name glob.
+    `kind`, when the policy gives one, must be what the text reads as."""
+    if text in ("*", "**"):
+        found = ANY
+    else:
+        found = _read_pattern(text) if typed else Pattern("name", text, glob=text)
+    if kind is not None and kind != found.kind:
+        if kind not in KINDS:
+            raise SubjectError(f"unknown type {kind!r}; expected one of: {', '.join(KINDS)}")
+        raise SubjectError(f"{_show(text)} reads as type {found.kind}, not {kind}")
+    return found
+
+
+def _read_pattern(text: str) -> Pattern:
+    folded = fold(text)
+    if "://" in folded:
+        url, wildcard = _read_url(text, folded, pattern=True)
+        assert url.of is not None
+        of = (Pattern("ip", url.of.text, span=url.of.span) if url.of.kind == "ip"
+              else Pattern("host", url.of.text, host=url.of.host, wildcard=wildcard))
+        return Pattern("url", text, scheme=url.scheme, port=url.port, glob=url.path, of=of)
+    if _IPV6ISH.fullmatch(folded):
+        return Pattern("ip", text, span=_ip_span(folded, strict=True))
+    legacy = _LEGACY_V4.fullmatch(folded)
+    if legacy is not None:  # `10.20.0.*` is 10.20.0.0/24: an address pattern, never a host
+        octets = legacy.group(1).rstrip(".").split(".")
+        cidr = ".".join(octets + ["0"] * (4 - len(octets))) + f"/{8 * len(octets)}"
+        return Pattern("ip", text, span=_ip_span(cidr, strict=True))
+    head = _HEAD_END.split(folded, 1)[0]
+    if _ends_in_number(head):
+        return Pattern("ip", text, span=_ip_span(folded, strict=True))
+    if _looks_like_host(head):
+        wildcard = folded.startswith("*.")
+        rest = folded[2:] if wildcard else folded
+        if "*" in rest or "?" in rest:
+            raise SubjectError(f"{_show(text)}: a host pattern's only wildcard is a leading '*.'")
+        host = normalise_host(rest)
+        if _ends_in_number(host):
+            raise SubjectError(f"{_show(text)} is an address spelled as a host; write the canonical address")
+        return Pattern("host", text, host=host, wildcard=wildcard)
+    return Pattern("name", text, glob=text)
+
+
+# -- sets ---------------------------------------------------------------------------------
+
+
+def _parents(host: str) -> Iterator[str]:
+    """`a.b.c` -> `b.c`, `c`."""
+    i = host.find(".")
+    while i != -1:
+        yield host[i + 1:]
+        i = host.find(".", i + 1)
+
+
+class SubjectSet:
+    """One scope dimension's entries: is a value inside?
+
+    Hosts are looked up by their parent names (a few dict probes, however long the list); names
+    share one regular expression; ranges and URLs are few and tried in turn.
+    """
+
+    __slots__ = ("patterns", "_any", "_hosts", "_subdomains_of", "_others", "_names")
+
+    def __init__(self, patterns: Iterable[Pattern]):
+        self.patterns = tuple(patterns)
+        self._any = any(p.kind == "any" for p in self.patterns)
+        self._hosts = frozenset(p.host for p in self.patterns if p.kind == "host" and not p.wildcard)
+        self._subdomains_of = frozenset(p.host for p in self.patterns if p.kind == "host" and p.wildcard)
+        self._others = tuple(p for p in self.patterns if p.kind in ("ip", "url"))
+        globs = [p.glob for p in self.patterns if p.kind == "name"]
+        self._names = re.compile("|".join(f"(?:{glob_to_regex(g)})" for g in globs)) if globs else None
+
+    @classmethod
+    def lenient(cls, texts: Iterable[str], *, typed: bool) -> SubjectSet:
+        """Entries that do not compile match nothing: for catalog versions stored before a rule
+        changed and for narrowings in a request, where refusing more is the safe way to be wrong."""
+        patterns = []
+        for text in texts:
+            try:
+                patterns.append(read_pattern(text, typed=typed))
+            except SubjectError:
+                continue
+        return cls(patterns)
+
+    def matches(self, s: Subject) -> bool:
+        if self._any:
+            return True
+        if s.kind == "host":
+            return s.host in self._hosts or any(p in self._subdomains_of for p in _parents(s.host))
+        if s.kind == "name":
+            return self._names is not None and self._names.fullmatch(s.text) is not None
+        return any(p.matches(s) for p in self._others)
+
+    def covers(self, pattern: Pattern) -> bool:
+        return any(q.covers(pattern) for q in self.patterns)
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+
+class OffLimits:
+    """The off-limits entries of every OffLimits document, with their reasons.
+
+    Off-limits reads wider than scope: a host covers its subdomains, a range refuses any target
+    range that overlaps it, names ignore case, and a URL is refused when its host is off-limits.
+    """
+
+    __slots__ = ("entries", "_any", "_hosts", "_subdomains_of", "_others", "_names")
+
+    def __init__(self, entries: Iterable[tuple[Pattern, str]]):
+        self.entries = tuple(entries)
+        self._any = next((r for p, r in self.entries if p.kind == "any"), None)
+        self._hosts: dict[str, str] = {}
+        self._subdomains_of: dict[str, str] = {}
+        for p, reason in self.entries:
+            if p.kind == "host":
+                (self._subdomains_of if p.wildcard else self._hosts).setdefault(p.host, reason)
+        self._others = tuple((p, r) for p, r in self.entries if p.kind in ("ip", "url", "name"))
+        globs = [p.glob for p, _ in self.entries if p.kind == "name"]
+        # one pass says "no" for most names; the entry (for its reason) is looked for only on a hit
+        self._names = (re.compile("|".join(f"(?:{glob_to_regex(g)})" for g in globs), re.IGNORECASE)
+                       if globs else None)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def reason(self, s: Subject) -> str | None:
+        """Why `s` is off-limits, or None."""
+        if self._any is not None:
+            return self._any
+        if s.kind == "host":
+            found = self._hosts.get(s.host)
+            for parent in _parents(s.host):
+                if found is not None:
+                    break
+                found = self._hosts.get(parent) or self._subdomains_of.get(parent)
+            return found
+        if s.kind == "name" and (self._names is None or self._names.fullmatch(s.text) is None):
+            return None
+        for p, reason in self._others:
+            if p.matches(s, off_limits=True):
+                return reason
+        if s.kind == "url":
+            assert s.of is not None
+            return self.reason(s.of)
+        return None

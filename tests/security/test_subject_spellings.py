@@ -1,0 +1,143 @@
+"""Every spelling that let an off-limits or out-of-scope machine through a text glob, refused.
+
+Each test goes through the real decision function: the shipped recon agent and tool where their
+schema lets the spelling through, the `probe` tool (any string) otherwise (see policies.py).
+A person's call has no scope, so only the off-limits reading stands between it and ALLOW.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .policies import ALLOWED, INVALID, OFF_LIMITS, OUT_OF_SCOPE, probe, target
+
+# -- host names -----------------------------------------------------------------------------
+
+
+def test_punycode_spelling_of_an_off_limits_unicode_host_is_refused():
+    assert probe("xn--bcher-kva.example") == OFF_LIMITS  # the entry is written "bücher.example"
+    assert target("www.xn--bcher-kva.example") == OFF_LIMITS  # through the shipped tool too
+
+
+def test_unicode_spelling_of_an_off_limits_punycode_host_is_refused():
+    assert probe("münchen.de") == OFF_LIMITS  # the entry is written "xn--mnchen-3ya.de"
+    assert probe("shop.münchen.de") == OFF_LIMITS
+
+
+@pytest.mark.parametrize("value", ["XN--BCHER-KVA.EXAMPLE", "MÜNCHEN.DE", "Shop.MÜNCHEN.de"])
+def test_upper_case_spelling_is_refused(value):
+    assert probe(value) == OFF_LIMITS
+
+
+@pytest.mark.parametrize("value", ["xn--bcher-kva.example.", "münchen.de."])
+def test_trailing_dot_is_refused(value):
+    assert probe(value) == OFF_LIMITS
+
+
+@pytest.mark.parametrize("dot", ["\u3002", "\uff0e", "\uff61"], ids=["U+3002", "U+FF0E", "U+FF61"])
+def test_unicode_dot_forms_are_refused(dot):
+    assert probe(f"payments{dot}lab{dot}example{dot}com") == OFF_LIMITS  # a shipped entry
+    assert probe(f"www{dot}irs{dot}gov") == OFF_LIMITS  # shipped "*.gov"
+
+
+# -- addresses ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [
+    pytest.param("168364297", id="integer-10.9.9.9"),
+    pytest.param("167641093", id="integer"),
+    pytest.param("0x0a090909", id="hex"),
+    pytest.param("0xa.0x9.0x9.0x9", id="hex-octets"),
+    pytest.param("10.9.2313", id="short"),
+    pytest.param("10.592137", id="shorter"),
+    pytest.param("010.9.9.9", id="octal-ish"),
+    pytest.param("10.9.9.9.", id="trailing-dot"),
+])
+def test_non_canonical_address_spellings_are_invalid_arguments(value):
+    assert target(value) == INVALID  # a person's call: only the reading refuses it
+    assert target(value, ("recon",)) == INVALID  # and an agent's, before any scope question
+
+
+def test_off_limits_cidr_entry_matches_by_containment():
+    assert target("10.99.7.7") == OFF_LIMITS  # the entry is 10.99.0.0/16
+    assert target("10.98.7.7") == ALLOWED
+
+
+def test_slash_32_suffix_is_the_address():
+    assert target("10.9.9.9/32") == OFF_LIMITS
+    assert target("10.99.1.1/32") == OFF_LIMITS
+
+
+@pytest.mark.parametrize("value", ["10.9.9.0/24", "10.0.0.0/8", "10.99.128.0/17", "0.0.0.0/0"])
+def test_target_range_overlapping_an_off_limits_host_or_range_is_refused(value):
+    assert target(value) == OFF_LIMITS
+
+
+def test_target_range_is_in_scope_only_when_wholly_contained():
+    # recon's scope is 10.20.0.* (read as 10.20.0.0/24); a range needs approval (rule
+    # wide-scans-need-approval), which is how we see that scope let it through
+    assert target("10.20.0.128/25", ("recon",)) == ("REQUIRE_APPROVAL", "approval_required")
+    assert target("10.20.0.0/23", ("recon",)) == OUT_OF_SCOPE
+    assert target("10.20.0.0/16", ("recon",)) == OUT_OF_SCOPE
+
+
+def test_ipv4_mapped_ipv6_is_the_ipv4_address():
+    assert probe("::ffff:10.9.9.9") == OFF_LIMITS
+    assert probe("::ffff:a09:909") == OFF_LIMITS
+
+
+def test_address_pattern_never_matches_a_host_name():
+    assert target("10.20.0.7", ("recon",)) == ALLOWED
+    assert target("10.20.0.evil.com", ("recon",)) == OUT_OF_SCOPE
+
+
+# -- URLs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [
+    "https://api.example.com/v1/..",
+    "https://api.example.com/v1/%2e%2e",
+    "https://api.example.com/v1/%2E%2e",
+    "https://docs.example.com/v1/../admin",
+    "https://docs.example.com/v1/./%2e%2e/admin",
+])
+def test_url_dot_segments_do_not_leave_the_scope(value):
+    assert probe(value, ("webber",)) == OUT_OF_SCOPE
+
+
+@pytest.mark.parametrize("value", [
+    "https://api.example.com/v1/..%2fadmin",
+    "https://api.example.com/v1/..%2Fadmin",
+    "https://api.example.com/v1/..%5cadmin",
+    "https://api.example.com/v1/%252e%252e",
+    "https://api.example.com/v1/..;/admin",
+    "https://api.example.com/v1/..\\admin",
+])
+def test_url_escapes_a_server_might_decode_into_structure_are_invalid(value):
+    assert probe(value, ("webber",)) == INVALID
+
+
+def test_url_inside_the_scope_is_matched_on_its_normalised_form():
+    assert probe("https://API.example.com:443/v1/%75sers", ("webber",)) == ALLOWED
+    assert probe("https://api.example.com/v1/users/../me", ("webber",)) == ALLOWED
+    assert probe("https://api.example.com/v1/users/me", ("webber",)) == OUT_OF_SCOPE  # `*` stays in a segment
+    assert probe("http://api.example.com/v1/users", ("webber",)) == OUT_OF_SCOPE  # another scheme
+
+
+@pytest.mark.parametrize("value", [
+    "https://api.example.com@evil.com/",
+    "https://x@evil.com#.example.com/",  # the glob read `x@evil.com#` as a subdomain label
+])
+def test_userinfo_does_not_fool_the_host_match(value):
+    assert probe(value, ("browser",)) == INVALID
+
+
+@pytest.mark.parametrize("value", [
+    "https://payments.lab.example.com/x",
+    "https://PAYMENTS.lab.example.com./x/../y",
+    "http://10.9.9.9:8080/",
+    "http://[::ffff:10.9.9.9]/",
+    "https://www.irs.gov/",
+])
+def test_a_url_to_an_off_limits_host_is_off_limits(value):
+    assert probe(value, ("prober",)) == OFF_LIMITS
