@@ -1,0 +1,232 @@
+"""Callers ask; the checkpoint establishes who acts, for whom, in which run, and who approved.
+
+One test per way a caller used to talk the checkpoint into a call the policy files forbid
+(issue 8): self-approval, an invented or impersonated person or agent, a child posing as a root
+run, an empty run id, an approval carried over to a call that differs only in masked
+arguments, one approval raced many times, and refusals filed under someone else's run.
+Every test goes through a real gRPC server on a real port, with the shipped policies.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+from server.conftest import PERSON_TOKEN, TOKEN
+
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+SUBNET = {"template": "web", "target": "10.20.0.0/24"}  # recon: approve_if a whole subnet
+REFUND = {"invoice_id": "inv-7", "payment_id": "pay_9", "customer": "customer:bob", "amount_usd": 40,
+          "reason": "double charge", "card_number": "4111111111111111"}
+
+
+def call(token: str, tool: str, args: dict) -> pb.CheckRequest:
+    req = pb.CheckRequest(run=pb.RunContext(run_token=token), tool_call=pb.ToolCall(tool=tool))
+    req.tool_call.arguments.update(args)
+    return req
+
+
+def ask(checkpoint, agent="recon", tool="create_task_from_template", args=SUBNET):
+    run = checkpoint.start_run(agent)
+    asked = checkpoint.stub().Check(call(run.run_token, tool, args), timeout=5)
+    assert asked.verdict == pb.VERDICT_REQUIRE_APPROVAL, asked
+    return run, asked.decision_id
+
+
+def with_approval(req: pb.CheckRequest, decision_id: str, token: str) -> pb.CheckRequest:
+    req.approval.decision_id, req.approval.token = decision_id, token
+    return req
+
+
+def principal(policy_dir: Path, name: str, body: str) -> None:
+    (policy_dir / "principals" / f"{name}.yaml").write_text(f"kind: Principal\nname: {name}\n{body}")
+
+
+# -- self-approval ----------------------------------------------------------------------------
+
+
+def test_the_caller_asking_cannot_approve_its_own_call(checkpoint):
+    run, asked_id = ask(checkpoint)
+    # the driver's credential has no approve right: Approve is refused and recorded
+    refused = checkpoint.stub(TOKEN).Approve(pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5)
+    assert (refused.decision.verdict, refused.decision.code) == (pb.VERDICT_DENY, "caller_not_permitted")
+    assert not refused.approval_token
+    assert checkpoint.records()[-1]["caller"] == "driver"
+    # naming the decision with no token, or with a token it made up, approves nothing
+    for token in ("", "wapv1.eyJhcHByb3ZlciI6ImFueW9uZSJ9.AAAA", refused.approval_token):
+        got = checkpoint.stub().Check(
+            with_approval(call(run.run_token, "create_task_from_template", SUBNET), asked_id, token), timeout=5)
+        assert (got.verdict, got.code) == (pb.VERDICT_DENY, "approval_invalid") and not got.HasField("grant")
+
+
+def test_a_person_may_not_approve_their_own_run_when_the_policy_says_so(checkpoint, policy_dir):
+    people = policy_dir / "principals" / "people.yaml"
+    people.write_text(people.read_text().replace("own_runs: true", "own_runs: false"))
+    assert checkpoint.server.store.reload()
+    run = checkpoint.start_run("recon", person="carol")  # the driver vouches for carol
+    asked = checkpoint.stub().Check(call(run.run_token, "create_task_from_template", SUBNET), timeout=5)
+    own = checkpoint.stub(PERSON_TOKEN).Approve(pb.ApproveRequest(run_id=run.run_id, decision_id=asked.decision_id),
+                                                timeout=5)
+    assert (own.decision.verdict, own.decision.code) == (pb.VERDICT_DENY, "caller_not_permitted")
+    assert "accountable" in own.decision.reason and not own.approval_token
+    # carol may still approve alice's run
+    other, other_id = ask(checkpoint)
+    ok = checkpoint.stub(PERSON_TOKEN).Approve(pb.ApproveRequest(run_id=other.run_id, decision_id=other_id), timeout=5)
+    assert ok.decision.code == "approved" and ok.approval_token
+
+
+def test_an_approver_outside_the_rule_or_agent_named_is_refused(checkpoint, policy_dir):
+    people = policy_dir / "principals" / "people.yaml"
+    people.write_text(people.read_text().replace('rules: ["*"]', "rules: [refund-writes-need-approval]"))
+    assert checkpoint.server.store.reload()
+    run, asked_id = ask(checkpoint)  # asked by rule wide-scans-need-approval
+    got = checkpoint.stub(PERSON_TOKEN).Approve(pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5)
+    assert (got.decision.verdict, got.decision.code) == (pb.VERDICT_DENY, "caller_not_permitted")
+
+
+# -- claimed identities -------------------------------------------------------------------------
+
+
+def test_an_invented_person_is_vouched_for_by_no_one(checkpoint):
+    # carol's own credential may start runs only as carol (persons: self)
+    got = checkpoint.start_run("", person="mallory", token=PERSON_TOKEN, tenant="acme")
+    assert (got.decision.verdict, got.decision.code) == (pb.VERDICT_DENY, "caller_not_permitted")
+    assert not got.run_token and checkpoint.records()[-1]["accountable_person"] == "mallory"
+
+
+def test_a_principal_vouches_only_for_the_persons_it_lists(start, policy_dir):
+    principal(policy_dir, "frontdesk", 'identities: ["token:driver"]\ncheck: {tenants: [acme], agents: [ops], '
+                                       "persons: [alice]}\n")
+    (policy_dir / "principals" / "driver.yaml").unlink()
+    checkpoint = start()
+    assert checkpoint.start_run("ops").decision.verdict == pb.VERDICT_ALLOW
+    invented = checkpoint.start_run("ops", person="eve")
+    assert (invented.decision.verdict, invented.decision.code) == (pb.VERDICT_DENY, "caller_not_permitted")
+    other_agent = checkpoint.start_run("recon")  # an agent outside its rights
+    assert other_agent.decision.code == "caller_not_permitted"
+
+
+def test_a_credential_that_names_no_principal_decides_nothing(start, policy_dir):
+    (policy_dir / "principals" / "people.yaml").unlink()  # carol's token line now names no principal
+    checkpoint = start()
+    got = checkpoint.start_run("recon", token=PERSON_TOKEN)
+    assert got.decision.code == "caller_not_permitted" and "names no principal" in got.decision.reason
+    run = checkpoint.start_run("recon")
+    refused = checkpoint.stub(PERSON_TOKEN).Check(call(run.run_token, "get_task", {"task_id": "task-1"}), timeout=5)
+    assert (refused.verdict, refused.code) == (pb.VERDICT_DENY, "caller_not_permitted")
+    with pytest.raises(grpc.RpcError) as err:
+        checkpoint.stub(PERSON_TOKEN).ResolveAgent(pb.ResolveAgentRequest(agent="recon"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_a_claimed_agent_version_or_person_is_not_the_tokens(checkpoint):
+    run = checkpoint.start_run("recon")
+    for name, actor in (("agent", pb.Actor(kind=pb.ACTOR_KIND_AGENT, id="ops", agent_version=checkpoint.version("ops"))),
+                        ("person", pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="mallory"))):
+        req = call(run.run_token, "cancel_task", {"task_id": "task-1"})
+        req.run.actor_chain.extend([pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="alice"), actor]
+                                   if name == "agent" else [actor, pb.Actor(kind=pb.ACTOR_KIND_AGENT, id="recon")])
+        got = checkpoint.stub().Check(req, timeout=5)
+        assert (got.verdict, got.code) == (pb.VERDICT_DENY, "run_token_invalid"), name
+
+
+# -- which run ----------------------------------------------------------------------------------
+
+
+def test_a_child_cannot_pose_as_a_root_run_to_regain_a_narrowed_tool(checkpoint):
+    parent = checkpoint.start_run("recon")
+    req = pb.CheckRequest(run=pb.RunContext(run_token=parent.run_token),
+                          delegation=pb.Delegation(agent="triage", narrowing=pb.Scope(tools=["list_templates"])))
+    allowed = checkpoint.stub().Check(req, timeout=5)
+    assert allowed.verdict == pb.VERDICT_ALLOW
+    child_call = call(allowed.child_run_token, "get_task", {"task_id": "task-1"})
+    assert checkpoint.stub().Check(child_call, timeout=5).code == "tool_not_allowed"
+    # the child's run presented as a root: its own run id with a root's chain
+    posing = call("", "get_task", {"task_id": "task-1"})
+    posing.run.run_id = allowed.child_run_id
+    posing.run.actor_chain.extend([pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="alice"),
+                                   pb.Actor(kind=pb.ACTOR_KIND_AGENT, id="triage",
+                                            agent_version=allowed.child_agent_version)])
+    got = checkpoint.stub().Check(posing, timeout=5)
+    assert (got.verdict, got.code) == (pb.VERDICT_DENY, "run_token_invalid") and not got.HasField("grant")
+    # nor under the parent's token with the child's id
+    posing.run.run_token = parent.run_token
+    assert checkpoint.stub().Check(posing, timeout=5).code == "run_token_invalid"
+    # and StartRun cannot name the child's id: run ids are minted, a new root is a new run
+    fresh = checkpoint.start_run("triage")
+    assert fresh.run_id != allowed.child_run_id
+
+
+def test_an_empty_run_id_gets_no_grant(checkpoint):
+    req = call("", "get_task", {"task_id": "task-1"})
+    req.run.actor_chain.extend([pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="alice"),
+                                pb.Actor(kind=pb.ACTOR_KIND_AGENT, id="recon", agent_version=checkpoint.version("recon"))])
+    req.run.mode = pb.RUN_MODE_INTERACTIVE
+    got = checkpoint.stub().Check(req, timeout=5)
+    assert (got.verdict, got.code) == (pb.VERDICT_DENY, "run_token_invalid") and not got.HasField("grant")
+
+
+def test_a_refusal_is_never_filed_under_a_run_the_caller_only_claims(checkpoint):
+    victim = checkpoint.start_run("recon")
+    forged = call("", "get_task", {"task_id": "task-1"})
+    forged.run.run_id, forged.run.root_run_id = victim.run_id, victim.run_id
+    assert checkpoint.stub().Check(forged, timeout=5).code == "run_token_invalid"
+    with pytest.raises(grpc.RpcError):  # unauthenticated, with the victim's run id
+        checkpoint.stub(token="not-a-token-0123456789").Check(forged, timeout=5)
+    in_run = [r for r in checkpoint.records() if r["run_id"] == victim.run_id]
+    assert [r["action"] for r in in_run] == ["start_run"]
+
+
+# -- approvals bind the whole call, once ---------------------------------------------------------
+
+
+def test_an_approval_does_not_cover_a_change_to_a_masked_argument(checkpoint):
+    run, asked_id = ask(checkpoint, agent="refunds", tool="propose_refund", args=REFUND)
+    token = checkpoint.stub(PERSON_TOKEN).Approve(
+        pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5).approval_token
+    for field, value in (("reason", "something else entirely"), ("card_number", "5500000000000004")):
+        changed = dict(REFUND, **{field: value})  # `reason` is dropped from the log, the card hashed
+        got = checkpoint.stub().Check(with_approval(call(run.run_token, "propose_refund", changed), asked_id, token),
+                                      timeout=5)
+        assert (got.verdict, got.code) == (pb.VERDICT_DENY, "approval_invalid"), field
+    honest = checkpoint.stub().Check(with_approval(call(run.run_token, "propose_refund", REFUND), asked_id, token),
+                                     timeout=5)
+    assert honest.verdict == pb.VERDICT_ALLOW and honest.HasField("grant")
+
+
+def race(stubs: list, request: pb.CheckRequest) -> list[pb.CheckResponse]:
+    """Send `request` on every stub at the same moment (a barrier releases them together)."""
+    barrier = threading.Barrier(len(stubs))
+
+    def send(stub) -> pb.CheckResponse:
+        barrier.wait()
+        return stub.Check(request, timeout=10)
+
+    with ThreadPoolExecutor(len(stubs)) as pool:
+        return list(pool.map(send, stubs))
+
+
+def test_one_approval_sent_many_times_at_once_allows_exactly_one_call(checkpoint):
+    for _ in range(5):
+        run, asked_id = ask(checkpoint)
+        token = checkpoint.stub(PERSON_TOKEN).Approve(
+            pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5).approval_token
+        request = with_approval(call(run.run_token, "create_task_from_template", SUBNET), asked_id, token)
+        answers = race([checkpoint.stub() for _ in range(24)], request)
+        allowed = [a for a in answers if a.verdict == pb.VERDICT_ALLOW]
+        assert len(answers) == 24 and len(allowed) == 1 and allowed[0].HasField("grant")
+        assert {a.code for a in answers if a.verdict != pb.VERDICT_ALLOW} == {"approval_invalid"}
+
+
+# -- reading the log is a right too -------------------------------------------------------------
+
+
+def test_the_decision_stream_needs_the_audit_right(checkpoint):
+    with pytest.raises(grpc.RpcError) as err:
+        list(checkpoint.stub(TOKEN).WatchDecisions(pb.WatchDecisionsRequest(no_follow=True), timeout=5))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "caller_not_permitted" in err.value.details()
+    assert list(checkpoint.stub(PERSON_TOKEN).WatchDecisions(pb.WatchDecisionsRequest(no_follow=True), timeout=5)) == []
