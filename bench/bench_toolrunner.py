@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         running, port = create_server(
             "127.0.0.1:0",
             tools={tool.name: tool},
+            policy_revision="bench",
             keys=key,
             data_dir=data,
             config=RunnerConfig(runner_id="bench-" + uuid.uuid4().hex[:6]),

@@ -86,15 +86,17 @@ class ToolRunner:
         api: docker.APIClient,
         secrets: Mapping[str, str] | None = None,
         config: RunnerConfig | None = None,
-        policy_revision: str = "",
+        policy_revision: str,
         policy_source: PolicySource | None = None,
     ):
+        if not policy_revision:
+            # A grant names the revision it was decided under; tools of no known revision could
+            # run a call under definitions the checkpoint never decided it against.
+            raise ValueError("the tools' policy revision is required (the revision grants are bound to)")
         self.tools: dict[str, Tool] = tool_specs(tools)
         # tool name -> (the tool, its input-schema validator), built at the tool's first call and
         # rebuilt when a reload replaces the tool: no schema is re-checked on every call.
         self._validators: dict[str, tuple[Tool, Any]] = {}
-        # "" means the caller handed over tools of no known revision (tests embedding the
-        # runner): the revision check is then off. The CLI always loads a folder and sets it.
         self.policy_revision = policy_revision
         self.policy_source = policy_source
         self._reload_lock = threading.Lock()
@@ -139,7 +141,7 @@ class ToolRunner:
                     return stored
             raise GrantRefused(exc.message, code=exc.code) from None
         assert grant is not None
-        if request.agent and grant.agent and request.agent != grant.agent:
+        if request.agent != grant.agent:  # a call that names no agent matches no grant either
             raise GrantRefused("the grant was issued for a different agent", code="grant_mismatch")
         decision_id = grant.decision_id
 
@@ -379,7 +381,7 @@ class ToolRunner:
         On a mismatch the policy folder is reloaded once, and only when its files changed (a
         hash, no compile), so a stream of stale grants cannot make the runner recompile forever.
         """
-        if not self.policy_revision or wanted == self.policy_revision:
+        if wanted == self.policy_revision:
             return
         with self._reload_lock:
             if wanted == self.policy_revision:  # another call reloaded meanwhile

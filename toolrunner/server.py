@@ -155,6 +155,7 @@ def create_server(
     address: str,
     *,
     tools: Mapping[str, Any] | None = None,
+    policy_revision: str = "",
     policy_dir: str | Path | None = None,
     keys: dict[str, grants.SigningKey] | grants.SigningKey,
     data_dir: str | Path,
@@ -168,7 +169,8 @@ def create_server(
     """Build and start the server; returns it and the bound port (bind ``127.0.0.1:0`` in tests).
 
     Tools come from `policy_dir` (then a grant of a newer policy revision reloads the folder once)
-    or, for embedding and tests, from `tools` directly (no revision check). `tokens` (sha256 of
+    or, for embedding, from `tools` with the `policy_revision` they belong to (grants of any other
+    revision are refused). `tokens` (sha256 of
     token -> caller, `checkpoint.server.auth.load_tokens`) admit Cancel and GetReceipt callers.
 
     Fails with DockerUnavailable (saying how to get an engine) when no engine answers: a runner
@@ -177,7 +179,7 @@ def create_server(
     if (tools is None) == (policy_dir is None):
         raise ValueError("give exactly one of tools and policy_dir")
     source = PolicySource(policy_dir) if policy_dir is not None else None
-    revision = ""
+    revision = policy_revision
     if source is not None:
         loaded = source.load()
         tools, revision = loaded.tools, loaded.revision

@@ -115,3 +115,13 @@ def test_script_with_unknown_keys_is_refused(tmp_path):
     bad.write_text("responses:\n  - {txt: typo}\n")
     with pytest.raises(ScriptError):
         load_script(bad)
+
+
+def test_the_scripted_model_is_never_a_default():
+    """A run that names no provider gets the real one; the scripted model only when asked for."""
+    from driver.loop import Driver
+    from warden.cli import build_parser
+
+    assert build_parser().parse_args(["driver", "serve"]).provider == "anthropic"
+    assert build_parser().parse_args(["up"]).provider == "anthropic"
+    assert Driver.__init__.__kwdefaults__["default_provider"] == "anthropic"

@@ -71,7 +71,7 @@ def test_cancel_and_get_receipt_refuse_callers_without_the_token(harness: Harnes
 def test_without_a_token_file_cancel_and_get_receipt_are_refused_for_everyone(
     docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_path: Path
 ) -> None:
-    running, port = create_server("127.0.0.1:0", tools={}, keys=signing_key, data_dir=tmp_path, api=docker_api,
+    running, port = create_server("127.0.0.1:0", tools={}, policy_revision="rev-1", keys=signing_key, data_dir=tmp_path, api=docker_api,
                                   config=RunnerConfig(runner_id=f"{SESSION}-notok"))
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -143,3 +143,25 @@ def test_a_broken_policy_edit_keeps_the_last_good_set_and_refuses_the_new_revisi
         assert h.execute("list_templates", {}, policy_revision=revision).exit_code == 0
     finally:
         h.close()
+
+
+def test_a_call_that_names_no_agent_or_another_matches_no_grant(harness: Harness) -> None:
+    for agent in ("", "someone-else"):
+        request = harness.request("list_templates")
+        request.agent = agent
+        with pytest.raises(grpc.RpcError) as info:
+            harness.stub.Execute(request, timeout=30)
+        assert detail_code(info.value) == "grant_mismatch", agent
+
+
+def test_a_grant_of_no_revision_or_another_is_refused_and_tools_need_their_revision(
+    harness: Harness, docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_path: Path
+) -> None:
+    for revision in ("", "rev-0"):
+        with pytest.raises(grpc.RpcError) as info:
+            harness.stub.Execute(harness.request("list_templates", policy_revision=revision), timeout=30)
+        assert detail_code(info.value) == "policy_revision_mismatch", revision
+    # tools handed over without the revision grants are bound to: no runner at all
+    with pytest.raises(ValueError, match="policy revision is required"):
+        create_server("127.0.0.1:0", tools={}, keys=signing_key, data_dir=tmp_path, api=docker_api,
+                      config=RunnerConfig(runner_id=f"{SESSION}-norev"))

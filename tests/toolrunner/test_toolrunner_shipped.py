@@ -36,6 +36,7 @@ def shipped(docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_pa
     running, port = create_server(
         "127.0.0.1:0",
         tools=dict(tools),
+        policy_revision="rev-1",
         keys=signing_key,
         data_dir=tmp_path_factory.mktemp("shipped"),
         config=RunnerConfig(runner_id=f"{SESSION}-shipped"),

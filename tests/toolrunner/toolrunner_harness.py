@@ -169,6 +169,7 @@ def start_harness(api: docker.APIClient, key: grants.SigningKey, data_dir: Path,
     running, port = create_server(
         "127.0.0.1:0",
         tools=make_tools(),
+        policy_revision="rev-1",
         keys=key,
         data_dir=data_dir,
         secrets=SECRETS,
