@@ -138,18 +138,34 @@ def _wait_ready(target: str, request: bytes, token: str, proc: subprocess.Popen)
         channel.close()
 
 
-def _request(version: str) -> bytes:
+def _start_run(target: str, token: str, proc: subprocess.Popen) -> str:
+    """A run token for recon, as the driver gets one (StartRun); every bench Check presents it."""
+    channel = grpc.insecure_channel(target)
+    try:
+        start = channel.unary_unary(
+            "/warden.checkpoint.v1.CheckpointService/StartRun",
+            request_serializer=pb.StartRunRequest.SerializeToString,
+            response_deserializer=pb.StartRunResponse.FromString,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                got = start(pb.StartRunRequest(agent="recon", person="alice", mode=pb.RUN_MODE_INTERACTIVE),
+                            metadata=(("authorization", f"Bearer {token}"),), timeout=2)
+                if not got.run_token:
+                    raise RuntimeError(f"StartRun refused: {got.decision}")
+                return got.run_token
+            except grpc.RpcError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    finally:
+        channel.close()
+
+
+def _request(run_token: str) -> bytes:
     req = pb.CheckRequest(
-        run=pb.RunContext(
-            tenant="acme",
-            run_id="run-bench",
-            root_run_id="run-bench",
-            mode=pb.RUN_MODE_INTERACTIVE,
-            actor_chain=[
-                pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="alice"),
-                pb.Actor(kind=pb.ACTOR_KIND_AGENT, id="recon", agent_version=version, run_id="run-bench"),
-            ],
-        ),
+        run=pb.RunContext(run_token=run_token),
         tool_call=pb.ToolCall(tool="get_task"),
         counters=pb.Counters(stretch_turns=1, total_turns=1, turn_tool_calls=0),
     )
@@ -208,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
     )
     tokens = data / "checkpoint.tokens"
-    tokens.write_text(f"bench {token}\n")
+    tokens.write_text(f"driver {token}\n")  # the shipped `driver` principal
 
     cp_port, noop_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -220,11 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     noop = None
     try:
-        from checkpoint.policy import load_policy_dir
-
-        version = load_policy_dir(ROOT / "policies").agents["recon"].version
-        request = _request(version)
         cp_target, noop_target = f"127.0.0.1:{cp_port}", f"127.0.0.1:{noop_port}"
+        request = _request(_start_run(cp_target, token, checkpoint))
         answer = _wait_ready(cp_target, request, token, checkpoint)
         decoded = pb.CheckResponse.FromString(answer)
         if decoded.verdict != pb.VERDICT_ALLOW or not decoded.HasField("grant"):
