@@ -2,8 +2,9 @@
 
 Handlers are built here rather than through the generated `add_..._to_server`, for one reason:
 the request deserializer. The generated one lets a message that does not parse fail inside
-gRPC with an opaque INTERNAL; ours hands the handler a marker, so the caller gets
-INVALID_ARGUMENT with the stable code `invalid_request` like any other bad request.
+gRPC with an opaque INTERNAL, and keeps fields it does not know without a word; ours hands the
+handler a marker for both, so the caller gets INVALID_ARGUMENT with the stable code
+`invalid_request` like any other bad request, and the refusal is recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from checkpoint.server import wire
 from checkpoint.server.errors import InvalidArgument, ServiceError, Unavailable, abort
 from checkpoint.server.service import CheckpointService
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -24,20 +26,28 @@ SERVICE_NAME = "warden.checkpoint.v1.CheckpointService"
 
 
 class Malformed:
-    """Stands in for a request whose bytes did not parse as the expected message."""
+    """Stands in for a request whose bytes did not parse as the expected message, or that carried
+    fields this checkpoint does not know (which protobuf would otherwise silently ignore)."""
 
-    def __init__(self, message_type: str, error: str):
+    def __init__(self, message_type: str, error: str, reason: str = ""):
         self.message_type = message_type
         self.error = error
-        self.reason = f"the request is not a well-formed {message_type}"
+        self.reason = reason or f"the request is not a well-formed {message_type}"
 
 
 def _parser(cls: Any) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
         try:
-            return cls.FromString(data)
+            message = cls.FromString(data)
         except (DecodeError, RuntimeError, ValueError) as exc:
             return Malformed(cls.DESCRIPTOR.name, str(exc))
+        if wire.has_unknown_fields(message):
+            where = wire.unknown_field(cls.FromString(data))
+            return Malformed(cls.DESCRIPTOR.name, f"unknown field at {where}", (
+                f"the request carries a field this checkpoint does not know ({where}); "
+                "it would be ignored, so the request is refused"
+            ))
+        return message
 
     return parse
 
