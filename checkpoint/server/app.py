@@ -22,12 +22,15 @@ from grpc_reflection.v1alpha import reflection
 
 from checkpoint.audit import DecisionLog
 from checkpoint.policy import AgentCatalog
-from checkpoint.server.auth import AuthInterceptor, AuthPolicy
+from checkpoint.server.auth import AuthInterceptor, AuthPolicy, Refused
 from checkpoint.server.grpc_api import SERVICE_NAME, handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
+from checkpoint.server.ratelimit import PeerLimiter
 from checkpoint.server.reload import PolicyStore, PolicyWatcher, ReloadStatus, snapshot
 from checkpoint.server.service import CheckpointService
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.grants import SigningKey
+from warden.private import private_folder
 
 log = logging.getLogger("warden.checkpoint")
 
@@ -131,14 +134,17 @@ def create_server(
     max_workers: int = 64,
     max_watchers: int = 16,
     log_synchronous: str = "NORMAL",
+    refusal_limiter: PeerLimiter | None = None,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
     The first policy load happens here, so a good folder serves from the first request; a broken
     one leaves health NOT_SERVING and every Check UNAVAILABLE until an edit loads.
+    `refusal_limiter`: how many unauthenticated refusals each peer may have recorded (the rest
+    are counted only); the default is 10 a second, bursts of 20.
     """
     data = Path(data_dir)
-    data.mkdir(parents=True, exist_ok=True)
+    private_folder(data)
     auth = auth or AuthPolicy()
     if address and tls is None and not auth.tokens and not auth.allow_unauthenticated_tcp:
         raise ValueError(
@@ -168,11 +174,7 @@ def create_server(
 
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),
-        interceptors=[
-            AuthInterceptor(
-                auth, lambda method, request, _ctx: service.record_unauthenticated(method, request)
-            )
-        ],
+        interceptors=[AuthInterceptor(auth, _record_unauthenticated(service, refusal_limiter or PeerLimiter()))],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
@@ -205,6 +207,20 @@ def create_server(
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
     return checkpoint, port
+
+
+def _record_unauthenticated(service: CheckpointService, limiter: PeerLimiter) -> Refused:
+    """Record an unauthenticated refusal within the peer's rate; beyond it, count it only."""
+
+    def on_refused(method: str, request: Any, context: grpc.ServicerContext) -> None:
+        records = len(request.items) if isinstance(request, pb.CheckBatchRequest) else 1
+        if limiter.admit(context.peer(), cost=max(records, 1)):
+            service.record_unauthenticated(method, request)
+        else:
+            service.metrics.refusals.labels("unauthenticated").inc()
+            service.metrics.refusals_unrecorded.labels("unauthenticated").inc()
+
+    return on_refused
 
 
 def _bind(

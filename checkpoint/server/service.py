@@ -20,6 +20,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
+from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.record import format_time_ns
 from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
@@ -281,10 +282,9 @@ class CheckpointService:
             policy_revision=revision or "",
         )  # fmt: skip
         arguments = _tool_arguments(request, action)
+        record = self._record(request, response, action, arguments, self.store.current, time.time_ns())
         try:
-            self.log.append(
-                self._record(request, response, action, arguments, self.store.current, time.time_ns())
-            )
+            self.log.append(bound_refusal(record))  # capped: a refused caller chose these values
         except AuditUnavailable as exc:
             self.metrics.audit_failures.inc()
             log.error("refusal (%s) not recorded: %s", code, exc)
