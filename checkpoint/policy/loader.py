@@ -68,10 +68,13 @@ class _Doc:
 
 
 def policy_files(directory: Path) -> list[Path]:
+    """The policy files: *.yaml / *.yml, not tests, and nothing hidden (a dot file or folder is
+    where an edit is written before `mv` puts it in place)."""
     return sorted(
         p
         for p in directory.rglob("*")
-        if p.suffix in (".yaml", ".yml") and p.is_file() and not p.name.endswith(TEST_SUFFIXES)
+        if p.suffix in (".yaml", ".yml") and not p.name.endswith(TEST_SUFFIXES)
+        and not any(part.startswith(".") for part in p.relative_to(directory).parts) and p.is_file()
     )
 
 

@@ -26,7 +26,7 @@ from checkpoint.server.auth import AuthInterceptor, AuthPolicy, Refused
 from checkpoint.server.grpc_api import SERVICE_NAME, handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
 from checkpoint.server.ratelimit import PeerLimiter
-from checkpoint.server.reload import PolicyStore, PolicyWatcher, ReloadStatus, snapshot
+from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
 from checkpoint.server.service import CheckpointService
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.grants import SigningKey
@@ -128,8 +128,9 @@ def create_server(
     auth: AuthPolicy | None = None,
     tls: TlsConfig | None = None,
     metrics_address: str | None = None,
-    watch_interval: float | None = 0.5,
-    debounce: float = 0.3,
+    watch_interval: float | None = 5.0,
+    settle: float = DEFAULT_SETTLE,
+    reload_polling: bool = False,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     max_workers: int = 64,
     max_watchers: int = 16,
@@ -140,6 +141,9 @@ def create_server(
 
     The first policy load happens here, so a good folder serves from the first request; a broken
     one leaves health NOT_SERVING and every Check UNAVAILABLE until an edit loads.
+    `watch_interval`: None or 0 disables hot reload; otherwise the seconds between content checks
+    when no file event comes. `settle`: an edit is loaded once its files have not changed for
+    that long; `reload_polling` polls the folder instead of waiting for file events.
     `refusal_limiter`: how many unauthenticated refusals each peer may have recorded (the rest
     are counted only); the default is 10 a second, bursts of 20.
     """
@@ -167,7 +171,6 @@ def create_server(
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
-    initial = snapshot(Path(policy_dir))
     store.reload()
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
     service = CheckpointService(store, decisions, key, metrics)
@@ -197,7 +200,7 @@ def create_server(
         decisions.close()  # a port in use must not leave the log's writer thread behind
         raise
     watcher = (
-        PolicyWatcher(store, interval=watch_interval, debounce=debounce, seen=initial)
+        PolicyWatcher(store, settle=settle, recheck=watch_interval, force_polling=reload_polling or None)
         if watch_interval
         else None
     )
