@@ -14,8 +14,10 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 from .conftest import tool_call, wait_for
 
-SETTLE = 1.5  # the pause between the two writes below is a small fraction of it
-PAUSE = 0.2
+# The pause between the two writes is well under the settle delay, and longer than the 0.5 s poll
+# plus 0.3 s "debounce" of the mtime-polling watcher this replaced, which loaded the first part.
+SETTLE = 3.0
+PAUSE = 1.0
 HEADER = "# Off-limits subjects (edited in two steps by the test).\nkind: OffLimits\nsubjects:\n"
 PART1 = HEADER + '  - pattern: "*.gov"\n    reason: government systems are never in scope for testing\n'
 PART2 = ('  - pattern: "payments.lab.example.com"\n    reason: the payments lab is frozen\n'
