@@ -84,6 +84,10 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
     )
     for agent in sorted(policies.agents.values(), key=lambda a: a.name):
         print(f"  agent {agent.name:<12} version {agent.version}  tools: {', '.join(sorted(agent.tools)) or '(none)'}")
+    from checkpoint.policylint import warnings
+
+    for warning in warnings(policies):  # advice only: the exit status is the load's
+        print(f"warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

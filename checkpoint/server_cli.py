@@ -74,7 +74,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="gRPC worker threads (default 32; up to 16 of them may hold WatchDecisions streams)",
     )
     serve.add_argument(
-        "--reload-interval", type=float, default=0.5, help="seconds between policy folder polls; 0 disables"
+        "--reload-interval", type=float, default=5.0,
+        help="seconds between policy folder content checks when no file event comes (default 5); 0 disables hot reload",
+    )
+    serve.add_argument(
+        "--reload-settle", type=float, default=1.0,
+        help="an edit is loaded once the policy files have not changed for this many seconds (default 1)",
+    )
+    serve.add_argument(
+        "--reload-polling", action="store_true",
+        help="poll the policy folder instead of file events (network filesystems that raise none)",
     )
     serve.add_argument("--durability", choices=["NORMAL", "FULL"], default="NORMAL",
                        help="log commits survive a killed process (NORMAL) or also power loss (FULL, fsync per batch)")  # fmt: skip
@@ -184,6 +193,8 @@ def _serve(args: argparse.Namespace) -> int:
             tls=tls,
             metrics_address=args.metrics_address,
             watch_interval=args.reload_interval or None,
+            settle=args.reload_settle,
+            reload_polling=args.reload_polling,
             max_request_bytes=args.max_request_bytes,
             max_workers=args.workers,
             log_synchronous=args.durability,

@@ -31,6 +31,7 @@ from typing import Any
 import sqlite_utils
 
 from driver.errors import RunStateError
+from warden.private import private_sqlite
 
 RUNNING = "running"
 PAUSED = "paused"
@@ -75,7 +76,7 @@ def today(ts: float | None = None) -> str:
 class RunStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)
         conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA journal_mode=WAL")

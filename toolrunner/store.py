@@ -15,6 +15,7 @@ from pathlib import Path
 
 import sqlite_utils
 
+from warden.private import private_sqlite
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 
 RECEIPTS = "receipts"
@@ -23,7 +24,7 @@ RECEIPTS = "receipts"
 class ReceiptStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)
         # One connection shared by the server's threads, serialized by the lock: receipts are
         # written once per container, far below what one connection handles.
         conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)

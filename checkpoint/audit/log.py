@@ -39,6 +39,7 @@ from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import GENESIS_HASH, record_hash, to_row
 from checkpoint.audit.verify import VerifyReport
+from warden.private import private_sqlite
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class DecisionLog:
         self._busy_timeout_ms = busy_timeout_ms
         self._append_timeout = append_timeout
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_sqlite(self.path)
             self._conn: sqlite3.Connection | None = self._open()
             last = store.head(self._conn)
         except (OSError, sqlite3.Error) as exc:

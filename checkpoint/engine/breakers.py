@@ -1,8 +1,8 @@
 """The eleven breakers: artificial ends for a loop that has no natural one.
 
-A breaker trips when its counter has reached its ceiling: the run has used what it may, so
-this call is refused with HALT and the run pauses for a person. Ceilings only narrow: the
-effective ceiling is the smallest one set among the instance, the tenant, the agent, the
+A breaker compares a counter with its ceiling before an action and answers HALT when it trips:
+the run pauses for a person. Ceilings only narrow: the effective ceiling is the smallest one set
+among the instance (its unset ceilings take the built-in defaults), the tenant, the agent, the
 run's budget, and every ancestor in the chain.
 """
 
@@ -15,11 +15,23 @@ from checkpoint.engine.context import Call
 from checkpoint.engine.outcome import HALT
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
-ALL = frozenset({"tool_call", "model_call", "delegation", "plan"})
-TOOL_CALL = frozenset({"tool_call"})
-# A turn is counted when its model call is made; the calls that turn proposes belong to it, so
-# the turn ceilings are checked before model calls only.
-MODEL_CALL = frozenset({"model_call"})
+# How a breaker compares before an action:
+#   REACHED: trips when counter >= ceiling (the run has used what it may: this call would pass it)
+#   PAST:    trips when counter >  ceiling (the call belongs to a unit the counter already holds)
+#   -:       not checked before that action
+# A turn is counted when its model call is allowed, so the turns counters already include the turn
+# in progress when that turn's tool calls, delegations and plan come: `stretch_turns == turns` is
+# the last allowed turn, and its calls run; a counter past the ceiling halts them.
+REACHED, PAST = ">=", ">"
+ACTIONS = ("tool_call", "model_call", "delegation", "plan")
+
+
+def _row(tool_call: str, model_call: str, delegation: str, plan: str) -> dict[str, str]:
+    how = dict(zip(ACTIONS, (tool_call, model_call, delegation, plan), strict=True))
+    return {action: h for action, h in how.items() if h != "-"}
+
+
+R, P = REACHED, PAST
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,22 +39,25 @@ class Breaker:
     name: str
     ceiling: str  # Budget field
     counter: str  # Counters field
-    actions: frozenset[str]  # the actions it is checked before
+    checks: dict[str, str]  # action -> REACHED or PAST, for the actions it is checked before
     what: str
 
 
+# The one table of breaker semantics (docs/decisions.md shows the same):
+#                                                   tool_call model_call delegation plan
 BREAKERS = (
-    Breaker("tokens", "tokens", "stretch_tokens", ALL, "tokens used this stretch"),
-    Breaker("turns", "turns", "stretch_turns", MODEL_CALL, "model turns this stretch"),
-    Breaker("turns_total", "turns_total", "total_turns", MODEL_CALL, "model turns over the run's lifetime"),
-    Breaker("tool_calls", "tool_calls", "turn_tool_calls", TOOL_CALL, "tool calls in this turn"),
-    Breaker("wall_clock", "wall_clock_seconds", "wall_clock_seconds", ALL, "seconds of wall clock this stretch"),
-    Breaker("repetition", "repetition", "identical_calls", TOOL_CALL, "identical earlier calls"),
-    Breaker("failures", "failures", "consecutive_failures", ALL, "failed or denied calls in a row"),
-    Breaker("drift", "drift", "drift", ALL, "calls that served no plan step"),
-    Breaker("tree_budget", "tree_tokens", "tree_tokens", ALL, "tokens used by the delegation tree"),
-    Breaker("spend", "spend_usd", "run_spend_usd", ALL, "USD spent by this run"),
-    Breaker("provider", "provider_refusals", "provider_refusals", ALL, "refusals by the model provider"),
+    Breaker("tokens", "tokens", "stretch_tokens", _row(R, R, R, R), "tokens used this stretch"),
+    Breaker("turns", "turns", "stretch_turns", _row(P, R, P, P), "model turns this stretch"),
+    Breaker("turns_total", "turns_total", "total_turns", _row(P, R, P, P), "model turns over the run's lifetime"),
+    Breaker("tool_calls", "tool_calls", "turn_tool_calls", _row(R, "-", "-", "-"), "tool calls in this turn"),
+    Breaker("wall_clock", "wall_clock_seconds", "wall_clock_seconds", _row(R, R, R, R),
+            "seconds of wall clock this stretch"),
+    Breaker("repetition", "repetition", "identical_calls", _row(R, "-", "-", "-"), "identical earlier calls"),
+    Breaker("failures", "failures", "consecutive_failures", _row(R, R, R, R), "failed or denied calls in a row"),
+    Breaker("drift", "drift", "drift", _row(R, R, R, R), "calls that served no plan step"),
+    Breaker("tree_budget", "tree_tokens", "tree_tokens", _row(R, R, R, R), "tokens used by the delegation tree"),
+    Breaker("spend", "spend_usd", "run_spend_usd", _row(R, R, R, R), "USD spent by this run"),
+    Breaker("provider", "provider_refusals", "provider_refusals", _row(R, R, R, R), "refusals by the model provider"),
 )
 assert tuple(b.name for b in BREAKERS) == codes.BREAKERS
 BUDGET_FIELDS = tuple(f.name for f in pb.Budget.DESCRIPTOR.fields)
@@ -55,16 +70,16 @@ def effective_budget(call: Call, extra: pb.Budget | None = None) -> dict[str, fl
     if static is None:  # instance, tenant and agent levels only change with the policy set
         levels: list[object] = [call.policies.instance.ceilings, call.tenant.ceilings]
         levels.extend(link.agent.budget for link in call.links)
-        static = call.policies.memo[key] = _narrowest({}, levels)
+        static = call.policies.memo[key] = narrowest({}, levels)
     levels = [link.budget for link in call.links if link.budget is not None]
     if call.request.run.HasField("budget"):
         levels.append(call.request.run.budget)
     if extra is not None:
         levels.append(extra)
-    return _narrowest(dict(static), levels) if levels else static
+    return narrowest(dict(static), levels) if levels else static
 
 
-def _narrowest(out: dict[str, float], levels: list[object]) -> dict[str, float]:
+def narrowest(out: dict[str, float], levels: list[object]) -> dict[str, float]:
     for level in levels:
         # In a policy file an absent ceiling is None and 0 is a real ceiling ("none at all");
         # proto3 cannot tell absent from 0, so in a request 0 means "not set here".
@@ -96,9 +111,9 @@ def _daily_limits(call: Call) -> tuple[tuple[str, str, float], ...]:
 def check(call: Call, action: str) -> None:
     counters = call.request.counters
     trace = call.trace
-    for b, ceiling in _armed(call, action):
+    for b, ceiling, past in _armed(call, action):
         used = getattr(counters, b.counter)
-        if used >= ceiling:
+        if used > ceiling if past else used >= ceiling:
             raise trace.stop(
                 HALT, codes.BREAKER_CODES[b.name], f"breaker.{b.name}",
                 f"breaker {b.name} tripped: {_num(used)} {b.what}, ceiling {_num(ceiling)}; "
@@ -113,12 +128,13 @@ def check(call: Call, action: str) -> None:
             )
     if trace.enabled:
         for b in BREAKERS:
-            if action in b.actions:
+            if action in b.checks:
                 trace.add(f"breaker.{b.name}", "pass")
 
 
-def _armed(call: Call, action: str) -> tuple[tuple[Breaker, float], ...]:
-    """The breakers checked before `action` that have a ceiling, with it. Without per-request
+def _armed(call: Call, action: str) -> tuple[tuple[Breaker, float, bool], ...]:
+    """The breakers checked before `action` that have a ceiling, with it and whether they trip only
+    past it (PAST) rather than at it. Without per-request
     budgets this depends only on the policy set and the chain, so it is worked out once."""
     dynamic = call.request.run.HasField("budget") or any(link.budget is not None for link in call.links)
     key = ("armed", action, call.tenant.name, *(link.agent.version for link in call.links))
@@ -128,7 +144,8 @@ def _armed(call: Call, action: str) -> tuple[tuple[Breaker, float], ...]:
             return found
     ceilings = effective_budget(call)
     armed = tuple(
-        (b, ceilings[b.ceiling]) for b in BREAKERS if action in b.actions and b.ceiling in ceilings
+        (b, ceilings[b.ceiling], b.checks[action] == PAST)
+        for b in BREAKERS if action in b.checks and b.ceiling in ceilings
     )
     if not dynamic:
         call.policies.memo[key] = armed

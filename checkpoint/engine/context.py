@@ -6,6 +6,7 @@ It looks every agent of the chain up in its own catalog of pinned versions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,7 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
     if request.WhichOneof("action") is None:
         raise InvalidRequest(codes.INVALID_REQUEST, "the request proposes no action", "action")
     run = request.run
+    _finite(request)
     chain = run.actor_chain
     if not chain or chain[0].kind != pb.ACTOR_KIND_PERSON or not chain[0].id:
         raise InvalidRequest(
@@ -121,3 +123,21 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
     trace.add("request.shape", "pass")
     return Call(policies, request, trace, chain[0].id, links, tenant, MODES[run.mode],
                 links[-1].agent if links else None)
+
+
+def _finite(request: pb.CheckRequest) -> None:
+    """Counters and budgets are finite and not negative: a NaN compares false with every ceiling,
+    so it would switch a breaker off, and a negative counter would buy headroom."""
+    run = request.run
+    messages: list[tuple[str, Any]] = [("counters", request.counters), ("run.budget", run.budget)]
+    messages += [(f"run.actor_chain[{i}].budget", a.budget) for i, a in enumerate(run.actor_chain)]
+    if request.WhichOneof("action") == "delegation":
+        messages.append(("delegation.budget", request.delegation.budget))
+    for where, message in messages:
+        for field, value in message.ListFields():  # set fields only: proto3 zeros are fine
+            if not (value >= 0 and math.isfinite(value)):  # NaN fails both
+                raise InvalidRequest(
+                    codes.INVALID_REQUEST,
+                    f"{where}.{field.name} must be a finite number that is not negative, not {value!r}",
+                    f"{where}.{field.name}",
+                )

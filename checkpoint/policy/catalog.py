@@ -17,6 +17,7 @@ from urllib.parse import quote
 import sqlite_utils
 
 from checkpoint.policy.policyset import AgentVersion
+from warden.private import private_sqlite
 
 
 class AgentCatalog:
@@ -38,7 +39,7 @@ class AgentCatalog:
             if "agent_versions" not in self._db.table_names():  # raises sqlite3.Error on a non-database
                 raise ValueError(f"{path} is not an agent catalog (no agent_versions table)")
         elif path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            private_sqlite(path)
             # the server reads the catalog from gRPC worker threads and the reload watcher; the
             # lock below serialises every use of the one connection
             self._db = sqlite_utils.Database(sqlite3.connect(str(path), check_same_thread=False))

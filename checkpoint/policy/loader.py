@@ -22,6 +22,7 @@ from checkpoint.cel.fastpath import FastProgram, compile_fast
 from checkpoint.cel.native import NativeProgram
 from checkpoint.policy import model
 from checkpoint.policy.catalog import AgentCatalog
+from checkpoint.policy.defaults import with_defaults
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
 from checkpoint.policy.policyset import (
     SCOPE_DIMENSIONS,
@@ -69,10 +70,13 @@ class _Doc:
 
 
 def policy_files(directory: Path) -> list[Path]:
+    """The policy files: *.yaml / *.yml, not tests, and nothing hidden (a dot file or folder is
+    where an edit is written before `mv` puts it in place)."""
     return sorted(
         p
         for p in directory.rglob("*")
-        if p.suffix in (".yaml", ".yml") and p.is_file() and not p.name.endswith(TEST_SUFFIXES)
+        if p.suffix in (".yaml", ".yml") and not p.name.endswith(TEST_SUFFIXES)
+        and not any(part.startswith(".") for part in p.relative_to(directory).parts) and p.is_file()
     )
 
 
@@ -161,6 +165,7 @@ class _Compiler:
     def __init__(self, engine: Any, errors: list[PolicyError]):
         self.engine = engine
         self.errors = errors
+        self.defaulted: frozenset[str] = frozenset()  # instance ceilings taken from the built-in defaults
 
     def error(self, doc: _Doc, path: tuple[str | int, ...], message: str) -> None:
         self.errors.append(PolicyError(doc.file, doc.at(*path), message))
@@ -269,18 +274,24 @@ class _Compiler:
     def _instance(self, docs: list[_Doc]) -> model.Instance:
         for extra in docs[1:]:
             self.error(extra, ("kind",), f"only one Instance document is allowed (first in {docs[0].file})")
-        return docs[0].spec if docs else model.Instance(kind="Instance")
+        instance, self.defaulted = with_defaults(docs[0].spec if docs else model.Instance(kind="Instance"))
+        return instance
 
     def _ceilings_narrow(self, doc: _Doc, instance: model.Instance) -> None:
         """A tenant may only narrow the instance's ceilings; widening is a mistake worth stopping."""
         for name, value in doc.spec.ceilings:
             above = getattr(instance.ceilings, name)
             if value is not None and above is not None and value > above:
-                self.error(doc, ("ceilings", name), f"tenant ceiling {name}={value} exceeds the instance's {above}")
+                self.error(doc, ("ceilings", name), f"tenant ceiling {name}={value} exceeds the instance's {above}"
+                           + self._default_note(name))
         for name in ("per_owner_usd", "tenant_usd"):
             value, above = getattr(doc.spec.daily_spend, name), getattr(instance.daily_spend, name)
             if value is not None and above is not None and value > above:
-                self.error(doc, ("daily_spend", name), f"tenant daily_spend {name}={value} exceeds the instance's {above}")
+                self.error(doc, ("daily_spend", name), f"tenant daily_spend {name}={value} exceeds the instance's {above}"
+                           + self._default_note(name))
+
+    def _default_note(self, name: str) -> str:
+        return " (the built-in default: set it in instance.yaml to raise it)" if name in self.defaulted else ""
 
     def _tool(self, doc: _Doc) -> CompiledTool | None:
         spec: model.Tool = doc.spec

@@ -30,18 +30,19 @@ class Access(StrEnum):
 
 
 class Budget(Strict):
-    """Ceilings for the eleven breakers. Unset means no ceiling at this level."""
+    """Ceilings for the eleven breakers. Unset means no ceiling at this level (the instance's
+    unset ones take the built-in defaults of checkpoint/policy/defaults.py). Finite numbers only."""
 
     tokens: int | None = Field(None, ge=0)
     turns: int | None = Field(None, ge=0)
     turns_total: int | None = Field(None, ge=0)
     tool_calls: int | None = Field(None, ge=0, description="tool calls per turn")
-    wall_clock_seconds: float | None = Field(None, ge=0)
+    wall_clock_seconds: float | None = Field(None, ge=0, allow_inf_nan=False)
     repetition: int | None = Field(None, ge=0, description="identical calls (same tool, same arguments)")
     failures: int | None = Field(None, ge=0, description="failed or denied calls in a row")
     drift: int | None = Field(None, ge=0, description="calls that serve no plan step")
     tree_tokens: int | None = Field(None, ge=0, description="tokens used by the whole delegation tree")
-    spend_usd: float | None = Field(None, ge=0, description="the run's share of the daily spend")
+    spend_usd: float | None = Field(None, ge=0, allow_inf_nan=False, description="the run's share of the daily spend")
     provider_refusals: int | None = Field(None, ge=0)
 
 
@@ -181,8 +182,8 @@ class DelegationLimits(Strict):
 
 
 class DailySpend(Strict):
-    per_owner_usd: float | None = Field(None, ge=0)
-    tenant_usd: float | None = Field(None, ge=0)
+    per_owner_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
+    tenant_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class ModelPrice(Strict):

@@ -22,13 +22,16 @@ from grpc_reflection.v1alpha import reflection
 
 from checkpoint.audit import DecisionLog
 from checkpoint.policy import AgentCatalog
-from checkpoint.server.auth import AuthPolicy
+from checkpoint.server.auth import AuthPolicy, Refused
 from checkpoint.server.grpc_api import SERVICE_NAME, handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
-from checkpoint.server.reload import PolicyStore, PolicyWatcher, ReloadStatus, snapshot
+from checkpoint.server.ratelimit import PeerLimiter
+from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
 from checkpoint.server.service import CheckpointService
 from checkpoint.server.single_use import SingleUse
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.grants import SigningKey
+from warden.private import private_folder
 
 log = logging.getLogger("warden.checkpoint")
 
@@ -126,20 +129,27 @@ def create_server(
     auth: AuthPolicy | None = None,
     tls: TlsConfig | None = None,
     metrics_address: str | None = None,
-    watch_interval: float | None = 0.5,
-    debounce: float = 0.3,
+    watch_interval: float | None = 5.0,
+    settle: float = DEFAULT_SETTLE,
+    reload_polling: bool = False,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     max_workers: int = 64,
     max_watchers: int = 16,
     log_synchronous: str = "NORMAL",
+    refusal_limiter: PeerLimiter | None = None,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
     The first policy load happens here, so a good folder serves from the first request; a broken
     one leaves health NOT_SERVING and every Check UNAVAILABLE until an edit loads.
+    `watch_interval`: None or 0 disables hot reload; otherwise the seconds between content checks
+    when no file event comes. `settle`: an edit is loaded once its files have not changed for
+    that long; `reload_polling` polls the folder instead of waiting for file events.
+    `refusal_limiter`: how many unauthenticated refusals each peer may have recorded (the rest
+    are counted only); the default is 10 a second, bursts of 20.
     """
     data = Path(data_dir)
-    data.mkdir(parents=True, exist_ok=True)
+    private_folder(data)
     auth = auth or AuthPolicy()
     if address and tls is None and not auth.tokens:
         raise ValueError(
@@ -162,7 +172,6 @@ def create_server(
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
-    initial = snapshot(Path(policy_dir))
     store.reload()
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
     service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"))
@@ -176,7 +185,8 @@ def create_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    server.add_generic_rpc_handlers((handlers(service, auth, max_watchers=max_watchers),))
+    on_unauthenticated = _record_unauthenticated(service, refusal_limiter or PeerLimiter())
+    server.add_generic_rpc_handlers((handlers(service, auth, on_unauthenticated, max_watchers=max_watchers),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -191,7 +201,7 @@ def create_server(
         decisions.close()  # a port in use must not leave the log's writer thread behind
         raise
     watcher = (
-        PolicyWatcher(store, interval=watch_interval, debounce=debounce, seen=initial)
+        PolicyWatcher(store, settle=settle, recheck=watch_interval, force_polling=reload_polling or None)
         if watch_interval
         else None
     )
@@ -201,6 +211,20 @@ def create_server(
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
     return checkpoint, port
+
+
+def _record_unauthenticated(service: CheckpointService, limiter: PeerLimiter) -> Refused:
+    """Record an unauthenticated refusal within the peer's rate; beyond it, count it only."""
+
+    def on_refused(method: str, request: Any, context: grpc.ServicerContext) -> None:
+        records = len(request.items) if isinstance(request, pb.CheckBatchRequest) else 1
+        if limiter.admit(context.peer(), cost=max(records, 1)):
+            service.record_unauthenticated(method, request)
+        else:
+            service.metrics.refusals.labels("unauthenticated").inc()
+            service.metrics.refusals_unrecorded.labels("unauthenticated").inc()
+
+    return on_refused
 
 
 def _bind(

@@ -2,10 +2,11 @@
 
 Handlers are built here rather than through the generated `add_..._to_server`, for two reasons:
 the request deserializer (the generated one lets a message that does not parse fail inside gRPC
-with an opaque INTERNAL; ours hands the handler a marker, so the caller gets INVALID_ARGUMENT
-with the stable code `invalid_request` like any other bad request), and the caller's identity,
-which every service method takes: the handler authenticates the call once and passes it on.
-Health and reflection are separate services, open to probes.
+with an opaque INTERNAL, and keeps fields it does not know without a word; ours hands the handler
+a marker for both, so the caller gets INVALID_ARGUMENT with the stable code `invalid_request` like
+any other bad request, and the refusal is recorded), and the caller's identity, which every
+service method takes: the handler authenticates the call once and passes it on. Health and
+reflection are separate services, open to probes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from checkpoint.server.auth import AuthPolicy
+from checkpoint.server import wire
+from checkpoint.server.auth import AuthPolicy, Refused
 from checkpoint.server.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
 from checkpoint.server.service import CheckpointService
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -27,20 +29,28 @@ SERVICE_NAME = "warden.checkpoint.v1.CheckpointService"
 
 
 class Malformed:
-    """Stands in for a request whose bytes did not parse as the expected message."""
+    """Stands in for a request whose bytes did not parse as the expected message, or that carried
+    fields this checkpoint does not know (which protobuf would otherwise silently ignore)."""
 
-    def __init__(self, message_type: str, error: str):
+    def __init__(self, message_type: str, error: str, reason: str = ""):
         self.message_type = message_type
         self.error = error
-        self.reason = f"the request is not a well-formed {message_type}"
+        self.reason = reason or f"the request is not a well-formed {message_type}"
 
 
 def _parser(cls: Any) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
         try:
-            return cls.FromString(data)
+            message = cls.FromString(data)
         except (DecodeError, RuntimeError, ValueError) as exc:
             return Malformed(cls.DESCRIPTOR.name, str(exc))
+        if wire.has_unknown_fields(message):
+            where = wire.unknown_field(cls.FromString(data))
+            return Malformed(cls.DESCRIPTOR.name, f"unknown field at {where}", (
+                f"the request carries a field this checkpoint does not know ({where}); "
+                "it would be ignored, so the request is refused"
+            ))
+        return message
 
     return parse
 
@@ -54,14 +64,15 @@ UNAUTHENTICATED = Unauthenticated("unauthenticated", "a valid bearer token or cl
 
 
 def _unary(
-    fn: Callable[[Any, str], Any], latency: Any, service: CheckpointService, auth: AuthPolicy, method: str
+    fn: Callable[[Any, str], Any], latency: Any, service: CheckpointService, auth: AuthPolicy,
+    on_unauthenticated: Refused, method: str,
 ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         started = time.perf_counter()
         try:
             caller = auth.identity(context)
             if caller is None:
-                service.record_unauthenticated(method, request)
+                on_unauthenticated(method, request, context)
                 raise UNAUTHENTICATED
             if isinstance(request, Malformed):
                 service.record_malformed(request.reason)
@@ -89,14 +100,16 @@ class Watchers:
         self._sem.release()
 
 
-def handlers(service: CheckpointService, auth: AuthPolicy, *, max_watchers: int = 16) -> grpc.GenericRpcHandler:
+def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: Refused, *,
+             max_watchers: int = 16) -> grpc.GenericRpcHandler:
+    """`on_unauthenticated(method, request, context)` records (or only counts) a refusal."""
     watchers = Watchers(max_watchers)
 
     def watch(request: Any, context: grpc.ServicerContext) -> Iterator[pb.WatchDecisionsResponse]:
         try:
             caller = auth.identity(context)
             if caller is None:
-                service.record_unauthenticated("/" + SERVICE_NAME + "/WatchDecisions", request)
+                on_unauthenticated("/" + SERVICE_NAME + "/WatchDecisions", request, context)
                 raise UNAUTHENTICATED
             _well_formed(request)
             service.may_watch(caller)
@@ -122,7 +135,7 @@ def handlers(service: CheckpointService, auth: AuthPolicy, *, max_watchers: int 
         latency = service.metrics.check_seconds.labels(fn.__name__)
         method = f"/{SERVICE_NAME}/{req.DESCRIPTOR.name.removesuffix('Request')}"
         return grpc.unary_unary_rpc_method_handler(
-            _unary(fn, latency, service, auth, method),
+            _unary(fn, latency, service, auth, on_unauthenticated, method),
             request_deserializer=_parser(req),
             response_serializer=resp.SerializeToString,
         )

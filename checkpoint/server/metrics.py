@@ -57,6 +57,12 @@ class Metrics:
         self.refusals = Counter(
             "warden_checkpoint_refusals", "Requests refused without a decision, by code", ["code"], registry=r
         )
+        self.refusals_unrecorded = Counter(
+            "warden_checkpoint_refusals_unrecorded",
+            "Refusals counted but not recorded in the log: over the per-peer rate, by code",
+            ["code"],
+            registry=r,
+        )
         self.reloads = Counter(
             "warden_checkpoint_policy_reloads",
             "Policy reloads, by result (ok, error)",

@@ -1,28 +1,37 @@
-"""The policy set in force, and the watcher that swaps in a new one when the files change.
+"""The policy set in force, and the watcher that swaps in a new one once an edit has settled.
 
 A reload is all or nothing: the new folder is loaded completely (`load_policy_dir` parses,
 validates and compiles everything) before the reference is swapped, so a request sees either the
 old set or the new one, never a mix. A broken edit keeps the last good set serving; its errors
-are logged, counted and shown in health. Polling a snapshot of (path, mtime, size) is enough for
-a folder of a few dozen files, works on every filesystem (inotify does not see bind-mounted
-ConfigMap updates), and needs no extra dependency.
+are logged, counted and shown in health.
+
+Only a settled edit is loaded. An editor, a script or `git checkout` may write a file in several
+steps, and a first step can be valid YAML that says less than the whole edit (an off-limits entry
+not written yet). So the watcher (file events from `watchfiles`: inotify on Linux, a polling
+fallback where events do not reach) waits until the files have stopped changing for `settle`
+seconds, and the store loads only when the folder's content fingerprint is the same before and
+after the load; when it is not, the folder is still being written and nothing is swapped.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import watchfiles
+
 from checkpoint.policy import AgentCatalog, PolicyLoadError, PolicySet, load_policy_dir
+from checkpoint.policy.loader import policy_files
 
 log = logging.getLogger("warden.checkpoint.reload")
 
-Snapshot = dict[str, tuple[int, int]]
+DEFAULT_SETTLE = 1.0  # seconds without a change before an edit is loaded
+DEFAULT_RECHECK = 5.0  # seconds between content checks when no event comes
 
 
 @dataclass
@@ -47,21 +56,16 @@ class ReloadStatus:
         }
 
 
-def snapshot(directory: Path) -> Snapshot:
-    """(mtime_ns, size) of every file under the folder; editor swap and hidden files ignored."""
-    out: Snapshot = {}
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            if name.startswith(".") or name.endswith(("~", ".swp", ".tmp")):
-                continue
-            path = os.path.join(root, name)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:  # removed between listing and stat: the next poll sees it
-                continue
-            out[os.path.relpath(path, directory)] = (st.st_mtime_ns, st.st_size)
-    return out
+def fingerprint(directory: Path) -> str:
+    """sha256 of the policy files' names and contents (what the loader reads); "" when the
+    folder changed under the reading (a file removed between listing and reading)."""
+    digest = hashlib.sha256()
+    try:
+        for path in policy_files(directory):
+            digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes() + b"\0")
+    except OSError:
+        return ""
+    return digest.hexdigest()
 
 
 class PolicyStore:
@@ -80,19 +84,31 @@ class PolicyStore:
         self.status = ReloadStatus()
         self._on_change = on_change
         self._load_lock = threading.Lock()
+        self.fingerprint = ""  # of the folder at the last settled load, good or broken
 
     def reload(self) -> bool:
-        """Load the folder and swap it in; on failure keep the last good set. True when loaded."""
+        """Load the folder and swap it in; on failure keep the last good set. True when loaded.
+
+        When the folder's content changed during the load, nothing is swapped and nothing is
+        reported: the edit has not settled, and the watcher sees it again once it has.
+        """
         with self._load_lock:
             self.status.last_attempt = time.time()
+            before = fingerprint(self.directory)
+            problem: list[str] | None = None
             try:
                 policies = load_policy_dir(self.directory, catalog=self.catalog)
             except PolicyLoadError as exc:
-                self._failed([str(e) for e in exc.errors] or [str(exc)])
-                return False
+                problem = [str(e) for e in exc.errors] or [str(exc)]
             except Exception as exc:  # a loader bug must not kill the watcher or serve a half set
                 log.exception("policy load crashed")
-                self._failed([f"{self.directory}: loader failed: {type(exc).__name__}: {exc}"])
+                problem = [f"{self.directory}: loader failed: {type(exc).__name__}: {exc}"]
+            if not before or fingerprint(self.directory) != before:
+                log.info("policy folder %s changed while it was loaded; waiting for it to settle", self.directory)
+                return False
+            self.fingerprint = before
+            if problem is not None:
+                self._failed(problem)
                 return False
             changed = self.current is None or policies.revision != self.current.revision
             self.current = policies
@@ -119,28 +135,29 @@ class PolicyStore:
 
 
 class PolicyWatcher:
-    """Polls the folder; after a change, waits until it has been still for `debounce` seconds.
+    """Loads the folder once its files have stopped changing for `settle` seconds.
 
-    The debounce matters: an editor or `git checkout` writes several files one after another, and
-    loading halfway would report errors that are gone a moment later.
+    File events wake it (`watchfiles`; `force_polling=True` polls instead, for filesystems whose
+    changes raise no events). Every `recheck` seconds without an event it also compares the
+    folder's fingerprint with the last load's, which catches an edit made while the watcher
+    started or one whose events never came; such an edit is loaded after `settle` seconds in
+    which the fingerprint did not change.
     """
 
     def __init__(
         self,
         store: PolicyStore,
         *,
-        interval: float = 0.5,
-        debounce: float = 0.3,
-        seen: Snapshot | None = None,
+        settle: float = DEFAULT_SETTLE,
+        recheck: float = DEFAULT_RECHECK,
+        force_polling: bool | None = None,
     ):
-        """`seen`: the snapshot taken before the store's first load, so an edit made during that
-        load is not missed."""
         self.store = store
-        self.interval = interval
-        self.debounce = debounce
+        self.settle = settle
+        self.recheck = recheck
+        self.force_polling = force_polling
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="policy-watcher", daemon=True)
-        self._seen: Snapshot = seen if seen is not None else snapshot(store.directory)
 
     def start(self) -> None:
         self._thread.start()
@@ -151,24 +168,49 @@ class PolicyWatcher:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.poll()
-            except Exception:  # keep watching whatever one poll hit (folder gone, permissions)
-                log.exception("policy watcher poll failed")
-
-    def poll(self) -> bool:
-        """One check; reloads when the folder changed and then settled. True when it reloaded."""
-        current = snapshot(self.store.directory)
-        if current == self._seen:
-            return False
+        step_ms = max(int(self.settle * 1000), 1)
         while not self._stop.is_set():
-            if self._stop.wait(self.debounce):
-                return False
-            settled = snapshot(self.store.directory)
-            if settled == current:
-                break
-            current = settled
-        self._seen = current
-        self.store.reload()
-        return True
+            try:
+                for changes in watchfiles.watch(
+                    self.store.directory,
+                    watch_filter=_policy_events(self.store.directory),
+                    step=step_ms,  # yield once no change came for `settle` seconds ...
+                    debounce=max(step_ms * 60, 60_000),  # ... or a writer has gone on this long
+                    rust_timeout=max(int(self.recheck * 1000), 1),
+                    yield_on_timeout=True,
+                    stop_event=self._stop,
+                    force_polling=self.force_polling,
+                    raise_interrupt=False,
+                ):
+                    self.check(settled=bool(changes))
+            except Exception:  # keep watching whatever one round hit (folder gone, permissions)
+                log.exception("policy watcher failed; watching again")
+                self._stop.wait(self.settle)
+
+    def check(self, *, settled: bool) -> bool:
+        """Load the folder when its content differs from the last load's. `settled`: events
+        already showed `settle` quiet seconds; otherwise the fingerprint must hold that long.
+        True when a new set was loaded."""
+        current = fingerprint(self.store.directory)
+        if current == self.store.fingerprint:
+            return False
+        if not settled and (self._stop.wait(self.settle) or fingerprint(self.store.directory) != current):
+            return False  # still changing: its events, or the next recheck, come back to it
+        return self.store.reload()
+
+
+def _policy_events(directory: Path) -> Callable[[watchfiles.Change, str], bool]:
+    """Events worth waking for: anything but hidden files and folders under the policy folder (an
+    edit being written before its `mv`) and editor swap files. Folders count: removing one
+    removes files."""
+    root = directory.resolve()
+
+    def wanted(_change: watchfiles.Change, path: str) -> bool:
+        p = Path(path)
+        try:
+            parts = p.resolve().relative_to(root).parts
+        except ValueError:
+            parts = (p.name,)
+        return not any(part.startswith(".") for part in parts) and not p.name.endswith(("~", ".swp", ".tmp"))
+
+    return wanted

@@ -20,6 +20,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
+from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.record import format_time_ns
 from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
@@ -488,7 +489,7 @@ class CheckpointService:
         record["caller"] = caller_name(caller) if caller else None
         record["principal"] = principal.name if principal is not None else None
         try:
-            self.log.append(record)
+            self.log.append(bound_refusal(record))  # capped: a refused caller chose these values
         except AuditUnavailable as exc:
             self.metrics.audit_failures.inc()
             log.error("refusal (%s) not recorded: %s", code, exc)

@@ -28,8 +28,9 @@ CEILINGS = {
     "provider": ("provider_refusals", 2),
 }
 TOOL_ONLY = {"tool_calls", "repetition"}
-# a turn is counted when its model call is made; the tool calls of that turn belong to it
-MODEL_ONLY = {"turns", "turns_total"}
+# a turn is counted when its model call is allowed; the tool calls of that turn belong to it, so
+# before a tool call these trip only once the counter is past the ceiling
+PAST_ON_TOOL_CALLS = {"turns", "turns_total"}
 FLOATS = {"wall_clock", "spend"}
 
 
@@ -40,8 +41,9 @@ def _breaker_rows() -> list:
         for where, used in (("below", ceiling - step), ("at", ceiling), ("above", ceiling + step)):
             tripped = where != "below"
             want = ("HALT", f"breaker_{name}", f"breaker.{name}") if tripped else ("ALLOW", "allowed", "allow")
-            if name in MODEL_ONLY:
-                rows.append(case(f"{name}/tool-call/{where}/not-applicable", "ALLOW", "allowed", chain=["reader"],
+            if name in PAST_ON_TOOL_CALLS:
+                past = ("HALT", f"breaker_{name}", f"breaker.{name}") if where == "above" else ("ALLOW", "allowed", "allow")
+                rows.append(case(f"{name}/tool-call/{where}/last-turn-runs", *past, chain=["reader"],
                                  tool="read_doc", args=DOC, counters={counter: used}))
             else:
                 rows.append(case(f"{name}/tool-call/{where}", *want, chain=["reader"], tool="read_doc", args=DOC,
@@ -86,8 +88,12 @@ def test_breakers_apply_to_delegations_and_plans_too():
     for c in (
         case("d", "HALT", "breaker_failures", chain=["worker"], delegation={"agent": "helper"},
              counters={"consecutive_failures": 4}),
-        case("d-turns-are-model-calls", "ALLOW", "allowed", chain=["worker"], delegation={"agent": "helper"},
-             counters={"stretch_turns": 10, "total_turns": 99}),
+        case("d-last-turn-runs", "ALLOW", "allowed", chain=["worker"], delegation={"agent": "helper"},
+             counters={"stretch_turns": 10, "total_turns": 20}),
+        case("d-past-the-turns", "HALT", "breaker_turns_total", chain=["worker"], delegation={"agent": "helper"},
+             counters={"stretch_turns": 10, "total_turns": 21}),
+        case("p-past-the-turns", "HALT", "breaker_turns", chain=["reader"], plan=[{"id": "s", "tool": "read_doc"}],
+             counters={"stretch_turns": 11}),
         case("p", "HALT", "breaker_tokens", chain=["reader"], plan=[{"id": "s", "tool": "read_doc"}],
              counters={"stretch_tokens": 1000}),
         case("p-tool-only", "ALLOW", "allowed", chain=["reader"], plan=[{"id": "s", "tool": "read_doc"}],

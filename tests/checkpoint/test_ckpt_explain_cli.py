@@ -31,7 +31,7 @@ def test_explain_lists_every_rule_evaluated_on_allow():
                  "off_limits", "rule:no-secret-docs"):
         assert rule in names, names
     assert [n for n in names if n.startswith("breaker.")] == [
-        f"breaker.{b.name}" for b in BREAKERS if "tool_call" in b.actions
+        f"breaker.{b.name}" for b in BREAKERS if "tool_call" in b.checks
     ]
     # rules that cannot apply to this call are not evaluated (indexed by tool and agent)
     assert "rule:worker-writes-need-approval" not in names and "rule:boom-reads-missing-key" not in names

@@ -96,7 +96,7 @@ def start(tmp_path: Path, policy_dir: Path) -> Iterator:
             auth=AuthPolicy(tokens={hashlib.sha256(TOKEN.encode()).digest(): "driver",
                                     hashlib.sha256(PERSON_TOKEN.encode()).digest(): "carol"}),
             watch_interval=0.05,
-            debounce=0.1,
+            settle=0.1,
         )
         kwargs.update(overrides)
         server, port = create_server(kwargs.pop("address", "127.0.0.1:0"), **kwargs)

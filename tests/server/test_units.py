@@ -1,4 +1,4 @@
-"""Small parts on their own: decision ids, `warden keys init`, the policy snapshot."""
+"""Small parts on their own: decision ids, `warden keys init`, the policy folder fingerprint."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 import uuid
 
 from checkpoint.server.ids import new_decision_id
-from checkpoint.server.reload import snapshot
+from checkpoint.server.reload import fingerprint
 from warden.cli import main
 from warden.grants import SigningKey
 
@@ -38,8 +38,14 @@ def test_serve_without_key_explains_what_to_run(tmp_path, capsys):
     assert "warden keys init" in capsys.readouterr().err
 
 
-def test_snapshot_ignores_editor_files(tmp_path):
+def test_fingerprint_ignores_editor_and_hidden_files(tmp_path):
     (tmp_path / "a.yaml").write_text("x")
+    before = fingerprint(tmp_path)
     (tmp_path / ".a.yaml.swp").write_text("x")
     (tmp_path / "a.yaml~").write_text("x")
-    assert list(snapshot(tmp_path)) == ["a.yaml"]
+    (tmp_path / ".a.yaml").write_text("being written")
+    (tmp_path / ".edit").mkdir()
+    (tmp_path / ".edit" / "b.yaml").write_text("being written")
+    assert fingerprint(tmp_path) == before
+    (tmp_path / "a.yaml").write_text("y")
+    assert fingerprint(tmp_path) != before

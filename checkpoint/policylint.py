@@ -1,0 +1,42 @@
+"""`warden policy check` warnings: settings that load fine but are probably not what was meant.
+
+Warnings never fail the check (the exit status stays that of the load); they name the agent and
+what to look at:
+
+- an agent whose scope lists `subjects: ["*"]` may work on every subject that is not off-limits;
+- an agent with no effective ceiling on a breaker (the built-in instance defaults leave none, so
+  this only shows if they were removed), or with a ceiling of 0, which halts before the first
+  action that breaker is checked before: in a policy file 0 means "none at all", not "unlimited".
+"""
+
+from __future__ import annotations
+
+from checkpoint.engine.breakers import BREAKERS, narrowest
+from checkpoint.policy import PolicySet
+
+
+def warnings(policies: PolicySet) -> list[str]:
+    out: list[str] = []
+    instance = policies.instance
+    for agent in sorted(policies.agents.values(), key=lambda a: a.name):
+        who = f"agent {agent.name!r}"
+        if "*" in agent.scope.subjects:
+            out.append(f'{who}: scope subjects ["*"] reaches every subject that is not off-limits')
+        tenant = policies.tenants.get(agent.tenant)
+        levels: list[object] = [instance.ceilings, agent.budget]
+        if tenant is not None:
+            levels.insert(1, tenant.ceilings)
+        ceilings = narrowest({}, levels)
+        for b in BREAKERS:
+            ceiling = ceilings.get(b.ceiling)
+            if ceiling is None:
+                out.append(f"{who}: no ceiling on breaker {b.name} ({b.ceiling}): nothing bounds {b.what}")
+            elif ceiling == 0:
+                out.append(f"{who}: breaker {b.name} has ceiling 0 ({b.ceiling}), so it halts the agent's "
+                           f"first {' / '.join(b.checks)}; 0 means none at all, not unlimited")
+        for field in ("per_owner_usd", "tenant_usd"):
+            limits = [v for v in (getattr(instance.daily_spend, field),
+                                  getattr(tenant.daily_spend, field) if tenant else None) if v is not None]
+            if not limits:
+                out.append(f"{who}: no daily_spend {field}: nothing bounds the day's spend")
+    return out
