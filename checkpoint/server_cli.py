@@ -144,6 +144,7 @@ def _keys_init(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from checkpoint.audit import AuditUnavailable
     from checkpoint.server import AuthPolicy, TlsConfig, load_tokens, serve
     from checkpoint.server.auth import TokenFileError
     from warden.grants import SigningKey
@@ -166,7 +167,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     tokens_path = optional_file(args.tokens, data / TOKENS_FILE)
     try:
-        tokens = load_tokens(tokens_path) if tokens_path else {}
+        # every line names its caller: the name is the identity `token:NAME` a principal lists
+        tokens = load_tokens(tokens_path, require_names=True) if tokens_path else {}
     except (OSError, TokenFileError) as exc:
         print(f"warden: {exc}", file=sys.stderr)
         return 2
@@ -199,6 +201,6 @@ def _serve(args: argparse.Namespace) -> int:
             max_workers=args.workers,
             log_synchronous=args.durability,
         )
-    except (ValueError, OSError, RuntimeError) as exc:
+    except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)
         return 2

@@ -200,11 +200,15 @@ class Driver:
                                 code="approval_token_required")
         return self._decide_approval(approval_id, person, note, approved=True, spawn=spawn, token=approval_token)
 
-    def reject(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True) -> dict[str, Any]:
-        return self._decide_approval(approval_id, person, note, approved=False, spawn=spawn)
+    def reject(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True,
+               checkpoint_decision_id: str = "") -> dict[str, Any]:
+        """A rejection narrows, so the driver may record one itself; `checkpoint_decision_id` names the
+        checkpoint's record of it when the person made one there (`warden reject` does)."""
+        return self._decide_approval(approval_id, person, note, approved=False, spawn=spawn,
+                                     checkpoint_decision_id=checkpoint_decision_id)
 
     def _decide_approval(self, approval_id: str, person: str, note: str, *, approved: bool,
-                         spawn: bool, token: str = "") -> dict[str, Any]:
+                         spawn: bool, token: str = "", checkpoint_decision_id: str = "") -> dict[str, Any]:
         if not person:
             raise RunStateError("an approval needs the person's id", code="person_required")
         approval = self.store.approval(approval_id)
@@ -224,7 +228,7 @@ class Driver:
             self.store.add_to_run(run["run_id"], consecutive_failures=1)
         self.store.append_event(run["run_id"], "approval_decided", approval_id=approval_id,
                                 decision="approved" if approved else "rejected", person=person, note=note,
-                                tool=approval["tool"])
+                                tool=approval["tool"], checkpoint_decision_id=checkpoint_decision_id or None)
         # Only from awaiting_approval: a cancel that landed meanwhile stays a cancel.
         if self.store.transition(run["run_id"], AWAITING_APPROVAL, RUNNING, "", "") and spawn:
             self.spawn(run["run_id"])

@@ -236,7 +236,8 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
     @_driver_errors
     def RejectCall(self, request: pb.RejectCallRequest, context: grpc.ServicerContext) -> pb.RejectCallResponse:
         person = self._person(context)
-        run = self.driver.reject(request.approval_id, person, request.note)
+        run = self.driver.reject(request.approval_id, person, request.note,
+                                 checkpoint_decision_id=request.rejection_decision_id)
         return pb.RejectCallResponse(run=run_to_proto(self.driver, run))
 
     @_driver_errors

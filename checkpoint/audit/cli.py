@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
+from checkpoint.audit import store
+from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import format_time
 from checkpoint.audit.store import Filters
@@ -151,6 +153,11 @@ def _reader(args: argparse.Namespace) -> DecisionReader | None:
     path = Path(args.log) if args.log else Path(args.data) / "decisions.db"
     if not path.is_file():
         print(f"warden audit: no decision log at {path}", file=sys.stderr)
+        return None
+    try:
+        store.open_reader(path).close()
+    except AuditUnavailable as exc:
+        print(f"warden audit: {path}: {exc}", file=sys.stderr)
         return None
     return DecisionReader(path)
 

@@ -84,22 +84,33 @@ def _ensure_schema(db: sqlite_utils.Database) -> None:
             strict=True,
         )
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-    columns = tuple(c.name for c in table.columns)
+    _check_columns(tuple(c.name for c in table.columns))
+    for column in INDEXED:
+        table.create_index([column], if_not_exists=True)
+
+
+def _check_columns(columns: tuple[str, ...]) -> None:
     if columns != COLUMNS:
         raise AuditUnavailable(
             f"decision log schema mismatch: columns {columns}, expected {COLUMNS} (a log written by an "
             "older warden: move it aside, it stays readable by the version that wrote it, and start a new one)"
         )
-    for column in INDEXED:
-        table.create_index([column], if_not_exists=True)
 
 
 def open_reader(path: Path) -> sqlite3.Connection:
-    """A read-only connection. Never creates the file: a missing log is an error, not an empty one."""
+    """A read-only connection. Never creates the file: a missing log is an error, not an empty one;
+    a log of another schema is refused with what to do (AuditUnavailable)."""
     if not path.exists():
         raise FileNotFoundError(f"no decision log at {path}")
     conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout=5000")
+    columns = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})"))
+    if columns:  # a log being created has no table yet: readers wait for its first record
+        try:
+            _check_columns(columns)
+        except AuditUnavailable:
+            conn.close()
+            raise
     return conn
 
 

@@ -25,9 +25,6 @@ from typing import Any
 
 import grpc
 
-from checkpoint.server.errors import Unauthenticated, abort
-
-OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 _BEARER = "bearer "
 
 
@@ -101,56 +98,6 @@ class AuthPolicy:
         return None
 
 
+# How a server answers a call without valid credentials: record it (or only count it), given the
+# method, the request and the call's context.
 Refused = Callable[[str, Any, grpc.ServicerContext], None]
-
-
-class AuthInterceptor(grpc.ServerInterceptor):
-    def __init__(self, policy: AuthPolicy, on_refused: Refused | None = None):
-        self.policy = policy
-        self.on_refused = on_refused
-        # Wrapped handlers by method: gRPC asks on every call, and building one per call is
-        # measurable on a path that costs tens of microseconds in total.
-        self._wrapped: dict[str, Any] = {}
-
-    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
-        handler = continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(OPEN_PREFIXES):
-            return handler
-        # Keyed by method alone: this server registers one fixed handler per method.
-        wrapped = self._wrapped.get(method)
-        if wrapped is None:
-            wrapped = self._wrapped[method] = self._wrap(method, handler)
-        return wrapped
-
-    def _wrap(self, method: str, handler: Any) -> Any:
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._guard(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._guard(method, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler  # no streaming-request methods exist in this service
-
-    def _guard(self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[..., Any]:
-        policy = self.policy
-
-        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-            if policy.caller(context) is None:
-                if self.on_refused is not None:
-                    self.on_refused(method, request, context)
-                abort(
-                    context,
-                    Unauthenticated(
-                        "unauthenticated", "a valid bearer token or client certificate is required"
-                    ),
-                )
-            return behavior(request, context)
-
-        return guarded

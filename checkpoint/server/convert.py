@@ -108,6 +108,8 @@ def record_to_proto(record: dict[str, Any]) -> pb.DecisionRecord:
         latency_us=record.get("latency_us") or 0,
         prev_hash=record.get("prev_hash") or "",
         hash=record.get("hash") or "",
+        principal=record.get("principal") or "",
+        caller=record.get("caller") or "",
     )
     if record.get("time"):
         out.time.FromJsonString(record["time"])

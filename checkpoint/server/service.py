@@ -379,12 +379,14 @@ class CheckpointService:
         convert.timestamp_from_ns(now_ns, response.decided_at)
         if response.verdict == ALLOW and approve:
             token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
+        if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
+            response.reason += f" (the request claimed run {request.run_id[:64]!r})"
         record = {
             "decision_id": response.decision_id,
             "time": format_time_ns(now_ns),
             "tenant": response.tenant or None,
-            "run_id": request.run_id[:MAX_RUN_ID] or None,
-            "root_run_id": asked.get("root_run_id") or request.run_id[:MAX_RUN_ID] or None,
+            "run_id": asked.get("run_id"),
+            "root_run_id": asked.get("root_run_id"),
             "parent_run_id": asked.get("parent_run_id"),
             "actor_chain": asked.get("actor_chain"),
             "accountable_person": response.accountable_person or None,
@@ -392,7 +394,7 @@ class CheckpointService:
             "agent_version": response.agent_version or None,
             "action": "approval" if approve else "rejection",
             "tool": asked.get("tool"),
-            "arguments": {"decision_id": request.decision_id[:64], "note": request.note[:1000]},
+            "arguments": {"decision_id": request.decision_id[:64], "note": request.note[:1000]} if asked else None,
             "verdict": convert.verdict_name(response.verdict),
             "code": response.code,
             "rule": asked.get("rule") if response.verdict == ALLOW else response.rule,

@@ -189,3 +189,21 @@ def test_tail_follow_prints_new_records_as_they_commit(data_dir, make_record):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_log_of_another_schema_is_refused_with_what_to_do(tmp_path):
+    """A schema-1 log (no principal, caller, call_digest): the CLI says so and exits 2, no traceback."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    old = tmp_path / "decisions.db"
+    conn = sqlite3.connect(old)
+    conn.execute("CREATE TABLE decisions (seq INTEGER PRIMARY KEY, decision_id TEXT, hash TEXT)")
+    conn.commit()
+    conn.close()
+    for command in ("tail", "verify"):
+        got = subprocess.run([sys.executable, "-m", "warden.cli", "audit", command, "--log", str(old)],
+                             capture_output=True, text=True, timeout=60)
+        assert got.returncode == 2 and "schema mismatch" in got.stderr and "move it aside" in got.stderr, command
+        assert "Traceback" not in got.stderr

@@ -38,10 +38,13 @@ def _tool(name: str, command: list[str], image: str = "warden-tools:local", **ru
 @pytest.fixture()
 def busy_runner(tmp_path, policy_dir, grant_key, tool_images):
     """A toolrunner with one slot, the shipped tools, a long `hold` call and an absent image."""
-    tools = {n: getattr(t, "spec", t) for n, t in load_policy_dir(policy_dir).tools.items()}
+    loaded = load_policy_dir(policy_dir)
+    assert loaded.revision == REVISION  # the grants below are signed for the shipped policies' revision
+    tools = {n: getattr(t, "spec", t) for n, t in loaded.tools.items()}
     tools["hold"] = _tool("hold", ["/bin/sh", "/tools/test/sleep.sh", "60"], timeout_seconds=90)
     tools["absent"] = _tool("absent", ["/bin/true"], image="warden-absent:never")
-    running, port = create_server("127.0.0.1:0", tools=tools, keys=grant_key, data_dir=tmp_path / "busy",
+    running, port = create_server("127.0.0.1:0", tools=tools, policy_revision=loaded.revision, keys=grant_key,
+                                  data_dir=tmp_path / "busy",
                                   config=RunnerConfig(max_concurrency=1), reap_interval_seconds=3600,
                                   tokens={hashlib.sha256(TOOLRUNNER_TOKEN.encode()).digest(): "driver"})
     running.address = f"127.0.0.1:{port}"
@@ -50,9 +53,12 @@ def busy_runner(tmp_path, policy_dir, grant_key, tool_images):
     running.stop(0)
 
 
-def _request(key, tool: str, *, run_id: str = "run-x", ttl: float = 60) -> tr.ExecuteRequest:
+REVISION = load_policy_dir(Path(__file__).resolve().parents[2] / "policies").revision
+
+
+def _request(key, tool: str, *, run_id: str = "run-x", ttl: float = 60, revision: str = "") -> tr.ExecuteRequest:
     g = grants.sign(key, decision_id="d-" + uuid.uuid4().hex, run_id=run_id, agent="recon", agent_version="recon@1",
-                    tool=tool, arguments={}, policy_revision="", ttl_seconds=ttl)
+                    tool=tool, arguments={}, policy_revision=revision or REVISION, ttl_seconds=ttl)
     return tr.ExecuteRequest(run_id=run_id, agent="recon", agent_version="recon@1", tool=tool,
                              arguments=to_struct({}), grant=g)
 
