@@ -177,6 +177,12 @@ def test_a_refusal_is_never_filed_under_a_run_the_caller_only_claims(checkpoint)
     assert checkpoint.stub().Check(forged, timeout=5).code == "run_token_invalid"
     with pytest.raises(grpc.RpcError):  # unauthenticated, with the victim's run id
         checkpoint.stub(token="not-a-token-0123456789").Check(forged, timeout=5)
+    # nor through Approve / Reject of a decision that is not the run's
+    person = checkpoint.stub(PERSON_TOKEN)
+    approve = person.Approve(pb.ApproveRequest(run_id=victim.run_id, decision_id="made-up"), timeout=5)
+    reject = person.Reject(pb.RejectRequest(run_id=victim.run_id, decision_id="made-up"), timeout=5)
+    assert approve.decision.code == reject.decision.code == "approval_invalid"
+    assert "claimed run" in checkpoint.records()[-1]["reason"]
     in_run = [r for r in checkpoint.records() if r["run_id"] == victim.run_id]
     assert [r["action"] for r in in_run] == ["start_run"]
 
