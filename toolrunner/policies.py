@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkpoint.policy.loader import load_policy_dir, policy_files, revision_of
+from checkpoint.policy.loader import load_policy_dir, read_policy_files, revision_of
 from checkpoint.policy.model import Tool
 
 
@@ -37,7 +37,7 @@ class PolicySource:
 
     def revision(self) -> str:
         """The folder's revision now, without compiling anything."""
-        return revision_of(self.directory, policy_files(self.directory))
+        return revision_of(read_policy_files(self.directory))
 
     def load(self) -> LoadedTools:
         """Load and compile the folder; raises PolicyLoadError (every error, file:line)."""

@@ -1,8 +1,9 @@
-"""The catalog of agent versions: every version ever loaded, kept durably.
+"""The catalog: every agent version and every policy revision ever loaded, kept durably.
 
-A run pins its agent's version when it starts; the version must still decide that run after
-the policy files change, and after the checkpoint restarts. Versions are content-addressed,
-so recording the same definition twice is a no-op.
+A run pins its agent's version, and the policy revision in force, when it starts; both must
+still decide that run after the policy files change, and after the checkpoint restarts (a later
+edit may narrow what a running run may do, never widen it). Versions and revisions are
+content-addressed, so recording the same definition twice is a no-op.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class AgentCatalog:
         """
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str], AgentVersion] = {}
+        # in memory only without a database (path=None or read-only); else the ids already stored
+        self._revisions: dict[str, list[tuple[str, bytes]]] = {}
+        self._stored_revisions: set[str] = set()
         self._db: sqlite_utils.Database | None = None
         self._read_only = read_only
         if path is not None and read_only:
@@ -48,6 +52,9 @@ class AgentCatalog:
                 {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
                 pk=("agent", "version"),
                 if_not_exists=True,
+            )
+            self._db.table("policy_revisions").create(
+                {"revision": str, "files": str, "first_seen": str}, pk="revision", if_not_exists=True
             )
 
     def record(self, versions: list[AgentVersion], policy_revision: str) -> None:
@@ -71,6 +78,35 @@ class AgentCatalog:
                     )
             for v in fresh:
                 self._cache[(v.name, v.version)] = v
+
+    def record_revision(self, revision: str, contents: list[tuple[str, bytes]]) -> None:
+        """Keep a loaded folder's files (path, bytes), in folder order, under its revision."""
+        with self._lock:
+            if revision in self._revisions or revision in self._stored_revisions:
+                return
+            if self._db is None or self._read_only:
+                self._revisions[revision] = contents
+                return
+            self._stored_revisions.add(revision)
+            files = json.dumps([[name, data.decode("utf-8")] for name, data in contents])
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            with self._db.conn:
+                self._db.table("policy_revisions").insert(
+                    {"revision": revision, "files": files, "first_seen": now}, ignore=True
+                )
+
+    def revision_files(self, revision: str) -> list[tuple[str, bytes]] | None:
+        """The files of a revision this catalog recorded, or None."""
+        with self._lock:
+            found = self._revisions.get(revision)
+            if found is not None or self._db is None:
+                return found
+            if "policy_revisions" not in self._db.table_names():  # a catalog from before revisions were kept
+                return None
+            rows = list(self._db.query("select files from policy_revisions where revision = ?", [revision]))
+            if not rows:
+                return None
+            return [(name, text.encode("utf-8")) for name, text in json.loads(rows[0]["files"])]
 
     def get(self, agent: str, version: str) -> AgentVersion | None:
         found = self._cache.get((agent, version))

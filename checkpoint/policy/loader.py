@@ -80,32 +80,54 @@ def policy_files(directory: Path) -> list[Path]:
     )
 
 
-def revision_of(directory: Path, files: list[Path]) -> str:
+def revision_of(contents: list[tuple[str, bytes]]) -> str:
+    """The folder's content address: each file's path (relative to the folder) and bytes, in order."""
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, data in contents:
+        digest.update(name.encode() + b"\0" + data + b"\0")
     return digest.hexdigest()[:16]
 
 
 def load_policy_dir(
     directory: str | Path, *, catalog: AgentCatalog | None = None, cel_engine: str = "native"
 ) -> PolicySet:
-    """Load, validate and compile every policy file under `directory`; raise PolicyLoadError."""
+    """Load, validate and compile every policy file under `directory`; raise PolicyLoadError.
+
+    Each file is read once: the bytes compiled are the bytes the revision names, and the catalog
+    keeps them, so a run pinned to this revision can be decided by it after later edits."""
     root = Path(directory)
     if not root.is_dir():
         raise PolicyLoadError([PolicyError(str(root), 0, "not a directory")])
-    files = policy_files(root)
+    return load_policy_files(read_policy_files(root), str(directory), catalog=catalog, cel_engine=cel_engine)
+
+
+def read_policy_files(root: Path) -> list[tuple[str, bytes]]:
+    """The folder's policy files as (path relative to it, bytes), in folder order."""
+    return [(str(path.relative_to(root)), _read(path)) for path in policy_files(root)]
+
+
+def load_policy_files(
+    contents: list[tuple[str, bytes]], directory: str, *, catalog: AgentCatalog | None = None,
+    cel_engine: str = "native",
+) -> PolicySet:
+    """`load_policy_dir` for files given as (path relative to the folder, bytes), in folder order."""
     errors: list[PolicyError] = []
     docs: list[_Doc] = []
-    for path in files:
-        docs.extend(_parse_file(path, os.path.join(str(directory), str(path.relative_to(root))), errors))
+    for name, data in contents:
+        docs.extend(_parse_file(data, os.path.join(directory, name), errors))
     compiler = _Compiler(get_engine(cel_engine), errors)
-    policies = compiler.build(docs, revision_of(root, files), str(directory), catalog or AgentCatalog(None),
-                              cel_engine)
+    revision = revision_of(contents)
+    policies = compiler.build(docs, revision, directory, catalog or AgentCatalog(None), cel_engine)
     if errors or policies is None:
         raise PolicyLoadError(errors)
     policies.catalog.record(list(policies.agents.values()), policies.revision)
+    policies.catalog.record_revision(revision, contents)
     return policies
+
+
+def _read(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(MAX_FILE_BYTES + 1)  # one byte more tells a file over the cap
 
 
 def _checked_type(program: CelProgram, source: str, variables: dict[str, CelType]) -> str | None:
@@ -118,12 +140,12 @@ def _checked_type(program: CelProgram, source: str, variables: dict[str, CelType
         return None
 
 
-def _parse_file(path: Path, shown: str, errors: list[PolicyError]) -> list[_Doc]:
-    if path.stat().st_size > MAX_FILE_BYTES:
+def _parse_file(raw: bytes, shown: str, errors: list[PolicyError]) -> list[_Doc]:
+    if len(raw) > MAX_FILE_BYTES:
         errors.append(PolicyError(shown, 1, f"file is larger than {MAX_FILE_BYTES} bytes"))
         return []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
         sources = load_documents(text)
     except UnicodeDecodeError:
         errors.append(PolicyError(shown, 1, "file is not UTF-8 text"))
@@ -133,7 +155,7 @@ def _parse_file(path: Path, shown: str, errors: list[PolicyError]) -> list[_Doc]
         return []
     if not sources:
         errors.append(PolicyError(shown, 1, "file holds no document"))
-    out = []
+    out: list[_Doc] = []
     for source in sources:
         data = source.data
         if not isinstance(data, dict):

@@ -37,13 +37,15 @@ def _actor_dict(actor: pb.Actor) -> dict[str, Any]:
 
 
 class Established:
-    """What a verified run token says: the run context to decide under, and whom it was issued to."""
+    """What a verified run token says: the run context to decide under, whom it was issued to, and
+    the policy revision in force when the run began (it bounds the run: see `pins`)."""
 
-    __slots__ = ("run", "principal")
+    __slots__ = ("run", "principal", "revision")
 
-    def __init__(self, run: pb.RunContext, principal: str):
+    def __init__(self, run: pb.RunContext, principal: str, revision: str):
         self.run = run
         self.principal = principal
+        self.revision = revision
 
     @property
     def agent(self) -> str:
@@ -57,8 +59,9 @@ class RunTokens:
         self._memo: OrderedDict[str, Established] = OrderedDict()
         self._lock = threading.Lock()
 
-    def issue(self, run: pb.RunContext, principal: str) -> str:
-        """Sign `run` (its identity fields, chain and inputs) for `principal`; sets run.run_token."""
+    def issue(self, run: pb.RunContext, principal: str, revision: str) -> str:
+        """Sign `run` (its identity fields, chain and inputs) for `principal`, pinned to the policy
+        `revision` in force; sets run.run_token."""
         claims = {
             "run_id": run.run_id,
             "root_run_id": run.root_run_id,
@@ -68,6 +71,7 @@ class RunTokens:
             "chain": [_actor_dict(a) for a in run.actor_chain],
             "inputs": json_format.MessageToDict(run.inputs) if run.HasField("inputs") else None,
             "principal": principal,
+            "revision": revision,
         }
         run.run_token = self._signer.sign(claims)
         return run.run_token
@@ -91,7 +95,7 @@ class RunTokens:
             )
             if claims["inputs"] is not None:
                 run.inputs.update(claims["inputs"])
-            established = Established(run, claims["principal"])
+            established = Established(run, str(claims["principal"]), str(claims["revision"]))
         except TokenInvalid as exc:
             raise Refused(RUN_TOKEN_INVALID, f"the run token is not valid: {exc}", "run_token") from None
         except (KeyError, TypeError, ValueError, json_format.ParseError):

@@ -32,6 +32,7 @@ from checkpoint.server.approvals import Approvals
 from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.metrics import Metrics
+from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.reload import PolicyStore
 from checkpoint.server.runs import MAX_RUN_ID, Refused, RunTokens, child_run
 from checkpoint.server.single_use import SingleUse
@@ -64,6 +65,7 @@ class CheckpointService:
         # masked audit fields are keyed digests: a card number cannot be brute-forced from the log
         self.mask_key = hmac.new(key.secret, b"warden audit masking v1", hashlib.sha256).digest()
         self.runs = RunTokens(key.secret)
+        self.pins = PinnedPolicies()
         self.approvals = Approvals(key.secret, self.mask_key, single_use)
         self.metrics = metrics
         self.max_batch_items = max_batch_items
@@ -105,7 +107,11 @@ class CheckpointService:
                               f"of tenant {request.run.tenant!r}", "principal")
             if request.HasField("approval"):
                 approval = self.approvals.verify(request)
-            response = decide(policies, request, approver=approval.approver if approval else "")
+            approver = approval.approver if approval else ""
+            pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
+            response = decide(policies, request, approver=approver)
+            if pinned is not policies:
+                response = stricter(response, decide(pinned, request, approver=approver), established.revision)
         except Refused as refused:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
@@ -143,8 +149,8 @@ class CheckpointService:
         now_ns = time.time_ns()
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)
-        if response.verdict == ALLOW and action == "delegation" and principal is not None:
-            self._child_run(policies, request, response, principal)
+        if response.verdict == ALLOW and action == "delegation" and principal is not None and established:
+            self._child_run(policies, request, response, principal, established.revision)
         # a grant binds a pinned agent version: a person acting directly is decided and
         # recorded, but the toolrunner runs agents' calls only
         if arguments is not None and response.verdict == ALLOW and response.agent_version:
@@ -176,13 +182,14 @@ class CheckpointService:
             ))
 
     def _child_run(self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse,
-                   principal: Principal) -> None:
-        """An allowed delegation mints the child's run id and its run token (for the same principal)."""
+                   principal: Principal, revision: str) -> None:
+        """An allowed delegation mints the child's run id and its run token: for the same principal,
+        pinned to the parent's revision (a child never gets what an edit since its parent began added)."""
         child = policies.agent_version(request.delegation.agent, response.child_agent_version)
         run_id = new_run_id()
         run = child_run(request.run, request, response, run_id, child.tenant if child else request.run.tenant)
         response.child_run_id = run_id
-        response.child_run_token = self.runs.issue(run, principal.name)
+        response.child_run_token = self.runs.issue(run, principal.name, revision)
 
     def _count(self, verdict: int, code: str) -> None:
         # prometheus_client's labels() costs a lock and a few dict lookups per call; the
@@ -293,7 +300,7 @@ class CheckpointService:
                 run.inputs.CopyFrom(request.inputs)
                 canonical.dumps(convert.struct_to_dict(request.inputs))  # refuses NaN: no canonical form
             out.run_id = run.run_id
-            out.run_token = self.runs.issue(run, principal.name)
+            out.run_token = self.runs.issue(run, principal.name, policies.revision)
             response.verdict, response.code, response.reason = ALLOW, codes.ALLOWED, "run started"
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason

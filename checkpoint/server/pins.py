@@ -1,0 +1,69 @@
+"""A run's pinned authority: the policy revision in force when it started still binds it.
+
+A run pins its agent version, and its run token names the policy revision in force when it began
+(or when its delegation was allowed). A later edit of tools, rules, ceilings or off-limits subjects
+must not widen what that run may do, while a narrowing edit applies to everyone at once. So a run
+whose revision is not the current one is decided twice, under the current set and under its own,
+and the stricter answer stands: DENY or HALT over REQUIRE_APPROVAL over ALLOW. Old revisions are
+compiled from the catalog's copy of their files (kept at every load), a few at a time, on demand.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from checkpoint.engine.codes import POLICY_ERROR
+from checkpoint.policy import PolicyLoadError, PolicySet
+from checkpoint.policy.loader import load_policy_files
+from checkpoint.server.runs import Refused
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+_RANK = {pb.VERDICT_ALLOW: 0, pb.VERDICT_REQUIRE_APPROVAL: 1, pb.VERDICT_DENY: 2, pb.VERDICT_HALT: 2}
+
+
+class PinnedPolicies:
+    """Compiled old revisions, the most recently used few kept."""
+
+    def __init__(self, keep: int = 4):
+        self._keep = keep
+        self._compiled: OrderedDict[str, PolicySet] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, current: PolicySet, revision: str) -> PolicySet:
+        if revision == current.revision:
+            return current
+        with self._lock:
+            found = self._compiled.get(revision)
+            if found is not None:
+                self._compiled.move_to_end(revision)
+                return found
+            files = current.catalog.revision_files(revision)
+            if files is None:
+                raise Refused(POLICY_ERROR, f"the run's pinned policy revision {revision[:64]!r} is not in the "
+                              "catalog, so what the run may do cannot be bounded by it", "pin")
+            try:
+                # compiled like any load; agent versions resolve through the same catalog
+                found = load_policy_files(files, f"<revision {revision}>", catalog=current.catalog,
+                                          cel_engine=current.cel_engine)
+            except PolicyLoadError as exc:  # e.g. a CEL runtime that changed what it accepts
+                raise Refused(POLICY_ERROR, f"the run's pinned policy revision {revision[:64]!r} no longer "
+                              f"compiles: {str(exc)[:300]}", "pin") from None
+            self._compiled[revision] = found
+            if len(self._compiled) > self._keep:
+                self._compiled.popitem(last=False)
+            return found
+
+
+def stricter(current: pb.CheckResponse, pinned: pb.CheckResponse, revision: str) -> pb.CheckResponse:
+    """The answer that lets the run do less. Equal verdicts: the current one, with a delegation's
+    child budget held to the smaller of the two grants."""
+    if _RANK.get(pinned.verdict, 2) > _RANK.get(current.verdict, 2):
+        pinned.reason += f" (under policy revision {revision}, which this run is pinned to: later edits do not widen it)"
+        return pinned
+    if current.verdict == pb.VERDICT_ALLOW and current.HasField("child_budget"):
+        for field in pb.Budget.DESCRIPTOR.fields:
+            now, then = getattr(current.child_budget, field.name), getattr(pinned.child_budget, field.name)
+            if then and (not now or then < now):
+                setattr(current.child_budget, field.name, then)
+    return current

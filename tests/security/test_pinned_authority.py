@@ -1,0 +1,110 @@
+"""A run is bound by the policy revision it began under: later edits never widen what it may do
+(tools, rules, ceilings, off-limits subjects), while narrowing edits apply to it at once.
+
+Each test starts a run, edits the policy folder, reloads, and asks again, through a real server.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+SUBNET = {"template": "web", "target": "10.20.0.0/24"}
+PAYMENTS = {"template": "web", "target": "payments.lab.example.com"}
+SHOP = {"template": "web", "target": "shop.lab.example.com"}
+
+
+def call(token: str, args: dict, **counters: int) -> pb.CheckRequest:
+    req = pb.CheckRequest(run=pb.RunContext(run_token=token),
+                          tool_call=pb.ToolCall(tool="create_task_from_template"),
+                          counters=pb.Counters(**counters))
+    req.tool_call.arguments.update(args)
+    return req
+
+
+def edit(checkpoint, path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new))
+    assert checkpoint.server.store.reload(), checkpoint.server.store.status.errors
+
+
+def answer(checkpoint, token, args, **counters) -> tuple[int, str]:
+    got = checkpoint.stub().Check(call(token, args, **counters), timeout=5)
+    return got.verdict, got.code
+
+
+def test_dropping_an_approval_rule_does_not_free_a_running_run(checkpoint, policy_dir):
+    before = checkpoint.start_run("recon").run_token
+    assert answer(checkpoint, before, SUBNET) == (pb.VERDICT_REQUIRE_APPROVAL, "approval_required")
+    rules = policy_dir / "rules" / "recon.yaml"
+    edit(checkpoint, rules, "condition: 'args.target.contains(\"/\")'", "condition: 'false'")
+    assert answer(checkpoint, before, SUBNET) == (pb.VERDICT_REQUIRE_APPROVAL, "approval_required")
+    after = checkpoint.start_run("recon").run_token  # a run that begins after the edit has it
+    assert answer(checkpoint, after, SUBNET) == (pb.VERDICT_ALLOW, "allowed")
+
+
+def test_removing_an_off_limits_subject_does_not_open_it_to_a_running_run(checkpoint, policy_dir):
+    before = checkpoint.start_run("recon").run_token
+    off_limits = policy_dir / "subjects" / "off-limits.yaml"
+    edit(checkpoint, off_limits, 'pattern: "payments.lab.example.com"', 'pattern: "payments.other.example.com"')
+    got = checkpoint.stub().Check(call(before, PAYMENTS), timeout=5)
+    assert (got.verdict, got.code) == (pb.VERDICT_DENY, "subject_off_limits")
+    assert "pinned" in got.reason and not got.HasField("grant")
+    after = checkpoint.start_run("recon").run_token
+    assert answer(checkpoint, after, PAYMENTS) == (pb.VERDICT_ALLOW, "allowed")
+
+
+def test_raising_a_ceiling_does_not_raise_it_for_a_running_run(checkpoint, policy_dir):
+    before = checkpoint.start_run("recon").run_token
+    assert answer(checkpoint, before, SHOP, identical_calls=4) == (pb.VERDICT_HALT, "breaker_repetition")
+    edit(checkpoint, policy_dir / "tenants" / "acme.yaml", "repetition: 3", "repetition: 5")
+    assert answer(checkpoint, before, SHOP, identical_calls=4) == (pb.VERDICT_HALT, "breaker_repetition")
+    after = checkpoint.start_run("recon").run_token
+    assert answer(checkpoint, after, SHOP, identical_calls=4) == (pb.VERDICT_ALLOW, "allowed")
+
+
+def test_a_narrowing_edit_applies_to_a_running_run_at_once(checkpoint, policy_dir):
+    before = checkpoint.start_run("recon").run_token
+    assert answer(checkpoint, before, SHOP) == (pb.VERDICT_ALLOW, "allowed")
+    off_limits = policy_dir / "subjects" / "off-limits.yaml"
+    off_limits.write_text(off_limits.read_text() + '  - pattern: "shop.lab.example.com"\n    reason: frozen\n')
+    assert checkpoint.server.store.reload()
+    assert answer(checkpoint, before, SHOP) == (pb.VERDICT_DENY, "subject_off_limits")
+    edit(checkpoint, policy_dir / "tenants" / "acme.yaml", "repetition: 3", "repetition: 1")
+    assert answer(checkpoint, before, PAYMENTS | {"target": "web.lab.example.com"}, identical_calls=2) == (
+        pb.VERDICT_HALT, "breaker_repetition")
+
+
+def test_a_child_is_bound_by_the_revision_its_parent_began_under(checkpoint, policy_dir):
+    parent = checkpoint.start_run("recon").run_token
+    rules = policy_dir / "rules" / "recon.yaml"
+    (policy_dir / "rules" / "triage.yaml").write_text(
+        "kind: Rule\nname: triage-reads-only-task-1\neffect: deny_if\ncondition: 'args.task_id != \"task-1\"'\n"
+        "tools: [get_task]\nagents: [triage]\nreason: triage reads task-1 only\n")
+    assert checkpoint.server.store.reload()
+    parent = checkpoint.start_run("recon").run_token  # begins under the rule
+    (policy_dir / "rules" / "triage.yaml").unlink()  # a widening edit while the parent runs
+    assert checkpoint.server.store.reload()
+    delegated = checkpoint.stub().Check(pb.CheckRequest(run=pb.RunContext(run_token=parent),
+                                                        delegation=pb.Delegation(agent="triage")), timeout=5)
+    assert delegated.verdict == pb.VERDICT_ALLOW
+    req = pb.CheckRequest(run=pb.RunContext(run_token=delegated.child_run_token), tool_call=pb.ToolCall(tool="get_task"))
+    req.tool_call.arguments.update({"task_id": "task-2"})
+    got = checkpoint.stub().Check(req, timeout=5)
+    assert (got.verdict, got.code) == (pb.VERDICT_DENY, "rule_denied")
+    assert rules.exists()
+
+
+def test_a_run_whose_revision_is_unknown_is_refused(checkpoint, policy_dir):
+    before = checkpoint.start_run("recon").run_token
+    edit(checkpoint, policy_dir / "tenants" / "acme.yaml", "repetition: 3", "repetition: 2")
+    # the catalog lost the old revision (a wiped data folder, say): bound by nothing, so refused
+    catalog = sqlite3.connect(checkpoint.data / "catalog.db")
+    with catalog:
+        catalog.execute("DELETE FROM policy_revisions WHERE revision != ?", (checkpoint.server.store.current.revision,))
+    catalog.close()
+    checkpoint.server.service.pins = type(checkpoint.server.service.pins)()  # nothing compiled kept either
+    got = checkpoint.stub().Check(call(before, SHOP), timeout=5)
+    assert (got.verdict, got.code, got.rule) == (pb.VERDICT_DENY, "policy_error", "pin")
