@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from warden.budget import FIELDS as BUDGET_FIELDS
+
 DEFAULT_DATA = os.environ.get("WARDEN_DATA", ".warden")
 DEFAULT_DRIVER = os.environ.get("WARDEN_DRIVER", "127.0.0.1:7403")
 DEFAULT_CHECKPOINT = os.environ.get("WARDEN_CHECKPOINT", "127.0.0.1:7401")
-BUDGET_KEYS = ("tokens", "turns", "tool_calls", "wall_clock_seconds", "repetition", "failures", "drift",
-               "tree_tokens", "spend_usd", "provider_refusals")
+BUDGET_KEYS = tuple(f for f in BUDGET_FIELDS if f != "turns_total")  # what a resume may raise
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

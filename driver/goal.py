@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from checkpoint.policy.yamlsource import SourceDocument
 from driver.errors import GoalError
 from driver.yamlfile import pydantic_problems, read_document
+from warden.budget import Budget
 
 
 class _Strict(BaseModel):
@@ -37,20 +38,8 @@ class Criterion(_Strict):
     check: CriterionCheck | None = None
 
 
-class GoalBudget(_Strict):
-    """The person's budget for this run: it can only narrow the agent's, tenant's, instance's."""
-
-    tokens: int | None = Field(None, ge=0)
-    turns: int | None = Field(None, ge=0)
-    turns_total: int | None = Field(None, ge=0)
-    tool_calls: int | None = Field(None, ge=0)
-    wall_clock_seconds: float | None = Field(None, ge=0)
-    repetition: int | None = Field(None, ge=0)
-    failures: int | None = Field(None, ge=0)
-    drift: int | None = Field(None, ge=0)
-    tree_tokens: int | None = Field(None, ge=0)
-    spend_usd: float | None = Field(None, ge=0)
-    provider_refusals: int | None = Field(None, ge=0)
+# The person's budget for this run: it can only narrow the agent's, tenant's, instance's.
+GoalBudget = Budget
 
 
 class Goal(_Strict):

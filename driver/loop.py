@@ -54,6 +54,7 @@ from driver.store import (
 )
 from driver.verify import verify_outcomes
 from warden import canonical
+from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
 
@@ -64,7 +65,7 @@ NUDGE = ("Your last answer started nothing and reported nothing. Call one of you
 MAX_TOKENS = 2048
 _ALLOW, _DENY, _APPROVAL, _HALT = (cp.VERDICT_ALLOW, cp.VERDICT_DENY, cp.VERDICT_REQUIRE_APPROVAL,
                                    cp.VERDICT_HALT)
-_BUDGET_FIELDS = tuple(GoalBudget.model_fields)
+
 _Args = TypeVar("_Args", bound=BaseModel)
 
 
@@ -249,7 +250,7 @@ class Driver:
         if run["code"] == "breaker_turns_total":
             raise RunStateError("the run used its lifetime turns (turns_total); start a new run",
                                 code="turns_total_exhausted")
-        unknown = set(raise_budget) - set(_BUDGET_FIELDS)
+        unknown = set(raise_budget) - set(BUDGET_FIELDS)
         if unknown:
             raise RunStateError(f"unknown budget fields {sorted(unknown)}", code="invalid_budget")
         budget = dict(run["budget"] or {})
@@ -408,7 +409,7 @@ class Driver:
     def _run_context(self, run: dict[str, Any]) -> cp.RunContext:
         """The run token says who acts for whom; the driver adds what it keeps: the person's budget
         for the run (a child's granted one is bound in its token) and whether a plan is approved."""
-        budget = cp.Budget(**{k: v for k, v in (run["budget"] or {}).items() if k in cp.Budget.DESCRIPTOR.fields_by_name})
+        budget = cp.Budget(**(run["budget"] or {}))  # a key the wire does not know is an error, never dropped
         return cp.RunContext(run_token=run["run_token"], budget=budget, has_plan=bool(run["has_plan"]))
 
     def _counters(self, run: dict[str, Any], *, turn_tool_calls: int = 0, identical: int = 0) -> cp.Counters:

@@ -29,6 +29,7 @@ from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStat
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
+from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
@@ -39,7 +40,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DriverService"].full_name
 _STATUS = {s: pb.RunStatus.Value("RUN_STATUS_" + s.upper()) for s in
            ("running", "paused", "awaiting_approval", "succeeded", "failed", "cancelled", "awaiting_child")}
 _STATUS_NAME = {v: k for k, v in _STATUS.items()}
-_BUDGET_FIELDS = [f.name for f in cp.Budget.DESCRIPTOR.fields]
+
 
 
 # The operators file has the checkpoint's token-file format (`person token` per line, 0600,
@@ -66,7 +67,7 @@ def _struct(d: dict[str, Any]) -> struct_pb2.Struct:
 
 
 def budget_to_dict(b: cp.Budget) -> dict[str, Any]:
-    return {f: getattr(b, f) for f in _BUDGET_FIELDS if getattr(b, f)}
+    return {f: getattr(b, f) for f in BUDGET_FIELDS if getattr(b, f)}
 
 
 def goal_from_proto(g: pb.Goal) -> Goal:
@@ -99,7 +100,7 @@ def run_to_proto(driver: Driver, run: dict[str, Any]) -> pb.Run:
         owner=run["owner"], mode=pb.RUN_MODE_BACKGROUND if run["mode"] == "background" else pb.RUN_MODE_INTERACTIVE,
         status=_STATUS.get(run["status"], pb.RUN_STATUS_UNSPECIFIED), code=run["code"], reason=run["reason"],
         goal_version=run["goal_version"], counters=counters,
-        budget=cp.Budget(**{k: v for k, v in (run["budget"] or {}).items() if k in _BUDGET_FIELDS}),
+        budget=cp.Budget(**(run["budget"] or {})),
         missing=run["missing"] or [], provider=run["provider"], model=run["model"],
         policy_revision=run["policy_revision"], created_at=_ts(run["created_at"]), updated_at=_ts(run["updated_at"]),
         stretch=run["stretch"], total_tokens=run["total_tokens"], parent_run_id=run["parent_run_id"],

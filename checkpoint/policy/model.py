@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from checkpoint.policy.subjects import Kind
+from warden.budget import Budget
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -27,23 +28,6 @@ class Access(StrEnum):
     WRITE = "write"
     DESTRUCTIVE = "destructive"
     LEARN = "learn"
-
-
-class Budget(Strict):
-    """Ceilings for the eleven breakers. Unset means no ceiling at this level (the instance's
-    unset ones take the built-in defaults of checkpoint/policy/defaults.py). Finite numbers only."""
-
-    tokens: int | None = Field(None, ge=0)
-    turns: int | None = Field(None, ge=0)
-    turns_total: int | None = Field(None, ge=0)
-    tool_calls: int | None = Field(None, ge=0, description="tool calls per turn")
-    wall_clock_seconds: float | None = Field(None, ge=0, allow_inf_nan=False)
-    repetition: int | None = Field(None, ge=0, description="identical calls (same tool, same arguments)")
-    failures: int | None = Field(None, ge=0, description="failed or denied calls in a row")
-    drift: int | None = Field(None, ge=0, description="calls that serve no plan step")
-    tree_tokens: int | None = Field(None, ge=0, description="tokens used by the whole delegation tree")
-    spend_usd: float | None = Field(None, ge=0, allow_inf_nan=False, description="the run's share of the daily spend")
-    provider_refusals: int | None = Field(None, ge=0)
 
 
 class Scope(Strict):

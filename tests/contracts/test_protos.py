@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from warden import protogen
 
 
@@ -31,3 +33,18 @@ def test_enum_zero_values_are_unspecified():
         for enum, body in re.findall(r"enum (\w+) \{(.*?)\}", path.read_text(), flags=re.S):
             first = re.search(r"(\w+)\s*=\s*0;", body)
             assert first and first.group(1).endswith("_UNSPECIFIED"), f"{path.name}: {enum}"
+
+
+def test_the_budget_is_defined_once_and_the_wire_carries_every_field():
+    """warden.budget.Budget is the one definition (policy files, goals, the driver, the breakers);
+    the proto's Budget must hold exactly its fields, so no ceiling can be dropped on the way."""
+    from checkpoint.engine.breakers import BUDGET_FIELDS as BREAKER_FIELDS
+    from checkpoint.policy import model
+    from driver.goal import GoalBudget
+    from warden.budget import FIELDS, Budget
+    from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+    assert FIELDS == tuple(f.name for f in pb.Budget.DESCRIPTOR.fields) == BREAKER_FIELDS
+    assert model.Budget is Budget and GoalBudget is Budget
+    with pytest.raises(ValueError):
+        pb.Budget(**{"tokens": 1, "renamed_ceiling": 2})  # the driver builds the wire form strictly
