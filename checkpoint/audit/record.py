@@ -43,6 +43,7 @@ INPUT_FIELDS: tuple[str, ...] = (
     "principal",
     "caller",
     "call_digest",
+    "approval_rules",
 )
 # What the hash covers: everything stored except the two chain columns themselves.
 HASHED_FIELDS: tuple[str, ...] = ("seq", *INPUT_FIELDS)

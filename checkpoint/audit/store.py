@@ -18,7 +18,7 @@ from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.record import COLUMNS
 
 TABLE = "decisions"
-SCHEMA_VERSION = 2  # 2: principal, caller, call_digest
+SCHEMA_VERSION = 2  # 2: principal, caller, call_digest, approval_rules
 # Each index is one more B-tree page written per commit. run_id and agent pick out few records of
 # many; verdict (four values) and code (a few dozen) would not narrow a search much, so queries
 # on those walk the table in seq order instead (logs made before kept their old indexes).
@@ -42,6 +42,7 @@ class Filters(TypedDict, total=False):
     verdict: str | None
     code: str | None
     since: str | None  # RFC 3339 UTC with microseconds, as stored: text order is time order
+    tenants: list[str] | None  # only records of these tenants (an auditor's right may be narrower)
 
 
 FILTER_NAMES = frozenset(Filters.__optional_keys__)
@@ -149,6 +150,10 @@ def select(
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)
+    tenants = filters.get("tenants")
+    if tenants is not None:
+        where.append(f"tenant IN ({', '.join('?' * len(tenants))})" if tenants else "0")
+        params += list(tenants)
     since = filters.get("since")
     if since is not None:  # fixed-width UTC text: text order is time order
         where.append("time >= ?")

@@ -7,7 +7,7 @@ It looks every agent of the chain up in its own catalog of pinned versions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.engine import codes
@@ -40,7 +40,9 @@ class Call:
     mode: str
     agent: AgentVersion | None  # the acting agent (the last link); None when a person acts
     approver: str = ""  # a verified approval of this call is at hand (the service checked it)
-    approved_by: str = ""  # set when that approval satisfied an approve_if rule
+    approved_rules: frozenset[str] = frozenset()  # the approve-if rules (names) that approval answered
+    approved_by: str = ""  # set when that approval satisfied every approve_if rule that applied
+    asking: list[str] = field(default_factory=list)  # approve-if rules left to answer (REQUIRE_APPROVAL)
 
     @property
     def depth(self) -> int:
@@ -134,10 +136,10 @@ def _finite(request: pb.CheckRequest) -> None:
     if request.WhichOneof("action") == "delegation":
         messages.append(("delegation.budget", request.delegation.budget))
     for where, message in messages:
-        for field, value in message.ListFields():  # set fields only: proto3 zeros are fine
+        for descriptor, value in message.ListFields():  # set fields only: proto3 zeros are fine
             if not (value >= 0 and math.isfinite(value)):  # NaN fails both
                 raise InvalidRequest(
                     codes.INVALID_REQUEST,
-                    f"{where}.{field.name} must be a finite number that is not negative, not {value!r}",
-                    f"{where}.{field.name}",
+                    f"{where}.{descriptor.name} must be a finite number that is not negative, not {value!r}",
+                    f"{where}.{descriptor.name}",
                 )

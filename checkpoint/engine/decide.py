@@ -26,12 +26,15 @@ MAX_ARGUMENT_BYTES = 64 * 1024
 MAX_PLAN_STEPS = 100
 
 
-def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "") -> pb.CheckResponse:
+def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
+           approved_rules: frozenset[str] = frozenset()) -> pb.CheckResponse:
     """Decide one request. Raises InvalidRequest when it is not well formed enough to decide.
 
     `approver`: the person whose approval of this very call the service has verified (an
-    approval token it signed); an approve-if rule passes on it. The engine never reads an
-    approver from the request itself.
+    approval token it signed), and `approved_rules` the approve-if rules (by name) that approval
+    answered: the call passes only when every approve-if rule that applies is among them. The
+    engine never reads an approver from the request itself. A REQUIRE_APPROVAL answer lists
+    every approve-if rule that applies in `approval_rules`.
     """
     trace = Trace(enabled=request.explain, outcomes=[])
     response = pb.CheckResponse(policy_revision=policies.revision)
@@ -39,6 +42,7 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "")
     try:
         call = resolve(policies, request, trace)
         call.approver = approver[:100]
+        call.approved_rules = approved_rules
         action = request.WhichOneof("action")
         if action == "tool_call":
             _tool_call(call, request.tool_call, response)
@@ -58,6 +62,8 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "")
         response.verdict, response.code, response.rule, response.reason = (
             stop.verdict, stop.code, stop.rule, stop.reason
         )
+        if stop.verdict == APPROVE and call is not None:
+            response.approval_rules.extend(f"rule:{name}" for name in call.asking)
     if call is not None:
         response.tenant, response.accountable_person = call.tenant.name, call.person
         if call.agent is not None:
@@ -85,7 +91,7 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
             f"{tool.name!r} manages agents; agent changes go through a tenant admin's review, not a tool call",
         )
     touched = _touched_in_bounds(call, tool, args)
-    approval = _rules(call, "tool_call", call.policies.rules_by_tool[tool.name], lambda: {
+    approvals = _rules(call, "tool_call", call.policies.rules_by_tool[tool.name], lambda: {
         "args": args,
         "tool": {"name": tool.name, "access": tool.spec.access.value},
         "subjects": touched.get("subjects", []),
@@ -93,8 +99,8 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
     if call.agent is not None:
         breakers.check(call, "tool_call")
     response.counts_as_drift = call.request.run.has_plan and not tc.plan_step
-    if approval is not None:
-        _approve_or_stop(call, approval)
+    if approvals:
+        _approve_or_stop(call, approvals)
 
 
 def _shape(call: Call, name: str, arguments: Any, validate_absent: bool = True) -> tuple[CompiledTool, dict[str, Any]]:
@@ -192,14 +198,14 @@ def _off_limits(call: Call, subjects: Iterable[Subject]) -> None:
 
 
 def _rules(call: Call, action: str, group: RuleGroup,
-           own_variables: Callable[[], dict[str, Any]]) -> CompiledRule | None:
+           own_variables: Callable[[], dict[str, Any]]) -> list[CompiledRule]:
     """Step 5: deny-if rules refuse; approve-if rules ask for a person (after the breakers).
 
     `own_variables` gives the action's own rule variables (`args`, `model`, ...); the activation
     is built once, and only when a rule applies to the acting agent.
     """
     agent_name = call.agent.name if call.agent is not None else ""
-    approval: CompiledRule | None = None
+    approvals: list[CompiledRule] = []
     activation = None
     for rule in group.rules:
         if rule.spec.agents and agent_name not in rule.spec.agents:
@@ -222,17 +228,24 @@ def _rules(call: Call, action: str, group: RuleGroup,
         if rule.spec.effect == "deny_if":
             raise call.trace.stop(DENY, rule.code, f"rule:{rule.name}", rule.spec.reason or f"rule {rule.name!r} denies this")
         call.trace.add(f"rule:{rule.name}", "approval", rule.code, rule.spec.reason)
-        approval = approval or rule
-    return approval
+        approvals.append(rule)
+    return approvals
 
 
-def _approve_or_stop(call: Call, rule: CompiledRule) -> None:
-    if call.approver:
-        call.trace.add(f"rule:{rule.name}", "approved", detail=f"by {call.approver}")
+def _approve_or_stop(call: Call, rules: list[CompiledRule]) -> None:
+    """Every approve-if rule that applies must be answered by the verified approval; one approver
+    of another rule's calls does not stand in for this rule's approvers."""
+    if call.approver and all(rule.name in call.approved_rules for rule in rules):
+        for rule in rules:
+            call.trace.add(f"rule:{rule.name}", "approved", detail=f"by {call.approver}")
         call.approved_by = call.approver
         return
-    reason = rule.spec.reason or f"rule {rule.name!r} asks a person to approve this"
-    raise call.trace.stop(APPROVE, rule.code, f"rule:{rule.name}", reason)
+    call.asking = [rule.name for rule in rules]
+    first = rules[0]
+    reason = first.spec.reason or f"rule {first.name!r} asks a person to approve this"
+    if len(rules) > 1:
+        reason += f" (and {', '.join(repr(r.name) for r in rules[1:])})"
+    raise call.trace.stop(APPROVE, first.code, f"rule:{first.name}", reason)
 
 
 COUNTER_FIELDS = tuple(f.name for f in pb.Counters.DESCRIPTOR.fields)
@@ -281,13 +294,13 @@ def _require_agent(call: Call, what: str) -> None:
 def _model_call(call: Call) -> None:
     _require_agent(call, "model calls")
     mc = call.request.model_call
-    approval = _rules(call, "model_call", call.policies.rules_by_action["model_call"], lambda: {
+    approvals = _rules(call, "model_call", call.policies.rules_by_action["model_call"], lambda: {
         "model": {"provider": mc.provider, "name": mc.model, "max_tokens": mc.max_tokens,
                   "input_tokens": mc.input_tokens},
     })
     breakers.check(call, "model_call")
-    if approval is not None:
-        _approve_or_stop(call, approval)
+    if approvals:
+        _approve_or_stop(call, approvals)
 
 
 def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> None:
@@ -305,7 +318,7 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
         code = codes.UNKNOWN_AGENT_VERSION if d.agent in call.policies.agents else codes.UNKNOWN_AGENT
         raise trace.stop(DENY, code, "delegation.agent", f"cannot resolve agent {d.agent!r} {d.agent_version}".strip())
     trace.add("delegation.allowlist", "pass")
-    approval = _rules(call, "delegation", call.policies.rules_by_action["delegation"], lambda: {
+    approvals = _rules(call, "delegation", call.policies.rules_by_action["delegation"], lambda: {
         "delegation": {"agent": child.name, "version": child.version},
     })
     breakers.check(call, "delegation")
@@ -315,8 +328,8 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
     ceilings = breakers.effective_budget(call, d.budget if d.HasField("budget") else None)
     for name, value in ceilings.items():
         setattr(response.child_budget, name, value)
-    if approval is not None:
-        _approve_or_stop(call, approval)
+    if approvals:
+        _approve_or_stop(call, approvals)
 
 
 def _delegation_limits(call: Call, child: str) -> None:
@@ -370,9 +383,9 @@ def _plan(call: Call, plan: pb.Plan, response: pb.CheckResponse) -> None:
             f"step {first_refusal.index + 1} ({first_refusal.step_id or plan.steps[first_refusal.index].tool}) "
             f"is refused: {first_refusal.code}: {first_refusal.reason}",
         )
-    approval = _rules(call, "plan", call.policies.rules_by_action["plan"], lambda: {
+    approvals = _rules(call, "plan", call.policies.rules_by_action["plan"], lambda: {
         "plan": [{"id": s.id, "tool": s.tool} for s in plan.steps],
     })
     breakers.check(call, "plan")
-    if approval is not None:
-        _approve_or_stop(call, approval)
+    if approvals:
+        _approve_or_stop(call, approvals)

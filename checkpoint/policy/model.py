@@ -217,6 +217,13 @@ class ApproveRights(Strict):
     own_runs: bool = Field(False, description="may approve calls of runs it is the accountable person of")
 
 
+class AuditRights(Strict):
+    """Which tenants' records a principal may read. `*` means every tenant's, and records that
+    name no tenant (refusals before a run was established)."""
+
+    tenants: Names = Field(default_factory=list)
+
+
 class Principal(Strict):
     """A caller of the checkpoint, and what it may do. The credential names it: a token file line
     `NAME TOKEN` is the identity `token:NAME`, a verified client certificate `mtls:SUBJECT`, a
@@ -229,7 +236,7 @@ class Principal(Strict):
     identities: list[Identity] = Field(..., min_length=1)
     check: CheckRights | None = Field(None, description="may call Check, StartRun, ResolveAgent")
     approve: ApproveRights | None = Field(None, description="may call Approve and Reject")
-    audit: bool = Field(False, description="may read the decision log (WatchDecisions)")
+    audit: AuditRights | None = Field(None, description="may read these tenants' decision records (WatchDecisions)")
 
 
 Document = Agent | Tool | Rule | OffLimits | Tenant | Instance | Principal

@@ -57,8 +57,16 @@ class Principal:
         )
 
     @property
-    def may_audit(self) -> bool:
-        return self.spec.audit
+    def acts_as_self(self) -> bool:
+        """Its callers vouch only for themselves: each one's runs are its own alone."""
+        return self.spec.check is not None and self.spec.check.persons == "self"
+
+    def audit_tenants(self) -> list[str] | None:
+        """The tenants whose records it may read: None for every record, [] for none."""
+        rights = self.spec.audit
+        if rights is None:
+            return []
+        return None if "*" in rights.tenants else list(rights.tenants)
 
 
 class Principals:

@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from checkpoint.audit import DecisionLog
 from checkpoint.policy import AgentCatalog
-from checkpoint.server.auth import AuthPolicy, Refused
+from checkpoint.server.auth import AuthPolicy, OnRefused
 from checkpoint.server.grpc_api import SERVICE_NAME, handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
 from checkpoint.server.ratelimit import PeerLimiter
@@ -213,7 +213,7 @@ def create_server(
     return checkpoint, port
 
 
-def _record_unauthenticated(service: CheckpointService, limiter: PeerLimiter) -> Refused:
+def _record_unauthenticated(service: CheckpointService, limiter: PeerLimiter) -> OnRefused:
     """Record an unauthenticated refusal within the peer's rate; beyond it, count it only."""
 
     def on_refused(method: str, request: Any, context: grpc.ServicerContext) -> None:

@@ -34,6 +34,13 @@ class VerifiedApproval:
     run_id: str
     call_digest: str
     approver: str
+    rules: frozenset[str]  # the approve-if rules (names) the approver was allowed to answer
+
+
+def asked_rules(asked: Mapping[str, Any]) -> list[str]:
+    """Every approve-if rule a REQUIRE_APPROVAL record asks a person for ("rule:NAME")."""
+    listed = asked.get("approval_rules")
+    return listed.split(",") if listed else [asked.get("rule") or ""]
 
 
 class Approvals:
@@ -73,10 +80,21 @@ class Approvals:
             "decision_id": asked["decision_id"],
             "run_id": asked["run_id"],
             "call_digest": asked["call_digest"],
+            "rules": [r.removeprefix("rule:") for r in asked_rules(asked)],
             "approver": approver,
             "principal": principal,
             "approval_id": approval_id,
         })
+
+    def reject(self, decision_id: str, person: str) -> None:
+        """A rejection takes the decision's single-use key: no approval of it can be spent after."""
+        self._single_use.claim(decision_id, f"rejected by {person}")
+
+    def not_rejected(self, decision_id: str) -> None:
+        """Refused when the decision was already rejected (or its approval used)."""
+        used = self._single_use.used_by(decision_id)
+        if used is not None:
+            raise Refused(APPROVAL_INVALID, f"decision {decision_id[:64]!r} is settled ({used[:100]})", "approval")
 
     def verify(self, request: pb.CheckRequest) -> VerifiedApproval:
         """The approval the request presents, if its token is one this checkpoint signed for this
@@ -89,8 +107,9 @@ class Approvals:
                 run_id=str(claims["run_id"]),
                 call_digest=str(claims["call_digest"]),
                 approver=str(claims["approver"]),
+                rules=frozenset(str(r) for r in claims["rules"]),
             )
-        except (TokenInvalid, KeyError) as exc:
+        except (TokenInvalid, KeyError, TypeError) as exc:
             reason = str(exc) if isinstance(exc, TokenInvalid) else "claims are not well formed"
             raise Refused(APPROVAL_INVALID, f"the approval token is not valid: {reason}", "approval") from None
         if verified.decision_id != approval.decision_id or verified.run_id != request.run.run_id:
@@ -106,7 +125,7 @@ class Approvals:
         """Use the approval for this call, once. Why not, or None when it is now spent on this call."""
         if digest != approval.call_digest:
             return f"decision {approval.decision_id[:64]!r} approved a different call"
-        first = self._single_use.claim(approval.decision_id, request.run.run_id)
+        first = self._single_use.claim(approval.decision_id, f"used by run {request.run.run_id}")
         if first is not None:
-            return f"decision {approval.decision_id[:64]!r} was already approved and used"
+            return f"decision {approval.decision_id[:64]!r} was already approved and used ({first[:100]})"
         return None

@@ -54,6 +54,9 @@ def load_tokens(path: str | Path, *, require_names: bool = False) -> dict[bytes,
             expected = "'person token'" if require_names else "'token' or 'caller token'"
             raise TokenFileError(f"{path}:{lineno}: expected {expected}")
         caller, token = (parts[0], parts[1]) if len(parts) == 2 else (f"token-{lineno}", parts[0])
+        if ":" in caller or caller == "unix":
+            # `token:NAME` must never read as another kind of identity (`mtls:...`, `unix`)
+            raise TokenFileError(f"{path}:{lineno}: the caller name {caller!r} may not contain ':' or be 'unix'")
         if len(token) < 16:
             raise TokenFileError(f"{path}:{lineno}: token shorter than 16 characters")
         tokens[hashlib.sha256(token.encode()).digest()] = caller
@@ -100,4 +103,4 @@ class AuthPolicy:
 
 # How a server answers a call without valid credentials: record it (or only count it), given the
 # method, the request and the call's context.
-Refused = Callable[[str, Any, grpc.ServicerContext], None]
+OnRefused = Callable[[str, Any, grpc.ServicerContext], None]

@@ -110,6 +110,7 @@ def record_to_proto(record: dict[str, Any]) -> pb.DecisionRecord:
         hash=record.get("hash") or "",
         principal=record.get("principal") or "",
         caller=record.get("caller") or "",
+        approval_rules=record.get("approval_rules") or "",
     )
     if record.get("time"):
         out.time.FromJsonString(record["time"])

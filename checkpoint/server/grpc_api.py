@@ -20,7 +20,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from checkpoint.server import wire
-from checkpoint.server.auth import AuthPolicy, Refused
+from checkpoint.server.auth import AuthPolicy, OnRefused
 from checkpoint.server.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
 from checkpoint.server.service import CheckpointService
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -65,7 +65,7 @@ UNAUTHENTICATED = Unauthenticated("unauthenticated", "a valid bearer token or cl
 
 def _unary(
     fn: Callable[[Any, str], Any], latency: Any, service: CheckpointService, auth: AuthPolicy,
-    on_unauthenticated: Refused, method: str,
+    on_unauthenticated: OnRefused, method: str,
 ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         started = time.perf_counter()
@@ -100,7 +100,7 @@ class Watchers:
         self._sem.release()
 
 
-def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: Refused, *,
+def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: OnRefused, *,
              max_watchers: int = 16) -> grpc.GenericRpcHandler:
     """`on_unauthenticated(method, request, context)` records (or only counts) a refusal."""
     watchers = Watchers(max_watchers)
@@ -112,7 +112,7 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: R
                 on_unauthenticated("/" + SERVICE_NAME + "/WatchDecisions", request, context)
                 raise UNAUTHENTICATED
             _well_formed(request)
-            service.may_watch(caller)
+            tenants = service.watch_tenants(caller)
             if not watchers.acquire():
                 raise Unavailable("too_many_watchers", f"at most {watchers.limit} decision streams at once")
         except ServiceError as exc:
@@ -125,7 +125,7 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: R
                 service.wake_watchers()
 
             context.add_callback(on_done)
-            yield from service.watch(request, stop)
+            yield from service.watch(request, stop, tenants)
         except ServiceError as exc:
             abort(context, exc)
         finally:

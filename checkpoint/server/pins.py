@@ -23,12 +23,14 @@ _RANK = {pb.VERDICT_ALLOW: 0, pb.VERDICT_REQUIRE_APPROVAL: 1, pb.VERDICT_DENY: 2
 
 
 class PinnedPolicies:
-    """Compiled old revisions, the most recently used few kept."""
+    """Compiled old revisions, the most recently used kept. Each revision compiles under a lock of
+    its own, so a slow compile of one never holds up the calls of runs pinned to another."""
 
-    def __init__(self, keep: int = 4):
+    def __init__(self, keep: int = 16):
         self._keep = keep
         self._compiled: OrderedDict[str, PolicySet] = OrderedDict()
         self._lock = threading.Lock()
+        self._compiling: dict[str, threading.Lock] = {}
 
     def get(self, current: PolicySet, revision: str) -> PolicySet:
         if revision == current.revision:
@@ -38,21 +40,33 @@ class PinnedPolicies:
             if found is not None:
                 self._compiled.move_to_end(revision)
                 return found
-            files = current.catalog.revision_files(revision)
-            if files is None:
-                raise Refused(POLICY_ERROR, f"the run's pinned policy revision {revision[:64]!r} is not in the "
-                              "catalog, so what the run may do cannot be bounded by it", "pin")
-            try:
-                # compiled like any load; agent versions resolve through the same catalog
-                found = load_policy_files(files, f"<revision {revision}>", catalog=current.catalog,
-                                          cel_engine=current.cel_engine)
-            except PolicyLoadError as exc:  # e.g. a CEL runtime that changed what it accepts
-                raise Refused(POLICY_ERROR, f"the run's pinned policy revision {revision[:64]!r} no longer "
-                              f"compiles: {str(exc)[:300]}", "pin") from None
-            self._compiled[revision] = found
-            if len(self._compiled) > self._keep:
-                self._compiled.popitem(last=False)
+            one = self._compiling.setdefault(revision, threading.Lock())
+        with one:
+            with self._lock:
+                found = self._compiled.get(revision)
+            if found is None:
+                found = self._compile(current, revision)
+            with self._lock:
+                self._compiled[revision] = found
+                self._compiled.move_to_end(revision)
+                while len(self._compiled) > self._keep:
+                    self._compiled.popitem(last=False)
+                self._compiling.pop(revision, None)
             return found
+
+    @staticmethod
+    def _compile(current: PolicySet, revision: str) -> PolicySet:
+        files = current.catalog.revision_files(revision)
+        if files is None:
+            raise Refused(POLICY_ERROR, f"the run's pinned policy revision {revision[:64]!r} is not in the "
+                          "catalog, so what the run may do cannot be bounded by it", "pin")
+        try:
+            # compiled like any load; agent versions resolve through the same catalog
+            return load_policy_files(files, f"<revision {revision}>", catalog=current.catalog,
+                                     cel_engine=current.cel_engine)
+        except PolicyLoadError as exc:  # e.g. a CEL runtime that changed what it accepts
+            raise Refused(POLICY_ERROR, f"the run's pinned policy revision {revision[:64]!r} no longer "
+                          f"compiles: {str(exc)[:300]}", "pin") from None
 
 
 def stricter(current: pb.CheckResponse, pinned: pb.CheckResponse, revision: str) -> pb.CheckResponse:
@@ -61,6 +75,10 @@ def stricter(current: pb.CheckResponse, pinned: pb.CheckResponse, revision: str)
     if _RANK.get(pinned.verdict, 2) > _RANK.get(current.verdict, 2):
         pinned.reason += f" (under policy revision {revision}, which this run is pinned to: later edits do not widen it)"
         return pinned
+    if current.verdict == pinned.verdict == pb.VERDICT_REQUIRE_APPROVAL:  # a person answers both sets' rules
+        current.approval_rules.extend(r for r in pinned.approval_rules if r not in current.approval_rules)
+    if current.verdict == pinned.verdict == pb.VERDICT_ALLOW and pinned.rule == "approval":
+        current.rule, current.reason = pinned.rule, pinned.reason  # the approval was needed: say so
     if current.verdict == pb.VERDICT_ALLOW and current.HasField("child_budget"):
         for field in pb.Budget.DESCRIPTOR.fields:
             now, then = getattr(current.child_budget, field.name), getattr(pinned.child_budget, field.name)

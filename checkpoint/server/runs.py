@@ -22,6 +22,7 @@ from checkpoint.server.tokens import RUN_LABEL, Signer, TokenInvalid
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 _MEMO_SIZE = 4096
+_MEMO_TOKEN_BYTES = 2048  # larger tokens (big inputs) are verified each time, so the memo stays small
 MAX_RUN_ID = 128
 
 
@@ -47,11 +48,12 @@ class Established:
     """What a verified run token says: the run context to decide under, whom it was issued to, and
     the policy revision in force when the run began (it bounds the run: see `pins`)."""
 
-    __slots__ = ("run", "principal", "revision")
+    __slots__ = ("run", "principal", "caller", "revision")
 
-    def __init__(self, run: pb.RunContext, principal: str, revision: str):
+    def __init__(self, run: pb.RunContext, principal: str, caller: str, revision: str):
         self.run = run
         self.principal = principal
+        self.caller = caller  # "" for any credential of the principal; else the one identity
         self.revision = revision
 
     @property
@@ -66,9 +68,9 @@ class RunTokens:
         self._memo: OrderedDict[str, Established] = OrderedDict()
         self._lock = threading.Lock()
 
-    def issue(self, run: pb.RunContext, principal: str, revision: str) -> str:
-        """Sign `run` (its identity fields, chain and inputs) for `principal`, pinned to the policy
-        `revision` in force; sets run.run_token."""
+    def issue(self, run: pb.RunContext, principal: str, revision: str, caller: str = "") -> str:
+        """Sign `run` (its identity fields, chain and inputs) for `principal` (and, when given, only
+        the credential `caller`), pinned to the policy `revision` in force; sets run.run_token."""
         claims = {
             "run_id": run.run_id,
             "root_run_id": run.root_run_id,
@@ -78,6 +80,7 @@ class RunTokens:
             "chain": [_actor_claim(a) for a in run.actor_chain],
             "inputs": json_format.MessageToDict(run.inputs) if run.HasField("inputs") else None,
             "principal": principal,
+            "caller": caller,
             "revision": revision,
         }
         run.run_token = self._signer.sign(claims)
@@ -102,15 +105,16 @@ class RunTokens:
             )
             if claims["inputs"] is not None:
                 run.inputs.update(claims["inputs"])
-            established = Established(run, str(claims["principal"]), str(claims["revision"]))
+            established = Established(run, str(claims["principal"]), str(claims["caller"]), str(claims["revision"]))
         except TokenInvalid as exc:
             raise Refused(RUN_TOKEN_INVALID, f"the run token is not valid: {exc}", "run_token") from None
         except (KeyError, TypeError, ValueError, json_format.ParseError, DecodeError):
             raise Refused(RUN_TOKEN_INVALID, "the run token's claims are not well formed", "run_token") from None
-        with self._lock:
-            self._memo[token] = established
-            if len(self._memo) > _MEMO_SIZE:
-                self._memo.popitem(last=False)
+        if len(token) <= _MEMO_TOKEN_BYTES:
+            with self._lock:
+                self._memo[token] = established
+                if len(self._memo) > _MEMO_SIZE:
+                    self._memo.popitem(last=False)
         return established
 
     def establish(self, request: pb.CheckRequest) -> Established:

@@ -28,13 +28,13 @@ from checkpoint.engine.context import MODES
 from checkpoint.policy import PolicySet
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
-from checkpoint.server.approvals import Approvals
+from checkpoint.server.approvals import Approvals, asked_rules
 from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.metrics import Metrics
 from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.reload import PolicyStore
-from checkpoint.server.runs import MAX_RUN_ID, Refused, RunTokens, child_run
+from checkpoint.server.runs import MAX_RUN_ID, Established, Refused, RunTokens, child_run
 from checkpoint.server.single_use import SingleUse
 from warden import canonical, grants
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -98,9 +98,8 @@ class CheckpointService:
             if action is None:
                 raise InvalidRequest(codes.INVALID_REQUEST, "the request proposes no action", "action")
             established = self.runs.establish(request)
-            if established.principal != principal.name:
-                raise Refused(codes.RUN_TOKEN_INVALID,
-                              f"the run token was issued to principal {established.principal!r}", "run_token")
+            if established.principal != principal.name or established.caller not in ("", caller):
+                raise Refused(codes.RUN_TOKEN_INVALID, "the run token was issued to another caller", "run_token")
             if not principal.may_check(request.run.tenant, established.agent):
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not ask for agent {established.agent!r} "
@@ -108,10 +107,12 @@ class CheckpointService:
             if request.HasField("approval"):
                 approval = self.approvals.verify(request)
             approver = approval.approver if approval else ""
+            approved = approval.rules if approval else frozenset()
             pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
-            response = decide(policies, request, approver=approver)
+            response = decide(policies, request, approver=approver, approved_rules=approved)
             if pinned is not policies:
-                response = stricter(response, decide(pinned, request, approver=approver), established.revision)
+                response = stricter(response, decide(pinned, request, approver=approver, approved_rules=approved),
+                                    established.revision)
         except Refused as refused:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
@@ -138,11 +139,17 @@ class CheckpointService:
         # converted once: the approval digest, the grant and the record all read these
         arguments = _tool_arguments(request, action)
         digest = None
-        if response.verdict == pb.VERDICT_REQUIRE_APPROVAL or (approval is not None and response.rule == "approval"):
+        # An approval presented with a call the checkpoint allows is spent on it, whichever of
+        # the run's two decisions (current, pinned) it was needed for: never reusable, never loose.
+        if response.verdict == pb.VERDICT_REQUIRE_APPROVAL or (approval is not None and response.verdict == ALLOW):
             digest = self.approvals.digest(request, response, action)
-        if approval is not None and response.verdict == ALLOW and response.rule == "approval":
+        if approval is not None and response.verdict == ALLOW:
             assert digest is not None
-            problem = self.approvals.spend(approval, request, digest)
+            try:
+                problem = self.approvals.spend(approval, request, digest)
+            except Exception as exc:  # the single-use store failed: the approval cannot be vouched for
+                log.error("approval %s could not be spent: %s", approval.decision_id, exc)
+                problem = "the approval could not be spent (its single-use store failed)"
             if problem is not None:
                 response = _fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
 
@@ -150,7 +157,7 @@ class CheckpointService:
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)
         if response.verdict == ALLOW and action == "delegation" and principal is not None and established:
-            self._child_run(policies, request, response, principal, established.revision)
+            self._child_run(policies, request, response, principal, established)
         # a grant binds a pinned agent version: a person acting directly is decided and
         # recorded, but the toolrunner runs agents' calls only
         if arguments is not None and response.verdict == ALLOW and response.agent_version:
@@ -166,6 +173,9 @@ class CheckpointService:
         record["caller"] = caller_name(caller)
         record["principal"] = principal.name if principal is not None else None
         record["call_digest"] = digest
+        record["approval_rules"] = ",".join(response.approval_rules) or None
+        if established is None:  # every string of it came from a caller nobody vouched for
+            record = bound_refusal(record)
         self._append_or_deny(record, response)
         self._count(response.verdict, response.code)
         return response
@@ -182,14 +192,14 @@ class CheckpointService:
             ))
 
     def _child_run(self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse,
-                   principal: Principal, revision: str) -> None:
+                   principal: Principal, parent: Established) -> None:
         """An allowed delegation mints the child's run id and its run token: for the same principal,
         pinned to the parent's revision (a child never gets what an edit since its parent began added)."""
         child = policies.agent_version(request.delegation.agent, response.child_agent_version)
         run_id = new_run_id()
         run = child_run(request.run, request, response, run_id, child.tenant if child else request.run.tenant)
         response.child_run_id = run_id
-        response.child_run_token = self.runs.issue(run, principal.name, revision)
+        response.child_run_token = self.runs.issue(run, principal.name, parent.revision, parent.caller)
 
     def _count(self, verdict: int, code: str) -> None:
         # prometheus_client's labels() costs a lock and a few dict lookups per call; the
@@ -300,7 +310,9 @@ class CheckpointService:
                 run.inputs.CopyFrom(request.inputs)
                 canonical.dumps(convert.struct_to_dict(request.inputs))  # refuses NaN: no canonical form
             out.run_id = run.run_id
-            out.run_token = self.runs.issue(run, principal.name, policies.revision)
+            # a principal whose persons act only as themselves gets tokens only its caller can present
+            bound = caller if principal.acts_as_self else ""
+            out.run_token = self.runs.issue(run, principal.name, policies.revision, bound)
             response.verdict, response.code, response.reason = ALLOW, codes.ALLOWED, "run started"
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
@@ -369,12 +381,15 @@ class CheckpointService:
             response.agent_version = asked.get("agent_version") or ""
             response.accountable_person = asked.get("accountable_person") or ""
             own = person == asked.get("accountable_person")
-            if not principal.may_approve(response.tenant, response.agent, asked.get("rule") or "", own_run=own):
+            rules = asked_rules(asked)
+            barred = [r for r in rules if not principal.may_approve(response.tenant, response.agent, r, own_run=own)]
+            if barred:
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"{person!r} (principal {principal.name!r}) may not "
-                              f"{'approve' if approve else 'reject'} {asked.get('rule')!r} of agent "
+                              f"{'approve' if approve else 'reject'} {', '.join(barred)} of agent "
                               f"{response.agent!r}" + (" in a run they are accountable for" if own else ""),
                               "principal")
+            self.approvals.not_rejected(request.decision_id)
             response.verdict = ALLOW
             response.code = codes.APPROVED if approve else codes.REJECTED
             response.reason = (f"{'approved' if approve else 'rejected'} by {person}"
@@ -386,6 +401,8 @@ class CheckpointService:
         convert.timestamp_from_ns(now_ns, response.decided_at)
         if response.verdict == ALLOW and approve:
             token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
+        elif response.verdict == ALLOW:  # a rejection is final: no approval of it is honoured after
+            self.approvals.reject(request.decision_id, person)
         if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
             response.reason += f" (the request claimed run {request.run_id[:64]!r})"
         record = {
@@ -410,6 +427,7 @@ class CheckpointService:
             "caller": person,
             "principal": principal.name if principal is not None else None,
             "call_digest": asked.get("call_digest"),
+            "approval_rules": asked.get("approval_rules"),
         }
         self._append_or_deny(record, response)
         if response.verdict != ALLOW:
@@ -520,15 +538,18 @@ class CheckpointService:
 
     # -- the decision stream ---------------------------------------------------------------
 
-    def may_watch(self, caller: str) -> None:
-        """Reading the log is the audit right; raises PermissionDenied otherwise."""
+    def watch_tenants(self, caller: str) -> list[str] | None:
+        """Reading the log is the audit right, for the tenants it names (None: every record);
+        raises PermissionDenied without it."""
         principal = self._policies().principals.of(caller)
-        if principal is None or not principal.may_audit:
+        tenants = principal.audit_tenants() if principal is not None else []
+        if tenants == []:
             raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
                                    f"{caller_name(caller)!r} may not read the decision log (audit)")
+        return tenants
 
     def watch(
-        self, request: pb.WatchDecisionsRequest, stop: threading.Event
+        self, request: pb.WatchDecisionsRequest, stop: threading.Event, tenants: list[str] | None = None
     ) -> Iterator[pb.WatchDecisionsResponse]:
         if request.after_seq < 0:
             raise InvalidArgument("invalid_request", "after_seq must not be negative", "after_seq")
@@ -538,6 +559,7 @@ class CheckpointService:
             "agent": request.agent or None,
             "code": request.code or None,
             "verdict": convert.verdict_name(request.verdict) if request.verdict else None,
+            "tenants": tenants,
         }
         if request.no_follow:
             records = self.log.read(request.after_seq, **filters)

@@ -40,6 +40,11 @@ class SingleUse:
                 row = self._conn.execute("SELECT used_by FROM used WHERE key = ?", (key,)).fetchone()
                 return row[0] if row else "another decision"
 
+    def used_by(self, key: str) -> str | None:
+        with self._lock:
+            row = self._conn.execute("SELECT used_by FROM used WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

@@ -13,8 +13,8 @@ what it established once travels in a token it signed, and every later request p
   and the approver's identity.
 
 Format: `<label>.<base64url(canonical JSON claims)>.<base64url(HMAC-SHA256(label.claims))>`, keyed
-by a key derived from the grant key, so rotating the grant key retires every token. Verified
-tokens are memoised (bounded): a run presents the same token on every call.
+by a key derived from the grant key, so rotating the grant key retires every token. (Run tokens
+are memoised by `runs`, once established: a run presents the same token on every call.)
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from warden import canonical
@@ -33,7 +31,6 @@ from warden import canonical
 RUN_LABEL = "wrun1"
 APPROVAL_LABEL = "wapv1"
 MAX_TOKEN_BYTES = 64 * 1024
-_MEMO_SIZE = 4096
 
 
 class TokenInvalid(ValueError):
@@ -54,22 +51,13 @@ class Signer:
     def __init__(self, secret: bytes, label: str):
         self.label = label
         self._key = hmac.new(secret, f"warden {label} token".encode(), hashlib.sha256).digest()
-        self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._lock = threading.Lock()
 
     def sign(self, claims: dict[str, Any]) -> str:
         body = f"{self.label}.{_b64(canonical.dumps(claims))}"
         return f"{body}.{_b64(hmac.new(self._key, body.encode('ascii'), hashlib.sha256).digest())}"
 
     def verify(self, token: str) -> dict[str, Any]:
-        """The claims of a token this signer made; raises TokenInvalid otherwise.
-
-        Callers must not mutate the returned dict (it is shared through the memo)."""
-        with self._lock:
-            found = self._memo.get(token)
-            if found is not None:
-                self._memo.move_to_end(token)
-                return found
+        """The claims of a token this signer made; raises TokenInvalid otherwise."""
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenInvalid("token too long")
         label, _, rest = token.partition(".")
@@ -89,10 +77,6 @@ class Signer:
             raise TokenInvalid("token is not well formed") from None
         if not isinstance(claims, dict):
             raise TokenInvalid("token claims are not an object")
-        with self._lock:
-            self._memo[token] = claims
-            if len(self._memo) > _MEMO_SIZE:
-                self._memo.popitem(last=False)
         return claims
 
 

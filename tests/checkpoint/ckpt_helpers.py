@@ -103,7 +103,8 @@ class Outcome:
 def outcome(p: PolicySet, request: pb.CheckRequest, approver: str = "") -> Outcome:
     """`approver`: a person's approval the service verified (the engine never reads one from the request)."""
     try:
-        r = decide(p, request, approver=approver)
+        r = decide(p, request, approver=approver,
+                   approved_rules=frozenset(rule.name for rule in p.rules) if approver else frozenset())
     except InvalidRequest as exc:
         return Outcome("INVALID", exc.code, exc.field, exc.message, None)
     return Outcome(pb.Verdict.Name(r.verdict).removeprefix("VERDICT_"), r.code, r.rule, r.reason, r)

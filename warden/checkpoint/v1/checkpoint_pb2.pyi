@@ -291,7 +291,7 @@ class PlanStepResult(_message.Message):
     def __init__(self, step_id: _Optional[str] = ..., index: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "child_run_id", "child_run_token")
+    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "child_run_id", "child_run_token", "approval_rules")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -312,6 +312,7 @@ class CheckResponse(_message.Message):
     CHILD_AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CHILD_RUN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_RULES_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     verdict: Verdict
     code: str
@@ -332,7 +333,8 @@ class CheckResponse(_message.Message):
     child_agent_version: str
     child_run_id: str
     child_run_token: str
-    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., child_run_id: _Optional[str] = ..., child_run_token: _Optional[str] = ...) -> None: ...
+    approval_rules: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., child_run_id: _Optional[str] = ..., child_run_token: _Optional[str] = ..., approval_rules: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CheckBatchItem(_message.Message):
     __slots__ = ("correlation_id", "request")
@@ -437,7 +439,7 @@ class ToolSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., access: _Optional[str] = ...) -> None: ...
 
 class DecisionRecord(_message.Message):
-    __slots__ = ("seq", "decision_id", "time", "tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "accountable_person", "agent", "agent_version", "action", "tool", "arguments", "verdict", "code", "rule", "reason", "policy_revision", "latency_us", "prev_hash", "hash", "principal", "caller")
+    __slots__ = ("seq", "decision_id", "time", "tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "accountable_person", "agent", "agent_version", "action", "tool", "arguments", "verdict", "code", "rule", "reason", "policy_revision", "latency_us", "prev_hash", "hash", "principal", "caller", "approval_rules")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -462,6 +464,7 @@ class DecisionRecord(_message.Message):
     HASH_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_RULES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     decision_id: str
     time: _timestamp_pb2.Timestamp
@@ -486,7 +489,8 @@ class DecisionRecord(_message.Message):
     hash: str
     principal: str
     caller: str
-    def __init__(self, seq: _Optional[int] = ..., decision_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., accountable_person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., action: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., policy_revision: _Optional[str] = ..., latency_us: _Optional[int] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ..., principal: _Optional[str] = ..., caller: _Optional[str] = ...) -> None: ...
+    approval_rules: str
+    def __init__(self, seq: _Optional[int] = ..., decision_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., accountable_person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., action: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., policy_revision: _Optional[str] = ..., latency_us: _Optional[int] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ..., principal: _Optional[str] = ..., caller: _Optional[str] = ..., approval_rules: _Optional[str] = ...) -> None: ...
 
 class WatchDecisionsRequest(_message.Message):
     __slots__ = ("after_seq", "run_id", "agent", "verdict", "code", "no_follow", "root_run_id")
