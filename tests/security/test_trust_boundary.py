@@ -9,6 +9,7 @@ Every test goes through a real gRPC server on a real port, with the shipped poli
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ import grpc
 import pytest
 from server.conftest import PERSON_TOKEN, TOKEN
 
+from checkpoint.server import AuthPolicy
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 SUBNET = {"template": "web", "target": "10.20.0.0/24"}  # recon: approve_if a whole subnet
@@ -236,3 +238,84 @@ def test_the_decision_stream_needs_the_audit_right(checkpoint):
         list(checkpoint.stub(TOKEN).WatchDecisions(pb.WatchDecisionsRequest(no_follow=True), timeout=5))
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "caller_not_permitted" in err.value.details()
     assert list(checkpoint.stub(PERSON_TOKEN).WatchDecisions(pb.WatchDecisionsRequest(no_follow=True), timeout=5)) == []
+
+
+# -- found in review: each approve-if rule has its approvers, pinned runs spend approvals too -----
+
+
+def test_an_approver_of_one_rule_does_not_pass_another_rule_of_the_same_call(start, policy_dir):
+    (policy_dir / "rules" / "security.yaml").write_text(
+        "kind: Rule\nname: security-signs-subnet-scans\neffect: approve_if\n"
+        "condition: 'args.target.contains(\"/\")'\ntools: [create_task_from_template]\n")
+    people = policy_dir / "principals" / "people.yaml"
+    people.write_text(people.read_text().replace('rules: ["*"]', "rules: [wide-scans-need-approval]"))
+    checkpoint = start()
+    run, asked_id = ask(checkpoint)
+    record = checkpoint.records()[-1]
+    assert sorted(record["approval_rules"].split(",")) == ["rule:security-signs-subnet-scans",
+                                                          "rule:wide-scans-need-approval"]
+    # carol may approve only one of the two rules the call asks: she may not approve it at all
+    got = checkpoint.stub(PERSON_TOKEN).Approve(pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5)
+    assert (got.decision.code, got.approval_token) == ("caller_not_permitted", "")
+    assert "security-signs-subnet-scans" in got.decision.reason
+
+
+def test_an_approval_needed_only_under_the_pinned_revision_is_bound_and_spent(checkpoint, policy_dir):
+    run, asked_id = ask(checkpoint)
+    rules = policy_dir / "rules" / "recon.yaml"
+    rules.write_text(rules.read_text().replace("condition: 'args.target.contains(\"/\")'", "condition: 'false'"))
+    assert checkpoint.server.store.reload()
+    token = checkpoint.stub(PERSON_TOKEN).Approve(
+        pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5).approval_token
+    other = with_approval(call(run.run_token, "create_task_from_template", dict(SUBNET, target="10.20.0.0/25")),
+                          asked_id, token)
+    wrong = checkpoint.stub().Check(other, timeout=5)
+    assert (wrong.verdict, wrong.code) == (pb.VERDICT_DENY, "approval_invalid")  # bound to the call asked
+    request = with_approval(call(run.run_token, "create_task_from_template", SUBNET), asked_id, token)
+    first = checkpoint.stub().Check(request, timeout=5)
+    assert (first.verdict, first.rule) == (pb.VERDICT_ALLOW, "approval") and first.HasField("grant")
+    again = checkpoint.stub().Check(request, timeout=5)
+    assert (again.verdict, again.code) == (pb.VERDICT_DENY, "approval_invalid")  # spent once
+
+
+def test_a_persons_run_token_is_theirs_alone(start):
+    bob = "bob-token-0123456789abcdef"
+    both = start(auth=AuthPolicy(tokens={hashlib.sha256(PERSON_TOKEN.encode()).digest(): "carol",
+                                         hashlib.sha256(bob.encode()).digest(): "bob",
+                                         hashlib.sha256(TOKEN.encode()).digest(): "driver"}))
+    carols = both.start_run("", person="carol", token=PERSON_TOKEN, tenant="acme")
+    assert carols.run_token
+    req = call(carols.run_token, "get_task", {"task_id": "task-1"})
+    assert both.stub(PERSON_TOKEN).Check(req, timeout=5).verdict == pb.VERDICT_ALLOW
+    stolen = both.stub(bob).Check(req, timeout=5)  # the same principal (people), another person
+    assert (stolen.verdict, stolen.code) == (pb.VERDICT_DENY, "run_token_invalid")
+
+
+def test_a_refusal_before_the_run_is_established_is_recorded_bounded(checkpoint):
+    req = call("garbage", "t" * 900_000, {"task_id": "task-1"})
+    assert checkpoint.stub().Check(req, timeout=30).code == "run_token_invalid"
+    record = checkpoint.records()[-1]
+    assert record["code"] == "run_token_invalid" and len(record["tool"]) < 400
+
+
+def test_a_rejection_is_final(checkpoint):
+    run, asked_id = ask(checkpoint)
+    token = checkpoint.stub(PERSON_TOKEN).Approve(
+        pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5).approval_token
+    rejected = checkpoint.stub(PERSON_TOKEN).Reject(pb.RejectRequest(run_id=run.run_id, decision_id=asked_id), timeout=5)
+    assert rejected.decision.code == "rejected"
+    # an approval made before the rejection is not honoured after it, nor is a new one given
+    got = checkpoint.stub().Check(with_approval(call(run.run_token, "create_task_from_template", SUBNET),
+                                                asked_id, token), timeout=5)
+    assert (got.verdict, got.code) == (pb.VERDICT_DENY, "approval_invalid") and "rejected by carol" in got.reason
+    again = checkpoint.stub(PERSON_TOKEN).Approve(pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5)
+    assert (again.decision.code, again.approval_token) == ("approval_invalid", "")
+
+
+def test_an_auditor_reads_only_the_tenants_it_may(checkpoint):
+    run = checkpoint.start_run("", tenant="default")  # the driver starts a run in another tenant
+    assert run.run_token
+    acme = checkpoint.start_run("recon")
+    stream = checkpoint.stub(PERSON_TOKEN).WatchDecisions(pb.WatchDecisionsRequest(no_follow=True), timeout=5)
+    seen = [r.record for r in stream]
+    assert {r.tenant for r in seen} == {"acme"} and acme.run_id in {r.run_id for r in seen}
