@@ -676,8 +676,10 @@ class Driver:
         steps = [cp.PlanStep(id=s.id, tool=s.tool, description=s.description,
                              **({"arguments": to_struct(s.arguments)} if s.arguments is not None else {}))
                  for s in plan.steps]
-        resp = self.checkpoint.check_plan(cp.CheckPlanRequest(run=self._run_context(run), plan=cp.Plan(steps=steps),
-                                                              counters=self._counters(run)))
+        # a Check of the plan action (not CheckPlan), so an approval of the plan can come with it
+        req = cp.CheckRequest(run=self._run_context(run), plan=cp.Plan(steps=steps), counters=self._counters(run))
+        self._attach_approval(req, call)
+        resp = self.checkpoint.check(req)
         self._record_decision(run, "plan", resp, steps=[s.model_dump() for s in plan.steps],
                               step_results=[{"step": r.step_id, "verdict": verdict_name(r.verdict), "code": r.code}
                                             for r in resp.plan_steps])
@@ -693,6 +695,8 @@ class Driver:
             self._pause(self.store.run(run["run_id"]), resp.code, resp.reason,
                         breaker=resp.code.removeprefix("breaker_"))
             return False
+        if resp.verdict == _APPROVAL:  # a person reads the plan before the run goes on
+            return self._not_allowed(run, call, resp)
         refused = [f"{r.step_id}: {r.code}" for r in resp.plan_steps if r.verdict != _ALLOW]
         self._refuse(run, call, resp.code, resp.reason, stop=True)
         for other in self.store.calls(run["run_id"], run["turn"]):

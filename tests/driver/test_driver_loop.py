@@ -125,3 +125,22 @@ def test_rejection_by_a_person_is_fed_back_and_nothing_runs(stack):
     results = [e for e in d.store.transcript(run["run_id"]) if e["role"] == "results"]
     assert "too wide" in results[-1]["results"][0]["content"]
     assert d.store.approval(approval["approval_id"])["status"] == "rejected"
+
+
+def test_a_plan_that_needs_approval_waits_for_a_person_then_the_run_goes_on(stack, policy_dir, checkpoint_server):
+    (policy_dir / "rules" / "plans.yaml").write_text(
+        "kind: Rule\nname: plans-are-read-first\neffect: approve_if\nactions: [plan]\ncondition: 'true'\n"
+        "reason: a person reads the plan before the run goes on\n")
+    assert checkpoint_server.store.reload()
+    d = stack.driver()
+    run = stack.start(d, [PLAN, call("create_task_from_template", template="web", target="web.lab.example.com"),
+                          final(reported="ok")])
+    assert (run["status"], run["code"]) == ("awaiting_approval", "approval_required")
+    [approval] = d.store.approvals(run["run_id"], status="pending")
+    assert approval["tool"] == "propose_plan" and len(approval["arguments"]["steps"]) == 3  # the plan, shown
+    assert d.store.receipts(run["run_id"]) == []  # nothing ran before the plan was read
+    d.approve(approval["approval_id"], "bob", "plan reads fine", spawn=False,
+              approval_token=stack.approval_token(d, approval["approval_id"]))
+    run = d.run_until_stopped(run["run_id"])
+    assert run["status"] == "succeeded", (run["code"], run["reason"])
+    assert [r["tool"] for r in d.store.receipts(run["run_id"])] == ["create_task_from_template"]
