@@ -130,6 +130,13 @@ def _tool_specs(resolved: cp.ResolveAgentResponse) -> list[dict[str, Any]]:
     return specs
 
 
+def _halted(resp: cp.CheckResponse) -> dict[str, Any]:
+    """What a HALT's pause event names: the breaker that tripped, or whom the case was handed to."""
+    if resp.code == "handoff":
+        return {"handoff_to": resp.handoff_to, "rule": resp.rule}
+    return {"breaker": resp.code.removeprefix("breaker_")}
+
+
 def verdict_name(v: int) -> str:
     return cp.Verdict.Name(v).removeprefix("VERDICT_")
 
@@ -476,7 +483,7 @@ class Driver:
         resp = self.checkpoint.check(req)
         self._record_decision(run, "model_call", resp, model=run["model"])
         if resp.verdict == _HALT:
-            self._pause(run, resp.code, resp.reason, breaker=resp.code.removeprefix("breaker_"))
+            self._pause(run, resp.code, resp.reason, **_halted(resp))
             return
         if resp.verdict != _ALLOW:
             self._pause(run, "model_call_denied", f"{resp.code}: {resp.reason}", decision_code=resp.code)
@@ -638,16 +645,19 @@ class Driver:
             self.store.append_event(run["run_id"], "approval_requested", approval_id=approval_id, tool=call["tool"],
                                     arguments=call["arguments"], rule=resp.rule, reason=resp.reason)
             return False
-        # HALT (or a verdict this driver does not know: fail closed the same way)
+        # HALT (or a verdict this driver does not know: fail closed the same way): a breaker, or a
+        # handoff_if rule that gives the case to a person or queue; either way the run pauses
+        handoff = resp.code == "handoff"
         breaker = resp.code.removeprefix("breaker_")
+        why = "the case was handed to a person earlier in this turn" if handoff else \
+            f"breaker {breaker} tripped earlier in this turn"
         self._refuse(run, call, resp.code, resp.reason, failure=False, stop=True, verdict="HALT",
                      decision_id=resp.decision_id)
         for other in self.store.calls(run["run_id"], run["turn"]):
             if other["status"] != "done":
-                self._refuse(run, other, resp.code, f"breaker {breaker} tripped earlier in this turn",
-                             failure=False, stop=True, verdict="HALT")
+                self._refuse(run, other, resp.code, why, failure=False, stop=True, verdict="HALT")
                 self.store.append_event(run["run_id"], "call_refused", tool=other["tool"], code=resp.code)
-        self._pause(self.store.run(run["run_id"]), resp.code, resp.reason, breaker=breaker)
+        self._pause(self.store.run(run["run_id"]), resp.code, resp.reason, **_halted(resp))
         return False
 
     def _match_step(self, run: dict[str, Any], call: dict[str, Any]) -> str:
@@ -692,8 +702,7 @@ class Driver:
             return True
         if resp.verdict == _HALT:
             self._refuse(run, call, resp.code, resp.reason, failure=False, stop=True, verdict="HALT")
-            self._pause(self.store.run(run["run_id"]), resp.code, resp.reason,
-                        breaker=resp.code.removeprefix("breaker_"))
+            self._pause(self.store.run(run["run_id"]), resp.code, resp.reason, **_halted(resp))
             return False
         if resp.verdict == _APPROVAL:  # a person reads the plan before the run goes on
             return self._not_allowed(run, call, resp)

@@ -52,6 +52,7 @@ DELEGATION_DEPTH = "delegation_depth"
 DELEGATION_CHILDREN = "delegation_children"
 DELEGATION_TREE_SIZE = "delegation_tree_size"
 DELEGATION_CYCLE = "delegation_cycle"
+HANDOFF = "handoff"  # a handoff_if rule: the case goes to a person (verdict HALT)
 # service (decided around the engine: who calls, which run, who approved; the record)
 AUDIT_UNAVAILABLE = "audit_unavailable"
 APPROVAL_INVALID = "approval_invalid"
@@ -68,6 +69,6 @@ DECISION_CODES = frozenset(
         ACCESS_NOT_ALLOWED, *OUT_OF_SCOPE.values(), SUBJECT_OFF_LIMITS, RULE_DENIED, APPROVAL_REQUIRED,
         POLICY_ERROR, PLAN_STEP_NOT_ALLOWED, *BREAKER_CODES.values(), DELEGATION_DEPTH,
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
-        CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, APPROVED, REJECTED,
+        CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, APPROVED, REJECTED, HANDOFF,
     ]
 )

@@ -43,6 +43,7 @@ class Call:
     approved_rules: frozenset[str] = frozenset()  # the approve-if rules (names) that approval answered
     approved_by: str = ""  # set when that approval satisfied every approve_if rule that applied
     asking: list[str] = field(default_factory=list)  # approve-if rules left to answer (REQUIRE_APPROVAL)
+    handoff_to: str = ""  # set when a handoff_if rule handed the case to a person or queue
 
     @property
     def depth(self) -> int:

@@ -16,7 +16,7 @@ import jsonschema
 from checkpoint.engine import authority, breakers, codes
 from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
-from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, Stop, Trace
+from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
 from checkpoint.policy.policyset import RuleGroup, read_touched
 from checkpoint.policy.subjects import Subject, SubjectError
@@ -64,6 +64,8 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
         )
         if stop.verdict == APPROVE and call is not None:
             response.approval_rules.extend(f"rule:{name}" for name in call.asking)
+        if call is not None and call.handoff_to:
+            response.handoff_to = call.handoff_to
     if call is not None:
         response.tenant, response.accountable_person = call.tenant.name, call.person
         if call.agent is not None:
@@ -227,6 +229,11 @@ def _rules(call: Call, action: str, group: RuleGroup,
             continue
         if rule.spec.effect == "deny_if":
             raise call.trace.stop(DENY, rule.code, f"rule:{rule.name}", rule.spec.reason or f"rule {rule.name!r} denies this")
+        if rule.spec.effect == "handoff_if":  # not a denial: the case goes to a person, the run stops
+            call.handoff_to = rule.spec.handoff_to or ""
+            to = f" to {call.handoff_to}" if call.handoff_to else ""
+            raise call.trace.stop(HALT, rule.code, f"rule:{rule.name}",
+                                  f"handed off{to}: {rule.spec.reason or f'rule {rule.name!r} hands this case to a person'}")
         call.trace.add(f"rule:{rule.name}", "approval", rule.code, rule.spec.reason)
         approvals.append(rule)
     return approvals

@@ -418,6 +418,8 @@ class _Compiler:
                 self.error(doc, ("agents", i), f"rule {spec.name!r} names unknown agent {name!r}")
         if spec.tools and spec.actions != ["tool_call"]:
             self.error(doc, ("tools",), f"rule {spec.name!r}: 'tools' only applies to tool_call rules")
+        if spec.handoff_to is not None and spec.effect is not model.Effect.HANDOFF_IF:
+            self.error(doc, ("handoff_to",), f"rule {spec.name!r}: 'handoff_to' only applies to handoff_if rules")
         program = self.compile_cel(doc, ("condition",), spec.condition, RULE_VARIABLES, ("BOOL",))
         if program is None:
             return None

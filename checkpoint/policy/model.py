@@ -125,6 +125,8 @@ class Tool(Strict):
 class Effect(StrEnum):
     DENY_IF = "deny_if"
     APPROVE_IF = "approve_if"
+    # the case goes to a person: the call is refused and the run stops, handed to `handoff_to`
+    HANDOFF_IF = "handoff_if"
 
 
 ActionKind = Literal["tool_call", "model_call", "delegation", "plan"]
@@ -136,14 +138,17 @@ class Rule(Strict):
     description: str = ""
     effect: Effect
     condition: str = Field(..., min_length=1, description="CEL; true means the effect applies")
-    code: Name | None = Field(None, description="defaults to rule_denied / approval_required")
+    code: Name | None = Field(None, description="defaults to rule_denied / approval_required / handoff")
     reason: str = ""
+    handoff_to: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = Field(
+        None, description="handoff_if: the person or queue that takes the case over")
     actions: list[ActionKind] = Field(default_factory=lambda: list[ActionKind](["tool_call"]))
     tools: list[Name] = Field(default_factory=list, description="only these tools; empty means every tool")
     agents: list[Name] = Field(default_factory=list, description="only these agents; empty means every agent")
 
     def effective_code(self) -> str:
-        return self.code or ("rule_denied" if self.effect is Effect.DENY_IF else "approval_required")
+        defaults = {Effect.DENY_IF: "rule_denied", Effect.APPROVE_IF: "approval_required", Effect.HANDOFF_IF: "handoff"}
+        return self.code or defaults[self.effect]
 
 
 class OffLimitsSubject(Strict):

@@ -124,6 +124,10 @@ CODE_CASES = [
     case("shipped/refund-approval", "REQUIRE_APPROVAL", "approval_required", folder="shipped", chain=["refunds"],
          tool="propose_refund", args={"invoice_id": "inv-1", "payment_id": "pay_2", "customer": "customer:jane",
                                       "amount_usd": 12, "reason": "dup"}),
+    case("shipped/refund-handoff", "HALT", "handoff", "rule:refund-above-500-is-a-handoff", folder="shipped",
+         chain=["refunds"], tool="propose_refund",
+         args={"invoice_id": "inv-1", "payment_id": "pay_2", "customer": "customer:jane", "amount_usd": 900,
+               "reason": "dup"}),
 ]
 
 

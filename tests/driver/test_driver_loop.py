@@ -144,3 +144,17 @@ def test_a_plan_that_needs_approval_waits_for_a_person_then_the_run_goes_on(stac
     run = d.run_until_stopped(run["run_id"])
     assert run["status"] == "succeeded", (run["code"], run["reason"])
     assert [r["tool"] for r in d.store.receipts(run["run_id"])] == ["create_task_from_template"]
+
+
+def test_a_handoff_rule_pauses_the_run_for_the_person_it_names(stack):
+    d = stack.driver()
+    plan = {"action": "tool_call", "tool": "propose_plan", "arguments": {"steps": [
+        {"id": "refund", "tool": "propose_refund"}]}}
+    refund = call("propose_refund", invoice_id="inv-7", payment_id="pay_9", customer="customer:bob",
+                  amount_usd=900, reason="double charge")
+    run = stack.start(d, [plan, refund, final(reported="ok")], agent="refunds")
+    assert (run["status"], run["code"]) == ("paused", "handoff")  # neither a denial nor a success
+    assert "handed off to refunds-desk" in run["reason"]
+    paused = [e["data"] for e in d.store.events(run["run_id"]) if e["kind"] == "run_paused"]
+    assert paused[-1]["handoff_to"] == "refunds-desk" and paused[-1]["rule"] == "rule:refund-above-500-is-a-handoff"
+    assert d.store.receipts(run["run_id"]) == []
