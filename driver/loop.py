@@ -130,6 +130,10 @@ def _tool_specs(resolved: cp.ResolveAgentResponse) -> list[dict[str, Any]]:
     return specs
 
 
+# the `tool` of an approval that is a model call's, not a tool call's (no call row of its own)
+MODEL_CALL_APPROVAL = "(model call)"
+
+
 def _halted(resp: cp.CheckResponse) -> dict[str, Any]:
     """What a HALT's pause event names: the breaker that tripped, or whom the case was handed to."""
     if resp.code == "handoff":
@@ -226,10 +230,13 @@ class Driver:
                                 code="run_not_awaiting_approval")
         approval = self.store.decide_approval(approval_id, "approved" if approved else "rejected", person, note,
                                               token=token)
-        if approved:
+        reason = f"a person ({person}) rejected this call" + (f": {note}" if note else "")
+        model_call = approval["tool"] == MODEL_CALL_APPROVAL
+        if model_call:
+            pass  # no call row: an approved model call is attached to the next turn's check
+        elif approved:
             self.store.update_call(approval["call"], status="approved")
         else:
-            reason = f"a person ({person}) rejected this call" + (f": {note}" if note else "")
             self.store.update_call(approval["call"], status="done", verdict="REJECTED", code="approval_rejected",
                                    result={"content": context.refusal_result("approval_rejected", reason),
                                            "is_error": True})
@@ -237,6 +244,11 @@ class Driver:
         self.store.append_event(run["run_id"], "approval_decided", approval_id=approval_id,
                                 decision="approved" if approved else "rejected", person=person, note=note,
                                 tool=approval["tool"], checkpoint_decision_id=checkpoint_decision_id or None)
+        if model_call and not approved:
+            # without the model the run cannot go on: it waits for a person (amend, resume or cancel)
+            if self.store.transition(run["run_id"], AWAITING_APPROVAL, PAUSED, "approval_rejected", reason):
+                self.store.append_event(run["run_id"], "run_paused", code="approval_rejected", reason=reason)
+            return self.store.run(run["run_id"])
         # Only from awaiting_approval: a cancel that landed meanwhile stays a cancel.
         if self.store.transition(run["run_id"], AWAITING_APPROVAL, RUNNING, "", "") and spawn:
             self.spawn(run["run_id"])
@@ -480,10 +492,26 @@ class Driver:
         req = cp.CheckRequest(run=self._run_context(run), counters=self._counters(run),
                               model_call=cp.ModelCall(provider=run["provider"], model=run["model"],
                                                       max_tokens=MAX_TOKENS, input_tokens=input_estimate))
+        approved = next((a for a in self.store.approvals(run_id, status="approved")
+                         if a["tool"] == MODEL_CALL_APPROVAL), None)
+        if approved is not None:
+            req.approval.CopyFrom(cp.Approval(decision_id=approved["decision_id"], token=approved["token"]))
         resp = self.checkpoint.check(req)
         self._record_decision(run, "model_call", resp, model=run["model"])
+        if approved is not None:  # attached once: the checkpoint spent it or refused it
+            self.store.settle_approval(approved["approval_id"], "used")
         if resp.verdict == _HALT:
             self._pause(run, resp.code, resp.reason, **_halted(resp))
+            return
+        if resp.verdict == _APPROVAL:  # a person reads what the model is about to be asked
+            approval_id = self.store.add_approval(
+                run_id=run_id, call=0, decision_id=resp.decision_id, tool=MODEL_CALL_APPROVAL,
+                arguments={"provider": run["provider"], "model": run["model"], "max_tokens": MAX_TOKENS,
+                           "input_tokens": input_estimate},
+                code=resp.code, rule=resp.rule, reason=resp.reason)
+            self.store.set_status(run_id, AWAITING_APPROVAL, resp.code, resp.reason)
+            self.store.append_event(run_id, "approval_requested", approval_id=approval_id, tool=MODEL_CALL_APPROVAL,
+                                    arguments={"model": run["model"]}, rule=resp.rule, reason=resp.reason)
             return
         if resp.verdict != _ALLOW:
             self._pause(run, "model_call_denied", f"{resp.code}: {resp.reason}", decision_code=resp.code)

@@ -424,6 +424,11 @@ class RunStore:
                                                       "decided_at": now(), "note": note, "token": token})
         return self.approval(approval_id)
 
+    def settle_approval(self, approval_id: str, status: str) -> None:
+        """An approved approval the driver has relayed once (`used`): never attached again."""
+        with self._lock:
+            self._t("approvals").update(approval_id, {"status": status})
+
     # -- receipts and spend ---------------------------------------------------------------
 
     def add_receipt(self, run_id: str, decision_id: str, tool: str, exit_code: int, code: str, output: str,

@@ -158,3 +158,35 @@ def test_a_handoff_rule_pauses_the_run_for_the_person_it_names(stack):
     paused = [e["data"] for e in d.store.events(run["run_id"]) if e["kind"] == "run_paused"]
     assert paused[-1]["handoff_to"] == "refunds-desk" and paused[-1]["rule"] == "rule:refund-above-500-is-a-handoff"
     assert d.store.receipts(run["run_id"]) == []
+
+
+def _model_calls_need_approval(policy_dir, checkpoint_server) -> None:
+    (policy_dir / "rules" / "models.yaml").write_text(
+        "kind: Rule\nname: model-calls-are-read-first\neffect: approve_if\nactions: [model_call]\n"
+        "condition: 'counters.total_turns == 0'\nreason: a person approves the first model call\n")
+    assert checkpoint_server.store.reload()
+
+
+def test_a_model_call_that_needs_approval_waits_then_the_run_goes_on(stack, policy_dir, checkpoint_server):
+    _model_calls_need_approval(policy_dir, checkpoint_server)
+    d = stack.driver()
+    run = stack.start(d, [PLAN, call("create_task_from_template", template="web", target="web.lab.example.com"),
+                          final(reported="ok")])
+    assert (run["status"], run["code"]) == ("awaiting_approval", "approval_required")
+    [approval] = d.store.approvals(run["run_id"], status="pending")
+    assert approval["tool"] == "(model call)" and approval["arguments"]["model"] == run["model"]
+    assert run["total_turns"] == 0  # the model was not asked
+    d.approve(approval["approval_id"], "bob", spawn=False,
+              approval_token=stack.approval_token(d, approval["approval_id"]))
+    run = d.run_until_stopped(run["run_id"])
+    assert run["status"] == "succeeded", (run["code"], run["reason"])
+    assert d.store.approval(approval["approval_id"])["status"] == "used"  # relayed once, never again
+
+
+def test_a_rejected_model_call_pauses_the_run_for_a_person(stack, policy_dir, checkpoint_server):
+    _model_calls_need_approval(policy_dir, checkpoint_server)
+    d = stack.driver()
+    run = stack.start(d, [PLAN, final(reported="ok")])
+    [approval] = d.store.approvals(run["run_id"], status="pending")
+    run = d.reject(approval["approval_id"], "bob", "not now", spawn=False)
+    assert (run["status"], run["code"]) == ("paused", "approval_rejected") and run["total_turns"] == 0
