@@ -96,6 +96,9 @@ class CheckpointClient(_Client):
     def start_run(self, request: cp.StartRunRequest) -> cp.StartRunResponse:
         return self._call(self._stub.StartRun, request)
 
+    def record_act(self, request: cp.RecordActRequest) -> cp.CheckResponse:
+        return self._call(self._stub.RecordAct, request).decision
+
     # a person's own acts, made with the person's own checkpoint credential (never the driver's)
     def approve(self, run_id: str, decision_id: str, note: str = "") -> cp.ApproveResponse:
         return self._call(self._stub.Approve, cp.ApproveRequest(run_id=run_id, decision_id=decision_id, note=note))

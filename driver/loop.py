@@ -276,6 +276,7 @@ class Driver:
         budget.update(raise_budget)
         GoalBudget.model_validate(budget)
         note = f"A person ({person}) resumed the run." + (f" They wrote: {reply}" if reply else "")
+        self._record_act(run, "resume", person, reply, raised=raise_budget)  # on the record first, or not at all
         # Only from paused: a cancel (or another resume) that landed meanwhile wins.
         if not self.store.transition(run_id, PAUSED, RUNNING, "", ""):
             current = self.store.run(run_id)["status"]
@@ -299,6 +300,8 @@ class Driver:
         if current is not None and wanted is not None and wanted > current:
             raise RunStateError(f"turns_total is the run's lifetime ceiling ({current}); an amendment "
                                 f"cannot raise it to {wanted}", code="turns_total_fixed")
+        self._record_act(run, "amend", person, "", goal_version=run["goal_version"] + 1,
+                         budget=goal.budget.model_dump(exclude_none=True))
         version = self.store.add_goal(run_id, goal.model_dump(), author=person)
         self.store.update_run(run_id, goal_version=version, budget={**(run["budget"] or {}),
                                                                     **goal.budget.model_dump(exclude_none=True)})
@@ -311,6 +314,8 @@ class Driver:
         if run["status"] in TERMINAL:
             raise RunStateError(f"run {run_id} is already {run['status']}", code=f"run_{run['status']}")
         reason = reason or f"cancelled by {person}"
+        # A cancel only narrows: when the checkpoint cannot record it, it still happens (and says so).
+        self._record_act(run, "cancel", person, reason, required=False)
         # The status first (it stops the worker); the final event last, once everything that ran
         # for the run was stopped, so a watcher reads the whole story before the end.
         if not self.store.set_status(run_id, CANCELLED, "cancelled", reason):
@@ -334,6 +339,27 @@ class Driver:
         if run["parent_run_id"]:
             self._settle_child(self.store.run(run_id))
         return self.store.run(run_id)
+
+    def _record_act(self, run: dict[str, Any], act: str, person: str, note: str, *, required: bool = True,
+                    **details: Any) -> None:
+        """A person's act goes on the checkpoint's hash-chained record before it takes effect.
+
+        `required`: refused or unrecorded, the act does not happen (RunStateError / the client's
+        DependencyUnavailable). Otherwise (a cancel) the failure is an event and the act goes on."""
+        request = cp.RecordActRequest(run=cp.RunContext(run_token=run["run_token"]), act=act, person=person,
+                                      note=note, details=to_struct(details))
+        try:
+            decision = self.checkpoint.record_act(request)
+            problem = "" if decision.verdict == _ALLOW else f"{decision.code}: {decision.reason}"
+        except DriverError as exc:
+            if required:
+                raise
+            problem = f"{exc.code}: {exc.message}"
+        if not problem:
+            return
+        if required:
+            raise RunStateError(f"the checkpoint did not record the {act}: {problem}", code="act_not_recorded")
+        self.store.append_event(run["run_id"], "act_unrecorded", act=act, person=person, problem=problem)
 
     # -- workers --------------------------------------------------------------------------
 

@@ -150,6 +150,7 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
             "StartRun": unary(service.start_run, pb.StartRunRequest, pb.StartRunResponse),
             "Approve": unary(service.approve, pb.ApproveRequest, pb.ApproveResponse),
             "Reject": unary(service.reject, pb.RejectRequest, pb.RejectResponse),
+            "RecordAct": unary(service.record_act, pb.RecordActRequest, pb.RecordActResponse),
             "WatchDecisions": grpc.unary_stream_rpc_method_handler(
                 watch,
                 request_deserializer=_parser(pb.WatchDecisionsRequest),

@@ -355,6 +355,66 @@ class CheckpointService:
         out.decision.CopyFrom(response)
         return out
 
+    def record_act(self, request: pb.RecordActRequest, caller: str) -> pb.RecordActResponse:
+        """A person's act on a run, recorded before it takes effect; filed under the run its token
+        establishes, naming the person the caller vouches for."""
+        policies = self._policies()
+        principal = policies.principals.of(caller)
+        response = pb.CheckResponse(verdict=DENY, rule="act", policy_revision=policies.revision)
+        check = pb.CheckRequest(run=request.run)
+        established = None
+        try:
+            if principal is None:
+                raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
+            if request.act not in PERSON_ACTS:
+                raise Refused(codes.INVALID_REQUEST, f"act must be one of {', '.join(sorted(PERSON_ACTS))}", "act")
+            established = self.runs.establish(check)
+            if established.principal != principal.name or established.caller not in ("", caller):
+                raise Refused(codes.RUN_TOKEN_INVALID, "the run token was issued to another caller", "run_token")
+            if not principal.may_vouch(request.person, caller_name(caller)):
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
+                              "principal")
+            response.verdict, response.code = ALLOW, codes.RECORDED
+            response.reason = f"{request.act} by {request.person}" + (f": {request.note[:500]}" if request.note else "")
+        except Refused as refused:
+            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
+        if established is None:
+            response.reason += _forget_claimed_run(check)
+        chain = convert.actor_chain(check.run.actor_chain)
+        last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
+        now_ns = time.time_ns()
+        response.decision_id = new_decision_id()
+        convert.timestamp_from_ns(now_ns, response.decided_at)
+        run = check.run
+        record = {
+            "decision_id": response.decision_id,
+            "time": format_time_ns(now_ns),
+            "tenant": run.tenant or None,
+            "run_id": run.run_id or None,
+            "root_run_id": run.root_run_id or run.run_id or None,
+            "parent_run_id": run.parent_run_id or None,
+            "actor_chain": chain or None,
+            "accountable_person": chain[0]["id"] if chain else None,
+            "agent": last.get("id"),
+            "agent_version": last.get("agent_version"),
+            "action": request.act if request.act in PERSON_ACTS else "none",
+            "arguments": {"person": request.person[:128], "note": request.note[:1000],
+                          "details": convert.struct_to_dict(request.details) if request.HasField("details") else {}},
+            "verdict": convert.verdict_name(response.verdict),
+            "code": response.code,
+            "rule": response.rule,
+            "reason": response.reason,
+            "policy_revision": policies.revision,
+            "caller": caller_name(caller),
+            "principal": principal.name if principal is not None else None,
+        }
+        if established is None:
+            record = bound_refusal(record)
+        self._append_or_deny(record, response)
+        self._count(response.verdict, response.code)
+        return pb.RecordActResponse(decision=response)
+
     def approve(self, request: pb.ApproveRequest, caller: str) -> pb.ApproveResponse:
         response, token = self._person_act(request, caller, approve=True)
         return pb.ApproveResponse(decision=response, approval_token=token)
@@ -588,6 +648,7 @@ class CheckpointService:
 
 
 MAX_INPUT_BYTES = 16 * 1024
+PERSON_ACTS = frozenset({"resume", "cancel", "amend"})
 
 
 def new_run_id() -> str:

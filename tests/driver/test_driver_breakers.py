@@ -104,3 +104,31 @@ def test_provider_refusals_are_counted_per_stretch(stack):
     assert run["provider_refusals"] == 0
     run = d.run_until_stopped(run["run_id"])
     assert run["model_attempts"] >= 2
+
+
+def test_every_human_act_is_on_the_checkpoints_record_before_it_takes_effect(stack, checkpoint_server):
+    d = stack.driver()
+    script = [PLAN, SCAN, call("get_task", task_id="task-abc"), final(reported="status succeeded")]
+    run = d.run_until_stopped(d.start_run("recon", goal(turns=2), owner="alice", provider="scripted",
+                                          provider_options={"script": script}, spawn=False)["run_id"])
+    assert run["code"] == "breaker_turns"
+    d.resume(run["run_id"], "alice", "carry on", {"turns": 10}, spawn=False)
+    d.amend_goal(run["run_id"], goal(turns=12), "alice")
+    d.cancel(run["run_id"], "carol", "enough")
+    acts = [r for r in checkpoint_server.log.read(run_id=run["run_id"]) if r["action"] in ("resume", "amend", "cancel")]
+    assert [(r["action"], r["code"], r["arguments"]["person"]) for r in acts] == [
+        ("resume", "recorded", "alice"), ("amend", "recorded", "alice"), ("cancel", "recorded", "carol")]
+    assert acts[0]["arguments"]["details"] == {"raised": {"turns": 10}} and acts[0]["principal"] == "driver"
+    assert acts[2]["arguments"]["note"] == "enough"
+
+
+def test_a_resume_the_checkpoint_cannot_record_does_not_happen(stack):
+    d = stack.driver()
+    run = d.run_until_stopped(d.start_run("recon", goal(turns=1), owner="alice", provider="scripted",
+                                          provider_options={"script": [PLAN, SCAN]}, spawn=False)["run_id"])
+    assert run["status"] == "paused"
+    d.store.update_run(run["run_id"], run_token="wrun1.forged.token")  # the checkpoint refuses to record
+    with pytest.raises(RunStateError) as err:
+        d.resume(run["run_id"], "alice", "go on", {"turns": 5}, spawn=False)
+    assert err.value.code == "act_not_recorded" and "run_token_invalid" in err.value.message
+    assert d.store.run(run["run_id"])["status"] == "paused"

@@ -69,6 +69,11 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectResponse.FromString,
                 _registered_method=True)
+        self.RecordAct = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/RecordAct',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RecordActRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RecordActResponse.FromString,
+                _registered_method=True)
         self.WatchDecisions = channel.unary_stream(
                 '/warden.checkpoint.v1.CheckpointService/WatchDecisions',
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.WatchDecisionsRequest.SerializeToString,
@@ -131,6 +136,14 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordAct(self, request, context):
+        """A person's act on a run (resume, cancel, amend), recorded before it takes effect by the
+        caller that authenticated the person (its principal must be allowed to vouch for them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchDecisions(self, request, context):
         """The stored decision records from a position, then live ones.
         """
@@ -175,6 +188,11 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.Reject,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectResponse.SerializeToString,
+            ),
+            'RecordAct': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordAct,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RecordActRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RecordActResponse.SerializeToString,
             ),
             'WatchDecisions': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchDecisions,
@@ -371,6 +389,33 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/Reject',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RejectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordAct(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/RecordAct',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RecordActRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RecordActResponse.FromString,
             options,
             channel_credentials,
             insecure,
