@@ -319,3 +319,18 @@ def test_an_auditor_reads_only_the_tenants_it_may(checkpoint):
     stream = checkpoint.stub(PERSON_TOKEN).WatchDecisions(pb.WatchDecisionsRequest(no_follow=True), timeout=5)
     seen = [r.record for r in stream]
     assert {r.tenant for r in seen} == {"acme"} and acme.run_id in {r.run_id for r in seen}
+
+
+def test_a_recorded_act_names_only_a_person_the_caller_may_vouch_for(checkpoint):
+    run = checkpoint.start_run("recon")
+    act = pb.RecordActRequest(run=pb.RunContext(run_token=run.run_token), act="resume", person="alice")
+    assert checkpoint.stub().RecordAct(act, timeout=5).decision.code == "recorded"  # the driver vouches
+    mine = checkpoint.start_run("", person="carol", token=PERSON_TOKEN, tenant="acme")
+    forged = pb.RecordActRequest(run=pb.RunContext(run_token=mine.run_token), act="cancel", person="alice")
+    got = checkpoint.stub(PERSON_TOKEN).RecordAct(forged, timeout=5).decision
+    assert (got.verdict, got.code) == (pb.VERDICT_DENY, "caller_not_permitted")  # carol acts only as carol
+    unknown = pb.RecordActRequest(run=pb.RunContext(run_token=run.run_token), act="delete", person="alice")
+    assert checkpoint.stub().RecordAct(unknown, timeout=5).decision.code == "invalid_request"
+    nobody = pb.RecordActRequest(run=pb.RunContext(run_id=run.run_id), act="resume", person="alice")
+    assert checkpoint.stub().RecordAct(nobody, timeout=5).decision.code == "run_token_invalid"
+    assert [r["action"] for r in checkpoint.records() if r["run_id"] == run.run_id] == ["start_run", "resume"]
