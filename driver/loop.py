@@ -283,7 +283,8 @@ class Driver:
             raise RunStateError(f"run {run_id} is {current}, not paused", code="run_not_paused")
         self.store.update_run(run_id, budget=budget, note=note,
                               stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_tokens=0,
-                              stretch_turns=0, provider_refusals=0, consecutive_failures=0, nudged=0)
+                              stretch_turns=0, provider_refusals=0, provider_refused_for_good=0,
+                              consecutive_failures=0, nudged=0)
         self.store.append_event(run_id, "run_resumed", person=person, reply=reply, raised=raise_budget,
                                 agent_version=run["agent_version"])
         if spawn:
@@ -467,6 +468,7 @@ class Driver:
             consecutive_failures=run["consecutive_failures"], drift=run["drift"], tree_tokens=tree_tokens,
             owner_spend_today_usd=owner_spend, tenant_spend_today_usd=tenant_spend,
             provider_refusals=run["provider_refusals"], children=len(self.store.children(run["run_id"])),
+            provider_refused_for_good=bool(run["provider_refused_for_good"]),
             tree_runs=tree_runs, run_spend_usd=run["spend_usd"],
         )
 
@@ -549,7 +551,10 @@ class Driver:
             reply = provider.complete(ModelRequest(run_id=run_id, attempt=attempt, system=system,
                                                    transcript=transcript, tools=tools, max_tokens=MAX_TOKENS))
         except ProviderError as exc:
-            self.store.add_to_run(run_id, provider_refusals=1)
+            # credit, quota and auth refusals do not heal by retrying: the checkpoint trips the
+            # provider breaker on the next check, whatever the count
+            self.store.add_to_run(run_id, provider_refusals=1,
+                                  provider_refused_for_good=int(exc.kind in ("credit", "quota", "auth")))
             self.store.append_event(run_id, "provider_refused", kind=exc.kind, code=exc.code, status=exc.status,
                                     message=exc.message[:500])
             if self.provider_backoff_seconds:

@@ -49,7 +49,8 @@ _RUN_COLUMNS: dict[str, Any] = {
     "budget": str, "persona": str, "tool_specs": str, "policy_revision": str, "plan": str,
     "has_plan": int, "created_at": float, "updated_at": float, "stretch_started_at": float,
     "stretch": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
-    "consecutive_failures": int, "drift": int, "provider_refusals": int, "spend_usd": float,
+    "consecutive_failures": int, "drift": int, "provider_refusals": int, "provider_refused_for_good": int,
+    "spend_usd": float,
     "model_attempts": int, "turn": int, "nudged": int, "missing": str,
     "parent_run_id": str, "root_run_id": str, "depth": int, "run_token": str, "delegates": str,
 }

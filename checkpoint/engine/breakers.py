@@ -119,6 +119,12 @@ def check(call: Call, action: str) -> None:
                 f"breaker {b.name} tripped: {_num(used)} {b.what}, ceiling {_num(ceiling)}; "
                 "the run pauses for a person",
             )
+    if counters.provider_refused_for_good and "provider_refusals" in effective_budget(call):
+        raise trace.stop(
+            HALT, codes.BREAKER_CODES["provider"], "breaker.provider",
+            "breaker provider tripped: the provider refused for a reason retrying cannot fix "
+            "(credit, quota or auth); the run pauses for a person",
+        )
     for who, counter, limit in _daily_limits(call):
         spent = getattr(counters, counter)
         if spent >= limit:

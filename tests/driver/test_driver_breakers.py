@@ -132,3 +132,23 @@ def test_a_resume_the_checkpoint_cannot_record_does_not_happen(stack):
         d.resume(run["run_id"], "alice", "go on", {"turns": 5}, spawn=False)
     assert err.value.code == "act_not_recorded" and "run_token_invalid" in err.value.message
     assert d.store.run(run["run_id"])["status"] == "paused"
+
+
+@pytest.mark.parametrize("kind", ["credit", "quota", "auth"])
+def test_a_refusal_retrying_cannot_fix_trips_the_provider_breaker_at_once(stack, kind):
+    d = stack.driver()
+    run = d.start_run("recon", goal(provider_refusals=5), owner="alice", provider="scripted",
+                      provider_options={"script": [{"error": kind}, PLAN, final(reported="x")]}, spawn=False)
+    run = d.run_until_stopped(run["run_id"])
+    assert (run["status"], run["code"], run["provider_refusals"]) == ("paused", "breaker_provider", 1)
+    assert run["model_attempts"] == 1  # not asked again
+
+
+def test_a_transient_refusal_is_retried_up_to_the_ceiling(stack):
+    d = stack.driver()
+    run = d.start_run("recon", goal(provider_refusals=5), owner="alice", provider="scripted",
+                      provider_options={"script": [{"error": "overloaded"}, PLAN, LIST, final(reported="x")]},
+                      spawn=False)
+    run = d.run_until_stopped(run["run_id"])
+    assert run["code"] != "breaker_provider" and run["provider_refusals"] == 1
+    assert run["model_attempts"] >= 2  # asked again after the overload
