@@ -38,7 +38,7 @@ PLAN_TOOL_SCHEMA: dict[str, Any] = {
 DELEGATE_TOOL = "delegate"
 
 _BUDGET_KEYS = ("tokens", "turns", "tool_calls", "wall_clock_seconds", "failures", "spend_usd")
-_SCOPE_KEYS = ("tools", "access", "images", "nodes", "connections", "subjects")
+_SCOPE_KEYS = ("tools", "access", "images", "nodes", "connections", "threads", "subjects")
 
 
 def delegate_tool_schema(agents: list[str]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ OUT_OF_SCOPE = {
     "images": "image_out_of_scope",
     "nodes": "node_out_of_scope",
     "connections": "connection_out_of_scope",
+    "threads": "thread_out_of_scope",
     "subjects": "subject_out_of_scope",
 }
 # 4. off-limits

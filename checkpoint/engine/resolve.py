@@ -32,6 +32,7 @@ def resolve_agent(policies: PolicySet, name: str, version: str = "") -> pb.Resol
             images=agent.scope.images,
             nodes=agent.scope.nodes,
             connections=agent.scope.connections,
+            threads=agent.scope.threads,
             subjects=agent.scope.subjects,
         ),
         budget=budget,

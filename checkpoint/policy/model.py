@@ -38,6 +38,7 @@ class Scope(Strict):
     images: list[Pattern] = Field(default_factory=list)
     nodes: list[Pattern] = Field(default_factory=list)
     connections: list[Pattern] = Field(default_factory=list)
+    threads: list[Pattern] = Field(default_factory=list, description="conversation threads (glob names)")
     subjects: list[Pattern] = Field(default_factory=list)
 
 
@@ -71,6 +72,7 @@ class Touches(Strict):
     images: str | None = None
     nodes: str | None = None
     connections: str | None = None
+    threads: str | None = None
     subjects: str | None = None
 
 

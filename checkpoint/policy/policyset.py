@@ -19,7 +19,7 @@ from checkpoint.policy.subjects import OffLimits, Subject, SubjectSet, read_valu
 if TYPE_CHECKING:
     from checkpoint.policy.catalog import AgentCatalog
 
-SCOPE_DIMENSIONS = ("images", "nodes", "connections", "subjects")
+SCOPE_DIMENSIONS = ("images", "nodes", "connections", "threads", "subjects")
 # Dimensions whose entries and values are typed (host, ip, url, name); images and nodes are names.
 TYPED_DIMENSIONS = frozenset({"connections", "subjects"})
 

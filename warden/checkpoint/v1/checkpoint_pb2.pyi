@@ -43,20 +43,22 @@ ACTOR_KIND_PERSON: ActorKind
 ACTOR_KIND_AGENT: ActorKind
 
 class Scope(_message.Message):
-    __slots__ = ("tools", "access", "images", "nodes", "connections", "subjects")
+    __slots__ = ("tools", "access", "images", "nodes", "connections", "subjects", "threads")
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     ACCESS_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
     SUBJECTS_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
     tools: _containers.RepeatedScalarFieldContainer[str]
     access: _containers.RepeatedScalarFieldContainer[str]
     images: _containers.RepeatedScalarFieldContainer[str]
     nodes: _containers.RepeatedScalarFieldContainer[str]
     connections: _containers.RepeatedScalarFieldContainer[str]
     subjects: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tools: _Optional[_Iterable[str]] = ..., access: _Optional[_Iterable[str]] = ..., images: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., connections: _Optional[_Iterable[str]] = ..., subjects: _Optional[_Iterable[str]] = ...) -> None: ...
+    threads: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tools: _Optional[_Iterable[str]] = ..., access: _Optional[_Iterable[str]] = ..., images: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., connections: _Optional[_Iterable[str]] = ..., subjects: _Optional[_Iterable[str]] = ..., threads: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Budget(_message.Message):
     __slots__ = ("tokens", "turns", "turns_total", "tool_calls", "wall_clock_seconds", "repetition", "failures", "drift", "tree_tokens", "spend_usd", "provider_refusals")
