@@ -282,7 +282,8 @@ class Driver:
             current = self.store.run(run_id)["status"]
             raise RunStateError(f"run {run_id} is {current}, not paused", code="run_not_paused")
         self.store.update_run(run_id, budget=budget, note=note,
-                              stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_tokens=0,
+                              stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_first_turn=run["turn"] + 1,
+                              drift=0, stretch_tokens=0,
                               stretch_turns=0, provider_refusals=0, provider_refused_for_good=0,
                               consecutive_failures=0, nudged=0)
         self.store.append_event(run_id, "run_resumed", person=person, reply=reply, raised=raise_budget,
@@ -670,7 +671,8 @@ class Driver:
         req = cp.CheckRequest(run=self._run_context(run), tool_call=tool_call,
                               counters=self._counters(run, turn_tool_calls=self._made_in_turn(run, call),
                                                       identical=self.store.identical_calls(
-                                                          run["run_id"], call["args_sha"], call["tool"], call["id"])))
+                                                          run["run_id"], call["args_sha"], call["tool"], call["id"],
+                                                          run["stretch_first_turn"])))
         self._attach_approval(req, call)
         resp = self.checkpoint.check(req)
         self._record_decision(run, "tool_call", resp, tool=call["tool"], arguments=call["arguments"],

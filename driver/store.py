@@ -48,7 +48,7 @@ _RUN_COLUMNS: dict[str, Any] = {
     "provider": str, "provider_options": str, "model": str, "note": str, "status": str, "code": str, "reason": str, "goal_version": int,
     "budget": str, "persona": str, "tool_specs": str, "policy_revision": str, "plan": str,
     "has_plan": int, "created_at": float, "updated_at": float, "stretch_started_at": float,
-    "stretch": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
+    "stretch": int, "stretch_first_turn": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
     "consecutive_failures": int, "drift": int, "provider_refusals": int, "provider_refused_for_good": int,
     "spend_usd": float,
     "model_attempts": int, "turn": int, "nudged": int, "missing": str,
@@ -379,11 +379,14 @@ class RunStore:
         with self._lock:
             self._t("calls").update(call_pk, fields)
 
-    def identical_calls(self, run_id: str, args_sha: str, tool: str, before_pk: int) -> int:
+    def identical_calls(self, run_id: str, args_sha: str, tool: str, before_pk: int, from_turn: int = 0) -> int:
+        """Earlier finished calls of the same tool with the same arguments, from `from_turn` on (the
+        repetition breaker counts within a stretch: a resume starts it afresh)."""
         with self._lock:
             row = self.db.execute(
-                "SELECT COUNT(*) FROM calls WHERE run_id = ? AND tool = ? AND args_sha = ? AND id < ? AND status = 'done'",
-                [run_id, tool, args_sha, before_pk]).fetchone()
+                "SELECT COUNT(*) FROM calls WHERE run_id = ? AND tool = ? AND args_sha = ? AND id < ? "
+                "AND status = 'done' AND turn >= ?",
+                [run_id, tool, args_sha, before_pk, from_turn]).fetchone()
         return int(row[0])
 
     # -- approvals ------------------------------------------------------------------------

@@ -152,3 +152,20 @@ def test_a_transient_refusal_is_retried_up_to_the_ceiling(stack):
     run = d.run_until_stopped(run["run_id"])
     assert run["code"] != "breaker_provider" and run["provider_refusals"] == 1
     assert run["model_attempts"] >= 2  # asked again after the overload
+
+
+@pytest.mark.parametrize("breaker", ["drift", "repetition"])
+def test_drift_and_repetition_count_per_stretch_so_a_resume_goes_on(stack, breaker):
+    """A trip at a ceiling no person may raise (the tenant's) must not re-halt on every resume."""
+    budget, script, _ = BREAKER_CASES[breaker]
+    d = stack.driver()
+    run = d.run_until_stopped(d.start_run("recon", goal(**budget), owner="alice", provider="scripted",
+                                          provider_options={"script": [*script, LIST, final(reported="x")]},
+                                          spawn=False)["run_id"])
+    assert run["code"] == f"breaker_{breaker}"
+    run = d.resume(run["run_id"], "alice", "go on", spawn=False)  # nothing raised
+    assert run["drift"] == 0
+    run = d.run_until_stopped(run["run_id"])
+    assert run["code"] != f"breaker_{breaker}", (run["code"], run["reason"])
+    tripped = [c for _, v, c in decisions(d, run["run_id"]) if c == f"breaker_{breaker}"]
+    assert len(tripped) == 1
