@@ -28,7 +28,7 @@ from checkpoint.engine.context import MODES
 from checkpoint.policy import PolicySet
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
-from checkpoint.server.approvals import Approvals, asked_rules
+from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
 from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.metrics import Metrics
@@ -97,9 +97,7 @@ class CheckpointService:
                 raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
             if action is None:
                 raise InvalidRequest(codes.INVALID_REQUEST, "the request proposes no action", "action")
-            established = self.runs.establish(request)
-            if established.principal != principal.name or established.caller not in ("", caller):
-                raise Refused(codes.RUN_TOKEN_INVALID, "the run token was issued to another caller", "run_token")
+            established = self._establish(request, principal, caller)
             if not principal.may_check(request.run.tenant, established.agent):
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not ask for agent {established.agent!r} "
@@ -139,19 +137,11 @@ class CheckpointService:
         # converted once: the approval digest, the grant and the record all read these
         arguments = _tool_arguments(request, action)
         digest = None
-        # An approval presented with a call the checkpoint allows is spent on it, whichever of
-        # the run's two decisions (current, pinned) it was needed for: never reusable, never loose.
         if response.verdict == pb.VERDICT_REQUIRE_APPROVAL or (approval is not None and response.verdict == ALLOW):
             digest = self.approvals.digest(request, response, action)
         if approval is not None and response.verdict == ALLOW:
             assert digest is not None
-            try:
-                problem = self.approvals.spend(approval, request, digest)
-            except Exception as exc:  # the single-use store failed: the approval cannot be vouched for
-                log.error("approval %s could not be spent: %s", approval.decision_id, exc)
-                problem = "the approval could not be spent (its single-use store failed)"
-            if problem is not None:
-                response = _fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
+            response = self._spend(approval, request, response, digest)
 
         now_ns = time.time_ns()
         response.decision_id = new_decision_id()
@@ -179,6 +169,27 @@ class CheckpointService:
         self._append_or_deny(record, response)
         self._count(response.verdict, response.code)
         return response
+
+    def _establish(self, request: Any, principal: Principal, caller: str) -> Established:
+        """The run the request's token establishes (its run context replaced by the token's), if
+        the token was issued to this principal (and, when it binds one, to this credential)."""
+        established = self.runs.establish(request)
+        if established.principal != principal.name or established.caller not in ("", caller):
+            raise Refused(codes.RUN_TOKEN_INVALID, "the run token was issued to another caller", "run_token")
+        return established
+
+    def _spend(self, approval: VerifiedApproval, request: pb.CheckRequest, response: pb.CheckResponse,
+               digest: str) -> pb.CheckResponse:
+        """An approval presented with a call the checkpoint allows is spent on it, whichever of the
+        run's two decisions (current, pinned) it was needed for: never reusable, never loose."""
+        try:
+            problem = self.approvals.spend(approval, request, digest)
+        except Exception as exc:  # the single-use store failed: the approval cannot be vouched for
+            log.error("approval %s could not be spent: %s", approval.decision_id, exc)
+            problem = "the approval could not be spent (its single-use store failed)"
+        if problem is None:
+            return response
+        return _fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
 
     def _append_or_deny(self, record: dict[str, Any], response: Any) -> None:
         """Record before answering: when the log cannot take the record, the answer is a DENY."""
@@ -368,9 +379,7 @@ class CheckpointService:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
             if request.act not in PERSON_ACTS:
                 raise Refused(codes.INVALID_REQUEST, f"act must be one of {', '.join(sorted(PERSON_ACTS))}", "act")
-            established = self.runs.establish(check)
-            if established.principal != principal.name or established.caller not in ("", caller):
-                raise Refused(codes.RUN_TOKEN_INVALID, "the run token was issued to another caller", "run_token")
+            established = self._establish(check, principal, caller)
             if not principal.may_vouch(request.person, caller_name(caller)):
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
