@@ -99,6 +99,7 @@ class _DelegateScope(BaseModel):
     images: list[str] = Field(default_factory=list)
     nodes: list[str] = Field(default_factory=list)
     connections: list[str] = Field(default_factory=list)
+    threads: list[str] = Field(default_factory=list)
     subjects: list[str] = Field(default_factory=list)
 
 
