@@ -132,15 +132,22 @@ def _finite(request: pb.CheckRequest) -> None:
     """Counters and budgets are finite and not negative: a NaN compares false with every ceiling,
     so it would switch a breaker off, and a negative counter would buy headroom."""
     run = request.run
-    messages: list[tuple[str, Any]] = [("counters", request.counters), ("run.budget", run.budget)]
-    messages += [(f"run.actor_chain[{i}].budget", a.budget) for i, a in enumerate(run.actor_chain)]
-    if request.WhichOneof("action") == "delegation":
-        messages.append(("delegation.budget", request.delegation.budget))
-    for where, message in messages:
-        for descriptor, value in message.ListFields():  # set fields only: proto3 zeros are fine
-            if not (value >= 0 and math.isfinite(value)):  # NaN fails both
-                raise InvalidRequest(
-                    codes.INVALID_REQUEST,
-                    f"{where}.{descriptor.name} must be a finite number that is not negative, not {value!r}",
-                    f"{where}.{descriptor.name}",
-                )
+    if request.HasField("counters"):
+        _finite_fields("counters", request.counters)
+    if run.HasField("budget"):
+        _finite_fields("run.budget", run.budget)
+    for i, actor in enumerate(run.actor_chain):
+        if actor.HasField("budget"):
+            _finite_fields(f"run.actor_chain[{i}].budget", actor.budget)
+    if request.WhichOneof("action") == "delegation" and request.delegation.HasField("budget"):
+        _finite_fields("delegation.budget", request.delegation.budget)
+
+
+def _finite_fields(where: str, message: Any) -> None:
+    for descriptor, value in message.ListFields():  # set fields only: proto3 zeros are fine
+        if not (value >= 0 and math.isfinite(value)):  # NaN fails both
+            raise InvalidRequest(
+                codes.INVALID_REQUEST,
+                f"{where}.{descriptor.name} must be a finite number that is not negative, not {value!r}",
+                f"{where}.{descriptor.name}",
+            )
