@@ -64,10 +64,26 @@ CHECKPOINT_TESTS = [
     "tests/security/test_trust_boundary.py", "tests/server/test_approvals.py", "tests/server/test_run_tokens.py",
     "tests/server/test_auth.py", "tests/server/test_rpcs.py", "tests/checkpoint/test_ckpt_codes.py", "tests/security",
 ]
-TESTS: dict[str, list[str]] = {"toolrunner/runner.py": ["tests/toolrunner/test_toolrunner_review.py", *CHECKPOINT_TESTS]}
+A, R = "checkpoint/server/approvals.py", "checkpoint/server/runs.py"
+TESTS: dict[str, list[str]] = {"toolrunner/runner.py": [
+    "tests/toolrunner/test_toolrunner_review.py", "tests/toolrunner/test_toolrunner_execute.py", *CHECKPOINT_TESTS]}
 
 # Mutant id -> why it cannot be told apart from the original by any caller (see the report).
-EQUIVALENT: dict[str, str] = {}
+_DIGEST_KEY = "a key of the digested dict: a call digest is only ever compared with one this code made"
+_CACHE = "the memo is a cache: a token it no longer holds is verified again, with the same answer"
+EQUIVALENT: dict[str, str] = {
+    **{f'{A}:{line}:string:"{key}"->"XX{key}"': _DIGEST_KEY for line, key in (
+        (50, "run_id"), (51, "agent"), (52, "agent_version"), (53, "action"), (54, "call"),
+        (55, "child_agent_version"))},
+    f"{A}:54:swap:True->False": "the call's fields spelled in camelCase: one name per field, so equal calls "
+                                "still digest equal and different calls different",
+    f"{A}:54:value_none:True->None": "as True->False (None is false)",
+    f"{R}:36:swap:True->False": "the chain claim spelled otherwise (camelCase, enum names): ParseDict reads "
+                                "every spelling back to the same Actor",
+    f"{R}:36:swap:True->False#2": "as above",
+    f"{R}:101:swap:>->>=": _CACHE + " (it holds one token fewer)",
+    f"{R}:102:swap:False->True": _CACHE + " (the newest is dropped instead of the oldest)",
+}
 
 SWAPS = {"==": "!=", "!=": "==", "<": "<=", "<=": "<", ">": ">=", ">=": ">",
          "and": "or", "or": "and", "True": "False", "False": "True"}
@@ -234,6 +250,16 @@ def mutants_of(path: str) -> list[Mutant]:
                 if not (isinstance(value, ast.Constant) and value.value is None):
                     add("value_none", value.lineno, char(value.lineno, value.col_offset),
                         char(value.end_lineno, value.end_col_offset), "None")
+    return unique(found)
+
+
+def unique(found: list[Mutant]) -> list[Mutant]:
+    """Two mutants that read the same (two `True`s on one line) are told apart by a `#n` suffix."""
+    seen: Counter[str] = Counter()
+    for m in found:
+        seen[m.id] += 1
+        if seen[m.id] > 1:
+            m.id += f"#{seen[m.id]}"
     return found
 
 
@@ -331,7 +357,12 @@ def main() -> int:
     mutants = [m for path in (args.module or TARGETS) for m in mutants_of(path) if args.match in m.id]
     earlier: dict[str, str] = {}
     if args.rerun:
-        earlier = {r["id"]: r["status"] for r in map(json.loads, Path(args.rerun).read_text().splitlines())}
+        rows = [json.loads(line) for line in Path(args.rerun).read_text().splitlines()]
+        seen: Counter[str] = Counter()
+        for row in rows:  # runs before the `#n` suffix wrote duplicate ids, in generation order
+            seen[row["id"]] += 1
+            key = row["id"] if "#" in row["id"] or seen[row["id"]] == 1 else f"{row['id']}#{seen[row['id']]}"
+            earlier[key] = row["status"]
         gone = set(earlier) - {m.id for m in mutants}
         assert not gone, f"{len(gone)} mutants of {args.rerun} are no longer generated, e.g. {sorted(gone)[0]}"
     if args.list:

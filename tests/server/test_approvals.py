@@ -203,6 +203,7 @@ def test_the_approved_call_digest_binds_every_part_of_the_call(tmp_path):
 
     same = digest()
     assert same == digest() and len(same) == 64
+    assert digest(action="plan", args={}) != digest(action="model_call", args={})  # both bodies empty
     changed = {
         "run": digest(run_id="run-2"),
         "agent": digest(agent="triage"),
