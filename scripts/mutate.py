@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -294,7 +295,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: object) -> Iterator[Non
 def coverage_map(paths: list[str]) -> dict[str, dict[int, list[str]]]:
     """file -> line -> the node ids of the tests that ran it (in the order they ran)."""
     import coverage
-    data_file = ROOT / ".warden" / "mutate.coverage"
+    data_file = ROOT / ".warden" / f"mutate-{os.getpid()}.coverage"
     tests = list(dict.fromkeys(t for p in paths for t in selection(p)))
     env = {**os.environ, "MUTATE_COVERAGE": str(data_file), "PYTHONPATH": str(Path(__file__).parent)}
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutate", *tests],
@@ -370,6 +371,7 @@ def main() -> int:
             print(m.id)
         print(f"{len(mutants)} mutants")
         return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `kill PID` still removes the copies
     copies = [make_copy() for _ in range(max(1, args.jobs))]
     free = list(copies)
     out = ROOT / args.out

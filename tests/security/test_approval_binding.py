@@ -85,3 +85,15 @@ def test_an_approval_token_names_the_approver_their_principal_and_the_recorded_a
     assert (claims["approver"], claims["principal"]) == ("carol", "people")
     assert claims["approval_id"] == approved.decision.decision_id == checkpoint.records()[-1]["decision_id"]
     assert claims["call_digest"] == next(r for r in checkpoint.records() if r["decision_id"] == asked)["call_digest"]
+
+
+def test_an_explained_approved_call_says_which_rule_was_approved_and_by_whom(checkpoint):
+    run = checkpoint.start_run("recon")
+    asked = ask(checkpoint, run)
+    token = approve(checkpoint, run.run_id, asked).approval_token
+    req = subnet_call(run, asked, token)
+    req.explain = True
+    got = checkpoint.stub().Check(req, timeout=5)
+    assert got.verdict == pb.VERDICT_ALLOW
+    approved = [o for o in got.explanation if o.outcome == "approved"]
+    assert [(o.rule, o.detail) for o in approved] == [("rule:wide-scans-need-approval", "by carol")]
