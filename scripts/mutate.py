@@ -82,6 +82,10 @@ EQUIVALENT: dict[str, str] = {
     f"{R}:36:swap:True->False": "the chain claim spelled otherwise (camelCase, enum names): ParseDict reads "
                                 "every spelling back to the same Actor",
     f"{R}:36:swap:True->False#2": "as above",
+    f"{R}:36:value_none:True->None": "as True->False (None is false)",
+    f"{R}:36:value_none:True->None#2": "as True->False (None is false)",
+    f"{R}:31:removed:super().__init__(reason)->pass": "every `except Refused` reads .code, .reason and .rule; "
+                                                      "the exception's own message is never read",
     f"{R}:101:swap:>->>=": _CACHE + " (it holds one token fewer)",
     f"{R}:102:swap:False->True": _CACHE + " (the newest is dropped instead of the oldest)",
 }

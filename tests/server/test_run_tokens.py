@@ -199,3 +199,25 @@ def test_verified_tokens_are_remembered_within_a_bound(monkeypatch):
         assert len(runs._memo) <= 3 and len(runs._signer._memo) <= 3
     # the oldest were dropped, not refused: presented again, they verify again
     assert runs.establish(pb.CheckRequest(run=pb.RunContext(run_token=issued[0]))).run.run_id == "run-0"
+
+
+def test_a_grandchild_run_names_the_root_run_as_its_root(start, policy_dir):
+    triage = policy_dir / "agents" / "triage.yaml"
+    triage.write_text(triage.read_text() + "delegates: [ops]\n")
+    checkpoint = start()
+    root = started(checkpoint)
+
+    def delegate_from(token: str, agent: str) -> pb.CheckResponse:
+        got = checkpoint.stub().Check(pb.CheckRequest(run=pb.RunContext(run_token=token),
+                                                      delegation=pb.Delegation(agent=agent)), timeout=5)
+        assert got.verdict == pb.VERDICT_ALLOW, got
+        return got
+
+    child = delegate_from(root.run_token, "triage")
+    grandchild = delegate_from(child.child_run_token, "ops")
+    assert checkpoint.records()[-1]["root_run_id"] == root.run_id  # the delegation, decided in the child
+    resp = checkpoint.stub().Check(call(grandchild.child_run_token, "list_templates", {}), timeout=5)
+    record = checkpoint.records()[-1]
+    assert record["decision_id"] == resp.decision_id
+    assert (record["run_id"], record["parent_run_id"], record["root_run_id"]) == (
+        grandchild.child_run_id, child.child_run_id, root.run_id)
