@@ -88,6 +88,12 @@ EQUIVALENT: dict[str, str] = {
                                                       "the exception's own message is never read",
     f"{R}:101:swap:>->>=": _CACHE + " (it holds one token fewer)",
     f"{R}:102:swap:False->True": _CACHE + " (the newest is dropped instead of the oldest)",
+    f"{R}:102:value_none:False->None": "popitem(last=None) is popitem(last=False): None is false",
+    f"{R}:101:if_negated:len(self._memo) > _MEMO_SIZE->not (len(self._memo) > _MEMO_S":
+        _CACHE + " (it then holds at most one token)",
+    f"{R}:79:removed:self._memo.move_to_end(token)->pass": _CACHE + " (oldest-first rather than least recently used)",
+    f"{R}:84:value_none:token->None": "the established context's run_token is copied over the request's and never "
+                                      "read again: tokens, records and child runs are made from the other fields",
 }
 
 SWAPS = {"==": "!=", "!=": "==", "<": "<=", "<=": "<", ">": ">=", ">=": ">",

@@ -221,3 +221,21 @@ def test_a_grandchild_run_names_the_root_run_as_its_root(start, policy_dir):
     assert record["decision_id"] == resp.decision_id
     assert (record["run_id"], record["parent_run_id"], record["root_run_id"]) == (
         grandchild.child_run_id, child.child_run_id, root.run_id)
+
+
+def test_a_child_run_inherits_the_parents_tenant_and_inputs_and_its_link_names_its_run(checkpoint, policy_dir):
+    driver = policy_dir / "principals" / "driver.yaml"
+    driver.write_text(driver.read_text().replace('tenants: ["*"]', "tenants: [acme]"))  # rights for acme only
+    assert checkpoint.server.store.reload()
+    parent = started(checkpoint, inputs=Struct(fields={"ticket": Value(string_value="T-1")}))
+    child = checkpoint.stub().Check(pb.CheckRequest(run=pb.RunContext(run_token=parent.run_token),
+                                                    delegation=pb.Delegation(agent="triage")), timeout=5)
+    assert child.verdict == pb.VERDICT_ALLOW, child
+    req = call(child.child_run_token)
+    req.run.inputs.update({"ticket": "T-1"})  # the parent's inputs are the child's
+    resp = checkpoint.stub().Check(req, timeout=5)
+    assert (resp.verdict, resp.tenant) == (pb.VERDICT_ALLOW, "acme"), resp
+    record = checkpoint.records()[-1]
+    assert (record["tenant"], record["run_id"]) == ("acme", child.child_run_id)
+    assert record["actor_chain"][-1] == {"kind": "agent", "id": "triage", "agent_version": child.child_agent_version,
+                                         "run_id": child.child_run_id}
