@@ -353,7 +353,7 @@ def make_copy() -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--module", action="append", choices=sorted(TARGETS), help="only this file (repeatable)")
-    parser.add_argument("--match", default="", help="only mutants whose id contains this text")
+    parser.add_argument("--match", default="", help="only mutants whose id matches this regular expression")
     parser.add_argument("--no-confirm", action="store_true",
                         help="count a mutant the covering tests let through as survived, without the whole selection")
     parser.add_argument("--rerun", metavar="JSONL",
@@ -365,7 +365,7 @@ def main() -> int:
     parser.add_argument("--out", default=".warden/mutate.jsonl", help="JSON lines of the results")
     args = parser.parse_args()
 
-    mutants = [m for path in (args.module or TARGETS) for m in mutants_of(path) if args.match in m.id]
+    mutants = [m for path in (args.module or TARGETS) for m in mutants_of(path) if re.search(args.match, m.id)]
     earlier: dict[str, str] = {}
     if args.rerun:
         rows = [json.loads(line) for line in Path(args.rerun).read_text().splitlines()]
@@ -374,7 +374,8 @@ def main() -> int:
             seen[row["id"]] += 1
             key = row["id"] if "#" in row["id"] or seen[row["id"]] == 1 else f"{row['id']}#{seen[row['id']]}"
             earlier[key] = row["status"]
-        gone = set(earlier) - {m.id for m in mutants}
+        chosen = {m.path for m in mutants}
+        gone = set() if args.match else {i for i in earlier if i.split(":")[0] in chosen} - {m.id for m in mutants}
         assert not gone, f"{len(gone)} mutants of {args.rerun} are no longer generated, e.g. {sorted(gone)[0]}"
     if args.list:
         for m in mutants:
