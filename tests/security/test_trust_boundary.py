@@ -334,3 +334,22 @@ def test_a_recorded_act_names_only_a_person_the_caller_may_vouch_for(checkpoint)
     nobody = pb.RecordActRequest(run=pb.RunContext(run_id=run.run_id), act="resume", person="alice")
     assert checkpoint.stub().RecordAct(nobody, timeout=5).decision.code == "run_token_invalid"
     assert [r["action"] for r in checkpoint.records() if r["run_id"] == run.run_id] == ["start_run", "resume"]
+
+
+def test_a_principal_asks_only_for_the_agents_it_may_whatever_run_it_holds(checkpoint, policy_dir):
+    """The agent a check is for is the run token's last link, and the caller's rights are asked
+    about that agent (a root run's and a child's), not about the person at the head of the chain."""
+    recon = checkpoint.start_run("recon")
+    child = checkpoint.stub().Check(pb.CheckRequest(run=pb.RunContext(run_token=recon.run_token),
+                                                    delegation=pb.Delegation(agent="triage")), timeout=5)
+    assert child.verdict == pb.VERDICT_ALLOW
+    driver = policy_dir / "principals" / "driver.yaml"
+    for agents, recon_ok, triage_ok in (("[recon]", True, False), ("[triage]", False, True)):
+        driver.write_text(driver.read_text().replace('agents: ["*"]', f"agents: {agents}")
+                          .replace("agents: [recon]", f"agents: {agents}").replace("agents: [triage]", f"agents: {agents}"))
+        assert checkpoint.server.store.reload()
+        for token, ok in ((recon.run_token, recon_ok), (child.child_run_token, triage_ok)):
+            got = checkpoint.stub().Check(call(token, "list_templates", {}), timeout=5)
+            assert (got.code != "caller_not_permitted") == ok, (agents, got.reason)
+            if not ok:
+                assert (got.verdict, got.rule) == (pb.VERDICT_DENY, "principal")

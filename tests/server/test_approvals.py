@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from checkpoint.server.approvals import Approvals
+from checkpoint.server.single_use import SingleUse
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 from .conftest import PERSON_TOKEN
@@ -185,3 +187,32 @@ def test_an_approved_delegation_is_refused_once_the_child_agent_changed(start, p
     assert checkpoint.server.store.reload() and checkpoint.version("triage") != old_triage
     got = checkpoint.stub().Check(delegation(asked.decision_id, token), timeout=5)
     assert (got.verdict, got.code) == (pb.VERDICT_DENY, "approval_invalid") and not got.child_run_token
+
+
+def test_the_approved_call_digest_binds_every_part_of_the_call(tmp_path):
+    """An approval names one whole call. Within a run the run token already pins the agent and its
+    version, so only the digest itself can show that it binds them too (issue 8: leaving the agent
+    version out of it broke no test)."""
+    approvals = Approvals(b"s" * 32, b"k" * 32, SingleUse(tmp_path / "used.db"))
+
+    def digest(run_id="run-1", agent="recon", agent_version="recon@1", child="", args=SUBNET,
+               action="tool_call", key=None) -> str:
+        req = subnet_call("", args)
+        req.run.run_id = run_id
+        resp = pb.CheckResponse(agent=agent, agent_version=agent_version, child_agent_version=child)
+        signer = approvals if key is None else Approvals(b"s" * 32, key, SingleUse(tmp_path / "other.db"))
+        return signer.digest(req, resp, action)
+
+    same = digest()
+    assert same == digest() and len(same) == 64
+    assert digest(action="plan", args={}) != digest(action="model_call", args={})  # both bodies empty
+    changed = {
+        "run": digest(run_id="run-2"),
+        "agent": digest(agent="triage"),
+        "agent version": digest(agent_version="recon@2"),
+        "child version": digest(child="triage@1"),
+        "arguments": digest(args={**SUBNET, "target": "10.20.0.0/16"}),
+        "action": digest(action=None),
+        "key": digest(key=b"K" * 32),
+    }
+    assert [part for part, value in changed.items() if value == same] == []

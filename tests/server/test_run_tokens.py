@@ -3,6 +3,12 @@ delegation mints the child's; every check presents its token, and nothing in it 
 
 from __future__ import annotations
 
+import pytest
+from google.protobuf.struct_pb2 import Struct, Value
+
+from checkpoint.server import runs as runs_module
+from checkpoint.server.runs import Refused, RunTokens
+from checkpoint.server.tokens import RUN_LABEL, Signer
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 from .conftest import PERSON_TOKEN
@@ -44,6 +50,7 @@ def test_a_check_without_a_token_is_refused_and_recorded(checkpoint):
     req = tool_call("recon", checkpoint.version("recon"), "get_task", {"task_id": "task-1"})
     resp = checkpoint.stub().Check(req, timeout=5)
     assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "run_token_invalid") and not resp.HasField("grant")
+    assert resp.rule == "run_token" and "presents the run token" in resp.reason
     assert checkpoint.records()[-1]["code"] == "run_token_invalid"
 
 
@@ -54,7 +61,8 @@ def test_a_forged_or_altered_token_is_refused(checkpoint):
     for bad in (f"{label}.{payload}.{flipped}", f"{label}.{payload[:-4]}.{signature}", "wrun1..", "x" * 70000,
                 "wapv1." + payload + "." + signature):
         resp = checkpoint.stub().Check(call(bad), timeout=5)
-        assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "run_token_invalid"), bad[:40]
+        assert (resp.verdict, resp.code, resp.rule) == (pb.VERDICT_DENY, "run_token_invalid", "run_token"), bad[:40]
+        assert resp.reason.startswith("the run token is not valid"), bad[:40]
 
 
 def test_fields_that_contradict_the_token_are_refused(checkpoint):
@@ -64,13 +72,16 @@ def test_fields_that_contradict_the_token_are_refused(checkpoint):
         req = call(got.run_token)
         setattr(req.run, field, value)
         resp = checkpoint.stub().Check(req, timeout=5)
-        assert (resp.verdict, resp.code) == (pb.VERDICT_DENY, "run_token_invalid"), field
+        assert (resp.verdict, resp.code, resp.rule) == (pb.VERDICT_DENY, "run_token_invalid", "run_token"), field
+        assert resp.reason.startswith(f"run.{field} is not the run token's")
     req = call(got.run_token)
     req.run.actor_chain.add(kind=pb.ACTOR_KIND_PERSON, id="mallory")
-    assert checkpoint.stub().Check(req, timeout=5).code == "run_token_invalid"
+    resp = checkpoint.stub().Check(req, timeout=5)
+    assert (resp.code, resp.rule, resp.reason) == ("run_token_invalid", "run_token", "run.actor_chain is not the run token's")
     req = call(got.run_token)
     req.run.mode = pb.RUN_MODE_BACKGROUND
-    assert checkpoint.stub().Check(req, timeout=5).code == "run_token_invalid"
+    resp = checkpoint.stub().Check(req, timeout=5)
+    assert (resp.code, resp.rule, resp.reason) == ("run_token_invalid", "run_token", "run.mode is not the run token's")
     # the same values as the token's are fine
     req = call(got.run_token)
     req.run.run_id, req.run.tenant = got.run_id, "acme"
@@ -147,3 +158,82 @@ def test_start_run_refusals_are_recorded_with_stable_codes(checkpoint):
         assert not got.run_token and not got.run_id
         record = checkpoint.records()[-1]
         assert (record["action"], record["code"]) == ("start_run", code)
+
+
+def test_a_run_started_with_inputs_is_decided_under_them(checkpoint):
+    got = started(checkpoint, inputs=Struct(fields={"ticket": Value(string_value="T-1")}))
+    resp = checkpoint.stub().Check(call(got.run_token), timeout=5)
+    assert (resp.verdict, resp.code) == (pb.VERDICT_ALLOW, "allowed"), resp
+    restated = call(got.run_token)
+    restated.run.inputs.update({"ticket": "T-1"})
+    assert checkpoint.stub().Check(restated, timeout=5).verdict == pb.VERDICT_ALLOW
+    restated.run.inputs.update({"ticket": "T-2"})
+    resp = checkpoint.stub().Check(restated, timeout=5)
+    assert (resp.code, resp.rule, resp.reason) == ("run_token_invalid", "run_token", "run.inputs are not the run token's")
+
+
+def test_a_signed_token_whose_claims_are_not_a_run_is_refused():
+    runs = RunTokens(b"s" * 32)
+    signer = Signer(b"s" * 32, RUN_LABEL)  # the checkpoint's own key, claims it never issues
+    for claims in ({"run_id": "run-1"}, {"run_id": "run-1", "root_run_id": "", "parent_run_id": "", "tenant": "acme",
+                                         "mode": 1, "chain": [{"kind": "nonsense"}], "inputs": None, "principal": "p"}):
+        with pytest.raises(Refused) as refused:
+            runs.establish(pb.CheckRequest(run=pb.RunContext(run_token=signer.sign(claims))))
+        assert (refused.value.code, refused.value.rule) == ("run_token_invalid", "run_token")
+        assert "not well formed" in refused.value.reason
+
+
+def test_verified_tokens_are_remembered_within_a_bound(monkeypatch):
+    """Tokens are memoised so a run's every call does not re-verify its token; the memo is bounded,
+    so a flood of distinct valid tokens cannot grow it without end."""
+    monkeypatch.setattr(runs_module, "_MEMO_SIZE", 3)
+    runs = RunTokens(b"s" * 32)
+    issued = []
+    for i in range(6):
+        run = pb.RunContext(run_id=f"run-{i}", tenant="acme", actor_chain=[pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="a")])
+        issued.append(runs.issue(run, "driver", "rev"))
+        got = runs.establish(pb.CheckRequest(run=pb.RunContext(run_token=issued[-1])))
+        assert got.run.run_id == f"run-{i}" and got.principal == "driver"
+        assert len(runs._memo) <= 3
+    # the oldest were dropped, not refused: presented again, they verify again
+    assert runs.establish(pb.CheckRequest(run=pb.RunContext(run_token=issued[0]))).run.run_id == "run-0"
+
+
+def test_a_grandchild_run_names_the_root_run_as_its_root(start, policy_dir):
+    triage = policy_dir / "agents" / "triage.yaml"
+    triage.write_text(triage.read_text() + "delegates: [ops]\n")
+    checkpoint = start()
+    root = started(checkpoint)
+
+    def delegate_from(token: str, agent: str) -> pb.CheckResponse:
+        got = checkpoint.stub().Check(pb.CheckRequest(run=pb.RunContext(run_token=token),
+                                                      delegation=pb.Delegation(agent=agent)), timeout=5)
+        assert got.verdict == pb.VERDICT_ALLOW, got
+        return got
+
+    child = delegate_from(root.run_token, "triage")
+    grandchild = delegate_from(child.child_run_token, "ops")
+    assert checkpoint.records()[-1]["root_run_id"] == root.run_id  # the delegation, decided in the child
+    resp = checkpoint.stub().Check(call(grandchild.child_run_token, "list_templates", {}), timeout=5)
+    record = checkpoint.records()[-1]
+    assert record["decision_id"] == resp.decision_id
+    assert (record["run_id"], record["parent_run_id"], record["root_run_id"]) == (
+        grandchild.child_run_id, child.child_run_id, root.run_id)
+
+
+def test_a_child_run_inherits_the_parents_tenant_and_inputs_and_its_link_names_its_run(checkpoint, policy_dir):
+    driver = policy_dir / "principals" / "driver.yaml"
+    driver.write_text(driver.read_text().replace('tenants: ["*"]', "tenants: [acme]"))  # rights for acme only
+    assert checkpoint.server.store.reload()
+    parent = started(checkpoint, inputs=Struct(fields={"ticket": Value(string_value="T-1")}))
+    child = checkpoint.stub().Check(pb.CheckRequest(run=pb.RunContext(run_token=parent.run_token),
+                                                    delegation=pb.Delegation(agent="triage")), timeout=5)
+    assert child.verdict == pb.VERDICT_ALLOW, child
+    req = call(child.child_run_token)
+    req.run.inputs.update({"ticket": "T-1"})  # the parent's inputs are the child's
+    resp = checkpoint.stub().Check(req, timeout=5)
+    assert (resp.verdict, resp.tenant) == (pb.VERDICT_ALLOW, "acme"), resp
+    record = checkpoint.records()[-1]
+    assert (record["tenant"], record["run_id"]) == ("acme", child.child_run_id)
+    assert record["actor_chain"][-1] == {"kind": "agent", "id": "triage", "agent_version": child.child_agent_version,
+                                         "run_id": child.child_run_id}

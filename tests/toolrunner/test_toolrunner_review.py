@@ -165,3 +165,24 @@ def test_a_grant_of_no_revision_or_another_is_refused_and_tools_need_their_revis
     with pytest.raises(ValueError, match="policy revision is required"):
         create_server("127.0.0.1:0", tools={}, keys=signing_key, data_dir=tmp_path, api=docker_api,
                       config=RunnerConfig(runner_id=f"{SESSION}-norev"))
+
+
+def test_only_an_expired_grant_gets_its_stored_receipt_back_never_one_that_does_not_verify(harness: Harness) -> None:
+    """A stored receipt is handed back to its own authentic grant once it expired; a grant that fails
+    for any other reason is refused even when it names a decision that ran (the receipt holds
+    another call's output)."""
+    request = harness.request("list_templates")
+    ran = harness.stub.Execute(request, timeout=60).receipt
+    assert ran.decision_id == request.grant.decision_id and not ran.replayed
+    other_tool = pb.ExecuteRequest()
+    other_tool.CopyFrom(request)
+    other_tool.tool = "sleeper"
+    stranger = pb.ExecuteRequest()
+    stranger.CopyFrom(request)
+    stranger.grant.CopyFrom(grants.sign(grants.SigningKey.generate(), decision_id=request.grant.decision_id,
+                                        run_id="run-1", agent="tester", agent_version="tester@v1",
+                                        tool="list_templates", arguments={}, policy_revision="rev-1"))
+    for refused, code in ((other_tool, "grant_mismatch"), (stranger, "grant_invalid")):
+        with pytest.raises(grpc.RpcError) as info:
+            harness.stub.Execute(refused, timeout=30)
+        assert detail_code(info.value) == code
