@@ -1,0 +1,98 @@
+"""Instructions per decision and per Check(), counted by valgrind's callgrind: repeatable whatever
+else the machine is doing, so two commits compare on a shared, noisy machine.
+
+Each figure is (instructions of a process that makes N more calls - those of one that makes
+none) / N, after the same warm-up, with PYTHONHASHSEED fixed. Skipped when valgrind is absent.
+
+    python -m bench instructions            # decide() and service check(), 1,000 calls each
+    python bench/bench_instructions.py --calls 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _decide_loop(n: int) -> None:
+    from bench.bench_decide import warden_decision
+
+    fn = warden_decision()
+    for _ in range(200):
+        fn()
+    for _ in range(n):
+        fn()
+
+
+def _check_loop(n: int) -> None:
+    from checkpoint.server.app import create_server
+    from checkpoint.server.auth import AuthPolicy
+    from warden.checkpoint.v1 import checkpoint_pb2 as pb
+    from warden.grants import SigningKey
+
+    server, _ = create_server(
+        "127.0.0.1:0", policy_dir=ROOT / "policies", data_dir=Path(tempfile.mkdtemp()), key=SigningKey.generate(),
+        auth=AuthPolicy(tokens={hashlib.sha256(b"t" * 20).digest(): "driver"}), watch_interval=None,
+    )
+    service = server.service
+    token = service.start_run(pb.StartRunRequest(agent="recon", person="alice", mode=pb.RUN_MODE_INTERACTIVE),
+                              "token:driver").run_token
+
+    def check() -> None:
+        request = pb.CheckRequest(run=pb.RunContext(run_token=token), tool_call=pb.ToolCall(tool="get_task"),
+                                  counters=pb.Counters(stretch_turns=1, total_turns=1))
+        request.tool_call.arguments.update({"task_id": "task-42"})
+        assert service.check(request, "token:driver").verdict == pb.VERDICT_ALLOW
+
+    for _ in range(100):
+        check()
+    for _ in range(n):
+        check()
+    server.stop(0)
+
+
+LOOPS = {"decide": _decide_loop, "check": _check_loop}
+
+
+def _instructions(what: str, n: int) -> int:
+    out = tempfile.mktemp(prefix="callgrind-")
+    run = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, "--loop", what,
+         str(n)], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    Path(out).unlink(missing_ok=True)
+    found = re.search(r"Collected : (\d+)", run.stderr)
+    if run.returncode != 0 or not found:
+        raise RuntimeError(f"callgrind failed: {run.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--loop", nargs=2, metavar=("WHAT", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.loop:
+        sys.path.insert(0, str(ROOT))
+        LOOPS[args.loop[0]](int(args.loop[1]))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind): skipped")
+        return 0
+    for what in LOOPS:
+        base, more = _instructions(what, 0), _instructions(what, args.calls)
+        print(f"instructions per {what}(): {(more - base) / args.calls:,.0f} (callgrind, {args.calls} calls)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
