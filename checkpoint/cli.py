@@ -80,7 +80,8 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(
         f"ok: {len(policies.agents)} agents, {len(policies.tools)} tools, {len(policies.rules)} rules, "
-        f"{len(policies.off_limits)} off-limits subjects; revision {policies.revision}"
+        f"{len(policies.off_limits)} off-limits subjects, {len(policies.principals)} principals; "
+        f"revision {policies.revision}"
     )
     for agent in sorted(policies.agents.values(), key=lambda a: a.name):
         print(f"  agent {agent.name:<12} version {agent.version}  tools: {', '.join(sorted(agent.tools)) or '(none)'}")

@@ -88,9 +88,6 @@ class Principals:
                 else:
                     self._exact[identity] = principal
 
-    def exact_owner(self, identity: str) -> Principal | None:
-        return self._exact.get(identity)
-
     def of(self, identity: str) -> Principal | None:
         found = self._exact.get(identity)
         if found is not None:
