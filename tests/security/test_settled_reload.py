@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
+
+from server.helpers import Traffic
 
 from checkpoint.policy import AgentCatalog, load_policy_dir
 from checkpoint.server import reload as reload_module
@@ -23,33 +24,6 @@ PART1 = HEADER + '  - pattern: "*.gov"\n    reason: government systems are never
 PART2 = ('  - pattern: "payments.lab.example.com"\n    reason: the payments lab is frozen\n'
          '  - pattern: "customer:vip-*"\n    reason: VIP accounts are handled by people only\n')
 TARGET = {"template": "web-basic", "target": "payments.lab.example.com"}
-
-
-class Traffic:
-    """Clients calling Check in a loop through the real server; every answer kept."""
-
-    def __init__(self, stub, request, threads: int = 2):
-        self.answers: list[pb.CheckResponse] = []
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(stub, request)) for _ in range(threads)]
-
-    def _run(self, stub, request) -> None:
-        while not self._stop.is_set():
-            try:
-                self.answers.append(stub.Check(request, timeout=30))
-            except Exception as exc:  # noqa: BLE001 - any failure is what the test looks for
-                self.errors.append(exc)
-
-    def __enter__(self) -> Traffic:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join()
 
 
 def _write_in_two_steps(path: Path, pause: float) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 from typing import Any
 
 import grpc
@@ -62,3 +64,36 @@ def rpc_error(fn: Any, request: Any) -> tuple[grpc.StatusCode, pb.ErrorDetail | 
     except grpc.RpcError as exc:
         return exc.code(), error_detail_of(exc)
     raise AssertionError("the call succeeded; an error was expected")
+
+
+class Traffic:
+    """Clients calling Check in a loop; every answer kept with its revision, and with the tickets
+    drawn (from one counter) just before the call was sent and just after its answer came."""
+
+    def __init__(self, stub, request, threads: int = 4):
+        self.answers: list[pb.CheckResponse] = []
+        self.timeline: list[tuple[int, int, pb.CheckResponse]] = []  # (sent, received, answer)
+        self._tickets = itertools.count()
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(stub, request)) for _ in range(threads)]
+
+    def _run(self, stub, request) -> None:
+        while not self._stop.is_set():
+            try:
+                sent = next(self._tickets)
+                answer = stub.Check(request, timeout=30)
+                self.timeline.append((sent, next(self._tickets), answer))
+                self.answers.append(answer)
+            except Exception as exc:  # noqa: BLE001 - any failure is what the test looks for
+                self.errors.append(exc)
+
+    def __enter__(self) -> Traffic:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 import time
 import urllib.request
 
@@ -14,7 +12,7 @@ from checkpoint.server.app import RELOAD_HEALTH_NAME
 from checkpoint.server.grpc_api import SERVICE_NAME
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
-from .helpers import tool_call
+from .helpers import Traffic, tool_call
 
 DENY_GET_TASK = """kind: Rule
 name: freeze-get-task
@@ -23,39 +21,6 @@ condition: 'true'
 tools: [get_task]
 reason: frozen for the test
 """
-
-
-class Traffic:
-    """Clients calling Check in a loop; every answer kept with its revision, and with the tickets
-    drawn (from one counter) just before the call was sent and just after its answer came."""
-
-    def __init__(self, stub, request, threads: int = 4):
-        self.answers: list[pb.CheckResponse] = []
-        self.timeline: list[tuple[int, int, pb.CheckResponse]] = []  # (sent, received, answer)
-        self._tickets = itertools.count()
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(stub, request)) for _ in range(threads)]
-
-    def _run(self, stub, request) -> None:
-        while not self._stop.is_set():
-            try:
-                sent = next(self._tickets)
-                answer = stub.Check(request, timeout=30)
-                self.timeline.append((sent, next(self._tickets), answer))
-                self.answers.append(answer)
-            except Exception as exc:  # noqa: BLE001 - any failure is what the test looks for
-                self.errors.append(exc)
-
-    def __enter__(self) -> Traffic:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join()
 
 
 def _wait(predicate, timeout: float = 60.0) -> None:  # a bound so a broken reload fails, not a timing
