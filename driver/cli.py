@@ -70,6 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--model", default="")
     run.add_argument("--agent-version", default="", help="pin this known version instead of the current one")
     run.add_argument("--background", action="store_true", help="nobody is there to approve ('*' is refused)")
+    run.add_argument("--input", action="append", default=[], metavar="KEY=VALUE",
+                     help="an input you vouch for, bound into the run token (rules read run.inputs); repeatable")
     run.add_argument("--follow", action="store_true", help="stream the run's events until it stops")
     client_args(run)
     run.set_defaults(func=_run)
@@ -300,6 +302,11 @@ def _run(args: argparse.Namespace) -> int:
                              mode=pb.RUN_MODE_BACKGROUND if args.background else pb.RUN_MODE_INTERACTIVE,
                              provider=provider, model=args.model,
                              script_yaml=_script_text(args.script))
+    for item in args.input:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"warden run: --input {item!r}: expected KEY=VALUE")
+        req.inputs[key] = value
     client = _Client(args)
     run = client.call("StartRun", req).run
     print(f"started {run.run_id}: {run.agent}@{run.agent_version[:12]}")

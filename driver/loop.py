@@ -174,12 +174,15 @@ class Driver:
 
     def start_run(self, agent: str, goal: Goal, *, owner: str, mode: str = "interactive",
                   provider: str = "scripted", model: str = "", provider_options: dict[str, Any] | None = None,
-                  agent_version: str = "", spawn: bool = True) -> dict[str, Any]:
+                  agent_version: str = "", spawn: bool = True,
+                  inputs: dict[str, Any] | None = None) -> dict[str, Any]:
         # The checkpoint begins the run: it records the decision, pins the version, mints the run id
         # and the run token every later check presents. A refusal starts nothing.
-        started = self.checkpoint.start_run(cp.StartRunRequest(
-            agent=agent, agent_version=agent_version, person=owner,
-            mode=cp.RUN_MODE_BACKGROUND if mode == "background" else cp.RUN_MODE_INTERACTIVE))
+        request = cp.StartRunRequest(agent=agent, agent_version=agent_version, person=owner,
+                                     mode=cp.RUN_MODE_BACKGROUND if mode == "background" else cp.RUN_MODE_INTERACTIVE)
+        if inputs:
+            request.inputs.update(inputs)
+        started = self.checkpoint.start_run(request)
         if started.decision.verdict != _ALLOW:
             raise RunStateError(f"the checkpoint refused to start the run: {started.decision.reason}",
                                 code=started.decision.code or "run_refused")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from grpc_health.v1 import health
 
 from checkpoint.server.auth import TokenFileError, load_tokens
@@ -193,7 +193,9 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
         run = self.driver.start_run(request.agent, goal, owner=person, mode=mode, provider=provider,
                                     model=request.model or (self.driver.default_model if provider == "anthropic"
                                                             else "scripted"),
-                                    provider_options=options, agent_version=request.agent_version)
+                                    provider_options=options, agent_version=request.agent_version,
+                                    inputs=json_format.MessageToDict(request.inputs) if request.HasField("inputs")
+                                    else None)
         return pb.StartRunResponse(run=run_to_proto(self.driver, run))
 
     @_driver_errors

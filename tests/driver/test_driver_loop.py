@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driver_harness import PLAN, call, decisions, final, kinds
+from driver_harness import PLAN, call, decisions, final, goal, kinds
 
 
 def test_happy_path_runs_in_a_container_and_succeeds_verified(stack):
@@ -190,3 +190,22 @@ def test_a_rejected_model_call_pauses_the_run_for_a_person(stack, policy_dir, ch
     [approval] = d.store.approvals(run["run_id"], status="pending")
     run = d.reject(approval["approval_id"], "bob", "not now", spawn=False)
     assert (run["status"], run["code"]) == ("paused", "approval_rejected") and run["total_turns"] == 0
+
+
+def test_inputs_the_operator_vouches_for_reach_the_rules_as_run_inputs(stack, policy_dir, checkpoint_server):
+    (policy_dir / "rules" / "session.yaml").write_text(
+        "kind: Rule\nname: only-the-sessions-customer\neffect: deny_if\ntools: [lookup_order]\n"
+        "condition: 'has(run.inputs.customer) && args.customer != run.inputs.customer'\n"
+        "reason: an agent works on the customer of its session only\n")
+    assert checkpoint_server.store.reload()
+    d = stack.driver()
+    plan = {"action": "tool_call", "tool": "propose_plan", "arguments": {"steps": [
+        {"id": "look", "tool": "lookup_order"}]}}
+    other = call("lookup_order", order_id="ord-1", customer="customer:jane")
+    run = d.start_run("refunds", goal(), owner="alice", provider="scripted", spawn=False,
+                      provider_options={"script": [plan, other, {"action": "handoff", "reason": "x"}]},
+                      inputs={"customer": "customer:bob"})
+    d.run_until_stopped(run["run_id"])
+    assert ("tool_call", "DENY", "rule_denied") in decisions(d, run["run_id"])
+    start = next(r for r in checkpoint_server.log.read(run_id=run["run_id"]) if r["action"] == "start_run")
+    assert start["arguments"]["inputs"] == {"customer": "customer:bob"}  # bound at the start, on the record

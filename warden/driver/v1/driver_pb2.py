@@ -27,17 +27,17 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from warden.checkpoint.v1 import checkpoint_pb2 as warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwarden/driver/v1/driver.proto\x12\x10warden.driver.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%warden/checkpoint/v1/checkpoint.proto\"E\n\x0e\x43riterionCheck\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x17\n\x0foutput_contains\x18\x03 \x01(\t\"]\n\tCriterion\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12/\n\x05\x63heck\x18\x03 \x01(\x0b\x32 .warden.driver.v1.CriterionCheck\"\x8b\x01\n\x04Goal\x12\x11\n\tobjective\x18\x01 \x01(\t\x12-\n\x08\x63riteria\x18\x02 \x03(\x0b\x32\x1b.warden.driver.v1.Criterion\x12\x13\n\x0b\x63onstraints\x18\x03 \x03(\t\x12,\n\x06\x62udget\x18\x04 \x01(\x0b\x32\x1c.warden.checkpoint.v1.Budget\"\x88\x05\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\x15\n\ragent_version\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\'\n\x04mode\x18\x06 \x01(\x0e\x32\x19.warden.driver.v1.RunMode\x12+\n\x06status\x18\x07 \x01(\x0e\x32\x1b.warden.driver.v1.RunStatus\x12\x0c\n\x04\x63ode\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x14\n\x0cgoal_version\x18\n \x01(\x05\x12\x30\n\x08\x63ounters\x18\x0b \x01(\x0b\x32\x1e.warden.checkpoint.v1.Counters\x12,\n\x06\x62udget\x18\x0c \x01(\x0b\x32\x1c.warden.checkpoint.v1.Budget\x12\x0f\n\x07missing\x18\r \x03(\t\x12\x35\n\x11pending_approvals\x18\x0e \x03(\x0b\x32\x1a.warden.driver.v1.Approval\x12\x10\n\x08provider\x18\x0f \x01(\t\x12\r\n\x05model\x18\x10 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x11 \x01(\t\x12.\n\ncreated_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07stretch\x18\x14 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x15 \x01(\x03\x12\x15\n\rparent_run_id\x18\x16 \x01(\t\x12\x13\n\x0broot_run_id\x18\x17 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x18 \x01(\x05\"\xce\x01\n\x08\x41pproval\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04tool\x18\x03 \x01(\t\x12*\n\targuments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04\x63ode\x18\x05 \x01(\t\x12\x0c\n\x04rule\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0e\n\x06status\x18\x08 \x01(\t\x12\x12\n\ndecided_by\x18\t \x01(\t\x12\x13\n\x0b\x64\x65\x63ision_id\x18\n \x01(\t\"\x86\x01\n\x08RunEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12%\n\x04\x64\x61ta\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xbc\x01\n\x0fStartRunRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12$\n\x04goal\x18\x03 \x01(\x0b\x32\x16.warden.driver.v1.Goal\x12\'\n\x04mode\x18\x04 \x01(\x0e\x32\x19.warden.driver.v1.RunMode\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x13\n\x0bscript_yaml\x18\x07 \x01(\t\"6\n\x10StartRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"4\n\x0eGetRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"b\n\x0fListRunsRequest\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.warden.driver.v1.RunStatus\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x13\n\x0broot_run_id\x18\x03 \x01(\t\"7\n\x10ListRunsResponse\x12#\n\x04runs\x18\x01 \x03(\x0b\x32\x15.warden.driver.v1.Run\"^\n\x0fWatchRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x11\n\tno_follow\x18\x03 \x01(\x08\x12\x15\n\runtil_waiting\x18\x04 \x01(\x08\"=\n\x10WatchRunResponse\x12)\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.warden.driver.v1.RunEvent\"O\n\x12\x41pproveCallRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0c\n\x04note\x18\x02 \x01(\t\x12\x16\n\x0e\x61pproval_token\x18\x03 \x01(\t\"9\n\x13\x41pproveCallResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"U\n\x11RejectCallRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0c\n\x04note\x18\x02 \x01(\t\x12\x1d\n\x15rejection_decision_id\x18\x03 \x01(\t\"8\n\x12RejectCallResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"e\n\x10ResumeRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\r\n\x05reply\x18\x02 \x01(\t\x12\x32\n\x0craise_budget\x18\x03 \x01(\x0b\x32\x1c.warden.checkpoint.v1.Budget\"7\n\x11ResumeRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"7\n\x11\x43\x61ncelRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"H\n\x10\x41mendGoalRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12$\n\x04goal\x18\x02 \x01(\x0b\x32\x16.warden.driver.v1.Goal\")\n\x11\x41mendGoalResponse\x12\x14\n\x0cgoal_version\x18\x01 \x01(\x05*\xe2\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x15\n\x11RUN_STATUS_PAUSED\x10\x02\x12 \n\x1cRUN_STATUS_AWAITING_APPROVAL\x10\x03\x12\x18\n\x14RUN_STATUS_SUCCEEDED\x10\x04\x12\x15\n\x11RUN_STATUS_FAILED\x10\x05\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\x06\x12\x1d\n\x19RUN_STATUS_AWAITING_CHILD\x10\x07*V\n\x07RunMode\x12\x18\n\x14RUN_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14RUN_MODE_INTERACTIVE\x10\x01\x12\x17\n\x13RUN_MODE_BACKGROUND\x10\x02\x32\x8e\x06\n\rDriverService\x12Q\n\x08StartRun\x12!.warden.driver.v1.StartRunRequest\x1a\".warden.driver.v1.StartRunResponse\x12K\n\x06GetRun\x12\x1f.warden.driver.v1.GetRunRequest\x1a .warden.driver.v1.GetRunResponse\x12Q\n\x08ListRuns\x12!.warden.driver.v1.ListRunsRequest\x1a\".warden.driver.v1.ListRunsResponse\x12S\n\x08WatchRun\x12!.warden.driver.v1.WatchRunRequest\x1a\".warden.driver.v1.WatchRunResponse0\x01\x12Z\n\x0b\x41pproveCall\x12$.warden.driver.v1.ApproveCallRequest\x1a%.warden.driver.v1.ApproveCallResponse\x12W\n\nRejectCall\x12#.warden.driver.v1.RejectCallRequest\x1a$.warden.driver.v1.RejectCallResponse\x12T\n\tResumeRun\x12\".warden.driver.v1.ResumeRunRequest\x1a#.warden.driver.v1.ResumeRunResponse\x12T\n\tCancelRun\x12\".warden.driver.v1.CancelRunRequest\x1a#.warden.driver.v1.CancelRunResponse\x12T\n\tAmendGoal\x12\".warden.driver.v1.AmendGoalRequest\x1a#.warden.driver.v1.AmendGoalResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwarden/driver/v1/driver.proto\x12\x10warden.driver.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%warden/checkpoint/v1/checkpoint.proto\"E\n\x0e\x43riterionCheck\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x17\n\x0foutput_contains\x18\x03 \x01(\t\"]\n\tCriterion\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12/\n\x05\x63heck\x18\x03 \x01(\x0b\x32 .warden.driver.v1.CriterionCheck\"\x8b\x01\n\x04Goal\x12\x11\n\tobjective\x18\x01 \x01(\t\x12-\n\x08\x63riteria\x18\x02 \x03(\x0b\x32\x1b.warden.driver.v1.Criterion\x12\x13\n\x0b\x63onstraints\x18\x03 \x03(\t\x12,\n\x06\x62udget\x18\x04 \x01(\x0b\x32\x1c.warden.checkpoint.v1.Budget\"\x88\x05\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\x15\n\ragent_version\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\'\n\x04mode\x18\x06 \x01(\x0e\x32\x19.warden.driver.v1.RunMode\x12+\n\x06status\x18\x07 \x01(\x0e\x32\x1b.warden.driver.v1.RunStatus\x12\x0c\n\x04\x63ode\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x14\n\x0cgoal_version\x18\n \x01(\x05\x12\x30\n\x08\x63ounters\x18\x0b \x01(\x0b\x32\x1e.warden.checkpoint.v1.Counters\x12,\n\x06\x62udget\x18\x0c \x01(\x0b\x32\x1c.warden.checkpoint.v1.Budget\x12\x0f\n\x07missing\x18\r \x03(\t\x12\x35\n\x11pending_approvals\x18\x0e \x03(\x0b\x32\x1a.warden.driver.v1.Approval\x12\x10\n\x08provider\x18\x0f \x01(\t\x12\r\n\x05model\x18\x10 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x11 \x01(\t\x12.\n\ncreated_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07stretch\x18\x14 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x15 \x01(\x03\x12\x15\n\rparent_run_id\x18\x16 \x01(\t\x12\x13\n\x0broot_run_id\x18\x17 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x18 \x01(\x05\"\xce\x01\n\x08\x41pproval\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04tool\x18\x03 \x01(\t\x12*\n\targuments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04\x63ode\x18\x05 \x01(\t\x12\x0c\n\x04rule\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0e\n\x06status\x18\x08 \x01(\t\x12\x12\n\ndecided_by\x18\t \x01(\t\x12\x13\n\x0b\x64\x65\x63ision_id\x18\n \x01(\t\"\x86\x01\n\x08RunEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12%\n\x04\x64\x61ta\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xe5\x01\n\x0fStartRunRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12$\n\x04goal\x18\x03 \x01(\x0b\x32\x16.warden.driver.v1.Goal\x12\'\n\x04mode\x18\x04 \x01(\x0e\x32\x19.warden.driver.v1.RunMode\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x13\n\x0bscript_yaml\x18\x07 \x01(\t\x12\'\n\x06inputs\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\"6\n\x10StartRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"4\n\x0eGetRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"b\n\x0fListRunsRequest\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.warden.driver.v1.RunStatus\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x13\n\x0broot_run_id\x18\x03 \x01(\t\"7\n\x10ListRunsResponse\x12#\n\x04runs\x18\x01 \x03(\x0b\x32\x15.warden.driver.v1.Run\"^\n\x0fWatchRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x11\n\tno_follow\x18\x03 \x01(\x08\x12\x15\n\runtil_waiting\x18\x04 \x01(\x08\"=\n\x10WatchRunResponse\x12)\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.warden.driver.v1.RunEvent\"O\n\x12\x41pproveCallRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0c\n\x04note\x18\x02 \x01(\t\x12\x16\n\x0e\x61pproval_token\x18\x03 \x01(\t\"9\n\x13\x41pproveCallResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"U\n\x11RejectCallRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0c\n\x04note\x18\x02 \x01(\t\x12\x1d\n\x15rejection_decision_id\x18\x03 \x01(\t\"8\n\x12RejectCallResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"e\n\x10ResumeRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\r\n\x05reply\x18\x02 \x01(\t\x12\x32\n\x0craise_budget\x18\x03 \x01(\x0b\x32\x1c.warden.checkpoint.v1.Budget\"7\n\x11ResumeRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"7\n\x11\x43\x61ncelRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.warden.driver.v1.Run\"H\n\x10\x41mendGoalRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12$\n\x04goal\x18\x02 \x01(\x0b\x32\x16.warden.driver.v1.Goal\")\n\x11\x41mendGoalResponse\x12\x14\n\x0cgoal_version\x18\x01 \x01(\x05*\xe2\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x15\n\x11RUN_STATUS_PAUSED\x10\x02\x12 \n\x1cRUN_STATUS_AWAITING_APPROVAL\x10\x03\x12\x18\n\x14RUN_STATUS_SUCCEEDED\x10\x04\x12\x15\n\x11RUN_STATUS_FAILED\x10\x05\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\x06\x12\x1d\n\x19RUN_STATUS_AWAITING_CHILD\x10\x07*V\n\x07RunMode\x12\x18\n\x14RUN_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14RUN_MODE_INTERACTIVE\x10\x01\x12\x17\n\x13RUN_MODE_BACKGROUND\x10\x02\x32\x8e\x06\n\rDriverService\x12Q\n\x08StartRun\x12!.warden.driver.v1.StartRunRequest\x1a\".warden.driver.v1.StartRunResponse\x12K\n\x06GetRun\x12\x1f.warden.driver.v1.GetRunRequest\x1a .warden.driver.v1.GetRunResponse\x12Q\n\x08ListRuns\x12!.warden.driver.v1.ListRunsRequest\x1a\".warden.driver.v1.ListRunsResponse\x12S\n\x08WatchRun\x12!.warden.driver.v1.WatchRunRequest\x1a\".warden.driver.v1.WatchRunResponse0\x01\x12Z\n\x0b\x41pproveCall\x12$.warden.driver.v1.ApproveCallRequest\x1a%.warden.driver.v1.ApproveCallResponse\x12W\n\nRejectCall\x12#.warden.driver.v1.RejectCallRequest\x1a$.warden.driver.v1.RejectCallResponse\x12T\n\tResumeRun\x12\".warden.driver.v1.ResumeRunRequest\x1a#.warden.driver.v1.ResumeRunResponse\x12T\n\tCancelRun\x12\".warden.driver.v1.CancelRunRequest\x1a#.warden.driver.v1.CancelRunResponse\x12T\n\tAmendGoal\x12\".warden.driver.v1.AmendGoalRequest\x1a#.warden.driver.v1.AmendGoalResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'warden.driver.v1.driver_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RUNSTATUS']._serialized_start=2780
-  _globals['_RUNSTATUS']._serialized_end=3006
-  _globals['_RUNMODE']._serialized_start=3008
-  _globals['_RUNMODE']._serialized_end=3094
+  _globals['_RUNSTATUS']._serialized_start=2821
+  _globals['_RUNSTATUS']._serialized_end=3047
+  _globals['_RUNMODE']._serialized_start=3049
+  _globals['_RUNMODE']._serialized_end=3135
   _globals['_CRITERIONCHECK']._serialized_start=153
   _globals['_CRITERIONCHECK']._serialized_end=222
   _globals['_CRITERION']._serialized_start=224
@@ -51,41 +51,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNEVENT']._serialized_start=1322
   _globals['_RUNEVENT']._serialized_end=1456
   _globals['_STARTRUNREQUEST']._serialized_start=1459
-  _globals['_STARTRUNREQUEST']._serialized_end=1647
-  _globals['_STARTRUNRESPONSE']._serialized_start=1649
-  _globals['_STARTRUNRESPONSE']._serialized_end=1703
-  _globals['_GETRUNREQUEST']._serialized_start=1705
-  _globals['_GETRUNREQUEST']._serialized_end=1736
-  _globals['_GETRUNRESPONSE']._serialized_start=1738
-  _globals['_GETRUNRESPONSE']._serialized_end=1790
-  _globals['_LISTRUNSREQUEST']._serialized_start=1792
-  _globals['_LISTRUNSREQUEST']._serialized_end=1890
-  _globals['_LISTRUNSRESPONSE']._serialized_start=1892
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1947
-  _globals['_WATCHRUNREQUEST']._serialized_start=1949
-  _globals['_WATCHRUNREQUEST']._serialized_end=2043
-  _globals['_WATCHRUNRESPONSE']._serialized_start=2045
-  _globals['_WATCHRUNRESPONSE']._serialized_end=2106
-  _globals['_APPROVECALLREQUEST']._serialized_start=2108
-  _globals['_APPROVECALLREQUEST']._serialized_end=2187
-  _globals['_APPROVECALLRESPONSE']._serialized_start=2189
-  _globals['_APPROVECALLRESPONSE']._serialized_end=2246
-  _globals['_REJECTCALLREQUEST']._serialized_start=2248
-  _globals['_REJECTCALLREQUEST']._serialized_end=2333
-  _globals['_REJECTCALLRESPONSE']._serialized_start=2335
-  _globals['_REJECTCALLRESPONSE']._serialized_end=2391
-  _globals['_RESUMERUNREQUEST']._serialized_start=2393
-  _globals['_RESUMERUNREQUEST']._serialized_end=2494
-  _globals['_RESUMERUNRESPONSE']._serialized_start=2496
-  _globals['_RESUMERUNRESPONSE']._serialized_end=2551
-  _globals['_CANCELRUNREQUEST']._serialized_start=2553
-  _globals['_CANCELRUNREQUEST']._serialized_end=2603
-  _globals['_CANCELRUNRESPONSE']._serialized_start=2605
-  _globals['_CANCELRUNRESPONSE']._serialized_end=2660
-  _globals['_AMENDGOALREQUEST']._serialized_start=2662
-  _globals['_AMENDGOALREQUEST']._serialized_end=2734
-  _globals['_AMENDGOALRESPONSE']._serialized_start=2736
-  _globals['_AMENDGOALRESPONSE']._serialized_end=2777
-  _globals['_DRIVERSERVICE']._serialized_start=3097
-  _globals['_DRIVERSERVICE']._serialized_end=3879
+  _globals['_STARTRUNREQUEST']._serialized_end=1688
+  _globals['_STARTRUNRESPONSE']._serialized_start=1690
+  _globals['_STARTRUNRESPONSE']._serialized_end=1744
+  _globals['_GETRUNREQUEST']._serialized_start=1746
+  _globals['_GETRUNREQUEST']._serialized_end=1777
+  _globals['_GETRUNRESPONSE']._serialized_start=1779
+  _globals['_GETRUNRESPONSE']._serialized_end=1831
+  _globals['_LISTRUNSREQUEST']._serialized_start=1833
+  _globals['_LISTRUNSREQUEST']._serialized_end=1931
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1933
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1988
+  _globals['_WATCHRUNREQUEST']._serialized_start=1990
+  _globals['_WATCHRUNREQUEST']._serialized_end=2084
+  _globals['_WATCHRUNRESPONSE']._serialized_start=2086
+  _globals['_WATCHRUNRESPONSE']._serialized_end=2147
+  _globals['_APPROVECALLREQUEST']._serialized_start=2149
+  _globals['_APPROVECALLREQUEST']._serialized_end=2228
+  _globals['_APPROVECALLRESPONSE']._serialized_start=2230
+  _globals['_APPROVECALLRESPONSE']._serialized_end=2287
+  _globals['_REJECTCALLREQUEST']._serialized_start=2289
+  _globals['_REJECTCALLREQUEST']._serialized_end=2374
+  _globals['_REJECTCALLRESPONSE']._serialized_start=2376
+  _globals['_REJECTCALLRESPONSE']._serialized_end=2432
+  _globals['_RESUMERUNREQUEST']._serialized_start=2434
+  _globals['_RESUMERUNREQUEST']._serialized_end=2535
+  _globals['_RESUMERUNRESPONSE']._serialized_start=2537
+  _globals['_RESUMERUNRESPONSE']._serialized_end=2592
+  _globals['_CANCELRUNREQUEST']._serialized_start=2594
+  _globals['_CANCELRUNREQUEST']._serialized_end=2644
+  _globals['_CANCELRUNRESPONSE']._serialized_start=2646
+  _globals['_CANCELRUNRESPONSE']._serialized_end=2701
+  _globals['_AMENDGOALREQUEST']._serialized_start=2703
+  _globals['_AMENDGOALREQUEST']._serialized_end=2775
+  _globals['_AMENDGOALRESPONSE']._serialized_start=2777
+  _globals['_AMENDGOALRESPONSE']._serialized_end=2818
+  _globals['_DRIVERSERVICE']._serialized_start=3138
+  _globals['_DRIVERSERVICE']._serialized_end=3920
 # @@protoc_insertion_point(module_scope)

@@ -163,7 +163,7 @@ class RunEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., run_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("agent", "agent_version", "goal", "mode", "provider", "model", "script_yaml")
+    __slots__ = ("agent", "agent_version", "goal", "mode", "provider", "model", "script_yaml", "inputs")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class StartRunRequest(_message.Message):
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SCRIPT_YAML_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     agent: str
     agent_version: str
     goal: Goal
@@ -178,7 +179,8 @@ class StartRunRequest(_message.Message):
     provider: str
     model: str
     script_yaml: str
-    def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., goal: _Optional[_Union[Goal, _Mapping]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., script_yaml: _Optional[str] = ...) -> None: ...
+    inputs: _struct_pb2.Struct
+    def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., goal: _Optional[_Union[Goal, _Mapping]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., script_yaml: _Optional[str] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("run",)
