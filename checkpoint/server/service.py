@@ -333,31 +333,22 @@ class CheckpointService:
             out.run_id = out.run_token = ""
         if not run.actor_chain:
             run.actor_chain.extend(chain)
-        now_ns = time.time_ns()
-        response.decision_id = new_decision_id()
-        convert.timestamp_from_ns(now_ns, response.decided_at)
-        record = {
-            "decision_id": response.decision_id,
-            "time": format_time_ns(now_ns),
-            "tenant": response.tenant or None,
-            "run_id": run.run_id or None,
-            "root_run_id": run.run_id or None,
-            "actor_chain": convert.actor_chain(run.actor_chain),
-            "accountable_person": request.person[:MAX_RUN_ID] or None,
-            "agent": response.agent or (request.agent[:100] or None),
-            "agent_version": response.agent_version or (request.agent_version[:100] or None),
-            "action": "start_run",
-            "arguments": {"mode": MODES.get(request.mode, "unspecified"),
-                          "inputs": convert.struct_to_dict(request.inputs) if out.run_token and request.HasField("inputs") else None},
-            "verdict": convert.verdict_name(response.verdict),
-            "code": response.code,
-            "rule": response.rule,
-            "reason": response.reason,
-            "policy_revision": policies.revision,
-            "latency_us": (time.perf_counter_ns() - started) // 1000,
-            "caller": caller_name(caller),
-            "principal": principal.name if principal is not None else None,
-        }
+        stamped = _stamp(response)
+        record = _act_record(
+            response, stamped, policies, caller_name(caller), principal,
+            tenant=response.tenant or None,
+            run_id=run.run_id or None,
+            root_run_id=run.run_id or None,
+            actor_chain=convert.actor_chain(run.actor_chain),
+            accountable_person=request.person[:MAX_RUN_ID] or None,
+            agent=response.agent or (request.agent[:100] or None),
+            agent_version=response.agent_version or (request.agent_version[:100] or None),
+            action="start_run",
+            arguments={"mode": MODES.get(request.mode, "unspecified"),
+                       "inputs": convert.struct_to_dict(request.inputs) if out.run_token and request.HasField("inputs")
+                       else None},
+            latency_us=(time.perf_counter_ns() - started) // 1000,
+        )
         self._append_or_deny(record, response)
         if response.verdict != ALLOW:
             out.run_id = out.run_token = ""
@@ -392,32 +383,21 @@ class CheckpointService:
             response.reason += _forget_claimed_run(check)
         chain = convert.actor_chain(check.run.actor_chain)
         last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
-        now_ns = time.time_ns()
-        response.decision_id = new_decision_id()
-        convert.timestamp_from_ns(now_ns, response.decided_at)
         run = check.run
-        record = {
-            "decision_id": response.decision_id,
-            "time": format_time_ns(now_ns),
-            "tenant": run.tenant or None,
-            "run_id": run.run_id or None,
-            "root_run_id": run.root_run_id or run.run_id or None,
-            "parent_run_id": run.parent_run_id or None,
-            "actor_chain": chain or None,
-            "accountable_person": chain[0]["id"] if chain else None,
-            "agent": last.get("id"),
-            "agent_version": last.get("agent_version"),
-            "action": request.act if request.act in PERSON_ACTS else "none",
-            "arguments": {"person": request.person[:128], "note": request.note[:1000],
-                          "details": convert.struct_to_dict(request.details) if request.HasField("details") else {}},
-            "verdict": convert.verdict_name(response.verdict),
-            "code": response.code,
-            "rule": response.rule,
-            "reason": response.reason,
-            "policy_revision": policies.revision,
-            "caller": caller_name(caller),
-            "principal": principal.name if principal is not None else None,
-        }
+        record = _act_record(
+            response, _stamp(response), policies, caller_name(caller), principal,
+            tenant=run.tenant or None,
+            run_id=run.run_id or None,
+            root_run_id=run.root_run_id or run.run_id or None,
+            parent_run_id=run.parent_run_id or None,
+            actor_chain=chain or None,
+            accountable_person=chain[0]["id"] if chain else None,
+            agent=last.get("id"),
+            agent_version=last.get("agent_version"),
+            action=request.act if request.act in PERSON_ACTS else "none",
+            arguments={"person": request.person[:128], "note": request.note[:1000],
+                       "details": convert.struct_to_dict(request.details) if request.HasField("details") else {}},
+        )
         if established is None:
             record = bound_refusal(record)
         self._append_or_deny(record, response)
@@ -465,39 +445,30 @@ class CheckpointService:
                                + (f": {request.note[:500]}" if request.note else ""))
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
-        now_ns = time.time_ns()
-        response.decision_id = new_decision_id()
-        convert.timestamp_from_ns(now_ns, response.decided_at)
+        stamped = _stamp(response)
         if response.verdict == ALLOW and approve:
             token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
         elif response.verdict == ALLOW:  # a rejection is final: no approval of it is honoured after
             self.approvals.reject(request.decision_id, person)
         if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
             response.reason += f" (the request claimed run {request.run_id[:64]!r})"
-        record = {
-            "decision_id": response.decision_id,
-            "time": format_time_ns(now_ns),
-            "tenant": response.tenant or None,
-            "run_id": asked.get("run_id"),
-            "root_run_id": asked.get("root_run_id"),
-            "parent_run_id": asked.get("parent_run_id"),
-            "actor_chain": asked.get("actor_chain"),
-            "accountable_person": response.accountable_person or None,
-            "agent": response.agent or None,
-            "agent_version": response.agent_version or None,
-            "action": "approval" if approve else "rejection",
-            "tool": asked.get("tool"),
-            "arguments": {"decision_id": request.decision_id[:64], "note": request.note[:1000]} if asked else None,
-            "verdict": convert.verdict_name(response.verdict),
-            "code": response.code,
-            "rule": asked.get("rule") if response.verdict == ALLOW else response.rule,
-            "reason": response.reason,
-            "policy_revision": policies.revision,
-            "caller": person,
-            "principal": principal.name if principal is not None else None,
-            "call_digest": asked.get("call_digest"),
-            "approval_rules": asked.get("approval_rules"),
-        }
+        record = _act_record(
+            response, stamped, policies, person, principal,
+            tenant=response.tenant or None,
+            run_id=asked.get("run_id"),
+            root_run_id=asked.get("root_run_id"),
+            parent_run_id=asked.get("parent_run_id"),
+            actor_chain=asked.get("actor_chain"),
+            accountable_person=response.accountable_person or None,
+            agent=response.agent or None,
+            agent_version=response.agent_version or None,
+            action="approval" if approve else "rejection",
+            tool=asked.get("tool"),
+            arguments={"decision_id": request.decision_id[:64], "note": request.note[:1000]} if asked else None,
+            rule=asked.get("rule") if response.verdict == ALLOW else response.rule,
+            call_digest=asked.get("call_digest"),
+            approval_rules=asked.get("approval_rules"),
+        )
         self._append_or_deny(record, response)
         if response.verdict != ALLOW:
             token = ""
@@ -663,6 +634,32 @@ PERSON_ACTS = frozenset({"resume", "cancel", "amend"})
 def new_run_id() -> str:
     """Run ids are minted here, never chosen by a caller: none is empty, none is reused."""
     return "run-" + new_decision_id()
+
+
+def _stamp(response: pb.CheckResponse) -> str:
+    """Give an answer its decision id and time; the time as the record writes it."""
+    now_ns = time.time_ns()
+    response.decision_id = new_decision_id()
+    convert.timestamp_from_ns(now_ns, response.decided_at)
+    return format_time_ns(now_ns)
+
+
+def _act_record(response: pb.CheckResponse, stamped: str, policies: PolicySet, caller: str,
+                principal: Principal | None, **fields: Any) -> dict[str, Any]:
+    """The record of an answer that is not a Check (StartRun, Approve, Reject, RecordAct): what
+    every record holds, then the act's own fields (which may override `rule`)."""
+    return {
+        "decision_id": response.decision_id,
+        "time": stamped,
+        "verdict": convert.verdict_name(response.verdict),
+        "code": response.code,
+        "rule": response.rule,
+        "reason": response.reason,
+        "policy_revision": policies.revision,
+        "caller": caller,
+        "principal": principal.name if principal is not None else None,
+        **fields,
+    }
 
 
 def _forget_claimed_run(request: Any) -> str:
