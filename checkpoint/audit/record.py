@@ -52,9 +52,10 @@ COLUMNS: tuple[str, ...] = (*HASHED_FIELDS, "prev_hash", "hash")
 # "none": a request refused before it named an action (unparseable, unauthenticated ResolveAgent,
 # no action at all). Nothing decided goes unrecorded, refusals included.
 # "start_run", "approval", "rejection": acts that are not a proposed step but belong on the record.
-# "resume", "cancel", "amend": a person's acts on a run, recorded by the caller that authenticated them.
+# "resume", "cancel", "amend", "pause": a person's acts on a run, recorded by the caller that
+# authenticated them. "catalog": a change to the agent catalog (propose, approve, reject, retire).
 ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none", "start_run", "approval", "rejection",
-                     "resume", "cancel", "amend"})
+                     "resume", "cancel", "amend", "pause", "catalog"})
 VERDICTS = frozenset({"ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"})
 GENESIS_HASH = "0" * 64
 
