@@ -182,12 +182,28 @@ class ModelPrice(Strict):
     output_per_mtok_usd: float = Field(..., ge=0)
 
 
+PersonNames = list[Annotated[str, StringConstraints(pattern=r"^[^\s:*]{1,128}$")]]
+
+
+class TenantRoles(Strict):
+    """Who does what in a tenant: persons by their credential's name (a token line's name). An
+    admin holds every role. docs/catalog.md says what each role may do."""
+
+    admin: PersonNames = Field(default_factory=list, description="reviews agent changes, retires versions; every role")
+    approver: PersonNames = Field(default_factory=list, description="approves or rejects calls that wait for a person")
+    operator: PersonNames = Field(default_factory=list, description="starts, pauses, resumes, amends and cancels runs")
+    auditor: PersonNames = Field(default_factory=list, description="reads the tenant's decision records and runs")
+
+
 class Tenant(Strict):
     kind: Literal["Tenant"]
     name: Name
     ceilings: Budget = Field(default_factory=Budget)
     daily_spend: DailySpend = Field(default_factory=DailySpend)
     delegation: DelegationLimits = Field(default_factory=DelegationLimits)
+    roles: TenantRoles | None = Field(
+        None, description="without it, the principals' rights alone govern, and nobody is an admin"
+    )
 
 
 class Instance(Strict):
