@@ -9,6 +9,8 @@ ALLOWED = "allowed"
 INVALID_REQUEST = "invalid_request"
 UNKNOWN_AGENT = "unknown_agent"
 UNKNOWN_AGENT_VERSION = "unknown_agent_version"
+AGENT_VERSION_RETIRED = "agent_version_retired"  # HALT for a run pinned to it; DENY for a new pin
+AGENT_VERSION_NOT_APPROVED = "agent_version_not_approved"  # pending, rejected or withdrawn: never pinned
 UNKNOWN_TOOL = "unknown_tool"
 INVALID_ARGUMENTS = "invalid_arguments"
 # 2. allowlist
@@ -63,6 +65,14 @@ RUN_TOKEN_INVALID = "run_token_invalid"
 APPROVED = "approved"
 REJECTED = "rejected"
 RECORDED = "recorded"  # a person's act on a run (RecordAct)
+# the agent catalog's lifecycle (ProposeAgentChange, ReviewAgentChange, RetireAgentVersion)
+PROPOSED = "proposed"
+CATALOG_CHANGED = "catalog_changed"  # approved, rejected, retired, or a policy file's change applied
+NO_CHANGE = "no_change"
+NOT_PENDING = "not_pending"
+VERSION_LIVE = "version_live"
+CATALOG_CODES = frozenset({AGENT_VERSION_RETIRED, AGENT_VERSION_NOT_APPROVED, PROPOSED, CATALOG_CHANGED, NO_CHANGE,
+                           NOT_PENDING, VERSION_LIVE})
 
 DECISION_CODES = frozenset(
     [
@@ -72,5 +82,7 @@ DECISION_CODES = frozenset(
         POLICY_ERROR, PLAN_STEP_NOT_ALLOWED, *BREAKER_CODES.values(), DELEGATION_DEPTH,
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
         CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, APPROVED, REJECTED, RECORDED, HANDOFF,
+        AGENT_VERSION_RETIRED, AGENT_VERSION_NOT_APPROVED, PROPOSED, CATALOG_CHANGED, NO_CHANGE, NOT_PENDING,
+        VERSION_LIVE,
     ]
 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from checkpoint.engine import codes
 from checkpoint.engine.convert import struct_to_dict
-from checkpoint.engine.outcome import DENY, InvalidRequest, Trace
+from checkpoint.engine.outcome import DENY, HALT, InvalidRequest, Trace
 from checkpoint.policy import AgentVersion, PolicySet
 from checkpoint.policy.model import Tenant
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -112,6 +112,10 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
                 budget=actor.budget if actor.HasField("budget") else None,
             )
         )
+    if links and (links[-1].agent.name, links[-1].agent.version) in policies.retired:
+        acting = links[-1].agent
+        raise trace.stop(HALT, codes.AGENT_VERSION_RETIRED, "request.agent_version",
+                         f"version {acting.version} of agent {acting.name!r} was retired: this run stops")
     tenant_name = links[-1].agent.tenant if links else run.tenant
     if run.tenant and run.tenant != tenant_name:
         raise trace.stop(

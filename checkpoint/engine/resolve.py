@@ -10,13 +10,21 @@ from checkpoint.policy import PolicySet
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 
-def resolve_agent(policies: PolicySet, name: str, version: str = "") -> pb.ResolveAgentResponse:
+def resolve_agent(policies: PolicySet, name: str, version: str = "", *, to_pin: bool = False) -> pb.ResolveAgentResponse:
+    """The live version of `name`, or the version named. `to_pin`: a new run will pin it, so a
+    version that was never approved, or was retired, is refused."""
     agent = policies.agent_version(name, version) if version else policies.agents.get(name)
     if agent is None:
         known = name in policies.agents or bool(policies.catalog.versions(name))
         if version and known:
             raise InvalidRequest(codes.UNKNOWN_AGENT_VERSION, f"agent {name!r} has no version {version!r}", "agent_version")
         raise InvalidRequest(codes.UNKNOWN_AGENT, f"no agent named {name[:100]!r}", "agent")
+    if to_pin and (agent.name, agent.version) in policies.unpinnable:
+        retired = (agent.name, agent.version) in policies.retired
+        raise InvalidRequest(codes.AGENT_VERSION_RETIRED if retired else codes.AGENT_VERSION_NOT_APPROVED,
+                             f"version {agent.version} of agent {agent.name!r} "
+                             + ("was retired" if retired else "was never approved") + ": a new run may not pin it",
+                             "agent_version")
     budget = pb.Budget()
     for field, value in agent.budget.model_dump(exclude_none=True).items():
         setattr(budget, field, value)

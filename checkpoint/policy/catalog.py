@@ -1,9 +1,13 @@
-"""The catalog: every agent version and every policy revision ever loaded, kept durably.
+"""The catalog: every agent version and every policy revision ever loaded, and each version's life.
 
 A run pins its agent's version, and the policy revision in force, when it starts; both must
 still decide that run after the policy files change, and after the checkpoint restarts (a later
 edit may narrow what a running run may do, never widen it). Versions and revisions are
 content-addressed, so recording the same definition twice is a no-op.
+
+The catalog also says which version of each agent is live (what a new run pins), and where a
+tenant reviews changes, which versions wait for an admin (lifecycle.py has the states; docs/
+catalog.md the rules). A version's state changes only here, under one lock, in one transaction.
 """
 
 from __future__ import annotations
@@ -12,29 +16,72 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import sqlite_utils
 
+from checkpoint.policy import lifecycle, model
+from checkpoint.policy.lifecycle import LIVE, PENDING, REJECTED, RETIRED, SUPERSEDED, UNPINNABLE, WITHDRAWN
 from checkpoint.policy.policyset import AgentVersion
 from warden.private import private_sqlite
 
 
+class CatalogError(Exception):
+    """A catalog act that cannot be done; `code` is a stable code (docs/codes.md)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Change:
+    """One act on the catalog, as the decision log records it."""
+
+    act: str  # propose, apply, approve, reject, retire, withdraw
+    agent: str
+    version: str
+    tenant: str
+    by: str
+    source: str = ""
+    note: str = ""
+    replaces: str = ""  # the live version it replaced, or the pending one a proposal withdrew
+    widens: tuple[str, ...] = ()
+
+    def details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"act": self.act, "source": self.source, "note": self.note[:1000]}
+        if self.replaces:
+            out["replaces"] = self.replaces
+        if self.widens:
+            out["widens"] = list(self.widens)
+        return out
+
+
+FILES = "policy-files"  # who proposed a version the policy files define
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 class AgentCatalog:
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False):
-        """`path=None` keeps versions in memory only (one-shot CLI checks, tests).
+        """`path=None` keeps the catalog in memory only (one-shot CLI checks, tests).
 
         `read_only` opens an existing catalog to resolve old versions without ever writing it
-        (a CLI check next to a running checkpoint); the versions it loads stay in memory.
+        (a CLI check next to a running checkpoint); what it loads stays in memory.
         """
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._cache: dict[tuple[str, str], AgentVersion] = {}
-        # in memory only without a database (path=None or read-only); else the ids already stored
+        self._read_only = read_only
+        # read-only: revisions and lifecycle of this process's own loads, never written
         self._revisions: dict[str, list[tuple[str, bytes]]] = {}
         self._stored_revisions: set[str] = set()
-        self._db: sqlite_utils.Database | None = None
-        self._read_only = read_only
         if path is not None and read_only:
             if not Path(path).exists():
                 raise FileNotFoundError(f"no agent catalog at {path}")
@@ -42,38 +89,45 @@ class AgentCatalog:
             self._db = sqlite_utils.Database(sqlite3.connect(uri, uri=True, check_same_thread=False))
             if "agent_versions" not in self._db.table_names():  # raises sqlite3.Error on a non-database
                 raise ValueError(f"{path} is not an agent catalog (no agent_versions table)")
-        elif path is not None:
+            return
+        if path is not None:
             private_sqlite(path)
-            # the server reads the catalog from gRPC worker threads and the reload watcher; the
-            # lock below serialises every use of the one connection
-            self._db = sqlite_utils.Database(sqlite3.connect(str(path), check_same_thread=False))
+        # the server reads the catalog from gRPC worker threads and the reload watcher; the
+        # lock serialises every use of the one connection
+        self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
+        if path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.table("agent_versions").create(
-                {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
-                pk=("agent", "version"),
-                if_not_exists=True,
-            )
-            self._db.table("policy_revisions").create(
-                {"revision": str, "files": str, "first_seen": str}, pk="revision", if_not_exists=True
-            )
+        self._db.table("agent_versions").create(
+            {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
+            pk=("agent", "version"), if_not_exists=True,
+        )
+        self._db.table("policy_revisions").create(
+            {"revision": str, "files": str, "first_seen": str}, pk="revision", if_not_exists=True
+        )
+        self._db.table("agent_lifecycle").create(
+            {"agent": str, "version": str, "status": str, "source": str, "proposed_by": str, "proposed_at": str,
+             "note": str, "decided_by": str, "decided_at": str, "decision_note": str},
+            pk=("agent", "version"), if_not_exists=True,
+        )
+        # per agent: the live version, and the version its policy file last defined
+        self._db.table("agent_live").create(
+            {"agent": str, "version": str, "file_version": str}, pk="agent", if_not_exists=True
+        )
+
+    def _has(self, table: str) -> bool:
+        return table in self._db.table_names()
+
+    # -- versions and revisions --------------------------------------------------------------
 
     def record(self, versions: list[AgentVersion], policy_revision: str) -> None:
         with self._lock:
             fresh = [v for v in versions if (v.name, v.version) not in self._cache]
-            if self._db is not None and fresh and not self._read_only:
-                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            if fresh and not self._read_only:
+                now = _now()
                 with self._db.conn:
                     self._db.table("agent_versions").insert_all(
-                        (
-                            {
-                                "agent": v.name,
-                                "version": v.version,
-                                "snapshot": json.dumps(v.snapshot(), sort_keys=True),
-                                "first_seen": now,
-                                "policy_revision": policy_revision,
-                            }
-                            for v in fresh
-                        ),
+                        ({"agent": v.name, "version": v.version, "snapshot": json.dumps(v.snapshot(), sort_keys=True),
+                          "first_seen": now, "policy_revision": policy_revision} for v in fresh),
                         ignore=True,
                     )
             for v in fresh:
@@ -84,24 +138,23 @@ class AgentCatalog:
         with self._lock:
             if revision in self._revisions or revision in self._stored_revisions:
                 return
-            if self._db is None or self._read_only:
+            if self._read_only:
                 self._revisions[revision] = contents
                 return
             self._stored_revisions.add(revision)
             files = json.dumps([[name, data.decode("utf-8")] for name, data in contents])
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             with self._db.conn:
                 self._db.table("policy_revisions").insert(
-                    {"revision": revision, "files": files, "first_seen": now}, ignore=True
+                    {"revision": revision, "files": files, "first_seen": _now()}, ignore=True
                 )
 
     def revision_files(self, revision: str) -> list[tuple[str, bytes]] | None:
         """The files of a revision this catalog recorded, or None."""
         with self._lock:
             found = self._revisions.get(revision)
-            if found is not None or self._db is None:
+            if found is not None:
                 return found
-            if "policy_revisions" not in self._db.table_names():  # a catalog from before revisions were kept
+            if not self._has("policy_revisions"):  # a catalog from before revisions were kept
                 return None
             rows = list(self._db.query("select files from policy_revisions where revision = ?", [revision]))
             if not rows:
@@ -110,14 +163,11 @@ class AgentCatalog:
 
     def get(self, agent: str, version: str) -> AgentVersion | None:
         found = self._cache.get((agent, version))
-        if found is not None or self._db is None:
+        if found is not None:
             return found
         with self._lock:
-            rows = list(
-                self._db.query(
-                    "select snapshot from agent_versions where agent = ? and version = ?", [agent, version]
-                )
-            )
+            rows = list(self._db.query(
+                "select snapshot from agent_versions where agent = ? and version = ?", [agent, version]))
             if not rows:
                 return None
             found = AgentVersion.from_snapshot(version, json.loads(rows[0]["snapshot"]))
@@ -125,8 +175,201 @@ class AgentCatalog:
             return found
 
     def versions(self, agent: str) -> list[str]:
-        if self._db is None:
-            return sorted(v for (a, v) in self._cache if a == agent)
         with self._lock:
-            return [r["version"] for r in self._db.query(
+            stored = [r["version"] for r in self._db.query(
                 "select version from agent_versions where agent = ? order by first_seen, version", [agent])]
+        # read-only: this process's own loads too
+        return stored + sorted(v for (a, v) in self._cache if a == agent and v not in stored)
+
+    # -- the lifecycle -----------------------------------------------------------------------
+
+    def _status_row(self, agent: str, version: str) -> dict[str, Any] | None:
+        if not self._has("agent_lifecycle"):
+            return None
+        rows = list(self._db.query("select * from agent_lifecycle where agent = ? and version = ?", [agent, version]))
+        return rows[0] if rows else None
+
+    def _live_row(self, agent: str) -> dict[str, Any] | None:
+        if not self._has("agent_live"):
+            return None
+        rows = list(self._db.query("select * from agent_live where agent = ?", [agent]))
+        return rows[0] if rows else None
+
+    def status(self, agent: str, version: str) -> str | None:
+        with self._lock:
+            row = self._status_row(agent, version)
+            return row["status"] if row else None
+
+    def live_version(self, agent: str) -> str | None:
+        with self._lock:
+            row = self._live_row(agent)
+            return (row["version"] or None) if row else None
+
+    def blocked(self) -> tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]]]:
+        """(versions no new run may pin, versions retired): what the decision function reads."""
+        with self._lock:
+            if not self._has("agent_lifecycle"):
+                return frozenset(), frozenset()
+            rows = list(self._db.query(
+                f"select agent, version, status from agent_lifecycle where status in "
+                f"({', '.join('?' for _ in UNPINNABLE)})", sorted(UNPINNABLE)))
+        unpinnable = frozenset((r["agent"], r["version"]) for r in rows)
+        return unpinnable, frozenset((r["agent"], r["version"]) for r in rows if r["status"] == RETIRED)
+
+    def history(self, agent: str) -> list[dict[str, Any]]:
+        """Every version of `agent`, oldest first, with its state and who moved it there."""
+        with self._lock:
+            rows = list(self._db.query(
+                "select v.version, v.first_seen, v.snapshot, l.status, l.source, l.proposed_by, l.proposed_at, "
+                "l.note, l.decided_by, l.decided_at, l.decision_note from agent_versions v "
+                "left join agent_lifecycle l on l.agent = v.agent and l.version = v.version "
+                "where v.agent = ? order by v.first_seen, v.rowid", [agent]))
+        for r in rows:
+            r["snapshot"] = json.loads(r["snapshot"])
+            r["status"] = r["status"] or LIVE if r["version"] == self.live_version(agent) else r["status"] or SUPERSEDED
+        return rows
+
+    def settle(self, from_files: Mapping[str, AgentVersion], tenants: Mapping[str, model.Tenant],
+               sources: Mapping[str, str], *, write: bool = True) -> tuple[dict[str, AgentVersion], list[Change]]:
+        """The live version of each agent the files define, and the changes this load made.
+
+        A file version the catalog has not seen from the files before is the operator's change:
+        it goes live at once unless its tenant reviews changes and it widens what the live version
+        may do (a new agent widens, except in a catalog that has never had a live version: the
+        first install). Then it waits as a proposal, and the live version stays. Read-only
+        catalogs and pinned revisions compute the same answer without writing anything.
+        """
+        with self._lock:
+            first_install = not self._has("agent_live") or not list(
+                self._db.query("select 1 from agent_live where version != '' limit 1"))
+            live: dict[str, AgentVersion] = {}
+            changes: list[Change] = []
+            for name, file_version in from_files.items():
+                row = self._live_row(name)
+                current = self.get(name, row["version"]) if row and row["version"] else None
+                if row and row["file_version"] == file_version.version:
+                    if current is not None:
+                        live[name] = current
+                    continue
+                change = self._file_change(file_version, current, tenants.get(file_version.tenant),
+                                           sources.get(name, "policy files"), first_install=first_install)
+                if change is not None and change.act == "apply":
+                    current = file_version
+                if current is not None:
+                    live[name] = current
+                if self._read_only or not write:
+                    continue
+                with self._db.conn:
+                    if change is not None:
+                        changes += self._apply(change)
+                    self._db.table("agent_live").upsert(
+                        {"agent": name, "version": current.version if current else "",
+                         "file_version": file_version.version}, pk="agent")
+            return live, changes
+
+    def _file_change(self, file_version: AgentVersion, current: AgentVersion | None, tenant: model.Tenant | None,
+                     source: str, *, first_install: bool) -> Change | None:
+        """What a version the files newly define does: nothing, go live, or wait for review."""
+        if current is not None and current.version == file_version.version:
+            return None  # the files caught up with the live version (an approved proposal)
+        if self.status(file_version.name, file_version.version) == RETIRED:
+            return None  # retired is final: the files must say something else
+        reviewed = tenant is not None and tenant.review_changes and not first_install
+        widens = lifecycle.widenings(current.snapshot() if current else None, file_version.snapshot())
+        args = (file_version.name, file_version.version, file_version.tenant, FILES)
+        if reviewed and widens:
+            return Change("propose", *args, source=source, widens=tuple(widens))
+        why = ("narrows" if current is not None and not widens else
+               "first install" if tenant is not None and tenant.review_changes else "the tenant does not review changes")
+        return Change("apply", *args, source=source, note=why, replaces=current.version if current else "",
+                      widens=tuple(widens))
+
+    def _apply(self, change: Change) -> list[Change]:
+        """Write one change (inside the caller's transaction); the changes it caused, in order."""
+        done = [change]
+        lc = self._db.table("agent_lifecycle")
+        now = _now()
+        if change.act in ("propose", "apply"):
+            if change.by == FILES:  # the files have one pending proposal per agent: their latest
+                for old in self._db.query("select version from agent_lifecycle where agent = ? and status = ? and "
+                                          "proposed_by = ? and version != ?",
+                                          [change.agent, PENDING, change.by, change.version]):
+                    lc.update((change.agent, old["version"]), {"status": WITHDRAWN, "decided_at": now,
+                                                                "decision_note": f"replaced by {change.version}"})
+                    done.append(Change("withdraw", change.agent, old["version"], change.tenant, change.by,
+                                       note=f"replaced by {change.version}"))
+            lc.upsert({"agent": change.agent, "version": change.version, "status": PENDING, "source": change.source,
+                       "proposed_by": change.by, "proposed_at": now, "note": change.note, "decided_by": "",
+                       "decided_at": "", "decision_note": ""}, pk=("agent", "version"))
+        if change.act in ("apply", "approve"):
+            previous = self._live_row(change.agent)
+            if previous and previous["version"] and previous["version"] != change.version:
+                lc.upsert({"agent": change.agent, "version": previous["version"], "status": SUPERSEDED},
+                          pk=("agent", "version"))
+            lc.update((change.agent, change.version), {"status": LIVE, "decided_by": change.by, "decided_at": now,
+                                                       "decision_note": change.note})
+            self._db.table("agent_live").upsert(
+                {"agent": change.agent, "version": change.version,
+                 "file_version": previous["file_version"] if previous else change.version}, pk="agent")
+        elif change.act in ("reject", "retire"):
+            lc.upsert({"agent": change.agent, "version": change.version,
+                       "status": REJECTED if change.act == "reject" else RETIRED,
+                       "decided_by": change.by, "decided_at": now, "decision_note": change.note}, pk=("agent", "version"))
+        return done
+
+    def propose(self, version: AgentVersion, *, by: str, source: str, note: str) -> Change:
+        """A proposal by a person or an agent: it waits for a tenant admin, whatever it changes."""
+        with self._lock:
+            self._writable()
+            live = self.live_version(version.name)
+            if live is None:
+                raise CatalogError("unknown_agent", f"agent {version.name!r} has no live version: an agent is "
+                                   "created in the policy files")
+            if version.version == live:
+                raise CatalogError("no_change", f"version {version.version} is already the live version of {version.name!r}")
+            if self.status(version.name, version.version) == PENDING:
+                raise CatalogError("no_change", f"version {version.version} of {version.name!r} already waits for review")
+            current = self.get(version.name, live)
+            widens = lifecycle.widenings(current.snapshot() if current else None, version.snapshot())
+            self.record([version], "")
+            change = Change("propose", version.name, version.version, version.tenant, by, source=source, note=note,
+                            widens=tuple(widens))
+            with self._db.conn:
+                return self._apply(change)[0]
+
+    def decide(self, agent: str, version: str, *, approve: bool, by: str, note: str) -> Change:
+        """An admin's answer to a pending proposal; approving makes it live."""
+        with self._lock:
+            self._writable()
+            row = self._status_row(agent, version)
+            if row is None or row["status"] != PENDING:
+                raise CatalogError("not_pending", f"version {version[:40]!r} of {agent[:100]!r} does not wait for review"
+                                   + (f" (it is {row['status']})" if row else ""))
+            if row["proposed_by"] == by:
+                raise CatalogError("caller_not_permitted", f"{by!r} proposed this version: another admin must review it")
+            found = self.get(agent, version)
+            assert found is not None
+            live = self.live_version(agent) or ""
+            change = Change("approve" if approve else "reject", agent, version, found.tenant, by, note=note,
+                            source=row["source"], replaces=live if approve else "")
+            with self._db.conn:
+                return self._apply(change)[0]
+
+    def retire(self, agent: str, version: str, *, by: str, note: str) -> Change:
+        """No new run may pin `version`; runs pinned to it halt at their next check."""
+        with self._lock:
+            self._writable()
+            found = self.get(agent, version)
+            if found is None:
+                raise CatalogError("unknown_agent_version", f"agent {agent[:100]!r} has no version {version[:40]!r}")
+            if self.live_version(agent) == version:
+                raise CatalogError("version_live", f"version {version} is live: approve or roll back to another first")
+            if self.status(agent, version) == RETIRED:
+                raise CatalogError("no_change", f"version {version} of {agent!r} is already retired")
+            change = Change("retire", agent, version, found.tenant, by, note=note)
+            with self._db.conn:
+                return self._apply(change)[0]
+
+    def _writable(self) -> None:
+        if self._read_only:
+            raise CatalogError("catalog_read_only", "this catalog was opened read-only")

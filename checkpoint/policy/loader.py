@@ -108,9 +108,12 @@ def read_policy_files(root: Path) -> list[tuple[str, bytes]]:
 
 def load_policy_files(
     contents: list[tuple[str, bytes]], directory: str, *, catalog: AgentCatalog | None = None,
-    cel_engine: str = "native",
+    cel_engine: str = "native", settle: bool = True,
 ) -> PolicySet:
-    """`load_policy_dir` for files given as (path relative to the folder, bytes), in folder order."""
+    """`load_policy_dir` for files given as (path relative to the folder, bytes), in folder order.
+
+    `settle=False` (an old revision compiled for a pinned run) reads which versions are live
+    without letting these files change it."""
     errors: list[PolicyError] = []
     docs: list[_Doc] = []
     for name, data in contents:
@@ -122,7 +125,9 @@ def load_policy_files(
         raise PolicyLoadError(errors)
     policies.catalog.record(list(policies.agents.values()), policies.revision)
     policies.catalog.record_revision(revision, contents)
-    return policies
+    # the files propose; the catalog says which version of each agent is live (docs/catalog.md)
+    live, changes = policies.catalog.settle(policies.agents, policies.tenants, compiler.sources, write=settle)
+    return policies.with_catalog(live, changes)
 
 
 def _read(path: Path) -> bytes:
@@ -184,6 +189,8 @@ def _parse_file(raw: bytes, shown: str, errors: list[PolicyError]) -> list[_Doc]
 
 
 class _Compiler:
+    sources: dict[str, str]  # agent name -> file:line of its definition
+
     def __init__(self, engine: Any, errors: list[PolicyError]):
         self.engine = engine
         self.errors = errors
@@ -228,6 +235,7 @@ class _Compiler:
 
         tools = {name: self._tool(d) for name, d in named["Tool"].items()}
         agents = {name: self._agent(d, named["Tool"], named["Agent"], tenants) for name, d in named["Agent"].items()}
+        self.sources = {name: f"{d.file}:{d.at()}" for name, d in named["Agent"].items()}
         rules = [self._rule(d, named["Tool"], named["Agent"]) for d in named["Rule"].values()]
         off_limits = OffLimits(self._off_limits(by_kind["OffLimits"]))
         principals = self._principals(named["Principal"], tenants, named["Agent"])

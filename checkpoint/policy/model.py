@@ -204,6 +204,9 @@ class Tenant(Strict):
     roles: TenantRoles | None = Field(
         None, description="without it, the principals' rights alone govern, and nobody is an admin"
     )
+    review_changes: bool = Field(
+        False, description="an agent change that widens what it may do waits for a tenant admin (docs/catalog.md)"
+    )
 
 
 class Instance(Strict):

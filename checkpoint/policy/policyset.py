@@ -8,7 +8,7 @@ rules are indexed by action and tool so a call evaluates only the rules that can
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.cel import CelProgram
@@ -141,6 +141,12 @@ class PolicySet:
     prepare_touches_activation: Callable[[dict[str, Any]], Any]
     # who may call the checkpoint, and for what (policy files' Principal documents)
     principals: Principals = field(default_factory=Principals)
+    # from the catalog: the agents the files define, versions no new run may pin (pending,
+    # rejected, withdrawn, retired), versions retired (their runs halt), and what this load changed
+    defined_agents: frozenset[str] = frozenset()
+    unpinnable: frozenset[tuple[str, str]] = frozenset()
+    retired: frozenset[tuple[str, str]] = frozenset()
+    catalog_changes: tuple[Any, ...] = ()
     # indexes built in __post_init__
     rules_by_tool: dict[str, RuleGroup] = field(init=False)  # every tool of `tools` has an entry
     rules_by_action: dict[str, RuleGroup] = field(init=False)  # model_call, delegation, plan
@@ -158,6 +164,22 @@ class PolicySet:
             action: RuleGroup.of(r for r in self.rules if action in r.spec.actions)
             for action in ("model_call", "delegation", "plan")
         }
+
+    def with_catalog(self, live: dict[str, AgentVersion], changes: Iterable[Any] = ()) -> PolicySet:
+        """This set with the catalog's live versions and blocked versions as they are now."""
+        unpinnable, retired = self.catalog.blocked()
+        return replace(self, agents=live, defined_agents=self.defined_agents or frozenset(self.agents),
+                       unpinnable=unpinnable, retired=retired, catalog_changes=tuple(changes))
+
+    def refreshed(self) -> PolicySet:
+        """After a catalog act: the same files, the live versions the catalog holds now."""
+        live = {}
+        for name in self.defined_agents:
+            version = self.catalog.live_version(name)
+            found = self.catalog.get(name, version) if version else None
+            if found is not None:
+                live[name] = found
+        return self.with_catalog(live)
 
     def agent_version(self, name: str, version: str) -> AgentVersion | None:
         current = self.agents.get(name)

@@ -63,7 +63,7 @@ class PinnedPolicies:
         try:
             # compiled like any load; agent versions resolve through the same catalog
             return load_policy_files(files, f"<revision {revision}>", catalog=current.catalog,
-                                     cel_engine=current.cel_engine)
+                                     cel_engine=current.cel_engine, settle=False)
         except PolicyLoadError as exc:  # e.g. a CEL runtime that changed what it accepts
             raise Refused(POLICY_ERROR, f"the run's pinned policy revision {revision[:64]!r} no longer "
                           f"compiles: {str(exc)[:300]}", "pin") from None

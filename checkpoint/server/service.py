@@ -289,7 +289,7 @@ class CheckpointService:
             tenant = request.tenant or "default"
             if request.agent:
                 try:
-                    agent = resolve_agent(policies, request.agent, request.agent_version)
+                    agent = resolve_agent(policies, request.agent, request.agent_version, to_pin=True)
                 except InvalidRequest as exc:
                     raise Refused(exc.code, str(exc.message), "start_run.agent") from None
                 response.agent, response.agent_version = agent.agent, agent.agent_version
