@@ -16,7 +16,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,12 @@ class Change:
         return out
 
 
+Recorder = Callable[[Change], None]
 FILES = "policy-files"  # who proposed a version the policy files define
+
+
+def _no_record(_change: Change) -> None:
+    return None
 
 
 def _now() -> str:
@@ -317,7 +322,10 @@ class AgentCatalog:
                        "decided_by": change.by, "decided_at": now, "decision_note": change.note}, pk=("agent", "version"))
         return done
 
-    def propose(self, version: AgentVersion, *, by: str, source: str, note: str) -> Change:
+    # Each act below checks, then calls `record(change)` (which appends it to the decision log and
+    # raises when it cannot), then writes: an act is recorded before it takes effect, or not at all.
+
+    def propose(self, version: AgentVersion, *, by: str, source: str, note: str, record: Recorder = _no_record) -> Change:
         """A proposal by a person or an agent: it waits for a tenant admin, whatever it changes."""
         with self._lock:
             self._writable()
@@ -327,17 +335,22 @@ class AgentCatalog:
                                    "created in the policy files")
             if version.version == live:
                 raise CatalogError("no_change", f"version {version.version} is already the live version of {version.name!r}")
+            if self.status(version.name, version.version) == RETIRED:
+                raise CatalogError("agent_version_retired", f"version {version.version} of {version.name!r} was retired: "
+                                   "retirement is final")
             if self.status(version.name, version.version) == PENDING:
                 raise CatalogError("no_change", f"version {version.version} of {version.name!r} already waits for review")
             current = self.get(version.name, live)
             widens = lifecycle.widenings(current.snapshot() if current else None, version.snapshot())
-            self.record([version], "")
             change = Change("propose", version.name, version.version, version.tenant, by, source=source, note=note,
                             widens=tuple(widens))
+            record(change)
+            self.record([version], "")
             with self._db.conn:
                 return self._apply(change)[0]
 
-    def decide(self, agent: str, version: str, *, approve: bool, by: str, note: str) -> Change:
+    def decide(self, agent: str, version: str, *, approve: bool, by: str, note: str,
+               record: Recorder = _no_record) -> Change:
         """An admin's answer to a pending proposal; approving makes it live."""
         with self._lock:
             self._writable()
@@ -352,10 +365,11 @@ class AgentCatalog:
             live = self.live_version(agent) or ""
             change = Change("approve" if approve else "reject", agent, version, found.tenant, by, note=note,
                             source=row["source"], replaces=live if approve else "")
+            record(change)
             with self._db.conn:
                 return self._apply(change)[0]
 
-    def retire(self, agent: str, version: str, *, by: str, note: str) -> Change:
+    def retire(self, agent: str, version: str, *, by: str, note: str, record: Recorder = _no_record) -> Change:
         """No new run may pin `version`; runs pinned to it halt at their next check."""
         with self._lock:
             self._writable()
@@ -367,6 +381,7 @@ class AgentCatalog:
             if self.status(agent, version) == RETIRED:
                 raise CatalogError("no_change", f"version {version} of {agent!r} is already retired")
             change = Change("retire", agent, version, found.tenant, by, note=note)
+            record(change)
             with self._db.conn:
                 return self._apply(change)[0]
 

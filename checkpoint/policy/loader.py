@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,25 @@ def load_policy_files(
     # the files propose; the catalog says which version of each agent is live (docs/catalog.md)
     live, changes = policies.catalog.settle(policies.agents, policies.tenants, compiler.sources, write=settle)
     return policies.with_catalog(live, changes)
+
+
+def load_agent_definition(text: str, shown: str, policies: PolicySet) -> AgentVersion:
+    """A proposed Agent document, checked like one in the policy files against `policies`' tools,
+    tenants and agents (errors name `shown`:line), as the version it would be."""
+    errors: list[PolicyError] = []
+    docs = _parse_file(text.encode("utf-8"), shown, errors)
+    if not errors and (len(docs) != 1 or docs[0].spec.kind != "Agent"):
+        errors.append(PolicyError(shown, 1, "a proposal is exactly one Agent document"))
+    if errors:
+        raise PolicyLoadError(errors)
+    doc = docs[0]
+    agents: dict[str, Any] = dict.fromkeys(policies.defined_agents)
+    agents[doc.spec.name] = doc
+    # the compiled tools stand in for their documents: only their specs are read
+    version = _Compiler(get_engine(policies.cel_engine), errors)._agent(doc, policies.tools, agents, policies.tenants)
+    if errors or version is None:
+        raise PolicyLoadError(errors)
+    return version
 
 
 def _read(path: Path) -> bytes:
@@ -366,8 +386,9 @@ class _Compiler:
         )
 
     def _agent(
-        self, doc: _Doc, tools: dict[str, _Doc], agents: dict[str, _Doc], tenants: dict[str, model.Tenant]
+        self, doc: _Doc, tools: Mapping[str, Any], agents: Mapping[str, Any], tenants: dict[str, model.Tenant]
     ) -> AgentVersion | None:
+        """`tools` and `agents` are read by name; of a tool, only its `spec`."""
         spec: model.Agent = doc.spec
         wildcard = "*" in spec.allowlist
         resolved: set[str] = set()

@@ -61,6 +61,12 @@ class Principal:
         """Its callers vouch only for themselves: each one's runs are its own alone."""
         return self.spec.check is not None and self.spec.check.persons == "self"
 
+    def covers(self, tenant: str) -> bool:
+        """Does any of its rights (check, approve, audit) name `tenant`?"""
+        spec = self.spec
+        return any(rights is not None and _any_of(rights.tenants, tenant)
+                   for rights in (spec.check, spec.approve, spec.audit))
+
     def audit_tenants(self) -> list[str] | None:
         """The tenants whose records it may read: None for every record, [] for none."""
         rights = self.spec.audit

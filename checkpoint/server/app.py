@@ -172,9 +172,9 @@ def create_server(
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
-    store.reload()
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
     service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"))
+    store.reload()  # after the service: what the first load changes in the catalog is recorded
 
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),

@@ -151,6 +151,11 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
             "Approve": unary(service.approve, pb.ApproveRequest, pb.ApproveResponse),
             "Reject": unary(service.reject, pb.RejectRequest, pb.RejectResponse),
             "RecordAct": unary(service.record_act, pb.RecordActRequest, pb.RecordActResponse),
+            "ListAgents": unary(service.catalog.list_agents, pb.ListAgentsRequest, pb.ListAgentsResponse),
+            "AgentHistory": unary(service.catalog.agent_history, pb.AgentHistoryRequest, pb.AgentHistoryResponse),
+            "ProposeAgentChange": unary(service.catalog.propose, pb.ProposeAgentChangeRequest, pb.CatalogActResponse),
+            "ReviewAgentChange": unary(service.catalog.review, pb.ReviewAgentChangeRequest, pb.CatalogActResponse),
+            "RetireAgentVersion": unary(service.catalog.retire, pb.RetireAgentVersionRequest, pb.CatalogActResponse),
             "WatchDecisions": grpc.unary_stream_rpc_method_handler(
                 watch,
                 request_deserializer=_parser(pb.WatchDecisionsRequest),

@@ -85,6 +85,8 @@ class PolicyStore:
         self._on_change = on_change
         self._load_lock = threading.Lock()
         self.fingerprint = ""  # of the folder at the last settled load, good or broken
+        # told what a load changed in the agent catalog (a file edit applied or proposed), to record it
+        self.on_catalog: Callable[[PolicySet], None] | None = None
 
     def reload(self) -> bool:
         """Load the folder and swap it in; on failure keep the last good set. True when loaded.
@@ -112,6 +114,8 @@ class PolicyStore:
                 return False
             changed = self.current is None or policies.revision != self.current.revision
             self.current = policies
+            if policies.catalog_changes and self.on_catalog is not None:
+                self.on_catalog(policies)
             st = self.status
             st.loaded, st.revision, st.last_ok, st.errors = True, policies.revision, True, []
             st.last_success = st.last_attempt
@@ -120,6 +124,12 @@ class PolicyStore:
                 log.info("policy set %s loaded from %s", policies.revision, self.directory)
         self._notify()
         return True
+
+    def refresh(self) -> None:
+        """After a catalog act: the same files, with the live and retired versions as they are now."""
+        with self._load_lock:
+            if self.current is not None:
+                self.current = self.current.refreshed()
 
     def _failed(self, errors: list[str]) -> None:
         st = self.status

@@ -29,6 +29,7 @@ from checkpoint.policy import PolicySet
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
 from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
+from checkpoint.server.catalog_acts import CatalogActs
 from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.metrics import Metrics
@@ -72,6 +73,8 @@ class CheckpointService:
         self._watch_stops: set[threading.Event] = set()
         self._watch_lock = threading.Lock()
         self._decision_counters: dict[tuple[int, str], Any] = {}
+        self.catalog = CatalogActs(self)
+        store.on_catalog = self._record_catalog_changes
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -474,6 +477,23 @@ class CheckpointService:
             token = ""
         self._count(response.verdict, response.code)
         return response, token
+
+    def _record_catalog_changes(self, policies: PolicySet) -> None:
+        """A load applied or proposed policy files' agent changes: each goes on the record. Best
+        effort: the files changed on the operator's disk whatever the log says."""
+        for change in policies.catalog_changes:
+            response = pb.CheckResponse(verdict=ALLOW, rule="catalog", policy_revision=policies.revision,
+                                        code=codes.PROPOSED if change.act == "propose" else codes.CATALOG_CHANGED,
+                                        reason=f"{change.act} {change.agent} {change.version} from {change.source}")
+            record = _act_record(response, _stamp(response), policies, change.by, None, tenant=change.tenant,
+                                 agent=change.agent, agent_version=change.version, action="catalog",
+                                 arguments=change.details())
+            try:
+                self.log.append(record)
+            except Exception as exc:  # noqa: BLE001
+                self.metrics.audit_failures.inc()
+                log.error("catalog change %s %s %s not recorded: %s", change.act, change.agent, change.version, exc)
+            self._count(response.verdict, response.code)
 
     # -- grants and records ----------------------------------------------------------------
 

@@ -28,7 +28,8 @@ def _log_bytes(data: Path) -> int:
 
 
 def _records(running) -> list[dict]:
-    return list(DecisionReader(running.data / "decisions.db").read())
+    """The refusals: the log less the catalog records of the first load."""
+    return [r for r in DecisionReader(running.data / "decisions.db").read() if r["action"] != "catalog"]
 
 
 def _sample(running, name: str, code: str = "unauthenticated") -> float:

@@ -64,8 +64,11 @@ class Running:
         request.run.CopyFrom(pb.RunContext(run_token=started.run_token, budget=run.budget, has_plan=run.has_plan))
         return request
 
-    def records(self) -> list[dict]:
-        return list(DecisionReader(self.data / "decisions.db").read())
+    def records(self, *, catalog: bool = False) -> list[dict]:
+        """The decision log; without `catalog`, less the records of the agent catalog (every agent
+        going live at the first load is one), which tests about other acts need not count."""
+        found = DecisionReader(self.data / "decisions.db").read()
+        return [r for r in found if catalog or r["action"] != "catalog"]
 
     def version(self, agent: str) -> str:
         policies = self.server.store.current

@@ -48,10 +48,11 @@ def test_watch_is_for_principals_with_the_audit_right(checkpoint):
 
 
 def test_watch_catches_up_then_follows(checkpoint):
+    base = len(checkpoint.records(catalog=True))  # the first load's catalog records
     run = _started(checkpoint)
     first = [run.decision.decision_id, *_decide(checkpoint, 3, run=run)]
     got: queue.Queue = queue.Queue()
-    stream = _auditor(checkpoint).WatchDecisions(pb.WatchDecisionsRequest(after_seq=0), timeout=30)
+    stream = _auditor(checkpoint).WatchDecisions(pb.WatchDecisionsRequest(after_seq=base), timeout=30)
 
     def consume() -> None:
         try:
@@ -67,7 +68,7 @@ def test_watch_catches_up_then_follows(checkpoint):
     followed = [got.get(timeout=10) for _ in range(2)]
     assert [r.decision_id for r in followed] == later
     records = caught_up + followed
-    assert [r.seq for r in records] == [1, 2, 3, 4, 5, 6]
+    assert [r.seq for r in records] == [base + n for n in range(1, 7)]
     assert all(r.prev_hash == p.hash for p, r in zip(records, records[1:], strict=False))
     assert (records[0].action, records[0].run_id) == ("start_run", run.run_id)
     assert records[1].actor_chain[0].id == "alice" and records[1].verdict == pb.VERDICT_ALLOW
@@ -86,10 +87,11 @@ def test_watch_filters_and_no_follow(checkpoint):
     assert [r.record.decision_id for r in deny_only] == denied
     by_code = list(stub.WatchDecisions(pb.WatchDecisionsRequest(code="allowed", no_follow=True), timeout=5))
     assert [r.record.decision_id for r in by_code] == [run.decision.decision_id, *allowed]
-    after = list(stub.WatchDecisions(pb.WatchDecisionsRequest(after_seq=4, no_follow=True), timeout=5))
-    assert [r.record.seq for r in after] == [5]
+    base = len(checkpoint.records(catalog=True)) - 5  # the first load's catalog records come first
+    after = list(stub.WatchDecisions(pb.WatchDecisionsRequest(after_seq=base + 4, no_follow=True), timeout=5))
+    assert [r.record.seq for r in after] == [base + 5]
     this_run = list(stub.WatchDecisions(pb.WatchDecisionsRequest(run_id=run.run_id, no_follow=True), timeout=5))
-    assert [r.record.seq for r in this_run] == [1, 2, 3, 4, 5]
+    assert [r.record.seq for r in this_run] == [base + 1, base + 2, base + 3, base + 4, base + 5]
     other_run = list(stub.WatchDecisions(pb.WatchDecisionsRequest(run_id="nope", no_follow=True), timeout=5))
     assert other_run == []
 

@@ -603,3 +603,121 @@ class RecordActResponse(_message.Message):
     DECISION_FIELD_NUMBER: _ClassVar[int]
     decision: CheckResponse
     def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ...) -> None: ...
+
+class AgentVersionInfo(_message.Message):
+    __slots__ = ("agent", "version", "tenant", "status", "source", "proposed_by", "proposed_at", "note", "decided_by", "decided_at", "decision_note", "first_seen", "definition", "widens", "diff")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_BY_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_AT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    DECISION_NOTE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_FIELD_NUMBER: _ClassVar[int]
+    WIDENS_FIELD_NUMBER: _ClassVar[int]
+    DIFF_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    version: str
+    tenant: str
+    status: str
+    source: str
+    proposed_by: str
+    proposed_at: str
+    note: str
+    decided_by: str
+    decided_at: str
+    decision_note: str
+    first_seen: str
+    definition: _struct_pb2.Struct
+    widens: _containers.RepeatedScalarFieldContainer[str]
+    diff: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, agent: _Optional[str] = ..., version: _Optional[str] = ..., tenant: _Optional[str] = ..., status: _Optional[str] = ..., source: _Optional[str] = ..., proposed_by: _Optional[str] = ..., proposed_at: _Optional[str] = ..., note: _Optional[str] = ..., decided_by: _Optional[str] = ..., decided_at: _Optional[str] = ..., decision_note: _Optional[str] = ..., first_seen: _Optional[str] = ..., definition: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., widens: _Optional[_Iterable[str]] = ..., diff: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListAgentsRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class AgentSummary(_message.Message):
+    __slots__ = ("agent", "tenant", "live_version", "pending_versions")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    LIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PENDING_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    tenant: str
+    live_version: str
+    pending_versions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, agent: _Optional[str] = ..., tenant: _Optional[str] = ..., live_version: _Optional[str] = ..., pending_versions: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListAgentsResponse(_message.Message):
+    __slots__ = ("agents",)
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    agents: _containers.RepeatedCompositeFieldContainer[AgentSummary]
+    def __init__(self, agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ...) -> None: ...
+
+class AgentHistoryRequest(_message.Message):
+    __slots__ = ("agent",)
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    def __init__(self, agent: _Optional[str] = ...) -> None: ...
+
+class AgentHistoryResponse(_message.Message):
+    __slots__ = ("live_version", "versions")
+    LIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    live_version: str
+    versions: _containers.RepeatedCompositeFieldContainer[AgentVersionInfo]
+    def __init__(self, live_version: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[AgentVersionInfo, _Mapping]]] = ...) -> None: ...
+
+class ProposeAgentChangeRequest(_message.Message):
+    __slots__ = ("agent", "definition_yaml", "changes", "rollback_to", "note", "run")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_YAML_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_TO_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    definition_yaml: str
+    changes: _struct_pb2.Struct
+    rollback_to: str
+    note: str
+    run: RunContext
+    def __init__(self, agent: _Optional[str] = ..., definition_yaml: _Optional[str] = ..., changes: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., rollback_to: _Optional[str] = ..., note: _Optional[str] = ..., run: _Optional[_Union[RunContext, _Mapping]] = ...) -> None: ...
+
+class ReviewAgentChangeRequest(_message.Message):
+    __slots__ = ("agent", "version", "approve", "note")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    version: str
+    approve: bool
+    note: str
+    def __init__(self, agent: _Optional[str] = ..., version: _Optional[str] = ..., approve: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
+
+class RetireAgentVersionRequest(_message.Message):
+    __slots__ = ("agent", "version", "note")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    version: str
+    note: str
+    def __init__(self, agent: _Optional[str] = ..., version: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class CatalogActResponse(_message.Message):
+    __slots__ = ("decision", "version")
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    decision: CheckResponse
+    version: AgentVersionInfo
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., version: _Optional[_Union[AgentVersionInfo, _Mapping]] = ...) -> None: ...

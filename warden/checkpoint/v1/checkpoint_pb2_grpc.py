@@ -79,6 +79,31 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.WatchDecisionsRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.WatchDecisionsResponse.FromString,
                 _registered_method=True)
+        self.ListAgents = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ListAgents',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListAgentsRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListAgentsResponse.FromString,
+                _registered_method=True)
+        self.AgentHistory = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/AgentHistory',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentHistoryRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentHistoryResponse.FromString,
+                _registered_method=True)
+        self.ProposeAgentChange = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ProposeAgentChange',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeAgentChangeRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.FromString,
+                _registered_method=True)
+        self.ReviewAgentChange = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ReviewAgentChange',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewAgentChangeRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.FromString,
+                _registered_method=True)
+        self.RetireAgentVersion = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/RetireAgentVersion',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireAgentVersionRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.FromString,
+                _registered_method=True)
 
 
 class CheckpointServiceServicer:
@@ -151,6 +176,46 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAgents(self, request, context):
+        """The agent catalog (docs/catalog.md): which version of each agent is live, which wait for a
+        tenant admin, and every version's history. Reads need a role in the agent's tenant (or, for
+        a process, the right to check or audit it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AgentHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProposeAgentChange(self, request, context):
+        """Propose a change to an agent: a whole definition, changed fields, or an old version copied
+        forward (a rollback). By a person (operator or admin, their own credential) or by an agent
+        (its run token): the proposal waits for a tenant admin, and the live version stays. Recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReviewAgentChange(self, request, context):
+        """A tenant admin approves (the version goes live for new runs) or rejects a pending version;
+        never their own proposal. Recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetireAgentVersion(self, request, context):
+        """A tenant admin retires a version that is not live: no new run may pin it, and runs pinned to
+        it halt at their next check (agent_version_retired). Recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CheckpointServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -198,6 +263,31 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.WatchDecisions,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.WatchDecisionsRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.WatchDecisionsResponse.SerializeToString,
+            ),
+            'ListAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgents,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListAgentsRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListAgentsResponse.SerializeToString,
+            ),
+            'AgentHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.AgentHistory,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentHistoryRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentHistoryResponse.SerializeToString,
+            ),
+            'ProposeAgentChange': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeAgentChange,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeAgentChangeRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.SerializeToString,
+            ),
+            'ReviewAgentChange': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReviewAgentChange,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewAgentChangeRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.SerializeToString,
+            ),
+            'RetireAgentVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetireAgentVersion,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireAgentVersionRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -443,6 +533,141 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/WatchDecisions',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.WatchDecisionsRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.WatchDecisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAgents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ListAgents',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListAgentsRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AgentHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/AgentHistory',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentHistoryRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeAgentChange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ProposeAgentChange',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeAgentChangeRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReviewAgentChange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ReviewAgentChange',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewAgentChangeRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetireAgentVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/RetireAgentVersion',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireAgentVersionRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,257 @@
+"""The agent catalog's RPCs: read it, propose a change, review a proposal, retire a version.
+
+Who may do what: reads need a principal that names the agent's tenant and, for a person's own
+credential, a role there. A change is proposed by a person (operator or admin of the tenant,
+with their own credential) or by an agent (its run token: the proposer is the run's agent, and
+the live version stays until an admin decides). Reviews and retirements are an admin's, never
+of their own proposal. Every act is recorded in the decision log before it takes effect; a
+refusal is recorded too. After an act the policy store's live versions are refreshed at once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf import json_format
+
+from checkpoint.engine import codes
+from checkpoint.policy import PolicyLoadError, PolicySet, lifecycle
+from checkpoint.policy.catalog import CatalogError, Change
+from checkpoint.policy.loader import load_agent_definition
+from checkpoint.policy.principals import Principal, caller_name
+from checkpoint.policy.roles import has_role, roles_of
+from checkpoint.server import convert
+from checkpoint.server.errors import PermissionDenied
+from checkpoint.server.runs import Refused
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+if TYPE_CHECKING:
+    from checkpoint.server.service import CheckpointService
+
+ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
+CHANGEABLE = frozenset({"allowlist", "scope", "budget", "persona", "description", "delegates"})
+MAX_DEFINITION_BYTES = 64 * 1024
+
+
+def version_info(policies: PolicySet, row: dict[str, Any], agent: str) -> pb.AgentVersionInfo:
+    """A history row (catalog.history) as the wire has it, compared with the live version."""
+    info = pb.AgentVersionInfo(agent=agent, tenant=row["snapshot"]["tenant"])
+    for field in ("version", "status", "source", "proposed_by", "proposed_at", "note", "decided_by", "decided_at",
+                  "decision_note", "first_seen"):
+        setattr(info, field, row.get(field) or "")
+    info.definition.update(json.loads(json.dumps(lifecycle.definition(row["snapshot"]))))
+    live = policies.catalog.live_version(agent)
+    current = policies.catalog.get(agent, live) if live else None
+    if row["version"] != live:
+        before = current.snapshot() if current else None
+        info.widens.extend(lifecycle.widenings(before, row["snapshot"]))
+        info.diff.extend(lifecycle.diff(before, row["snapshot"]))
+    return info
+
+
+class CatalogActs:
+    def __init__(self, service: CheckpointService):
+        self.service = service
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _may_read(self, policies: PolicySet, caller: str, tenant: str) -> bool:
+        principal = policies.principals.of(caller)
+        if principal is None or not principal.covers(tenant):
+            return False
+        return not principal.acts_as_self or bool(roles_of(policies.tenants.get(tenant), caller_name(caller)))
+
+    def list_agents(self, request: pb.ListAgentsRequest, caller: str) -> pb.ListAgentsResponse:
+        policies = self.service._policies()
+        out = pb.ListAgentsResponse()
+        catalog = policies.catalog
+        for name in sorted(policies.defined_agents):
+            rows = catalog.history(name)
+            if not rows:
+                continue
+            tenant = rows[-1]["snapshot"]["tenant"]
+            if (request.tenant and tenant != request.tenant) or not self._may_read(policies, caller, tenant):
+                continue
+            out.agents.add(agent=name, tenant=tenant, live_version=catalog.live_version(name) or "",
+                           pending_versions=[r["version"] for r in rows if r["status"] == lifecycle.PENDING])
+        return out
+
+    def agent_history(self, request: pb.AgentHistoryRequest, caller: str) -> pb.AgentHistoryResponse:
+        policies = self.service._policies()
+        rows = policies.catalog.history(request.agent) if request.agent else []
+        if not rows or not self._may_read(policies, caller, rows[-1]["snapshot"]["tenant"]):
+            # the same answer for an agent that does not exist and one the caller may not see
+            raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
+                                   f"no agent {request.agent[:100]!r} that {caller_name(caller)!r} may read", "agent")
+        out = pb.AgentHistoryResponse(live_version=policies.catalog.live_version(request.agent) or "")
+        out.versions.extend(version_info(policies, r, request.agent) for r in rows)
+        return out
+
+    # -- acts ----------------------------------------------------------------------------------
+
+    def propose(self, request: pb.ProposeAgentChangeRequest, caller: str) -> pb.CatalogActResponse:
+        def act(policies: PolicySet, principal: Principal, record: Any, fields: dict[str, Any]) -> Change:
+            live = policies.agents.get(request.agent)
+            if live is None:
+                raise Refused(codes.UNKNOWN_AGENT, f"no live agent named {request.agent[:100]!r}: an agent is created "
+                              "in the policy files", "catalog.agent")
+            fields.update(tenant=live.tenant, agent=live.name)
+            if request.HasField("run"):
+                by, source = self._proposing_agent(policies, request, principal, caller, live.tenant, fields)
+            else:
+                by = self._person(policies, principal, caller, live.tenant, "operator")
+                source = f"proposed by {by}"
+            version = self._proposed_version(policies, request, live.snapshot())
+            if version.name != live.name:
+                raise Refused(codes.INVALID_REQUEST, f"the definition names agent {version.name!r}, not "
+                              f"{live.name!r}", "catalog.definition")
+            if request.rollback_to:
+                source = f"rollback to {request.rollback_to[:40]} by {by}"
+            fields["agent_version"] = version.version
+            return policies.catalog.propose(version, by=by, source=source, note=request.note[:1000], record=record)
+
+        return self._act("propose", act, codes.PROPOSED, caller)
+
+    def review(self, request: pb.ReviewAgentChangeRequest, caller: str) -> pb.CatalogActResponse:
+        def act(policies: PolicySet, principal: Principal, record: Any, fields: dict[str, Any]) -> Change:
+            tenant = self._tenant_of(policies, request.agent, request.version)
+            fields.update(tenant=tenant, agent=request.agent[:100], agent_version=request.version[:40])
+            by = self._person(policies, principal, caller, tenant, "admin")
+            return policies.catalog.decide(request.agent, request.version, approve=request.approve, by=by,
+                                           note=request.note[:1000], record=record)
+
+        return self._act("approve" if request.approve else "reject", act, codes.CATALOG_CHANGED, caller)
+
+    def retire(self, request: pb.RetireAgentVersionRequest, caller: str) -> pb.CatalogActResponse:
+        def act(policies: PolicySet, principal: Principal, record: Any, fields: dict[str, Any]) -> Change:
+            tenant = self._tenant_of(policies, request.agent, request.version)
+            fields.update(tenant=tenant, agent=request.agent[:100], agent_version=request.version[:40])
+            by = self._person(policies, principal, caller, tenant, "admin")
+            return policies.catalog.retire(request.agent, request.version, by=by, note=request.note[:1000],
+                                           record=record)
+
+        return self._act("retire", act, codes.CATALOG_CHANGED, caller)
+
+    def _act(self, name: str, act: Any, code: str, caller: str) -> pb.CatalogActResponse:
+        """Check and do one act; record it (ALLOW) before it is written, or record its refusal."""
+        service = self.service
+        policies = service._policies()
+        principal = policies.principals.of(caller)
+        response = pb.CheckResponse(verdict=DENY, rule="catalog", policy_revision=policies.revision)
+        fields: dict[str, Any] = {}
+        recorded: list[dict[str, Any]] = []
+
+        def record(change: Change) -> None:
+            response.verdict, response.code = ALLOW, code
+            response.reason = f"{change.act} {change.agent} {change.version} by {change.by}" + (
+                f": {change.note[:300]}" if change.note else "")
+            entry = self._record(response, policies, caller, principal, fields, change.details())
+            service.log.append(entry)  # raises when the log cannot take it: the act does not happen
+            recorded.append(entry)
+
+        change = None
+        try:
+            if principal is None:
+                raise Refused(codes.CALLER_NOT_PERMITTED, f"the credential {caller_name(caller)[:100]!r} names no "
+                              "principal in the policy files", "principal")
+            change = act(policies, principal, record, fields)
+        except Refused as refused:
+            response.verdict, response.code, response.rule, response.reason = DENY, refused.code, refused.rule, refused.reason
+        except CatalogError as exc:
+            response.verdict, response.code, response.reason = DENY, exc.code, exc.message
+        except PolicyLoadError as exc:
+            response.verdict, response.code, response.reason = DENY, codes.INVALID_REQUEST, str(exc)[:2000]
+        except Exception as exc:  # the log refused the record: the act did not happen
+            service.metrics.audit_failures.inc()
+            response.verdict, response.code, response.reason = DENY, codes.AUDIT_UNAVAILABLE, (
+                f"the {name} could not be recorded, so it was not done: {type(exc).__name__}")
+            recorded.append({})  # nothing more to record
+        if not recorded:  # a refusal: on the record too
+            service._append_or_deny(self._record(response, policies, caller, principal, fields,
+                                                 {"act": name}), response)
+        service._count(response.verdict, response.code)
+        out = pb.CatalogActResponse(decision=response)
+        if change is not None and response.verdict == ALLOW:
+            service.store.refresh()
+            rows = [r for r in policies.catalog.history(change.agent) if r["version"] == change.version]
+            if rows:
+                out.version.CopyFrom(version_info(policies, rows[0], change.agent))
+        return out
+
+    def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
+                fields: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
+        from checkpoint.server.service import _act_record, _stamp  # one record shape for every act
+
+        return _act_record(response, _stamp(response), policies, caller_name(caller), principal,
+                           tenant=fields.get("tenant"), agent=fields.get("agent"),
+                           agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
+                           root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
+                           actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
+                           action="catalog", arguments=details)
+
+    # -- who, what -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _person(policies: PolicySet, principal: Principal, caller: str, tenant: str, role: str) -> str:
+        """The person acting with their own credential, holding `role` in `tenant`."""
+        person = caller_name(caller)
+        if not principal.acts_as_self or not principal.covers(tenant):
+            raise Refused(codes.CALLER_NOT_PERMITTED, f"{person!r} (principal {principal.name!r}) may not change "
+                          f"the catalog of tenant {tenant!r}: a person's own credential is needed", "principal")
+        if not has_role(policies.tenants.get(tenant), person, role):
+            raise Refused(codes.CALLER_NOT_PERMITTED, f"{person!r} is not {role} of tenant {tenant!r}", "role")
+        return person
+
+    def _proposing_agent(self, policies: PolicySet, request: pb.ProposeAgentChangeRequest, principal: Principal,
+                         caller: str, tenant: str, fields: dict[str, Any]) -> tuple[str, str]:
+        """An agent's proposal: the run its token establishes, acting in the target's tenant."""
+        check = pb.CheckRequest(run=request.run)
+        established = self.service._establish(check, principal, caller)
+        run = check.run
+        chain = convert.actor_chain(run.actor_chain)
+        fields.update(run_id=run.run_id, root_run_id=run.root_run_id or run.run_id,
+                      parent_run_id=run.parent_run_id or None, actor_chain=chain,
+                      accountable_person=chain[0]["id"] if chain else None)
+        if established.agent == "" or run.tenant != tenant or not principal.may_check(tenant, established.agent):
+            raise Refused(codes.CALLER_NOT_PERMITTED, f"run {run.run_id!r} may not propose changes to agents of "
+                          f"tenant {tenant!r}", "catalog.run")
+        acting = chain[-1]
+        by = f"agent:{acting['id']}@{acting.get('agent_version', '')}"
+        return by, f"proposed by agent {acting['id']} in run {run.run_id}"
+
+    @staticmethod
+    def _proposed_version(policies: PolicySet, request: pb.ProposeAgentChangeRequest, live: dict[str, Any]) -> Any:
+        which = request.WhichOneof("change")
+        shown = f"<proposal for {request.agent[:100]}>"
+        if which == "rollback_to":
+            old = policies.catalog.get(request.agent, request.rollback_to)
+            if old is None:
+                raise Refused(codes.UNKNOWN_AGENT_VERSION, f"agent {request.agent[:100]!r} has no version "
+                              f"{request.rollback_to[:40]!r}", "catalog.rollback_to")
+            # copied forward as it was, re-checked against today's tools and agents
+            return load_agent_definition(json.dumps(lifecycle.definition(old.snapshot())), shown, policies)
+        if which == "definition_yaml":
+            text = request.definition_yaml
+        elif which == "changes":
+            changes = json_format.MessageToDict(request.changes)
+            unknown = sorted(set(changes) - CHANGEABLE)
+            if unknown:
+                raise Refused(codes.INVALID_REQUEST, f"cannot change {', '.join(unknown)} (only "
+                              f"{', '.join(sorted(CHANGEABLE))})", "catalog.changes")
+            text = json.dumps({**lifecycle.definition(live), **changes})
+        else:
+            raise Refused(codes.INVALID_REQUEST, "a proposal carries a definition, changes or a version to roll "
+                          "back to", "catalog.change")
+        if len(text.encode("utf-8")) > MAX_DEFINITION_BYTES:
+            raise Refused(codes.INVALID_REQUEST, f"the definition is larger than {MAX_DEFINITION_BYTES} bytes",
+                          "catalog.definition")
+        return load_agent_definition(text, shown, policies)
+
+    @staticmethod
+    def _tenant_of(policies: PolicySet, agent: str, version: str) -> str:
+        found = policies.catalog.get(agent, version) if agent and version else None
+        if found is None:
+            raise Refused(codes.UNKNOWN_AGENT_VERSION, f"agent {agent[:100]!r} has no version {version[:40]!r}",
+                          "catalog.version")
+        return found.tenant
