@@ -19,6 +19,7 @@ _COMMAND_MODULES = (
     "checkpoint.audit.cli",  # audit tail/query/verify/export
     "toolrunner.cli",  # toolrunner serve
     "driver.cli",  # driver serve, up, run, runs, watch, approve, reject, resume, cancel, amend
+    "driver.agents_cli",  # agents list/show/history/diff/propose/review/approve/reject/retire/rollback
 )
 
 
