@@ -99,6 +99,9 @@ class CheckpointClient(_Client):
     def record_act(self, request: cp.RecordActRequest) -> cp.CheckResponse:
         return self._call(self._stub.RecordAct, request).decision
 
+    def propose_agent_change(self, request: cp.ProposeAgentChangeRequest) -> cp.CatalogActResponse:
+        return self._call(self._stub.ProposeAgentChange, request)
+
     # a person's own acts, made with the person's own checkpoint credential (never the driver's)
     def approve(self, run_id: str, decision_id: str, note: str = "") -> cp.ApproveResponse:
         return self._call(self._stub.Approve, cp.ApproveRequest(run_id=run_id, decision_id=decision_id, note=note))

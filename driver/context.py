@@ -60,6 +60,36 @@ def delegate_tool_schema(agents: list[str]) -> dict[str, Any]:
     }
 
 
+PROPOSE_TOOL = "propose_agent_change"
+
+
+def propose_tool_schema() -> dict[str, Any]:
+    """The `propose_agent_change` tool: a proposal waits for a tenant admin (docs/catalog.md)."""
+    strings = {"type": "array", "items": {"type": "string"}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["agent", "reason", "changes"],
+        "properties": {
+            "agent": {"type": "string", "minLength": 1, "description": "yourself or another agent of your tenant"},
+            "reason": {"type": "string", "minLength": 1},
+            "changes": {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+                "allowlist": strings, "delegates": strings, "persona": {"type": "string"},
+                "description": {"type": "string"},
+                "scope": {"type": "object", "additionalProperties": False,
+                          "properties": {k: strings for k in ("access", *_SCOPE_KEYS[2:])}},
+                "budget": {"type": "object", "additionalProperties": False,
+                           "properties": {k: {"type": "number", "minimum": 0} for k in _BUDGET_KEYS}},
+            }},
+        },
+    }
+
+
+_PROPOSE_RULE = """
+- If your definition (tools, scope, budget) stops you from doing what a person asked, you may call
+  propose_agent_change with the change and the reason. A tenant admin reviews it later; you keep
+  the tools you have now, so go on with them or hand off."""
+
 _DELEGATE_RULE = """
 - To hand part of the goal to another agent, call delegate with the agent, an objective and the
   criteria its run must meet (optionally a smaller budget and a narrower scope). Policy decides
@@ -81,7 +111,7 @@ How you work here:
 
 
 def system_prompt(persona: str, *, can_delegate: bool = False) -> str:
-    return f"{persona.strip()}\n\n{_RULES}{_DELEGATE_RULE if can_delegate else ''}"
+    return f"{persona.strip()}\n\n{_RULES}{_DELEGATE_RULE if can_delegate else ''}{_PROPOSE_RULE}"
 
 
 def goal_message(goal: dict[str, Any], version: int) -> str:

@@ -122,6 +122,29 @@ class _Delegate(BaseModel):
         return d
 
 
+class _ProposedChanges(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    allowlist: list[str] | None = None
+    delegates: list[str] | None = None
+    persona: str | None = Field(None, min_length=1, max_length=4000)
+    description: str | None = Field(None, max_length=4000)
+    scope: _DelegateScope | None = None
+    budget: _DelegateBudget | None = None
+
+    def given(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True, exclude_defaults=True)
+
+
+class _Proposal(BaseModel):
+    """The arguments of the `propose_agent_change` tool (see context.propose_tool_schema); what may
+    change is checked again by the checkpoint, which owns the catalog."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent: str = Field(min_length=1, max_length=64)
+    reason: str = Field(min_length=1, max_length=1000)
+    changes: _ProposedChanges
+
+
 def _tool_specs(resolved: cp.ResolveAgentResponse) -> list[dict[str, Any]]:
     specs = [{"name": s.name, "description": s.description, "access": s.access,
               "input_schema": json_format.MessageToDict(s.input_schema)} for s in resolved.tool_specs]
@@ -521,6 +544,9 @@ class Driver:
         if delegates:
             tools.append(ToolDef(name=context.DELEGATE_TOOL, description="Start a child run of another agent.",
                                  input_schema=context.delegate_tool_schema(delegates)))
+        tools.append(ToolDef(name=context.PROPOSE_TOOL, description="Propose a change to an agent's definition; "
+                             "a tenant admin reviews it, and until then nothing changes.",
+                             input_schema=context.propose_tool_schema()))
         input_estimate = estimate_tokens(system + str(transcript))
         req = cp.CheckRequest(run=self._run_context(run), counters=self._counters(run),
                               model_call=cp.ModelCall(provider=run["provider"], model=run["model"],
@@ -666,6 +692,8 @@ class Driver:
             return self._plan(run, call)
         if call["tool"] == context.DELEGATE_TOOL:
             return self._delegate(run, call)
+        if call["tool"] == context.PROPOSE_TOOL:
+            return self._propose_change(run, call)
         if not run["has_plan"]:
             self._refuse(run, call, "plan_required", "propose a plan with propose_plan before calling tools")
             self.store.append_event(run["run_id"], "call_refused", tool=call["tool"], code="plan_required")
@@ -779,6 +807,25 @@ class Driver:
         self._finish(run, FAILED, "plan_refused", f"the plan was refused ({resp.code}): {'; '.join(refused)}",
                      decision_code=resp.code, steps=refused)
         return False
+
+    def _propose_change(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
+        """An agent's proposal to change an agent: recorded by the checkpoint under the run's token;
+        it waits for a tenant admin and changes nothing now. The model learns the outcome as data."""
+        ask = self._arguments(run, call, _Proposal, "the proposal")
+        if ask is None:
+            return True
+        resp = self.checkpoint.propose_agent_change(cp.ProposeAgentChangeRequest(
+            agent=ask.agent, note=ask.reason, changes=to_struct(ask.changes.given()), run=self._run_context(run)))
+        d = resp.decision
+        self._record_decision(run, "proposal", d, agent=ask.agent, version=resp.version.version)
+        if d.verdict != _ALLOW:
+            self._refuse(run, call, d.code, d.reason, decision_id=d.decision_id)
+            return True
+        text = (f"Proposal recorded (decision {d.decision_id}): version {resp.version.version} of {ask.agent} "
+                "waits for a tenant admin. Nothing changes until then; you keep your current tools.")
+        self.store.update_call(call["id"], status="done", verdict="ALLOW", code=d.code, decision_id=d.decision_id,
+                               result={"is_error": False, "content": text})
+        return True
 
     def _delegate(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
         """Ask the checkpoint for a child run; on ALLOW start it and wait (False: stop advancing)."""
