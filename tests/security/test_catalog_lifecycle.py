@@ -290,3 +290,29 @@ def test_a_rollback_copies_the_old_version_forward_under_review(running):
     call = pb.CheckRequest(run=pb.RunContext(run_token=pinned_run.run_token),
                            tool_call=pb.ToolCall(tool="list_templates"))
     assert running.stub().Check(call, timeout=5).code == "tool_not_allowed"
+
+
+# -- recorded before it takes effect, and one answer to a race ------------------------------------
+
+
+def test_an_act_the_log_cannot_take_is_not_done(running):
+    response = propose(running, "erin", changes=changes(persona="P3."))
+    version = response.version.version
+    running.server.log.close()  # the log can no longer take records
+    approved = review(running, "carol", version)
+    assert (approved.decision.verdict, approved.decision.code) == (pb.VERDICT_DENY, "audit_unavailable")
+    assert running.server.store.current.catalog.status("triage", version) == "pending"
+    assert live(running) != version
+
+
+def test_two_admins_approving_at_once_make_one_change(running):
+    from concurrent.futures import ThreadPoolExecutor
+
+    version = propose(running, "erin", changes=changes(persona="P4.")).version.version
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda who: review(running, who, version), ["carol", "dave"] * 4))
+    assert sorted(a.decision.code for a in answers).count("catalog_changed") == 1
+    assert {a.decision.code for a in answers} == {"catalog_changed", "not_pending"}
+    approvals = [r for r in catalog_records(running) if r["arguments"]["act"] == "approve"
+                 and r["code"] == "catalog_changed"]
+    assert len(approvals) == 1 and live(running) == version
