@@ -68,8 +68,16 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
         return (f"{p}  = receipt {d.get('tool')}: exit {d.get('exit_code')}{' ' + d['code'] if d.get('code') else ''}"
                 f" in {float(d.get('duration') or 0):.2f}s{' (replayed)' if d.get('replayed') else ''}: {out}")
     if kind == "approval_requested":
-        return (f"{p}  ? waiting for a person: approval {d.get('approval_id')} for {d.get('tool')} "
-                f"{_args(d.get('arguments') or {})} ({d.get('reason')})\n"
+        arguments = d.get("arguments") or {}
+        steps = arguments.get("steps") if d.get("tool") == "propose_plan" else None
+        if isinstance(steps, list):  # a plan: shown step by step, for the person to read before the run goes on
+            shown = "the plan:" + "".join(
+                f"\n{p}        {i}. {s.get('id')}: {s.get('tool')}" + (f" {_args(s['arguments'])}" if s.get("arguments") else "")
+                + (f" ({s['description']})" if s.get("description") else "")
+                for i, s in enumerate(steps, 1) if isinstance(s, dict))
+        else:
+            shown = f"{d.get('tool')} {_args(arguments)}"
+        return (f"{p}  ? waiting for a person: approval {d.get('approval_id')} for {shown} ({d.get('reason')})\n"
                 f"        approve: warden approve {d.get('approval_id')}   reject: warden reject {d.get('approval_id')}")
     if kind == "approval_decided":
         return f"{p}  {d.get('person')} {d.get('decision')} {d.get('tool')}{': ' + d['note'] if d.get('note') else ''}"
