@@ -11,6 +11,7 @@ refusal is recorded too. After an act the policy store's live versions are refre
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from checkpoint.server.service import CheckpointService
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
+log = logging.getLogger("warden.checkpoint.catalog")
 CHANGEABLE = frozenset({"allowlist", "scope", "budget", "persona", "description", "delegates"})
 MAX_DEFINITION_BYTES = 64 * 1024
 
@@ -48,6 +50,10 @@ def version_info(policies: PolicySet, row: dict[str, Any], agent: str) -> pb.Age
         info.widens.extend(lifecycle.widenings(before, row["snapshot"]))
         info.diff.extend(lifecycle.diff(before, row["snapshot"]))
     return info
+
+
+class _NotRecorded(Exception):
+    """The decision log refused an act's record: the act is not done."""
 
 
 class CatalogActs:
@@ -147,7 +153,10 @@ class CatalogActs:
             response.reason = f"{change.act} {change.agent} {change.version} by {change.by}" + (
                 f": {change.note[:300]}" if change.note else "")
             entry = self._record(response, policies, caller, principal, fields, change.details())
-            service.log.append(entry)  # raises when the log cannot take it: the act does not happen
+            try:
+                service.log.append(entry)
+            except Exception as exc:  # the log cannot take it: the act does not happen
+                raise _NotRecorded(type(exc).__name__) from exc
             recorded.append(entry)
 
         change = None
@@ -162,11 +171,16 @@ class CatalogActs:
             response.verdict, response.code, response.reason = DENY, exc.code, exc.message
         except PolicyLoadError as exc:
             response.verdict, response.code, response.reason = DENY, codes.INVALID_REQUEST, str(exc)[:2000]
-        except Exception as exc:  # the log refused the record: the act did not happen
+        except _NotRecorded as exc:
             service.metrics.audit_failures.inc()
             response.verdict, response.code, response.reason = DENY, codes.AUDIT_UNAVAILABLE, (
-                f"the {name} could not be recorded, so it was not done: {type(exc).__name__}")
-            recorded.append({})  # nothing more to record
+                f"the {name} could not be recorded, so it was not done: {exc}")
+            recorded.append({})  # the log cannot take the refusal either
+        except Exception:  # a bug must not become a change, nor an unrecorded error
+            log.exception("catalog %s failed", name)
+            response.verdict, response.code, response.rule = DENY, codes.POLICY_ERROR, "catalog"
+            response.reason = f"the {name} failed inside the checkpoint; nothing was changed"
+            recorded.clear()
         if not recorded:  # a refusal: on the record too
             service._append_or_deny(self._record(response, policies, caller, principal, fields,
                                                  {"act": name}), response)
