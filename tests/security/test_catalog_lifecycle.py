@@ -13,6 +13,7 @@ import hashlib
 
 import grpc
 import pytest
+import yaml
 from google.protobuf import struct_pb2
 from server.conftest import TOKEN
 
@@ -20,18 +21,20 @@ from checkpoint.server import AuthPolicy
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 PEOPLE = {name: f"{name}-token-0123456789abcdef" for name in ("carol", "dave", "erin", "frank")}
-ROLES = """
-review_changes: true
-roles:
-  admin: [carol, dave]
-  operator: [erin]
-"""
+ROLES = {"admin": ["carol", "dave"], "operator": ["erin"]}
+
+
+def reviewed_tenant(policy_dir, review: bool = True) -> None:
+    """acme as these tests need it: changes reviewed or not, carol and dave admins, erin operator."""
+    path = policy_dir / "tenants" / "acme.yaml"
+    tenant = yaml.safe_load(path.read_text())
+    tenant.update(review_changes=review, roles=ROLES)
+    path.write_text(yaml.safe_dump(tenant))
 
 
 @pytest.fixture
 def running(start, policy_dir):
-    with (policy_dir / "tenants" / "acme.yaml").open("a") as f:
-        f.write(ROLES)
+    reviewed_tenant(policy_dir)
     tokens = {hashlib.sha256(TOKEN.encode()).digest(): "driver"}
     tokens.update({hashlib.sha256(t.encode()).digest(): name for name, t in PEOPLE.items()})
     return start(auth=AuthPolicy(tokens=tokens))
@@ -127,7 +130,8 @@ def test_a_file_edit_that_widens_waits_for_an_admin_and_the_live_version_stays(r
 
 
 def test_a_tenant_that_does_not_review_applies_a_widening_edit_at_once(start, policy_dir):
-    running = start()  # the shipped acme: no review_changes
+    reviewed_tenant(policy_dir, review=False)
+    running = start()
     before = live(running)
     edit_triage(running, "persona: You read", "persona: You now read")
     assert live(running) != before

@@ -181,9 +181,9 @@ def test_an_approved_delegation_is_refused_once_the_child_agent_changed(start, p
     asked = checkpoint.stub().Check(delegation(), timeout=5)
     assert asked.verdict == pb.VERDICT_REQUIRE_APPROVAL and asked.child_agent_version == old_triage
     token = approve(checkpoint, run, asked.decision_id).approval_token
-    # Before the call is sent again, triage's definition changes (a new persona is a new version).
+    # Before the call is sent again, triage's definition changes (narrowed: live at once, a new version).
     triage = policy_dir / "agents" / "triage.yaml"
-    triage.write_text(triage.read_text().replace("persona: You read", "persona: You now read"))
+    triage.write_text(triage.read_text().replace("allowlist: [get_task, list_templates]", "allowlist: [get_task]"))
     assert checkpoint.server.store.reload() and checkpoint.version("triage") != old_triage
     got = checkpoint.stub().Check(delegation(asked.decision_id, token), timeout=5)
     assert (got.verdict, got.code) == (pb.VERDICT_DENY, "approval_invalid") and not got.child_run_token
