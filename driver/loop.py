@@ -311,7 +311,7 @@ class Driver:
         self.store.update_run(run_id, budget=budget, note=note,
                               stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_first_turn=run["turn"] + 1,
                               drift=0, stretch_tokens=0,
-                              stretch_turns=0, provider_refusals=0, provider_refused_for_good=0,
+                              stretch_turns=0, descendant_stretch_turns=0, provider_refusals=0, provider_refused_for_good=0,
                               consecutive_failures=0, nudged=0)
         self.store.append_event(run_id, "run_resumed", person=person, reply=reply, raised=raise_budget,
                                 agent_version=run["agent_version"])
@@ -498,6 +498,8 @@ class Driver:
             provider_refusals=run["provider_refusals"], children=len(self.store.children(run["run_id"])),
             provider_refused_for_good=bool(run["provider_refused_for_good"]),
             tree_runs=tree_runs, run_spend_usd=run["spend_usd"],
+            descendant_stretch_turns=run["descendant_stretch_turns"],
+            descendant_total_turns=run["descendant_total_turns"],
         )
 
     def _record_decision(self, run: dict[str, Any], action: str, resp: cp.CheckResponse, **extra: Any) -> None:
@@ -594,8 +596,9 @@ class Driver:
         tokens = reply.input_tokens + reply.output_tokens
         usd = self.prices.cost(run["model"], reply.input_tokens, reply.output_tokens)
         self.store.add_spend(run_id, run["owner"], run["tenant"], usd)
-        run = self.store.add_to_run(run_id, stretch_tokens=tokens, total_tokens=tokens, stretch_turns=1,
-                                    total_turns=1, turn=1, spend_usd=usd)
+        # the turn counts for this run and, below them, for every run above it
+        run = self.store.add_turn(run_id, stretch_tokens=tokens, total_tokens=tokens, stretch_turns=1,
+                                  total_turns=1, turn=1, spend_usd=usd)
         self.store.add_transcript(run_id, {"role": "assistant", "reply": reply.model_dump(mode="json")})
         decision = decide(reply, [t.name for t in tools])  # the contract: exactly the tools offered
         self.store.append_event(run_id, "model_reply", turn=run["turn"], kind=decision.kind,

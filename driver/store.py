@@ -50,7 +50,7 @@ _RUN_COLUMNS: dict[str, Any] = {
     "has_plan": int, "created_at": float, "updated_at": float, "stretch_started_at": float,
     "stretch": int, "stretch_first_turn": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
     "consecutive_failures": int, "drift": int, "provider_refusals": int, "provider_refused_for_good": int,
-    "spend_usd": float,
+    "spend_usd": float, "descendant_stretch_turns": int, "descendant_total_turns": int,
     "model_attempts": int, "turn": int, "nudged": int, "missing": str,
     "parent_run_id": str, "root_run_id": str, "depth": int, "run_token": str, "delegates": str,
 }
@@ -253,6 +253,28 @@ class RunStore:
         with self._lock:
             self.db.execute(f"UPDATE runs SET {sets}, updated_at = ? WHERE run_id = ?",
                             [*deltas.values(), now(), run_id])
+        return self.run(run_id)
+
+    def add_turn(self, run_id: str, **deltas: float) -> dict[str, Any]:
+        """A model turn of a run: its own counters (`deltas`, as add_to_run) and, in the same
+        transaction, one more turn below for every run above it (descendant_stretch_turns and
+        descendant_total_turns), so each ancestor's turn ceilings bound its whole subtree."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.add_to_run(run_id, **deltas)
+                self.db.execute(
+                    "WITH RECURSIVE up(id) AS ("
+                    " SELECT parent_run_id FROM runs WHERE run_id = ? AND parent_run_id != ''"
+                    " UNION SELECT r.parent_run_id FROM runs r JOIN up ON r.run_id = up.id"
+                    " WHERE r.parent_run_id != '') "
+                    "UPDATE runs SET descendant_stretch_turns = descendant_stretch_turns + 1, "
+                    "descendant_total_turns = descendant_total_turns + 1, updated_at = ? "
+                    "WHERE run_id IN (SELECT id FROM up)", [run_id, now()])
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
         return self.run(run_id)
 
     # -- goals ----------------------------------------------------------------------------
