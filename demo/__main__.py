@@ -3,7 +3,8 @@
 Ensures Docker and the tool image, starts checkpoint + toolrunner + driver on free loopback ports
 (data under .warden/demo, or WARDEN_DEMO_DATA; policies from policies/), then plays the scenario a
 person would: an allowed call runs in a container, a denied call, an approval, a breaker trip and
-pause, a resume with a raised ceiling, a delegation to a child run, and a verified success. Prints
+pause, a resume with a raised ceiling, a delegation to a child run, and a success the driver
+verified itself on the task the run started (a call_ok criterion of the goal). Prints
 the decision stream from the checkpoint's log at the end and exits 0 only if every one was seen.
 """
 

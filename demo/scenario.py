@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 
+VERIFIED = "verified success of the task it started"
+
 
 class Scenario:
     def __init__(self, stack: Stack) -> None:
@@ -32,6 +35,8 @@ class Scenario:
         self.checkpoint = CheckpointClient(f"127.0.0.1:{stack.checkpoint_port}", token=self.person_token)
         self.seen: set[str] = set()
         self.after = 0
+        self.started_task = ""  # the task id in the run's create_task_from_template receipt
+        self.verified_task = ""  # the task the driver's own check read
 
     def follow_until_stop(self, run_id: str) -> pb.Run:
         """Print events until the run waits for a person or ends."""
@@ -59,6 +64,11 @@ class Scenario:
     def _note(self, kind: str, d: dict[str, Any]) -> None:
         if kind == "tool_receipt" and int(d.get("exit_code", 1)) == 0:
             self.seen.add("allowed call ran in a container")
+            if d.get("tool") == "create_task_from_template":
+                self.started_task = json.loads(d.get("output") or "{}").get("task_id", "")
+        if kind == "verification_started":
+            self.verified_task = next((str(c["arguments"].get("task_id")) for c in d.get("calls") or []
+                                       if c.get("criterion") == "task_finished"), "")
         if kind == "decision" and d.get("verdict") == "DENY":
             self.seen.add("denied call")
         if kind == "approval_decided" and d.get("decision") == "approved":
@@ -67,8 +77,10 @@ class Scenario:
             self.seen.add("breaker trip and pause")
         if kind == "run_resumed":
             self.seen.add("resume")
-        if kind == "run_succeeded":
-            self.seen.add("verified success")
+        if kind == "run_succeeded" and self.verified_task and self.verified_task == self.started_task:
+            self.seen.add(VERIFIED)
+            print(f"\n== verified: the driver read task {self.verified_task} itself (the task this run started, "
+                  "from its own create_task_from_template receipt) and it succeeded", flush=True)
 
     def print_decisions(self, root_run_id: str) -> int:
         """Every decision of the run's delegation tree, in log order."""
@@ -114,12 +126,14 @@ def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
                                                    raise_budget=cp.Budget(turns=10)), metadata=s.md)
         else:
             break
-    print(f"\n== run {run_id}: {pb.RunStatus.Name(run.status)} ({run.code}) after {run.counters.total_turns} turns, "
-          f"{run.total_tokens} tokens", flush=True)
+    below = run.counters.descendant_total_turns
+    print(f"\n== run {run_id}: {pb.RunStatus.Name(run.status)} ({run.code}) after {run.counters.total_turns} turns"
+          + (f" (and {below} by the runs it delegated to)" if below else "") + f", {run.total_tokens} tokens",
+          flush=True)
     print("\n== the decision stream, from the checkpoint's hash-chained log", flush=True)
     n = s.print_decisions(run_id)
     wanted = ["allowed call ran in a container", "denied call", "approval", "breaker trip and pause", "resume",
-              "delegation to a child run", "verified success"]
+              "delegation to a child run", VERIFIED]
     missing = [w for w in wanted if w not in s.seen]
     print(f"\n== {n} decisions recorded; scenario: " + ", ".join(f"{w} {'ok' if w in s.seen else 'MISSING'}"
                                                               for w in wanted), flush=True)

@@ -6,6 +6,11 @@ version (see RunStore.add_goal), so the record shows what the agent was asked at
 A criterion may carry a `check` the driver runs itself instead of trusting the model:
 - `receipt_ok`: a receipt of this run (of `tool`, when given) exited 0 with no error code, and
   its output contains `output_contains` when given ("a task succeeded", "an artifact exists").
+- `call_ok`: when the model reports final, the driver calls `tool` itself, with `arguments` and
+  the values `arguments_from` names in this run's own receipts (e.g. `task_id` from the output
+  of its `create_task_from_template` receipt: the task it started). The call is decided by the
+  checkpoint and run by the toolrunner like any; the criterion is met when its receipt exited 0
+  with no error code and its output contains `output_contains` when given.
 Criteria without a check count as met only when the model gives evidence.
 """
 
@@ -14,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from checkpoint.policy.yamlsource import SourceDocument
 from driver.errors import GoalError
@@ -26,10 +31,45 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ReceiptValue(_Strict):
+    """A value from one of the run's own receipts: the JSON output of the run's last successful
+    call of the tool `receipt`, at `field` (a dotted path: `task_id`, `result.items.0.id`)."""
+
+    receipt: str = Field(min_length=1, max_length=200)
+    field: str = Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$", max_length=500)
+
+
 class CriterionCheck(_Strict):
-    kind: Literal["receipt_ok"]
-    tool: str | None = None
+    kind: Literal["receipt_ok", "call_ok"]
+    tool: str | None = Field(None, min_length=1, validate_default=True)
+    # call_ok only: the call's arguments as written, and those taken from the run's own receipts
+    arguments: dict[str, Any] | None = None
+    arguments_from: dict[str, ReceiptValue] | None = None
     output_contains: str | None = None
+
+    @field_validator("arguments", "arguments_from")
+    @classmethod
+    def _only_for_calls(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        if v is not None and info.data.get("kind") != "call_ok":
+            raise ValueError(f"{info.field_name} belongs to a call_ok check (the driver's own call)")
+        return v
+
+    @field_validator("arguments_from")
+    @classmethod
+    def _one_source_per_argument(cls, v: dict[str, ReceiptValue] | None,
+                                 info: ValidationInfo) -> dict[str, ReceiptValue] | None:
+        twice = sorted(set(v or {}) & set(info.data.get("arguments") or {}))
+        if twice:
+            raise ValueError(f"{', '.join(twice)}: an argument is given in arguments or taken from a receipt, "
+                             "not both")
+        return v
+
+    @field_validator("tool")
+    @classmethod
+    def _call_names_its_tool(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None and info.data.get("kind") == "call_ok":
+            raise ValueError("a call_ok check names the tool the driver calls (tool: ...)")
+        return v
 
 
 class Criterion(_Strict):

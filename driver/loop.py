@@ -17,7 +17,13 @@ The checkpoint decides the delegation like any call; when it allows it, the driv
 run pinned to the version the checkpoint chose, with the child's effective authority (only those
 tools are offered), budget and chain token, and the parent waits (`awaiting_child`). When the
 child ends, its outcome becomes the result of the parent's call and the parent goes on. A child
-that pauses waits for a person like any run; cancelling a parent cancels its children.
+that pauses waits for a person like any run; cancelling a parent cancels its children. Every
+model turn is also counted in each run above (its descendant turns), so turn ceilings bound a
+whole subtree.
+
+Final reports. A `final` is kept on the run while the driver verifies it: for each `call_ok`
+criterion the driver adds its own call (arguments from the goal and this run's receipts), which
+is decided and run like the model's; then `_conclude` decides the criteria.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from driver import context
-from driver.boundary import Final, Handoff, Idle, Rejection, ToolCalls, decide
+from driver.boundary import Final, Handoff, Idle, Outcome, Rejection, ToolCalls, decide
 from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
 from driver.errors import DependencyUnavailable, DriverError, ProviderError, RunStateError
 from driver.goal import Criterion, Goal, GoalBudget
@@ -52,7 +58,7 @@ from driver.store import (
     RunStore,
     now,
 )
-from driver.verify import verify_outcomes
+from driver.verify import Unresolved, Verification, call_arguments, verify_outcomes
 from warden import canonical
 from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
@@ -311,8 +317,8 @@ class Driver:
         self.store.update_run(run_id, budget=budget, note=note,
                               stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_first_turn=run["turn"] + 1,
                               drift=0, stretch_tokens=0,
-                              stretch_turns=0, provider_refusals=0, provider_refused_for_good=0,
-                              consecutive_failures=0, nudged=0)
+                              stretch_turns=0, descendant_stretch_turns=0, provider_refusals=0, provider_refused_for_good=0,
+                              consecutive_failures=0, nudged=0, final=None)
         self.store.append_event(run_id, "run_resumed", person=person, reply=reply, raised=raise_budget,
                                 agent_version=run["agent_version"])
         if spawn:
@@ -460,6 +466,8 @@ class Driver:
             try:
                 if self._open_calls(run):
                     self._process_calls(run)
+                elif run["final"]:
+                    self._conclude(run)  # its verification calls are done
                 else:
                     self._model_turn(run)
             except DependencyUnavailable as exc:
@@ -498,6 +506,8 @@ class Driver:
             provider_refusals=run["provider_refusals"], children=len(self.store.children(run["run_id"])),
             provider_refused_for_good=bool(run["provider_refused_for_good"]),
             tree_runs=tree_runs, run_spend_usd=run["spend_usd"],
+            descendant_stretch_turns=run["descendant_stretch_turns"],
+            descendant_total_turns=run["descendant_total_turns"],
         )
 
     def _record_decision(self, run: dict[str, Any], action: str, resp: cp.CheckResponse, **extra: Any) -> None:
@@ -510,7 +520,8 @@ class Driver:
         run_id = run["run_id"]
         transcript = self.store.transcript(run_id)
         if transcript and transcript[-1]["role"] == "assistant":
-            calls = {c["call_id"]: c for c in self.store.calls(run_id, run["turn"])}
+            # the driver's own verification calls are not the model's: it gets no result for them
+            calls = {c["call_id"]: c for c in self.store.calls(run_id, run["turn"]) if not c["verifies"]}
             results = []
             for action in transcript[-1]["reply"].get("actions") or []:
                 if not (isinstance(action, dict) and action.get("action") == "tool_call" and action.get("id")):
@@ -594,8 +605,9 @@ class Driver:
         tokens = reply.input_tokens + reply.output_tokens
         usd = self.prices.cost(run["model"], reply.input_tokens, reply.output_tokens)
         self.store.add_spend(run_id, run["owner"], run["tenant"], usd)
-        run = self.store.add_to_run(run_id, stretch_tokens=tokens, total_tokens=tokens, stretch_turns=1,
-                                    total_turns=1, turn=1, spend_usd=usd)
+        # the turn counts for this run and, below them, for every run above it
+        run = self.store.add_turn(run_id, stretch_tokens=tokens, total_tokens=tokens, stretch_turns=1,
+                                  total_turns=1, turn=1, spend_usd=usd)
         self.store.add_transcript(run_id, {"role": "assistant", "reply": reply.model_dump(mode="json")})
         decision = decide(reply, [t.name for t in tools])  # the contract: exactly the tools offered
         self.store.append_event(run_id, "model_reply", turn=run["turn"], kind=decision.kind,
@@ -625,16 +637,64 @@ class Driver:
         elif isinstance(decision, Handoff):
             self._pause(run, decision.code, decision.reason or "the model handed the run to a person")
         elif isinstance(decision, Final):
-            goal = self.store.goal(run_id)
-            met, missing = verify_outcomes(goal, decision.outcomes, self.store.receipts(run_id))
-            self.store.append_event(run_id, "outcome_verified", met=met, missing=missing, summary=decision.summary)
-            if missing:
-                self.store.update_run(run_id, missing=missing)
-                self._pause(run, "criteria_unmet", "not every criterion is met: " + "; ".join(missing),
-                            missing=missing)
-            else:
-                self.store.update_run(run_id, missing=[])
-                self._finish(run, SUCCEEDED, "succeeded", decision.summary or "every criterion is met", met=met)
+            self._verify_final(run, decision)
+
+    def _verify_final(self, run: dict[str, Any], decision: Final) -> None:
+        """The model says it is done: keep its report, and for each call_ok criterion add the
+        driver's own call, with arguments from the goal and this run's own receipts (never from
+        the model's text). The calls go through the checkpoint and the toolrunner like the
+        model's (run_until_stopped processes them); `_conclude` then decides."""
+        run_id = run["run_id"]
+        work = self.store.receipts(run_id, work_only=True)
+        unresolved: dict[str, str] = {}
+        calls: list[dict[str, Any]] = []
+        for c in self.store.goal(run_id)["criteria"]:
+            check = c.get("check") or {}
+            if check.get("kind") != "call_ok":
+                continue
+            try:
+                arguments, sources = call_arguments(check, work)
+            except Unresolved as exc:
+                unresolved[c["id"]] = str(exc)
+                continue
+            calls.append({"call_id": f"verify-{c['id']}", "tool": check["tool"], "arguments": arguments,
+                          "args_sha": canonical.sha256_hex(arguments), "plan_step": "", "verifies": c["id"],
+                          "sources": sources})
+        final = {"turn": run["turn"], "summary": decision.summary, "unresolved": unresolved,
+                 "outcomes": [o.model_dump() for o in decision.outcomes]}
+        self.store.begin_final(run_id, run["turn"], final,
+                               [{k: v for k, v in x.items() if k != "sources"} for x in calls])
+        if calls or unresolved:
+            self.store.append_event(run_id, "verification_started", unresolved=unresolved, calls=[
+                {"criterion": x["verifies"], "tool": x["tool"], "arguments": x["arguments"],
+                 "from_receipts": x["sources"]} for x in calls])
+
+    def _conclude(self, run: dict[str, Any]) -> None:
+        """Decide the model's final report: checks on the run's receipts and on the driver's own
+        verification calls, evidence for the rest. All met: succeeded; else the run pauses."""
+        run_id, final = run["run_id"], run["final"]
+        goal = self.store.goal(run_id)
+        verifications = {cid: Verification(tool="", arguments={}, unresolved=why)
+                         for cid, why in final["unresolved"].items()}
+        for call in self.store.calls(run_id, final["turn"]):
+            if call["verifies"]:
+                receipt = self.store.receipt(call["decision_id"]) if call["decision_id"] else None
+                refused = "" if receipt else f"{call['verdict'] or 'not decided'} {call['code']}".strip()
+                verifications[call["verifies"]] = Verification(call["tool"], call["arguments"], receipt, refused)
+        outcomes = [Outcome.model_validate(o) for o in final["outcomes"]]
+        met, missing = verify_outcomes(goal, outcomes, self.store.receipts(run_id, work_only=True), verifications)
+        self.store.append_event(run_id, "outcome_verified", met=met, missing=missing, summary=final["summary"],
+                                verified=[{"criterion": cid, "tool": v.tool, "arguments": v.arguments,
+                                           "decision_id": v.receipt["decision_id"] if v.receipt else None}
+                                          for cid, v in verifications.items() if not v.unresolved])
+        if missing:
+            self.store.update_run(run_id, missing=missing)
+            self._pause(run, "criteria_unmet", "not every criterion is met: " + "; ".join(missing),
+                        missing=missing)
+        else:
+            self.store.update_run(run_id, missing=[])
+            self._finish(run, SUCCEEDED, "succeeded", final["summary"] or "every criterion is met", met=met)
+        self.store.update_run(run_id, final=None)  # after the outcome: a crash before it decides again
 
     def _process_calls(self, run: dict[str, Any]) -> None:
         run_id = run["run_id"]
@@ -694,7 +754,7 @@ class Driver:
             return self._delegate(run, call)
         if call["tool"] == context.PROPOSE_TOOL:
             return self._propose_change(run, call)
-        if not run["has_plan"]:
+        if not run["has_plan"] and not call["verifies"]:  # the plan gate is for the model's calls
             self._refuse(run, call, "plan_required", "propose a plan with propose_plan before calling tools")
             self.store.append_event(run["run_id"], "call_refused", tool=call["tool"], code="plan_required")
             return True
@@ -708,8 +768,9 @@ class Driver:
         self._attach_approval(req, call)
         resp = self.checkpoint.check(req)
         self._record_decision(run, "tool_call", resp, tool=call["tool"], arguments=call["arguments"],
-                              plan_step=plan_step, counts_as_drift=resp.counts_as_drift)
-        if resp.counts_as_drift:
+                              plan_step=plan_step, counts_as_drift=resp.counts_as_drift and not call["verifies"],
+                              **({"verifies": call["verifies"]} if call["verifies"] else {}))
+        if resp.counts_as_drift and not call["verifies"]:  # a goal's check is not the model wandering
             self.store.add_to_run(run["run_id"], drift=1)
         if resp.verdict == _ALLOW:
             self.store.update_call(call["id"], status="executing", decision_id=resp.decision_id, verdict="ALLOW",
@@ -969,7 +1030,8 @@ class Driver:
         ok = receipt.exit_code == 0 and not receipt.code and not receipt.timed_out
         self.store.add_receipt(run["run_id"], receipt.decision_id or call["decision_id"], call["tool"],
                                receipt.exit_code, receipt.code, receipt.output,
-                               json_format.MessageToDict(receipt, preserving_proto_field_name=True))
+                               json_format.MessageToDict(receipt, preserving_proto_field_name=True),
+                               verifies=call["verifies"])
         content = context.receipt_result(call["tool"], call["decision_id"], receipt.exit_code, receipt.code,
                                          receipt.output, receipt.truncated)
         self.store.update_call(call["id"], status="done", result={"is_error": not ok, "content": content})
@@ -977,4 +1039,5 @@ class Driver:
         self.store.append_event(run["run_id"], "tool_receipt", tool=call["tool"], decision_id=call["decision_id"],
                                 exit_code=receipt.exit_code, code=receipt.code, duration=receipt.duration_seconds,
                                 truncated=receipt.truncated, masked=receipt.masked_count, replayed=receipt.replayed,
-                                output=receipt.output[:2000])
+                                output=receipt.output[:2000],
+                                **({"verifies": call["verifies"]} if call["verifies"] else {}))

@@ -34,7 +34,9 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
         what = d.get("action")
         if what == "tool_call":
             what = f"{d.get('tool')} {_args(d.get('arguments') or {})}"
-            if d.get("plan_step"):
+            if d.get("verifies"):
+                what += f" [the driver's check of criterion {d['verifies']}]"
+            elif d.get("plan_step"):
                 what += f" [step {d['plan_step']}]"
             elif d.get("counts_as_drift"):
                 what += " [drift: serves no plan step]"
@@ -87,6 +89,13 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
         raised = d.get("raised") or {}
         return (f"{p}> run resumed by {d.get('person')}" + (f", ceilings raised {raised}" if raised else "")
                 + (f": {d.get('reply')}" if d.get("reply") else ""))
+    if kind == "verification_started":
+        rows = [f"{p}  verifying the final report: criterion {c.get('criterion')} by the driver's own call "
+                 f"{c.get('tool')} {_args(c.get('arguments') or {})}"
+                 + "".join(f"; {arg} from this run's receipt {dec}" for arg, dec in (c.get("from_receipts") or {}).items())
+                 for c in d.get("calls") or []]
+        rows += [f"{p}  cannot verify criterion {cid}: {why}" for cid, why in (d.get("unresolved") or {}).items()]
+        return "\n".join(rows)
     if kind == "outcome_verified":
         return f"{p}  outcome: met {d.get('met')}; missing {d.get('missing') or 'nothing'}"
     if kind in ("run_succeeded", "run_failed", "run_cancelled"):

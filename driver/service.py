@@ -75,8 +75,14 @@ def goal_from_proto(g: pb.Goal) -> Goal:
     for c in g.criteria:
         item: dict[str, Any] = {"id": c.id, "description": c.description}
         if c.HasField("check") and c.check.kind:
-            item["check"] = {k: v for k, v in (("kind", c.check.kind), ("tool", c.check.tool),
-                                               ("output_contains", c.check.output_contains)) if v}
+            check: dict[str, Any] = {k: v for k, v in (("kind", c.check.kind), ("tool", c.check.tool),
+                                                       ("output_contains", c.check.output_contains)) if v}
+            if c.check.HasField("arguments"):
+                check["arguments"] = _integral(json_format.MessageToDict(c.check.arguments))
+            if c.check.arguments_from:
+                check["arguments_from"] = {name: {"receipt": ref.receipt, "field": ref.field}
+                                           for name, ref in c.check.arguments_from.items()}
+            item["check"] = check
         criteria.append(item)
     return parse_goal({"objective": g.objective, "criteria": criteria, "constraints": list(g.constraints),
                        "budget": budget_to_dict(g.budget)})
@@ -90,7 +96,22 @@ def goal_to_proto(goal: Goal) -> pb.Goal:
         if c.check:
             crit.check.CopyFrom(pb.CriterionCheck(kind=c.check.kind, tool=c.check.tool or "",
                                                   output_contains=c.check.output_contains or ""))
+            if c.check.arguments is not None:
+                crit.check.arguments.CopyFrom(_struct(c.check.arguments))
+            for name, ref in (c.check.arguments_from or {}).items():
+                crit.check.arguments_from[name].CopyFrom(pb.ReceiptValue(receipt=ref.receipt, field=ref.field))
     return out
+
+
+def _integral(v: Any) -> Any:
+    """A Struct carries every number as a double: 5.0 back to 5, as the person wrote it."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {k: _integral(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_integral(x) for x in v]
+    return v
 
 
 def run_to_proto(driver: Driver, run: dict[str, Any]) -> pb.Run:

@@ -7,9 +7,11 @@ Tables (sqlite-utils, WAL):
 - events: the append-only event log of every run (seq is global and increasing);
 - transcript: the model-visible conversation, kept apart from run state;
 - calls: every tool call the model proposed, per turn, with its decision and result (a delegation
-  is a call whose result is the child run's outcome);
+  is a call whose result is the child run's outcome), and the driver's own calls that verify a
+  final report's `call_ok` criteria (`verifies`);
 - approvals: REQUIRE_APPROVAL answers waiting for, or decided by, a person;
-- receipts: the toolrunner's receipts, by decision id;
+- receipts: the toolrunner's receipts, by decision id (`verifies` names the criterion when the
+  call was the driver's own check, not the run's work);
 - spend: USD per model call, for the daily owner and tenant allowances.
 
 Events are never updated or deleted. A driver that restarts reads runs back from here: a run that
@@ -50,16 +52,22 @@ _RUN_COLUMNS: dict[str, Any] = {
     "has_plan": int, "created_at": float, "updated_at": float, "stretch_started_at": float,
     "stretch": int, "stretch_first_turn": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
     "consecutive_failures": int, "drift": int, "provider_refusals": int, "provider_refused_for_good": int,
-    "spend_usd": float,
+    "spend_usd": float, "descendant_stretch_turns": int, "descendant_total_turns": int,
     "model_attempts": int, "turn": int, "nudged": int, "missing": str,
     "parent_run_id": str, "root_run_id": str, "depth": int, "run_token": str, "delegates": str,
+    "final": str,
 }
-_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "delegates")
+# `final`: the model's final report while the driver verifies it (its turn, outcomes, summary,
+# and why any call_ok check could not be made); null otherwise
+_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "delegates", "final")
 _CALL_COLUMNS: dict[str, Any] = {
     "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
     "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
     "decision_id": str, "grant": bytes, "verdict": str, "code": str, "approval_id": str, "child_run_id": str,
+    "verifies": str,  # the criterion a call the driver made itself verifies (call_ok); "" for the model's
 }
+_RECEIPT_COLUMNS: dict[str, Any] = {"decision_id": str, "run_id": str, "tool": str, "exit_code": int, "code": str,
+                                    "output": str, "receipt": str, "created_at": float, "verifies": str}
 
 
 def _call_row(r: dict[str, Any]) -> dict[str, Any]:
@@ -113,14 +121,13 @@ class RunStore:
                 "arguments": str, "code": str, "rule": str, "reason": str, "status": str,
                 "decided_by": str, "decided_at": float, "note": str, "created_at": float, "token": str,
             }, pk="approval_id")
-            self._t("receipts").create({"decision_id": str, "run_id": str, "tool": str, "exit_code": int,
-                                   "code": str, "output": str, "receipt": str, "created_at": float},
-                                  pk="decision_id")
+            self._t("receipts").create(_RECEIPT_COLUMNS, pk="decision_id")
             self._t("spend").create({"id": int, "day": str, "owner": str, "tenant": str, "run_id": str,
                                 "usd": float}, pk="id")
             self._t("spend").create_index(["day", "owner"])
         # A store written by an older driver gains the newer columns (empty), nothing else changes.
-        for table, columns in (("runs", _RUN_COLUMNS), ("calls", _CALL_COLUMNS), ("approvals", {"token": str})):
+        for table, columns in (("runs", _RUN_COLUMNS), ("calls", _CALL_COLUMNS), ("approvals", {"token": str}),
+                               ("receipts", _RECEIPT_COLUMNS)):
             have = set(self._t(table).columns_dict)
             for name, typ in columns.items():
                 if name not in have:
@@ -255,6 +262,28 @@ class RunStore:
                             [*deltas.values(), now(), run_id])
         return self.run(run_id)
 
+    def add_turn(self, run_id: str, **deltas: float) -> dict[str, Any]:
+        """A model turn of a run: its own counters (`deltas`, as add_to_run) and, in the same
+        transaction, one more turn below for every run above it (descendant_stretch_turns and
+        descendant_total_turns), so each ancestor's turn ceilings bound its whole subtree."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.add_to_run(run_id, **deltas)
+                self.db.execute(
+                    "WITH RECURSIVE up(id) AS ("
+                    " SELECT parent_run_id FROM runs WHERE run_id = ? AND parent_run_id != ''"
+                    " UNION SELECT r.parent_run_id FROM runs r JOIN up ON r.run_id = up.id"
+                    " WHERE r.parent_run_id != '') "
+                    "UPDATE runs SET descendant_stretch_turns = descendant_stretch_turns + 1, "
+                    "descendant_total_turns = descendant_total_turns + 1, updated_at = ? "
+                    "WHERE run_id IN (SELECT id FROM up)", [run_id, now()])
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return self.run(run_id)
+
     # -- goals ----------------------------------------------------------------------------
 
     def add_goal(self, run_id: str, goal: dict[str, Any], author: str) -> int:
@@ -360,7 +389,8 @@ class RunStore:
 
     def add_call(self, run_id: str, turn: int, idx: int, **fields: Any) -> int:
         row = {"run_id": run_id, "turn": turn, "idx": idx, "status": "pending", "result": "", "decision_id": "",
-               "grant": b"", "verdict": "", "code": "", "approval_id": "", "child_run_id": "", **fields}
+               "grant": b"", "verdict": "", "code": "", "approval_id": "", "child_run_id": "", "verifies": "",
+               **fields}
         row["arguments"] = json.dumps(row.get("arguments", {}))
         with self._lock:
             return int(self._t("calls").insert(row).last_pk or 0)
@@ -372,6 +402,20 @@ class RunStore:
             else:
                 rows = self._t("calls").rows_where("run_id = ? AND turn = ?", [run_id, turn], order_by="idx")
             return [_call_row(r) for r in rows]
+
+    def begin_final(self, run_id: str, turn: int, final: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+        """The model's final report and the driver's verification calls for it (added as calls of
+        `turn`), in one transaction: after a crash either both are there or neither."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for idx, fields in enumerate(calls):
+                    self.add_call(run_id, turn, idx, **fields)
+                self.update_run(run_id, final=final)
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
 
     def update_call(self, call_pk: int, **fields: Any) -> None:
         if "result" in fields:
@@ -436,16 +480,25 @@ class RunStore:
     # -- receipts and spend ---------------------------------------------------------------
 
     def add_receipt(self, run_id: str, decision_id: str, tool: str, exit_code: int, code: str, output: str,
-                    receipt: dict[str, Any]) -> None:
+                    receipt: dict[str, Any], verifies: str = "") -> None:
         with self._lock:
             self._t("receipts").upsert({"decision_id": decision_id, "run_id": run_id, "tool": tool,
                                         "exit_code": exit_code, "code": code, "output": output,
-                                        "receipt": json.dumps(receipt, default=str), "created_at": now()},
+                                        "receipt": json.dumps(receipt, default=str), "created_at": now(),
+                                        "verifies": verifies},
                                        pk="decision_id")
 
-    def receipts(self, run_id: str) -> list[dict[str, Any]]:
+    def receipts(self, run_id: str, *, work_only: bool = False) -> list[dict[str, Any]]:
+        """This run's receipts, oldest first; `work_only`: not those of the driver's own
+        verification calls (what the run's work produced)."""
+        where = "run_id = ? AND verifies = ''" if work_only else "run_id = ?"
         with self._lock:
-            return [dict(r) for r in self._t("receipts").rows_where("run_id = ?", [run_id], order_by="created_at")]
+            return [dict(r) for r in self._t("receipts").rows_where(where, [run_id], order_by="created_at, rowid")]
+
+    def receipt(self, decision_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            rows = list(self._t("receipts").rows_where("decision_id = ?", [decision_id], limit=1))
+        return dict(rows[0]) if rows else None
 
     def add_spend(self, run_id: str, owner: str, tenant: str, usd: float) -> None:
         if usd <= 0:

@@ -20,8 +20,10 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 #   PAST:    trips when counter >  ceiling (the call belongs to a unit the counter already holds)
 #   -:       not checked before that action
 # A turn is counted when its model call is allowed, so the turns counters already include the turn
-# in progress when that turn's tool calls, delegations and plan come: `stretch_turns == turns` is
-# the last allowed turn, and its calls run; a counter past the ceiling halts them.
+# in progress when that turn's tool calls and plan come: `stretch_turns == turns` is the last
+# allowed turn, and its calls run; a counter past the ceiling halts them. A delegation is the
+# exception: the child it starts needs a turn of its own out of the same allowance (the turns of
+# the runs below a run count into its turn breakers), so in the last turn there is none to give.
 REACHED, PAST = ">=", ">"
 ACTIONS = ("tool_call", "model_call", "delegation", "plan")
 
@@ -41,14 +43,19 @@ class Breaker:
     counter: str  # Counters field
     checks: dict[str, str]  # action -> REACHED or PAST, for the actions it is checked before
     what: str
+    # Counters field of the same units used by the runs below this one, added to `counter`: the
+    # run's ceiling bounds its whole subtree (the driver sums; the checkpoint keeps no state)
+    below: str = ""
 
 
 # The one table of breaker semantics (docs/decisions.md shows the same):
 #                                                   tool_call model_call delegation plan
 BREAKERS = (
     Breaker("tokens", "tokens", "stretch_tokens", _row(R, R, R, R), "tokens used this stretch"),
-    Breaker("turns", "turns", "stretch_turns", _row(P, R, P, P), "model turns this stretch"),
-    Breaker("turns_total", "turns_total", "total_turns", _row(P, R, P, P), "model turns over the run's lifetime"),
+    Breaker("turns", "turns", "stretch_turns", _row(P, R, R, P), "model turns this stretch",
+            below="descendant_stretch_turns"),
+    Breaker("turns_total", "turns_total", "total_turns", _row(P, R, R, P), "model turns over the run's lifetime",
+            below="descendant_total_turns"),
     Breaker("tool_calls", "tool_calls", "turn_tool_calls", _row(R, "-", "-", "-"), "tool calls in this turn"),
     Breaker("wall_clock", "wall_clock_seconds", "wall_clock_seconds", _row(R, R, R, R),
             "seconds of wall clock this stretch"),
@@ -113,10 +120,13 @@ def check(call: Call, action: str) -> None:
     trace = call.trace
     for b, ceiling, past in _armed(call, action):
         used = getattr(counters, b.counter)
+        below = getattr(counters, b.below) if b.below else 0
+        used += below
         if used > ceiling if past else used >= ceiling:
+            of_them = f" ({_num(below)} of them by runs below this one)" if below else ""
             raise trace.stop(
                 HALT, codes.BREAKER_CODES[b.name], f"breaker.{b.name}",
-                f"breaker {b.name} tripped: {_num(used)} {b.what}, ceiling {_num(ceiling)}; "
+                f"breaker {b.name} tripped: {_num(used)} {b.what}{of_them}, ceiling {_num(ceiling)}; "
                 "the run pauses for a person",
             )
     if counters.provider_refused_for_good and "provider_refusals" in effective_budget(call):
@@ -136,6 +146,16 @@ def check(call: Call, action: str) -> None:
         for b in BREAKERS:
             if action in b.checks:
                 trace.add(f"breaker.{b.name}", "pass")
+
+
+def turns_left(call: Call) -> dict[str, float]:
+    """What a delegating run has left of each turn ceiling (Budget field -> turns): its ceiling
+    minus the turns it and the runs below it used. A child is granted no more than that, so the
+    turns of a whole tree stay within the ceilings of its root (the breakers' REACHED check
+    before a delegation leaves at least one)."""
+    ceilings, counters = effective_budget(call), call.request.counters
+    return {b.ceiling: ceilings[b.ceiling] - getattr(counters, b.counter) - getattr(counters, b.below)
+            for b in BREAKERS if b.below and b.ceiling in ceilings}
 
 
 def _armed(call: Call, action: str) -> tuple[tuple[Breaker, float, bool], ...]:

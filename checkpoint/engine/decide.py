@@ -337,7 +337,9 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
     _delegation_limits(call, child.name)
     response.child_agent_version = child.version
     response.child_authority.CopyFrom(authority.child_authority(call, child, d.narrowing))
-    ceilings = breakers.effective_budget(call, d.budget if d.HasField("budget") else None)
+    ceilings = dict(breakers.effective_budget(call, d.budget if d.HasField("budget") else None))  # memo: a copy
+    for name, left in breakers.turns_left(call).items():  # the child's turns come out of the parent's
+        ceilings[name] = min(ceilings.get(name, left), left)
     for name, value in ceilings.items():
         setattr(response.child_budget, name, value)
     if approvals:

@@ -88,10 +88,13 @@ def test_breakers_apply_to_delegations_and_plans_too():
     for c in (
         case("d", "HALT", "breaker_failures", chain=["worker"], delegation={"agent": "helper"},
              counters={"consecutive_failures": 4}),
-        case("d-last-turn-runs", "ALLOW", "allowed", chain=["worker"], delegation={"agent": "helper"},
-             counters={"stretch_turns": 10, "total_turns": 20}),
-        case("d-past-the-turns", "HALT", "breaker_turns_total", chain=["worker"], delegation={"agent": "helper"},
-             counters={"stretch_turns": 10, "total_turns": 21}),
+        case("d-a-turn-left", "ALLOW", "allowed", chain=["worker"], delegation={"agent": "helper"},
+             counters={"stretch_turns": 9, "total_turns": 19}),
+        # a child needs a turn: in the parent's last turn there is none left to give it
+        case("d-last-turn-halts", "HALT", "breaker_turns", chain=["worker"], delegation={"agent": "helper"},
+             counters={"stretch_turns": 10, "total_turns": 10}),
+        case("d-last-lifetime-turn-halts", "HALT", "breaker_turns_total", chain=["worker"],
+             delegation={"agent": "helper"}, counters={"stretch_turns": 1, "total_turns": 20}),
         case("p-past-the-turns", "HALT", "breaker_turns", chain=["reader"], plan=[{"id": "s", "tool": "read_doc"}],
              counters={"stretch_turns": 11}),
         case("p", "HALT", "breaker_tokens", chain=["reader"], plan=[{"id": "s", "tool": "read_doc"}],
@@ -100,6 +103,48 @@ def test_breakers_apply_to_delegations_and_plans_too():
              counters={"turn_tool_calls": 99, "identical_calls": 99}),
     ):
         c.check()
+
+
+# -- turns across the delegation tree: the runs below count into this run's turn breakers -----------
+TREE_TURNS = [
+    # (id, counters, verdict, code)
+    ("own-and-below-reach-the-ceiling", {"stretch_turns": 4, "descendant_stretch_turns": 6}, "HALT", "breaker_turns"),
+    ("own-and-below-below-the-ceiling", {"stretch_turns": 4, "descendant_stretch_turns": 5}, "ALLOW", "allowed"),
+    ("lifetime-own-and-below", {"total_turns": 15, "descendant_total_turns": 5}, "HALT", "breaker_turns_total"),
+    ("lifetime-below-alone", {"descendant_total_turns": 20}, "HALT", "breaker_turns_total"),
+    ("lifetime-below-the-ceiling", {"total_turns": 15, "descendant_total_turns": 4}, "ALLOW", "allowed"),
+]
+
+
+@pytest.mark.parametrize("label, counters, verdict, code", TREE_TURNS, ids=[t[0] for t in TREE_TURNS])
+def test_the_turn_breakers_count_the_turns_of_the_runs_below(label, counters, verdict, code):
+    got = case(label, verdict, code, chain=["reader"], model=MODEL, counters=counters).check()
+    if verdict == "HALT":
+        assert "by runs below this one" in got.reason
+
+
+def test_a_tool_call_of_the_last_turn_runs_even_when_the_turns_were_the_childrens():
+    case("past", "ALLOW", "allowed", chain=["reader"], tool="read_doc", args=DOC,
+         counters={"stretch_turns": 4, "descendant_stretch_turns": 6}).check()
+    case("beyond", "HALT", "breaker_turns", chain=["reader"], tool="read_doc", args=DOC,
+         counters={"stretch_turns": 5, "descendant_stretch_turns": 6}).check()
+
+
+@pytest.mark.parametrize(
+    "counters, requested, turns, turns_total",
+    [
+        pytest.param({"stretch_turns": 1}, None, 9, 19, id="parent-used-one"),
+        pytest.param({"stretch_turns": 3, "descendant_stretch_turns": 4, "total_turns": 5,
+                      "descendant_total_turns": 12}, None, 3, 3, id="earlier-children-used-some"),
+        pytest.param({"stretch_turns": 2}, 3, 3, 18, id="a-smaller-request-still-narrows"),
+        pytest.param({"stretch_turns": 2}, 50, 8, 18, id="a-bigger-request-never-widens"),
+    ],
+)
+def test_a_child_is_granted_at_most_the_turns_its_parent_has_left(counters, requested, turns, turns_total):
+    delegation = {"agent": "helper", **({"budget": {"turns": requested}} if requested else {})}
+    got = case("d", "ALLOW", "allowed", chain=["worker"], delegation=delegation,
+               counters={"total_turns": counters.get("stretch_turns", 0), **counters}).check()
+    assert (got.response.child_budget.turns, got.response.child_budget.turns_total) == (turns, turns_total)
 
 
 def test_a_person_acting_directly_has_no_breakers():

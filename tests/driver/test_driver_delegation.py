@@ -320,3 +320,80 @@ def test_the_tree_budget_counts_every_run_of_the_tree(stack):
     assert (child["status"], child["code"]) == (PAUSED, "breaker_tree_budget")
     assert child["total_tokens"] == 500 and child["budget"]["tree_tokens"] == 1000
     assert d.store.tree(run["run_id"]) == (2, 1100)
+
+
+def _three_turn_goal(**budget: int) -> Any:
+    return parse_goal({"objective": "Get task-abc123 summarised.", "budget": budget or {"turns": 3},
+                       "criteria": [{"id": "summarised", "description": "a summary came back"}]})
+
+
+def _start_with(d: Any, goal: Any, responses: list[Any], children: dict[str, Any]) -> str:
+    script = {"responses": responses, "delegates": {k: {"responses": v} for k, v in children.items()}}
+    run = d.start_run("recon", goal, owner="alice", provider="scripted",
+                      provider_options={"script": parse_script_dict(script)}, spawn=False)
+    d.run_until_stopped(run["run_id"])
+    settle(d, run["run_id"])
+    return str(run["run_id"])
+
+
+def test_a_child_is_granted_only_the_turns_its_parent_has_left(stack):
+    """Issue 9: a 3-turn budget allowed 5 turns over parent and child. Turns count across the tree:
+    the parent used 1 turn to delegate, so its child may take 2, and the third turn halts it."""
+    d = stack.driver()
+    parent_id = _start_with(d, _three_turn_goal(), [delegate(), final(summarised="the child summarised it")],
+                            {"triage": TRIAGE_OK})
+    [child] = d.store.children(parent_id)
+    parent, child = d.store.run(parent_id), d.store.run(child["run_id"])
+    assert child["budget"]["turns"] == 2  # 3 minus the parent's turn that delegated
+    assert (child["status"], child["code"]) == (PAUSED, "breaker_turns")
+    assert parent["status"] == AWAITING_CHILD
+    assert parent["total_turns"] + child["total_turns"] == 3
+    # the parent's counters carry its child's turns
+    counters = d._counters(parent)
+    assert (counters.stretch_turns, counters.descendant_stretch_turns) == (1, 2)
+    assert (counters.total_turns, counters.descendant_total_turns) == (1, 2)
+
+
+def test_the_parent_counts_its_childrens_turns_when_it_checks(stack):
+    d = stack.driver()
+    two_turns = [TRIAGE_PLAN, final(c1="the plan was accepted; nothing else to read")]
+    parent_id = _start_with(d, _three_turn_goal(), [delegate(), final(summarised="done")], {"triage": two_turns})
+    parent = d.store.run(parent_id)
+    [child] = d.store.children(parent_id)
+    # turn 1 delegates; the child succeeds in its 2 turns; the tree has used 3: the parent's next
+    # model call halts instead of giving it a fourth
+    assert (child["status"], child["budget"]["turns"], child["total_turns"]) == (SUCCEEDED, 2, 2)
+    assert (parent["status"], parent["code"]) == (PAUSED, "breaker_turns"), (parent["code"], parent["reason"])
+    assert parent["total_turns"] == 1
+    assert [x for x in decisions(d, parent_id) if x[1] == "HALT"] == [("model_call", "HALT", "breaker_turns")]
+    assert "2 of them by runs below" in parent["reason"]
+
+
+def test_a_delegation_in_the_parents_last_turn_halts_the_child_would_have_none(stack):
+    d = stack.driver()
+    parent_id = _start_with(d, _three_turn_goal(turns=1), [delegate()], {"triage": TRIAGE_OK})
+    parent = d.store.run(parent_id)
+    assert (parent["status"], parent["code"]) == (PAUSED, "breaker_turns")
+    assert d.store.children(parent_id) == []
+    assert ("delegation", "HALT", "breaker_turns") in decisions(d, parent_id)
+
+
+def test_lifetime_turns_count_across_the_tree_and_a_resume_does_not_reset_them(stack):
+    d = stack.driver()
+    quick = [final(c1="nothing to read: the task has no findings")]
+    parent_id = _start_with(d, _three_turn_goal(turns=2, turns_total=4),
+                            [delegate(), delegate(), final(summarised="done")], {"triage": quick})
+    # stretch 1: turn 1 delegates (child 1 takes 1 turn): the stretch's 2 turns are used
+    parent = d.store.run(parent_id)
+    assert (parent["status"], parent["code"]) == (PAUSED, "breaker_turns")
+    d.resume(parent_id, "alice", raise_budget={"turns": 10}, spawn=False)
+    d.run_until_stopped(parent_id)
+    parent = settle(d, parent_id)
+    children = d.store.children(parent_id)
+    # stretch 2: turn 2 delegates with 4 - 2 - 1 = 1 lifetime turn left for the child; then the
+    # tree's 4 lifetime turns are used and the parent halts on turns_total
+    assert [c["budget"]["turns_total"] for c in children] == [3, 1]
+    assert (parent["status"], parent["code"]) == (PAUSED, "breaker_turns_total"), parent["reason"]
+    assert parent["total_turns"] + sum(c["total_turns"] for c in children) == 4
+    counters = d._counters(parent)
+    assert (counters.descendant_stretch_turns, counters.descendant_total_turns) == (1, 2)

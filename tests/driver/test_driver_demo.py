@@ -17,7 +17,7 @@ def test_the_demo_plays_every_step_of_its_scenario(tmp_path: Path, tool_images: 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = next(line for line in done.stdout.splitlines() if "decisions recorded; scenario:" in line)
     for step in ("allowed call ran in a container", "denied call", "approval", "breaker trip and pause", "resume",
-                 "delegation to a child run", "verified success"):
+                 "delegation to a child run", "verified success of the task it started"):
         assert f"{step} ok" in summary
     assert "MISSING" not in summary
     stream = done.stdout.split("the decision stream", 1)[1]

@@ -127,7 +127,7 @@ class RunContext(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., mode: _Optional[_Union[RunMode, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., has_plan: _Optional[bool] = ..., run_token: _Optional[str] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Counters(_message.Message):
-    __slots__ = ("stretch_tokens", "stretch_turns", "total_turns", "turn_tool_calls", "wall_clock_seconds", "identical_calls", "consecutive_failures", "drift", "tree_tokens", "owner_spend_today_usd", "tenant_spend_today_usd", "provider_refusals", "children", "tree_runs", "run_spend_usd", "provider_refused_for_good")
+    __slots__ = ("stretch_tokens", "stretch_turns", "total_turns", "turn_tool_calls", "wall_clock_seconds", "identical_calls", "consecutive_failures", "drift", "tree_tokens", "owner_spend_today_usd", "tenant_spend_today_usd", "provider_refusals", "children", "tree_runs", "run_spend_usd", "provider_refused_for_good", "descendant_stretch_turns", "descendant_total_turns")
     STRETCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STRETCH_TURNS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TURNS_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +144,8 @@ class Counters(_message.Message):
     TREE_RUNS_FIELD_NUMBER: _ClassVar[int]
     RUN_SPEND_USD_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_REFUSED_FOR_GOOD_FIELD_NUMBER: _ClassVar[int]
+    DESCENDANT_STRETCH_TURNS_FIELD_NUMBER: _ClassVar[int]
+    DESCENDANT_TOTAL_TURNS_FIELD_NUMBER: _ClassVar[int]
     stretch_tokens: int
     stretch_turns: int
     total_turns: int
@@ -160,7 +162,9 @@ class Counters(_message.Message):
     tree_runs: int
     run_spend_usd: float
     provider_refused_for_good: bool
-    def __init__(self, stretch_tokens: _Optional[int] = ..., stretch_turns: _Optional[int] = ..., total_turns: _Optional[int] = ..., turn_tool_calls: _Optional[int] = ..., wall_clock_seconds: _Optional[float] = ..., identical_calls: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., drift: _Optional[int] = ..., tree_tokens: _Optional[int] = ..., owner_spend_today_usd: _Optional[float] = ..., tenant_spend_today_usd: _Optional[float] = ..., provider_refusals: _Optional[int] = ..., children: _Optional[int] = ..., tree_runs: _Optional[int] = ..., run_spend_usd: _Optional[float] = ..., provider_refused_for_good: _Optional[bool] = ...) -> None: ...
+    descendant_stretch_turns: int
+    descendant_total_turns: int
+    def __init__(self, stretch_tokens: _Optional[int] = ..., stretch_turns: _Optional[int] = ..., total_turns: _Optional[int] = ..., turn_tool_calls: _Optional[int] = ..., wall_clock_seconds: _Optional[float] = ..., identical_calls: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., drift: _Optional[int] = ..., tree_tokens: _Optional[int] = ..., owner_spend_today_usd: _Optional[float] = ..., tenant_spend_today_usd: _Optional[float] = ..., provider_refusals: _Optional[int] = ..., children: _Optional[int] = ..., tree_runs: _Optional[int] = ..., run_spend_usd: _Optional[float] = ..., provider_refused_for_good: _Optional[bool] = ..., descendant_stretch_turns: _Optional[int] = ..., descendant_total_turns: _Optional[int] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("tool", "arguments", "plan_step")

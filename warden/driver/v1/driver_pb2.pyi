@@ -41,14 +41,33 @@ RUN_MODE_INTERACTIVE: RunMode
 RUN_MODE_BACKGROUND: RunMode
 
 class CriterionCheck(_message.Message):
-    __slots__ = ("kind", "tool", "output_contains")
+    __slots__ = ("kind", "tool", "output_contains", "arguments", "arguments_from")
+    class ArgumentsFromEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ReceiptValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ReceiptValue, _Mapping]] = ...) -> None: ...
     KIND_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FROM_FIELD_NUMBER: _ClassVar[int]
     kind: str
     tool: str
     output_contains: str
-    def __init__(self, kind: _Optional[str] = ..., tool: _Optional[str] = ..., output_contains: _Optional[str] = ...) -> None: ...
+    arguments: _struct_pb2.Struct
+    arguments_from: _containers.MessageMap[str, ReceiptValue]
+    def __init__(self, kind: _Optional[str] = ..., tool: _Optional[str] = ..., output_contains: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., arguments_from: _Optional[_Mapping[str, ReceiptValue]] = ...) -> None: ...
+
+class ReceiptValue(_message.Message):
+    __slots__ = ("receipt", "field")
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    receipt: str
+    field: str
+    def __init__(self, receipt: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
 
 class Criterion(_message.Message):
     __slots__ = ("id", "description", "check")
