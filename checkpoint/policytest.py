@@ -53,6 +53,7 @@ class Case(_Strict):
     mode: Literal["interactive", "background"] | None = None
     tenant: str | None = None
     has_plan: bool | None = None
+    inputs: dict[str, Any] | None = Field(None, description="run inputs the operator vouched for (run.inputs)")
     budget: dict[str, float] | None = None
     counters: dict[str, float] | None = None
     tool: str | None = None
@@ -101,6 +102,8 @@ def build_request(policies: PolicySet, case: Case) -> pb.CheckRequest:
             json_format.ParseDict(case.narrowing, actor.narrowing)
     if case.budget:
         json_format.ParseDict(case.budget, run.budget)
+    if case.inputs:
+        run.inputs.update(case.inputs)
     request = pb.CheckRequest(run=run)
     if case.counters:
         json_format.ParseDict(case.counters, request.counters)
