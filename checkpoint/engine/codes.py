@@ -59,6 +59,8 @@ AUDIT_UNAVAILABLE = "audit_unavailable"
 APPROVAL_INVALID = "approval_invalid"
 CALLER_NOT_PERMITTED = "caller_not_permitted"
 RUN_TOKEN_INVALID = "run_token_invalid"
+# the person lacks the tenant's role for the act (operator, approver, auditor; policy/roles.py)
+ROLE_REQUIRED = "role_required"
 # the codes of a person's recorded act (Approve, Reject)
 APPROVED = "approved"
 REJECTED = "rejected"
@@ -71,6 +73,6 @@ DECISION_CODES = frozenset(
         ACCESS_NOT_ALLOWED, *OUT_OF_SCOPE.values(), SUBJECT_OFF_LIMITS, RULE_DENIED, APPROVAL_REQUIRED,
         POLICY_ERROR, PLAN_STEP_NOT_ALLOWED, *BREAKER_CODES.values(), DELEGATION_DEPTH,
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
-        CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, APPROVED, REJECTED, RECORDED, HANDOFF,
+        CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, ROLE_REQUIRED, APPROVED, REJECTED, RECORDED, HANDOFF,
     ]
 )

@@ -151,6 +151,7 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
             "Approve": unary(service.approve, pb.ApproveRequest, pb.ApproveResponse),
             "Reject": unary(service.reject, pb.RejectRequest, pb.RejectResponse),
             "RecordAct": unary(service.record_act, pb.RecordActRequest, pb.RecordActResponse),
+            "Roles": unary(service.roles, pb.RolesRequest, pb.RolesResponse),
             "WatchDecisions": grpc.unary_stream_rpc_method_handler(
                 watch,
                 request_deserializer=_parser(pb.WatchDecisionsRequest),
