@@ -125,6 +125,30 @@ def test_every_driver_rpc_names_the_role_it_needs():
     assert methods <= set(RPC_ROLES), f"no role for {sorted(methods - set(RPC_ROLES))} in driver/access.py"
 
 
+def test_every_rpc_refuses_a_person_without_a_role_in_the_runs_tenant(api):
+    """Each DriverService method, the ones added later included, asked by bob (acme only) about
+    a globex run and its pending approval: refused, or (ListRuns) blind to it; the run unchanged."""
+    run = api.start("dave", "scout", WIDE_SCAN)
+    [approval] = run.pending_approvals
+    fill = {"run_id": run.run_id, "root_run_id": run.run_id, "approval_id": approval.approval_id,
+            "approval_token": "any-token", "agent": "scout", "goal": GOAL, "provider": "scripted",
+            "script_yaml": HANDOFF, "no_follow": True}
+    service = pb.DESCRIPTOR.services_by_name["DriverService"]
+    for method in service.methods:
+        request_type = getattr(pb, method.input_type.name)
+        request = request_type(**{k: v for k, v in fill.items() if k in request_type.DESCRIPTOR.fields_by_name})
+        try:
+            answer = api("bob", method.name, request)
+            answers = list(answer) if method.server_streaming else [answer]
+        except grpc.RpcError as err:
+            assert err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED), (method.name, err)
+            continue
+        assert method.name == "ListRuns", f"{method.name} answered a person with no role in globex: {answers}"
+        assert run.run_id not in {r.run_id for r in answers[0].runs}
+    after = api("dave", "GetRun", pb.GetRunRequest(run_id=run.run_id)).run
+    assert (after.status, [a.status for a in after.pending_approvals]) == (pb.RUN_STATUS_AWAITING_APPROVAL, ["pending"])
+
+
 def test_an_operator_of_one_tenant_cannot_get_list_watch_resume_or_cancel_another_tenants_run(api):
     acme = api.start("bob", "recon", HANDOFF)
     globex = api.start("dave", "scout", HANDOFF)
