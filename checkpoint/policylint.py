@@ -6,13 +6,17 @@ what to look at:
 - an agent whose scope lists `subjects: ["*"]` may work on every subject that is not off-limits;
 - an agent with no effective ceiling on a breaker (the built-in instance defaults leave none, so
   this only shows if they were removed), or with a ceiling of 0, which halts before the first
-  action that breaker is checked before: in a policy file 0 means "none at all", not "unlimited".
+  action that breaker is checked before: in a policy file 0 means "none at all", not "unlimited";
+- a tenant that declares no `roles`: every person a principal lets in may operate, approve and
+  read its runs, and nobody is its admin (the implicit `default` tenant only when an agent is in it);
+- a principal whose identities include a pattern (`token:*`, the persons' token lines) and whose
+  audit right is `*`: every person it matches reads the whole log, which no tenant's roles narrow.
 """
 
 from __future__ import annotations
 
 from checkpoint.engine.breakers import BREAKERS, narrowest
-from checkpoint.policy import PolicySet
+from checkpoint.policy import PolicySet, model
 
 
 def warnings(policies: PolicySet) -> list[str]:
@@ -39,4 +43,25 @@ def warnings(policies: PolicySet) -> list[str]:
                                   getattr(tenant.daily_spend, field) if tenant else None) if v is not None]
             if not limits:
                 out.append(f"{who}: no daily_spend {field}: nothing bounds the day's spend")
+    out.extend(_role_warnings(policies))
+    return out
+
+
+def _role_warnings(policies: PolicySet) -> list[str]:
+    out: list[str] = []
+    used = {agent.tenant for agent in policies.agents.values()}
+    for name, tenant in sorted(policies.tenants.items()):
+        if tenant.roles is not None:
+            continue
+        implicit = name == "default" and tenant == model.Tenant(kind="Tenant", name="default")
+        if implicit and name not in used:
+            continue
+        out.append(f"tenant {name!r}: declares no roles, so every person a principal lets in may start, "
+                   f"resume, cancel and approve its runs and read its records, and nobody is its admin; "
+                   f"name them under roles (admin, approver, operator, auditor)")
+    for name, principal in sorted(policies.principals.by_name.items()):
+        if principal.audit_tenants() is None and any("*" in i for i in principal.spec.identities):
+            out.append(f"principal {name!r}: audit ['*'] with an identity pattern: every credential it matches "
+                       f"reads every record, whatever the tenants' roles; list the tenants instead (their "
+                       f"auditors then read them)")
     return out

@@ -54,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--ports", default="7401,7402,7403", help="checkpoint,toolrunner,driver ports (default %(default)s)")
     up.add_argument("--provider", default="anthropic", choices=("scripted", "anthropic"),
                     help="provider of runs that name none (default %(default)s)")
+    up.add_argument("--person", default=None,
+                    help="the person at the keyboard, when DATA has no operators file yet (default: env "
+                         "WARDEN_PERSON, else alice, the sample tenant's admin); they need a role in the tenant")
     up.set_defaults(func=_up)
 
     def client_args(p: argparse.ArgumentParser) -> None:
@@ -192,7 +195,8 @@ def _up(args: argparse.Namespace) -> int:
     except ValueError:
         print("warden up: --ports takes three ports, e.g. 7401,7402,7403", file=sys.stderr)
         return 2
-    return run_up(Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider]))
+    return run_up(Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
+                        person=args.person))
 
 
 # -- client side ----------------------------------------------------------------------------

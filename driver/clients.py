@@ -101,6 +101,10 @@ class CheckpointClient(_Client):
 
     def propose_agent_change(self, request: cp.ProposeAgentChangeRequest) -> cp.CatalogActResponse:
         return self._call(self._stub.ProposeAgentChange, request)
+    def roles(self, person: str) -> dict[str, frozenset[str]]:
+        """tenant -> the roles the checkpoint says `person` holds there (tenants with none left out)."""
+        answer = self._call(self._stub.Roles, cp.RolesRequest(person=person))
+        return {t.tenant: frozenset(t.roles) for t in answer.tenants}
 
     # a person's own acts, made with the person's own checkpoint credential (never the driver's)
     def approve(self, run_id: str, decision_id: str, note: str = "") -> cp.ApproveResponse:

@@ -7,6 +7,8 @@
     ├── RunStateError (code = run_not_found / run_not_<status> / ...): an action that does not
     │                  fit the run's state (approving a run that awaits nothing, resuming past
     │                  turns_total, ...)
+    ├── RoleRequired (code = role_required): the person lacks the tenant role the action needs
+    │                  (driver/access.py); PERMISSION_DENIED on the operator API
     └── DependencyUnavailable (code = checkpoint_unavailable / toolrunner_unavailable): a process
                        the loop must ask is unreachable; the run pauses (fail closed)
 
@@ -44,6 +46,10 @@ class GoalError(DriverError):
 
 class RunStateError(DriverError):
     code = "invalid_run_state"
+
+
+class RoleRequired(DriverError):
+    code = "role_required"
 
 
 class DependencyUnavailable(DriverError):

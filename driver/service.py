@@ -2,8 +2,10 @@
 
 Every RPC is a person's action and needs an operator credential (`authorization: Bearer <token>`,
 tokens from an operators file, `person token` per line, 0600). The person the token names is
-who approved, resumed or cancelled: it is never read from the request. Health and reflection are
-open. Stable codes travel in a warden.checkpoint.v1.ErrorDetail in the status details.
+who approved, resumed or cancelled: it is never read from the request. What that person may do
+in the run's tenant is the checkpoint's answer (driver/access.py: any role to read a run,
+`operator` to act on one, `approver` to approve). Health and reflection are open. Stable codes
+travel in a warden.checkpoint.v1.ErrorDetail in the status details.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from grpc_health.v1 import health
 
 from checkpoint.server.auth import TokenFileError, load_tokens
 from checkpoint.server.errors import ServiceError, abort
+from driver.access import PersonRoles
 from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
@@ -180,11 +183,34 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
                "this action needs an operator credential (authorization: Bearer <token>)")
         raise AssertionError("unreachable")
 
+    def _roles(self, person: str) -> PersonRoles:
+        """The person's roles per tenant, asked of the checkpoint for this call (fail closed: an
+        unreachable checkpoint is UNAVAILABLE, and nothing is read or done)."""
+        return PersonRoles(person, self.driver.checkpoint.roles(person))
+
+    def _on_run(self, context: grpc.ServicerContext, rpc: str, run_id: str) -> tuple[str, dict[str, Any]]:
+        """The person calling and the run `rpc` acts on, once their roles in its tenant allow it."""
+        person = self._person(context)
+        roles = self._roles(person)
+        run = self.driver.store.run(run_id)
+        roles.require(rpc, run["tenant"], what="run", key=run_id)
+        return person, run
+
+    def _on_approval(self, context: grpc.ServicerContext, rpc: str, approval_id: str) -> str:
+        """The person calling, once their roles in the tenant of the approval's run allow `rpc`."""
+        person = self._person(context)
+        roles = self._roles(person)
+        approval = self.driver.store.approval(approval_id)
+        roles.require(rpc, self.driver.store.run(approval["run_id"])["tenant"], what="approval", key=approval_id)
+        return person
+
     def _fail(self, context: grpc.ServicerContext, exc: DriverError) -> None:
         if isinstance(exc, GoalError):
             status = grpc.StatusCode.INVALID_ARGUMENT
         elif isinstance(exc, DependencyUnavailable):
             status = grpc.StatusCode.UNAVAILABLE
+        elif exc.code in ("role_required", "caller_not_permitted"):
+            status = grpc.StatusCode.PERMISSION_DENIED
         elif exc.code in ("run_not_found", "approval_not_found"):
             status = grpc.StatusCode.NOT_FOUND
         elif isinstance(exc, RunStateError):
@@ -197,6 +223,7 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
 
     @_driver_errors
     def StartRun(self, request: pb.StartRunRequest, context: grpc.ServicerContext) -> pb.StartRunResponse:
+        # `operator` of the agent's tenant: the checkpoint's StartRun decides it and records a refusal
         person = self._person(context)
         goal = goal_from_proto(request.goal)
         options: dict[str, Any] = {}
@@ -221,19 +248,20 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
 
     @_driver_errors
     def GetRun(self, request: pb.GetRunRequest, context: grpc.ServicerContext) -> pb.GetRunResponse:
-        self._person(context)
-        return pb.GetRunResponse(run=run_to_proto(self.driver, self.driver.store.run(request.run_id)))
+        _, run = self._on_run(context, "GetRun", request.run_id)
+        return pb.GetRunResponse(run=run_to_proto(self.driver, run))
 
+    @_driver_errors
     def ListRuns(self, request: pb.ListRunsRequest, context: grpc.ServicerContext) -> pb.ListRunsResponse:
-        self._person(context)
+        roles = self._roles(self._person(context))
         status = _STATUS_NAME.get(request.status) if request.status else None
-        runs = self.driver.store.runs(status=status, limit=request.limit or 50, root_run_id=request.root_run_id)
+        runs = self.driver.store.runs(status=status, limit=request.limit or 50, root_run_id=request.root_run_id,
+                                      tenants=roles.tenants())  # only the tenants where they hold a role
         return pb.ListRunsResponse(runs=[run_to_proto(self.driver, r) for r in runs])
 
     def WatchRun(self, request: pb.WatchRunRequest, context: grpc.ServicerContext) -> Iterator[pb.WatchRunResponse]:
-        self._person(context)
         try:
-            self.driver.store.run(request.run_id)
+            self._on_run(context, "WatchRun", request.run_id)  # the roles as the stream begins
         except DriverError as exc:
             self._fail(context, exc)
             raise
@@ -253,32 +281,32 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
 
     @_driver_errors
     def ApproveCall(self, request: pb.ApproveCallRequest, context: grpc.ServicerContext) -> pb.ApproveCallResponse:
-        person = self._person(context)
+        person = self._on_approval(context, "ApproveCall", request.approval_id)
         run = self.driver.approve(request.approval_id, person, request.note, approval_token=request.approval_token)
         return pb.ApproveCallResponse(run=run_to_proto(self.driver, run))
 
     @_driver_errors
     def RejectCall(self, request: pb.RejectCallRequest, context: grpc.ServicerContext) -> pb.RejectCallResponse:
-        person = self._person(context)
+        person = self._on_approval(context, "RejectCall", request.approval_id)
         run = self.driver.reject(request.approval_id, person, request.note,
                                  checkpoint_decision_id=request.rejection_decision_id)
         return pb.RejectCallResponse(run=run_to_proto(self.driver, run))
 
     @_driver_errors
     def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.ServicerContext) -> pb.ResumeRunResponse:
-        person = self._person(context)
+        person, _ = self._on_run(context, "ResumeRun", request.run_id)
         run = self.driver.resume(request.run_id, person, request.reply, budget_to_dict(request.raise_budget))
         return pb.ResumeRunResponse(run=run_to_proto(self.driver, run))
 
     @_driver_errors
     def CancelRun(self, request: pb.CancelRunRequest, context: grpc.ServicerContext) -> pb.CancelRunResponse:
-        person = self._person(context)
+        person, _ = self._on_run(context, "CancelRun", request.run_id)
         run = self.driver.cancel(request.run_id, person, request.reason)
         return pb.CancelRunResponse(run=run_to_proto(self.driver, run))
 
     @_driver_errors
     def AmendGoal(self, request: pb.AmendGoalRequest, context: grpc.ServicerContext) -> pb.AmendGoalResponse:
-        person = self._person(context)
+        person, _ = self._on_run(context, "AmendGoal", request.run_id)
         version = self.driver.amend_goal(request.run_id, goal_from_proto(request.goal), person)
         return pb.AmendGoalResponse(goal_version=version)
 

@@ -159,9 +159,14 @@ class RunStore:
             row[k] = json.loads(row[k]) if row[k] else None
         return row
 
-    def runs(self, status: str | None = None, limit: int = 100, root_run_id: str = "") -> list[dict[str, Any]]:
-        """Newest first; with `root_run_id`, that delegation tree, oldest first."""
+    def runs(self, status: str | None = None, limit: int = 100, root_run_id: str = "",
+             tenants: list[str] | None = None) -> list[dict[str, Any]]:
+        """Newest first; with `root_run_id`, that delegation tree, oldest first; with `tenants`,
+        only runs of those tenants (an empty list: none)."""
         clauses, params = [], []
+        if tenants is not None:
+            clauses.append(f"tenant IN ({', '.join('?' * len(tenants))})" if tenants else "0")
+            params += tenants
         if status:
             clauses.append("status = ?")
             params.append(status)

@@ -8,7 +8,9 @@ with SERVING, and stops them in reverse order on Ctrl-C or SIGTERM.
 
 Each process gets a folder of its own, holding only what it needs:
 
-    DATA/operator.token          the person's operator credential for the driver (the CLI reads it)
+    DATA/operator.token          the person's operator credential for the driver (the CLI reads it);
+                                 the person is `--person`, else WARDEN_PERSON, else alice (the
+                                 sample tenant's admin), written once into operators.tokens
     DATA/checkpoint.token        the person's own checkpoint credential: approvals, rejections and
                                  reading the decision log go to the checkpoint with it, never
                                  through the driver (its line `PERSON TOKEN` is in checkpoint.tokens)
@@ -26,7 +28,6 @@ owner only (docs/driver.md).
 
 from __future__ import annotations
 
-import getpass
 import os
 import secrets
 import signal
@@ -48,6 +49,10 @@ PERSON_CHECKPOINT_TOKEN_FILE = "checkpoint.token"
 CHECKPOINT_TOKENS_FILE = "checkpoint.tokens"
 TOOLRUNNER_TOKENS_FILE = "toolrunner.tokens"
 GRANT_KEY_FILE = "grant.key"
+# The person at the keyboard when none is named (`warden up --person`, WARDEN_PERSON): the sample
+# tenant's admin in policies/tenants/acme.yaml, so the shipped setup works as it comes. A person
+# must hold a role in the tenant they act in; the operating system's user name is not one.
+DEFAULT_PERSON = "alice"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -73,7 +78,7 @@ def ensure_operator(data: Path, person: str | None = None, operators_path: Path 
         _write_private(token_file, secrets.token_urlsafe(32) + "\n")
     token = token_file.read_text().strip()
     if not operators_path.exists():
-        person = person or getpass.getuser() or "operator"
+        person = person or os.environ.get("WARDEN_PERSON") or DEFAULT_PERSON
         _write_private(operators_path, f"# person token: operator credentials for DriverService\n{person} {token}\n")
     return token
 
@@ -121,6 +126,26 @@ def caller_token(path: Path, caller: str) -> str | None:
 
 class PreflightError(RuntimeError):
     pass
+
+
+def roles_note(policies: Path, person: str) -> str | None:
+    """A warning when `person` is an operator of no tenant that has an agent: every run of an
+    agent they start would be refused `role_required`. None when they are one somewhere, or when
+    the folder does not load (preflight and the checkpoint say why)."""
+    from checkpoint.policy import load_policy_dir  # type: ignore[attr-defined]
+    from checkpoint.policy.roles import has_role
+
+    try:
+        loaded = load_policy_dir(policies)
+    except Exception:  # noqa: BLE001 - PolicyLoadError
+        return None
+    with_agents = sorted({agent.tenant for agent in loaded.agents.values()})
+    if not with_agents or any(has_role(loaded.tenants.get(t), person, "operator") for t in with_agents):
+        return None
+    return (f"person {person!r} (DATA/driver/{OPERATORS_FILE}) is an operator of none of the tenants "
+            f"{', '.join(with_agents)} ({policies}): the checkpoint will refuse the runs they start "
+            f"(role_required). Name them under a tenant's roles, or name another person "
+            f"(`warden up --person NAME` on a data folder without an operators file)")
 
 
 def preflight(policies: Path, build: bool = True) -> list[str]:
@@ -203,6 +228,7 @@ class Stack:
     toolrunner_port: int = 7402
     driver_port: int = 7403
     driver_args: list[str] = field(default_factory=list)
+    person: str | None = None  # the person at the keyboard when DATA has no operators file yet
     children: list[Child] = field(default_factory=list)
 
     @property
@@ -235,7 +261,7 @@ class Stack:
             folder.chmod(0o700)
         subprocess.run(self._warden("keys", "init", "--data", str(self.checkpoint_data)), check=True,
                        stdout=subprocess.DEVNULL)
-        ensure_operator(self.data, operators_path=self.driver_data / OPERATORS_FILE)
+        ensure_operator(self.data, self.person, operators_path=self.driver_data / OPERATORS_FILE)
         ensure_person_checkpoint_token(self.data, operator_name(self.driver_data / OPERATORS_FILE),
                                        self.checkpoint_data / CHECKPOINT_TOKENS_FILE)
         # The driver's checkpoint token: its own line only, never the checkpoint's whole file.
@@ -277,6 +303,9 @@ class Stack:
     def start(self, timeout: float = 90.0, out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
         preflight(self.policies)
         self.prepare()
+        note = roles_note(self.policies, operator_name(self.driver_data / OPERATORS_FILE))
+        if note:
+            print(f"warning: {note}", file=out, flush=True)
         (self.data / "logs").mkdir(exist_ok=True)
         self.children = self.plan()
         for child in self.children:

@@ -21,7 +21,7 @@ from checkpoint.policy import PolicyLoadError, PolicySet, lifecycle
 from checkpoint.policy.catalog import CatalogError, Change
 from checkpoint.policy.loader import load_agent_definition
 from checkpoint.policy.principals import Principal, caller_name
-from checkpoint.policy.roles import has_role, roles_of
+from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
 from checkpoint.server.errors import PermissionDenied
 from checkpoint.server.runs import Refused
@@ -213,8 +213,9 @@ class CatalogActs:
         if not principal.acts_as_self or not principal.covers(tenant):
             raise Refused(codes.CALLER_NOT_PERMITTED, f"{person!r} (principal {principal.name!r}) may not change "
                           f"the catalog of tenant {tenant!r}: a person's own credential is needed", "principal")
-        if not has_role(policies.tenants.get(tenant), person, role):
-            raise Refused(codes.CALLER_NOT_PERMITTED, f"{person!r} is not {role} of tenant {tenant!r}", "role")
+        refusal = role_refusal(policies.tenants, tenant, person, role)
+        if refusal is not None:
+            raise Refused(codes.ROLE_REQUIRED, refusal, "role")
         return person
 
     def _proposing_agent(self, policies: PolicySet, request: pb.ProposeAgentChangeRequest, principal: Principal,

@@ -156,6 +156,7 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
             "ProposeAgentChange": unary(service.catalog.propose, pb.ProposeAgentChangeRequest, pb.CatalogActResponse),
             "ReviewAgentChange": unary(service.catalog.review, pb.ReviewAgentChangeRequest, pb.CatalogActResponse),
             "RetireAgentVersion": unary(service.catalog.retire, pb.RetireAgentVersionRequest, pb.CatalogActResponse),
+            "Roles": unary(service.roles, pb.RolesRequest, pb.RolesResponse),
             "WatchDecisions": grpc.unary_stream_rpc_method_handler(
                 watch,
                 request_deserializer=_parser(pb.WatchDecisionsRequest),

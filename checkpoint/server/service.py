@@ -27,6 +27,7 @@ from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
 from checkpoint.engine.context import MODES
 from checkpoint.policy import PolicySet
 from checkpoint.policy.principals import Principal, caller_name
+from checkpoint.policy.roles import auditor_tenants, role_refusal, roles_by_tenant
 from checkpoint.server import convert
 from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
 from checkpoint.server.catalog_acts import CatalogActs
@@ -114,6 +115,8 @@ class CheckpointService:
             if pinned is not policies:
                 response = stricter(response, decide(pinned, request, approver=approver, approved_rules=approved),
                                     established.revision)
+            if action == "delegation":
+                response = _delegation_needs_operator(policies, request, response)
         except Refused as refused:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
@@ -313,6 +316,7 @@ class CheckpointService:
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
                               "principal")
+            _require_role(policies, tenant, request.person, "operator")
             run.run_id = new_run_id()
             run.root_run_id = run.run_id
             run.tenant = tenant
@@ -378,6 +382,7 @@ class CheckpointService:
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
                               "principal")
+            _require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
             response.verdict, response.code = ALLOW, codes.RECORDED
             response.reason = f"{request.act} by {request.person}" + (f": {request.note[:500]}" if request.note else "")
         except Refused as refused:
@@ -441,6 +446,7 @@ class CheckpointService:
                               f"{'approve' if approve else 'reject'} {', '.join(barred)} of agent "
                               f"{response.agent!r}" + (" in a run they are accountable for" if own else ""),
                               "principal")
+            _require_role(policies, response.tenant, person, "approver")
             self.approvals.not_rejected(request.decision_id)
             response.verdict = ALLOW
             response.code = codes.APPROVED if approve else codes.REJECTED
@@ -599,14 +605,48 @@ class CheckpointService:
     # -- the decision stream ---------------------------------------------------------------
 
     def watch_tenants(self, caller: str) -> list[str] | None:
-        """Reading the log is the audit right, for the tenants it names (None: every record);
-        raises PermissionDenied without it."""
-        principal = self._policies().principals.of(caller)
+        """The tenants whose records the caller may read (None: every record, those naming no
+        tenant too); raises PermissionDenied when it may read none.
+
+        `audit: ["*"]` is the whole log, a right for a process (a log shipper): the tenants' roles
+        do not narrow it, and only it reads records that name no tenant. A principal that lists
+        tenants reads, of those, the ones whose roles make the caller (its credential's name) an
+        auditor; a tenant without roles leaves that to the principal."""
+        policies = self._policies()
+        principal = policies.principals.of(caller)
         tenants = principal.audit_tenants() if principal is not None else []
         if tenants == []:
             raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
                                    f"{caller_name(caller)!r} may not read the decision log (audit)")
-        return tenants
+        if tenants is None:
+            return None
+        person = caller_name(caller)
+        readable = auditor_tenants(policies.tenants, person, tenants)
+        if not readable:
+            raise PermissionDenied(codes.ROLE_REQUIRED,
+                                   f"person {person[:128]!r} is an auditor of none of the tenants "
+                                   f"{', '.join(sorted(tenants))} (their principal may read those)")
+        return readable
+
+    # -- roles -----------------------------------------------------------------------------
+
+    def roles(self, request: pb.RolesRequest, caller: str) -> pb.RolesResponse:
+        """A person's roles per tenant, for a caller that may vouch for them (the driver asks
+        before each operator action). A read of the policy files: not recorded."""
+        policies = self._policies()
+        if not request.person or len(request.person) > MAX_RUN_ID:
+            raise InvalidArgument(codes.INVALID_REQUEST, f"name the person (1 to {MAX_RUN_ID} characters)", "person")
+        principal = policies.principals.of(caller)
+        if principal is None:
+            raise PermissionDenied(codes.CALLER_NOT_PERMITTED, _no_principal(caller))
+        if not principal.may_vouch(request.person, caller_name(caller)):
+            raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
+                                   f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
+                                   "person")
+        out = pb.RolesResponse(person=request.person, policy_revision=policies.revision)
+        for tenant, held in roles_by_tenant(policies.tenants, request.person).items():
+            out.tenants.add(tenant=tenant, roles=held, roles_declared=policies.tenants[tenant].roles is not None)
+        return out
 
     def watch(
         self, request: pb.WatchDecisionsRequest, stop: threading.Event, tenants: list[str] | None = None
@@ -649,6 +689,7 @@ class CheckpointService:
 
 MAX_INPUT_BYTES = 16 * 1024
 PERSON_ACTS = frozenset({"resume", "cancel", "amend"})
+ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is an operator's
 
 
 def new_run_id() -> str:
@@ -692,6 +733,31 @@ def _forget_claimed_run(request: Any) -> str:
     claimed = run.run_id
     request.ClearField("run")
     return f" (the request claimed run {claimed[:64]!r})" if claimed else ""
+
+
+def _require_role(policies: PolicySet, tenant: str, person: str, role: str) -> None:
+    """The tenant's roles must agree with the principal's rights: refused `role_required`."""
+    refusal = role_refusal(policies.tenants, tenant, person, role)
+    if refusal is not None:
+        raise Refused(codes.ROLE_REQUIRED, refusal, f"role:{role}")
+
+
+def _delegation_needs_operator(policies: PolicySet, request: pb.CheckRequest,
+                               response: pb.CheckResponse) -> pb.CheckResponse:
+    """A delegation starts a run in the child agent's tenant: like StartRun, it needs the run's
+    accountable person to be an operator there (a delegation is no way into another tenant)."""
+    if response.verdict not in (ALLOW, pb.VERDICT_REQUIRE_APPROVAL):
+        return response
+    child = (policies.agent_version(request.delegation.agent, response.child_agent_version)
+             or policies.agents.get(request.delegation.agent))
+    tenant = child.tenant if child is not None else request.run.tenant
+    chain = request.run.actor_chain
+    person = chain[0].id if chain and chain[0].kind == pb.ACTOR_KIND_PERSON else ""
+    refusal = role_refusal(policies.tenants, tenant or "default", person, "operator")
+    if refusal is None:
+        return response
+    return _fail_closed(response, codes.ROLE_REQUIRED, f"{refusal}: a delegation starts a run there",
+                        rule="role:operator")
 
 
 def _no_principal(caller: str) -> str:

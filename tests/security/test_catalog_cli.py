@@ -33,7 +33,7 @@ def test_propose_review_approve_and_history_from_the_command_line(running, capsy
     code, out = agents(capsys, running, "carol", "review", "triage", version)
     assert code == 0 and "widens: " in out and "~ persona" in out
     code, out = agents(capsys, running, "erin", "approve", "triage", version)
-    assert code == 1 and "caller_not_permitted" in out and "not admin" in out
+    assert code == 1 and "role_required" in out and "not an admin" in out
     code, out = agents(capsys, running, "carol", "approve", "triage", version, "--note", "fine")
     assert code == 0 and f"catalog_changed: triage {version} is live" in out
     assert live(running) == version

@@ -725,3 +725,29 @@ class CatalogActResponse(_message.Message):
     decision: CheckResponse
     version: AgentVersionInfo
     def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., version: _Optional[_Union[AgentVersionInfo, _Mapping]] = ...) -> None: ...
+
+class RolesRequest(_message.Message):
+    __slots__ = ("person",)
+    PERSON_FIELD_NUMBER: _ClassVar[int]
+    person: str
+    def __init__(self, person: _Optional[str] = ...) -> None: ...
+
+class TenantRoles(_message.Message):
+    __slots__ = ("tenant", "roles", "roles_declared")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    ROLES_DECLARED_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    roles_declared: bool
+    def __init__(self, tenant: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., roles_declared: _Optional[bool] = ...) -> None: ...
+
+class RolesResponse(_message.Message):
+    __slots__ = ("person", "tenants", "policy_revision")
+    PERSON_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
+    person: str
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantRoles]
+    policy_revision: str
+    def __init__(self, person: _Optional[str] = ..., tenants: _Optional[_Iterable[_Union[TenantRoles, _Mapping]]] = ..., policy_revision: _Optional[str] = ...) -> None: ...

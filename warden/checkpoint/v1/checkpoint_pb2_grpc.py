@@ -104,6 +104,11 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireAgentVersionRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.FromString,
                 _registered_method=True)
+        self.Roles = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/Roles',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.FromString,
+                _registered_method=True)
 
 
 class CheckpointServiceServicer:
@@ -216,6 +221,15 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Roles(self, request, context):
+        """A person's roles in each tenant (admin, approver, operator, auditor), as the policy files in
+        force say. The caller's principal must be allowed to vouch for the person (PERMISSION_DENIED
+        caller_not_permitted otherwise). A read: not recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CheckpointServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -288,6 +302,11 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.RetireAgentVersion,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireAgentVersionRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.SerializeToString,
+            ),
+            'Roles': grpc.unary_unary_rpc_method_handler(
+                    servicer.Roles,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -668,6 +687,33 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/RetireAgentVersion',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireAgentVersionRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogActResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Roles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/Roles',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.FromString,
             options,
             channel_credentials,
             insecure,
