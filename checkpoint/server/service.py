@@ -628,7 +628,7 @@ class CheckpointService:
 
 
 MAX_INPUT_BYTES = 16 * 1024
-PERSON_ACTS = frozenset({"resume", "cancel", "amend"})
+PERSON_ACTS = frozenset({"resume", "cancel", "amend", "pause"})
 
 
 def new_run_id() -> str:
