@@ -77,8 +77,9 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
         return f"{p}|| run paused ({d.get('code')}): {d.get('reason')}"
     if kind == "run_resumed":
         raised = d.get("raised") or {}
-        return (f"{p}> run resumed by {d.get('person')}" + (f", ceilings raised {raised}" if raised else "")
-                + (f": {d.get('reply')}" if d.get("reply") else ""))
+        return (f"{p}> run resumed by {d.get('person')}"
+                + (f" with its parent run {d['parent_run_id']}" if d.get("parent_run_id") else "")
+                + (f", ceilings raised {raised}" if raised else "") + (f": {d.get('reply')}" if d.get("reply") else ""))
     if kind == "outcome_verified":
         return f"{p}  outcome: met {d.get('met')}; missing {d.get('missing') or 'nothing'}"
     if kind in ("run_succeeded", "run_failed", "run_cancelled"):

@@ -2,7 +2,7 @@
 
 Every RPC is a person's action and needs an operator credential (`authorization: Bearer <token>`,
 tokens from an operators file, `person token` per line, 0600). The person the token names is
-who approved, resumed or cancelled: it is never read from the request. Health and reflection are
+who approved, paused, resumed or cancelled: it is never read from the request. Health and reflection are
 open. Stable codes travel in a warden.checkpoint.v1.ErrorDetail in the status details.
 """
 
@@ -246,8 +246,17 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
     @_driver_errors
     def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.ServicerContext) -> pb.ResumeRunResponse:
         person = self._person(context)
-        run = self.driver.resume(request.run_id, person, request.reply, budget_to_dict(request.raise_budget))
-        return pb.ResumeRunResponse(run=run_to_proto(self.driver, run))
+        run, children = self.driver.resume_with_children(request.run_id, person, request.reply,
+                                                         budget_to_dict(request.raise_budget))
+        return pb.ResumeRunResponse(run=run_to_proto(self.driver, run),
+                                    resumed_children=[run_to_proto(self.driver, c) for c in children])
+
+    @_driver_errors
+    def PauseRun(self, request: pb.PauseRunRequest, context: grpc.ServicerContext) -> pb.PauseRunResponse:
+        person = self._person(context)
+        run, children = self.driver.pause(request.run_id, person, request.reason)
+        return pb.PauseRunResponse(run=run_to_proto(self.driver, run),
+                                   paused_children=[run_to_proto(self.driver, c) for c in children])
 
     @_driver_errors
     def CancelRun(self, request: pb.CancelRunRequest, context: grpc.ServicerContext) -> pb.CancelRunResponse:
