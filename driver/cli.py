@@ -1,5 +1,5 @@
 """`warden driver serve`, `warden up`, and the person's commands: run, runs, watch, approve,
-reject, resume, cancel, amend. The commands talk to DriverService with the operator credential
+reject, pause, resume, cancel, amend. The commands talk to DriverService with the operator credential
 from DATA/operator.token (created by `warden up`)."""
 
 from __future__ import annotations
@@ -107,9 +107,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         client_args(p)
         p.set_defaults(func=_approve if name == "approve" else _reject)
 
+    pause = subparsers.add_parser("pause", help="pause a run and its active child runs", description=(
+        "Pause a run at its next step boundary (a model call or a tool call under way finishes and is "
+        "kept), and every active run below it (code parent_paused). The pause is recorded in the "
+        "checkpoint's decision log first, naming you; one it cannot record does not happen "
+        "(act_not_recorded). `warden resume RUN_ID` resumes the run and, with it, the child runs this "
+        "pause holds; a child paused for its own reason stays paused."))
+    pause.add_argument("run_id")
+    pause.add_argument("--reason", default="", help="why (recorded, and shown as the run's reason)")
+    client_args(pause)
+    pause.set_defaults(func=_pause)
+
     resume = subparsers.add_parser("resume", help="resume a paused run", description=(
         "Resume a paused run under the same pinned version: reply to the model and/or raise ceilings "
-        "(e.g. --raise turns=20). turns_total is never raised."))
+        "(e.g. --raise turns=20). turns_total is never raised. The child runs its pause holds "
+        "(parent_paused) resume with it; a child run they hold cannot be resumed on its own."))
     resume.add_argument("run_id")
     resume.add_argument("--reply", default="")
     resume.add_argument("--raise", dest="raise_", action="append", default=[], metavar="CEILING=VALUE",
@@ -369,8 +381,15 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _act(args: argparse.Namespace, method: str, request: Any) -> int:
-    """A person's action on a run, then where the run stands."""
-    print_run(_Client(args).call(method, request).run)
+    """A person's action on a run, then where the run stands (and every child run the act
+    paused or resumed with it)."""
+    resp = _Client(args).call(method, request)
+    print_run(resp.run)
+    for field, verb in (("paused_children", "paused with it"), ("resumed_children", "resumed with it")):
+        if field in resp.DESCRIPTOR.fields_by_name:
+            for child in getattr(resp, field):
+                print(f"{verb}: ", end="")
+                print_run(child)
     return 0
 
 
@@ -445,6 +464,13 @@ def _resume(args: argparse.Namespace) -> int:
     for k, v in raises.items():
         setattr(budget, k, v if k in ("wall_clock_seconds", "spend_usd") else int(v))
     return _act(args, "ResumeRun", pb.ResumeRunRequest(run_id=args.run_id, reply=args.reply, raise_budget=budget))
+
+
+@_grpc_errors
+def _pause(args: argparse.Namespace) -> int:
+    from warden.driver.v1 import driver_pb2 as pb
+
+    return _act(args, "PauseRun", pb.PauseRunRequest(run_id=args.run_id, reason=args.reason))
 
 
 @_grpc_errors

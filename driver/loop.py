@@ -10,14 +10,20 @@ failed | cancelled.
 A pause always carries a stable code: breaker_<name>, cut_off, handoff, no_progress,
 criteria_unmet, checkpoint_unavailable, toolrunner_unavailable, audit_unavailable, model_call_denied,
 runner_busy (the toolrunner stayed at its concurrency limit through every retry; the call keeps its
-grant and is sent again on resume).
+grant and is sent again on resume), paused (a person paused the run), parent_paused (a person
+paused an ancestor: the run resumes with it).
+
+A person's pause lands between steps: the worker checks the status before each step, so a step
+under way (a model call, a tool call the checkpoint allowed) finishes and is kept, and the worker
+moves a run to awaiting_approval only from running, so a pause that landed during a check stands.
 
 Delegation. An agent whose policy names agents it may delegate to is offered a `delegate` tool.
 The checkpoint decides the delegation like any call; when it allows it, the driver starts a child
 run pinned to the version the checkpoint chose, with the child's effective authority (only those
 tools are offered), budget and chain token, and the parent waits (`awaiting_child`). When the
 child ends, its outcome becomes the result of the parent's call and the parent goes on. A child
-that pauses waits for a person like any run; cancelling a parent cancels its children. Every
+that pauses waits for a person like any run; cancelling a parent cancels its children, pausing
+a parent pauses its active children, and they resume with it. Every
 model turn is also counted in each run above (its descendant turns), so turn ceilings bound a
 whole subtree.
 
@@ -51,7 +57,10 @@ from driver.store import (
     AWAITING_CHILD,
     CANCELLED,
     FAILED,
+    PARENT_PAUSED,
+    PAUSABLE,
     PAUSED,
+    PERSON_PAUSED,
     RUNNING,
     SUCCEEDED,
     TERMINAL,
@@ -287,14 +296,75 @@ class Driver:
             self.spawn(run["run_id"])
         return self.store.run(run["run_id"])
 
+    def pause(self, run_id: str, person: str, reason: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A person pauses a run that is running or waiting (approval, child), and with it every
+        active run below it (code `parent_paused`); returns the run and the descendants paused.
+
+        The run stops at its next step boundary: a step under way (a model call, a tool call the
+        checkpoint allowed) finishes and is kept. The act is on the checkpoint's record first: a
+        pause the checkpoint does not record does not happen (`act_not_recorded`)."""
+        run = self.store.run(run_id)
+        if not person:
+            raise RunStateError("a pause needs the person's id", code="person_required")
+        self._check_pausable(run)
+        why = f"paused by {person}" + (f": {reason}" if reason else "")
+        self._record_act(run, "pause", person, reason)  # on the record first, or not at all
+        while not self.store.hold(run_id, PERSON_PAUSED, why, person):
+            # It paused or ended meanwhile (say which), or was resumed in between (pause it then).
+            self._check_pausable(self.store.run(run_id))
+        return self.store.run(run_id), self._pause_descendants(self.store.run(run_id), person, reason)
+
+    @staticmethod
+    def _check_pausable(run: dict[str, Any]) -> None:
+        if run["status"] in TERMINAL:
+            raise RunStateError(f"run {run['run_id']} is already {run['status']}", code=f"run_{run['status']}")
+        if run["status"] == PAUSED:
+            raise RunStateError(f"run {run['run_id']} is already paused ({run['code']}: {run['reason']})",
+                                code="run_already_paused")
+
+    def _pause_descendants(self, run: dict[str, Any], person: str, reason: str = "") -> list[dict[str, Any]]:
+        """Pause every active run below `run`, which `person` paused (or whose pause reached it):
+        code `parent_paused`, each act recorded under the child's own run token naming the same
+        person. A run already paused keeps its own reason and is not resumed with the parent; ended
+        ones are skipped. Safe to repeat: only runs still running or waiting are moved."""
+        paused: list[dict[str, Any]] = []
+        for child in self.store.children(run["run_id"]):
+            if child["status"] in TERMINAL:
+                continue
+            if child["status"] in PAUSABLE:
+                why = f"paused with its parent run {run['run_id']} by {person}" + (f": {reason}" if reason else "")
+                # The parent's pause is on the record and in effect: a child's pause only stops more,
+                # so, like a cancel, it happens even when the checkpoint cannot record it (an
+                # `act_unrecorded` event says so) rather than leave a child running under it.
+                self._record_act(child, "pause", person, why, required=False, parent_run_id=run["run_id"])
+                if self.store.hold(child["run_id"], PARENT_PAUSED, why, person, parent_run_id=run["run_id"]):
+                    paused.append(self.store.run(child["run_id"]))
+            paused += self._pause_descendants(self.store.run(child["run_id"]), person, reason)
+        return paused
+
     def resume(self, run_id: str, person: str, reply: str = "", raise_budget: dict[str, Any] | None = None,
                *, spawn: bool = True) -> dict[str, Any]:
-        """A person continues a paused run: a new stretch, ceilings possibly raised, same pinned version."""
+        """A person continues a paused run: a new stretch, ceilings possibly raised, same pinned version.
+        The runs its pause reached (`parent_paused`) resume with it (see resume_with_children)."""
+        return self.resume_with_children(run_id, person, reply, raise_budget, spawn=spawn)[0]
+
+    def resume_with_children(self, run_id: str, person: str, reply: str = "",
+                             raise_budget: dict[str, Any] | None = None, *, spawn: bool = True,
+                             with_parent: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """resume(), and every descendant that a pause cascade holds (`parent_paused`) resumed with
+        it, each act recorded under its own token naming the same person; returns the run and the
+        descendants resumed. A child paused for its own reason (a breaker, a handoff, a person's
+        pause of that child) stays paused. A child that could not be resumed gets a
+        `child_not_resumed` event on this run and can then be resumed on its own."""
         run = self.store.run(run_id)
         if run["status"] != PAUSED:
             raise RunStateError(f"run {run_id} is {run['status']}, not paused", code="run_not_paused")
         if not person:
             raise RunStateError("a resume needs the person's id", code="person_required")
+        if run["code"] == PARENT_PAUSED and run["parent_run_id"] \
+                and self.store.run(run["parent_run_id"])["status"] == PAUSED:
+            raise RunStateError(f"run {run_id} is held by the pause of its parent run {run['parent_run_id']}; "
+                                "resume the parent, and this run resumes with it", code="parent_paused")
         raise_budget = {k: v for k, v in (raise_budget or {}).items() if v}
         if "turns_total" in raise_budget:
             raise RunStateError("turns_total is the run's lifetime ceiling; no resume passes it",
@@ -309,21 +379,36 @@ class Driver:
         budget.update(raise_budget)
         GoalBudget.model_validate(budget)
         note = f"A person ({person}) resumed the run." + (f" They wrote: {reply}" if reply else "")
-        self._record_act(run, "resume", person, reply, raised=raise_budget)  # on the record first, or not at all
+        cascade: dict[str, Any] = {"parent_run_id": with_parent} if with_parent else {}
+        if with_parent:
+            note = f"A person ({person}) resumed your parent run {with_parent}, and this run with it."
+        # on the record first, or not at all
+        self._record_act(run, "resume", person, reply, raised=raise_budget, **cascade)
         # Only from paused: a cancel (or another resume) that landed meanwhile wins.
         if not self.store.transition(run_id, PAUSED, RUNNING, "", ""):
             current = self.store.run(run_id)["status"]
             raise RunStateError(f"run {run_id} is {current}, not paused", code="run_not_paused")
-        self.store.update_run(run_id, budget=budget, note=note,
+        self.store.update_run(run_id, budget=budget, note=note, paused_by="",
                               stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_first_turn=run["turn"] + 1,
                               drift=0, stretch_tokens=0,
                               stretch_turns=0, descendant_stretch_turns=0, provider_refusals=0, provider_refused_for_good=0,
                               consecutive_failures=0, nudged=0, final=None)
         self.store.append_event(run_id, "run_resumed", person=person, reply=reply, raised=raise_budget,
-                                agent_version=run["agent_version"])
+                                agent_version=run["agent_version"], **cascade)
         if spawn:
             self.spawn(run_id)
-        return self.store.run(run_id)
+        resumed: list[dict[str, Any]] = []
+        for child in self.store.children(run_id):  # parents first: a child that ends finds its parent going
+            if child["status"] != PAUSED or child["code"] != PARENT_PAUSED:
+                continue
+            try:
+                got, below = self.resume_with_children(child["run_id"], person, spawn=spawn, with_parent=run_id)
+            except DriverError as exc:
+                self.store.append_event(run_id, "child_not_resumed", child_run_id=child["run_id"], code=exc.code,
+                                        message=exc.message)
+                continue
+            resumed += [got, *below]
+        return self.store.run(run_id), resumed
 
     def amend_goal(self, run_id: str, goal: Goal, person: str) -> int:
         run = self.store.run(run_id)
@@ -438,6 +523,11 @@ class Driver:
         # may be in the call already, while this driver was down.
         for parent in self.store.runs(status=AWAITING_CHILD, limit=10000):
             self.store.transition(parent["run_id"], AWAITING_CHILD, RUNNING, "", "")
+        # A driver stopped in the middle of a pause cascade: the runs below a person's pause are
+        # held before anything goes on (a no-op for those the cascade reached).
+        for held in self.store.runs(status=PAUSED, limit=10000):
+            if held["code"] in (PERSON_PAUSED, PARENT_PAUSED) and held["paused_by"]:
+                self._pause_descendants(held, held["paused_by"])
         ids = [r["run_id"] for r in self.store.runs(status=RUNNING, limit=10000)]
         for run_id in ids:
             self.store.append_event(run_id, "run_recovered")
@@ -543,6 +633,13 @@ class Driver:
 
     def _model_turn(self, run: dict[str, Any]) -> None:
         run_id = run["run_id"]
+        waiting = next((a for a in self.store.approvals(run_id, status="pending")
+                        if a["tool"] == MODEL_CALL_APPROVAL), None)
+        if waiting is not None:
+            # A run paused while its model call waited for a person, then resumed: it waits for
+            # that approval again rather than ask for a second one.
+            self.store.transition(run_id, RUNNING, AWAITING_APPROVAL, waiting["code"], waiting["reason"])
+            return
         self._flush_feedback(run)
         run = self.store.run(run_id)
         transcript = self.store.transcript(run_id)
@@ -579,7 +676,9 @@ class Driver:
                 arguments={"provider": run["provider"], "model": run["model"], "max_tokens": MAX_TOKENS,
                            "input_tokens": input_estimate},
                 code=resp.code, rule=resp.rule, reason=resp.reason)
-            self.store.set_status(run_id, AWAITING_APPROVAL, resp.code, resp.reason)
+            # Only from running: a person's pause (or a cancel) that landed during the check stands;
+            # on resume the run comes back here and waits for this approval.
+            self.store.transition(run_id, RUNNING, AWAITING_APPROVAL, resp.code, resp.reason)
             self.store.append_event(run_id, "approval_requested", approval_id=approval_id, tool=MODEL_CALL_APPROVAL,
                                     arguments={"model": run["model"]}, rule=resp.rule, reason=resp.reason)
             return
@@ -705,7 +804,7 @@ class Driver:
             if run["status"] != RUNNING:
                 return
             if call["status"] == "awaiting_approval":
-                self.store.set_status(run_id, AWAITING_APPROVAL, call["code"], "waiting for a person")
+                self.store.transition(run_id, RUNNING, AWAITING_APPROVAL, call["code"], "waiting for a person")
                 return
             if call["status"] == "awaiting_child":
                 if not self._child_done(run, call):
@@ -795,7 +894,8 @@ class Driver:
                                                   rule=resp.rule, reason=resp.reason)
             self.store.update_call(call["id"], status="awaiting_approval", approval_id=approval_id,
                                    decision_id=resp.decision_id, verdict="REQUIRE_APPROVAL", code=resp.code)
-            self.store.set_status(run["run_id"], AWAITING_APPROVAL, resp.code, resp.reason)
+            # only from running: a pause that landed during the check stands (resume waits again)
+            self.store.transition(run["run_id"], RUNNING, AWAITING_APPROVAL, resp.code, resp.reason)
             self.store.append_event(run["run_id"], "approval_requested", approval_id=approval_id, tool=call["tool"],
                                     arguments=call["arguments"], rule=resp.rule, reason=resp.reason)
             return False
@@ -913,13 +1013,18 @@ class Driver:
                                 tools=[t["name"] for t in child["tool_specs"]], budget=child["budget"])
         if not self.store.wait_for_child(run["run_id"], call["id"],
                                          f"waiting for child run {child['run_id']} ({child['agent']})"):
+            parent = self.store.run(run["run_id"])
             # The parent was cancelled while its child was being created: the child never starts.
-            if self.store.run(run["run_id"])["status"] in TERMINAL:
+            if parent["status"] in TERMINAL:
                 try:
                     self.cancel(child_id, "driver", f"its parent run {run['run_id']} ended before it started")
                 except RunStateError:
                     pass  # the parent's cancel already reached it
                 return False
+            # A person paused the parent meanwhile, perhaps before the cascade could see this child:
+            # the child is held by that pause too (a no-op when the cascade got to it first).
+            if parent["status"] == PAUSED and parent["code"] in (PERSON_PAUSED, PARENT_PAUSED):
+                self._pause_descendants(parent, parent["paused_by"])
         self.spawn(child["run_id"])
         return False
 

@@ -87,8 +87,9 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
         return f"{p}|| run paused ({d.get('code')}): {d.get('reason')}"
     if kind == "run_resumed":
         raised = d.get("raised") or {}
-        return (f"{p}> run resumed by {d.get('person')}" + (f", ceilings raised {raised}" if raised else "")
-                + (f": {d.get('reply')}" if d.get("reply") else ""))
+        return (f"{p}> run resumed by {d.get('person')}"
+                + (f" with its parent run {d['parent_run_id']}" if d.get("parent_run_id") else "")
+                + (f", ceilings raised {raised}" if raised else "") + (f": {d.get('reply')}" if d.get("reply") else ""))
     if kind == "verification_started":
         rows = [f"{p}  verifying the final report: criterion {c.get('criterion')} by the driver's own call "
                  f"{c.get('tool')} {_args(c.get('arguments') or {})}"

@@ -2,7 +2,7 @@
 
 Every RPC is a person's action and needs an operator credential (`authorization: Bearer <token>`,
 tokens from an operators file, `person token` per line, 0600). The person the token names is
-who approved, resumed or cancelled: it is never read from the request. What that person may do
+who approved, paused, resumed or cancelled: it is never read from the request. What that person may do
 in the run's tenant is the checkpoint's answer (driver/access.py: any role to read a run,
 `operator` to act on one, `approver` to approve). Health and reflection are open. Stable codes
 travel in a warden.checkpoint.v1.ErrorDetail in the status details.
@@ -295,8 +295,17 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
     @_driver_errors
     def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.ServicerContext) -> pb.ResumeRunResponse:
         person, _ = self._on_run(context, "ResumeRun", request.run_id)
-        run = self.driver.resume(request.run_id, person, request.reply, budget_to_dict(request.raise_budget))
-        return pb.ResumeRunResponse(run=run_to_proto(self.driver, run))
+        run, children = self.driver.resume_with_children(request.run_id, person, request.reply,
+                                                         budget_to_dict(request.raise_budget))
+        return pb.ResumeRunResponse(run=run_to_proto(self.driver, run),
+                                    resumed_children=[run_to_proto(self.driver, c) for c in children])
+
+    @_driver_errors
+    def PauseRun(self, request: pb.PauseRunRequest, context: grpc.ServicerContext) -> pb.PauseRunResponse:
+        person, _ = self._on_run(context, "PauseRun", request.run_id)
+        run, children = self.driver.pause(request.run_id, person, request.reason)
+        return pb.PauseRunResponse(run=run_to_proto(self.driver, run),
+                                   paused_children=[run_to_proto(self.driver, c) for c in children])
 
     @_driver_errors
     def CancelRun(self, request: pb.CancelRunRequest, context: grpc.ServicerContext) -> pb.CancelRunResponse:

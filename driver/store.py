@@ -43,6 +43,12 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED = "cancelled"
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+# What a person may pause: a run that goes on, or waits for a person's approval or for its child.
+PAUSABLE = (RUNNING, AWAITING_APPROVAL, AWAITING_CHILD)
+# The pause codes of a person's pause: `paused` (they paused this run), `parent_paused` (they
+# paused an ancestor and the pause reached this run; it resumes with its parent).
+PERSON_PAUSED = "paused"
+PARENT_PAUSED = "parent_paused"
 _FINAL_EVENTS = tuple(f"run_{status}" for status in TERMINAL)
 
 _RUN_COLUMNS: dict[str, Any] = {
@@ -56,6 +62,7 @@ _RUN_COLUMNS: dict[str, Any] = {
     "model_attempts": int, "turn": int, "nudged": int, "missing": str,
     "parent_run_id": str, "root_run_id": str, "depth": int, "run_token": str, "delegates": str,
     "final": str,
+    "paused_by": str,  # the person whose pause (code paused / parent_paused) holds the run
 }
 # `final`: the model's final report while the driver verifies it (its turn, outcomes, summary,
 # and why any call_ok check could not be made); null otherwise
@@ -247,6 +254,27 @@ class RunStore:
                 [to, code, reason, now(), run_id, frm])
             self.changed.notify_all()
             return cur.rowcount == 1
+
+    def hold(self, run_id: str, code: str, reason: str, person: str, /, **event: Any) -> bool:
+        """A person's pause: move a run that is running or waiting (PAUSABLE) to paused, naming the
+        person, and append its `run_paused` event, in one transaction. False (nothing written) when
+        it is paused or ended already. The run's worker stops at its next step boundary."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self.db.execute(
+                    f"UPDATE runs SET status = ?, code = ?, reason = ?, paused_by = ?, updated_at = ? "
+                    f"WHERE run_id = ? AND status IN ({', '.join('?' for _ in PAUSABLE)})",
+                    [PAUSED, code, reason, person, now(), run_id, *PAUSABLE])
+                moved = cur.rowcount == 1
+                if moved:
+                    self.append_event(run_id, "run_paused", code=code, reason=reason, person=person, **event)
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+            self.changed.notify_all()
+            return moved
 
     def wait_for_child(self, run_id: str, call_pk: int, reason: str) -> bool:
         """A running run starts waiting for its child, only while the call still waits for it:

@@ -18,7 +18,7 @@ _COMMAND_MODULES = (
     "checkpoint.cli",  # policy check/test, check, checkpoint serve, keys
     "checkpoint.audit.cli",  # audit tail/query/verify/export
     "toolrunner.cli",  # toolrunner serve
-    "driver.cli",  # driver serve, up, run, runs, watch, approve, reject, resume, cancel, amend
+    "driver.cli",  # driver serve, up, run, runs, watch, approve, reject, pause, resume, cancel, amend
     "driver.agents_cli",  # agents list/show/history/diff/propose/review/approve/reject/retire/rollback
 )
 

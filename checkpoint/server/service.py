@@ -688,7 +688,7 @@ class CheckpointService:
 
 
 MAX_INPUT_BYTES = 16 * 1024
-PERSON_ACTS = frozenset({"resume", "cancel", "amend"})
+PERSON_ACTS = frozenset({"resume", "cancel", "amend", "pause"})
 ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is an operator's
 
 

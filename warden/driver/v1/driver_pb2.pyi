@@ -296,10 +296,12 @@ class ResumeRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., reply: _Optional[str] = ..., raise_budget: _Optional[_Union[_checkpoint_pb2.Budget, _Mapping]] = ...) -> None: ...
 
 class ResumeRunResponse(_message.Message):
-    __slots__ = ("run",)
+    __slots__ = ("run", "resumed_children")
     RUN_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     run: Run
-    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+    resumed_children: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ..., resumed_children: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
 
 class CancelRunRequest(_message.Message):
     __slots__ = ("run_id", "reason")
@@ -314,6 +316,22 @@ class CancelRunResponse(_message.Message):
     RUN_FIELD_NUMBER: _ClassVar[int]
     run: Run
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class PauseRunRequest(_message.Message):
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PauseRunResponse(_message.Message):
+    __slots__ = ("run", "paused_children")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    paused_children: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ..., paused_children: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
 
 class AmendGoalRequest(_message.Message):
     __slots__ = ("run_id", "goal")

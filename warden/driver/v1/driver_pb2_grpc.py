@@ -74,6 +74,11 @@ class DriverServiceStub:
                 request_serializer=warden_dot_driver_dot_v1_dot_driver__pb2.CancelRunRequest.SerializeToString,
                 response_deserializer=warden_dot_driver_dot_v1_dot_driver__pb2.CancelRunResponse.FromString,
                 _registered_method=True)
+        self.PauseRun = channel.unary_unary(
+                '/warden.driver.v1.DriverService/PauseRun',
+                request_serializer=warden_dot_driver_dot_v1_dot_driver__pb2.PauseRunRequest.SerializeToString,
+                response_deserializer=warden_dot_driver_dot_v1_dot_driver__pb2.PauseRunResponse.FromString,
+                _registered_method=True)
         self.AmendGoal = channel.unary_unary(
                 '/warden.driver.v1.DriverService/AmendGoal',
                 request_serializer=warden_dot_driver_dot_v1_dot_driver__pb2.AmendGoalRequest.SerializeToString,
@@ -125,6 +130,7 @@ class DriverServiceServicer:
 
     def ResumeRun(self, request, context):
         """Continue a paused run: a reply for the model and/or raised ceilings; same pinned version.
+        The runs below it that its pause holds ("parent_paused") resume with it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -132,6 +138,14 @@ class DriverServiceServicer:
 
     def CancelRun(self, request, context):
         """Stop a run and anything running for it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseRun(self, request, context):
+        """Pause a running or waiting run at its next step boundary (a step under way finishes), and
+        every active run below it (code "parent_paused"); they resume with it (ResumeRun).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,6 +200,11 @@ def add_DriverServiceServicer_to_server(servicer, server):
                     servicer.CancelRun,
                     request_deserializer=warden_dot_driver_dot_v1_dot_driver__pb2.CancelRunRequest.FromString,
                     response_serializer=warden_dot_driver_dot_v1_dot_driver__pb2.CancelRunResponse.SerializeToString,
+            ),
+            'PauseRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseRun,
+                    request_deserializer=warden_dot_driver_dot_v1_dot_driver__pb2.PauseRunRequest.FromString,
+                    response_serializer=warden_dot_driver_dot_v1_dot_driver__pb2.PauseRunResponse.SerializeToString,
             ),
             'AmendGoal': grpc.unary_unary_rpc_method_handler(
                     servicer.AmendGoal,
@@ -409,6 +428,33 @@ class DriverService:
             '/warden.driver.v1.DriverService/CancelRun',
             warden_dot_driver_dot_v1_dot_driver__pb2.CancelRunRequest.SerializeToString,
             warden_dot_driver_dot_v1_dot_driver__pb2.CancelRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.driver.v1.DriverService/PauseRun',
+            warden_dot_driver_dot_v1_dot_driver__pb2.PauseRunRequest.SerializeToString,
+            warden_dot_driver_dot_v1_dot_driver__pb2.PauseRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
