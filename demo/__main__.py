@@ -2,10 +2,13 @@
 
 Ensures Docker and the tool image, starts checkpoint + toolrunner + driver on free loopback ports
 (data under .warden/demo, or WARDEN_DEMO_DATA; policies from policies/), then plays the scenario a
-person would: an allowed call runs in a container, a denied call, an approval, a breaker trip and
-pause, a resume with a raised ceiling, a delegation to a child run, and a success the driver
-verified itself on the task the run started (a call_ok criterion of the goal). Prints
-the decision stream from the checkpoint's log at the end and exits 0 only if every one was seen.
+person would: the person reads the run's plan before it goes on (review_plan=yes), an allowed call
+runs in a container, a denied call, an approval, a breaker trip and pause, a resume with a raised
+ceiling, the agent proposing a change to itself which an admin approves into a new version while
+the run keeps its own, a delegation to a child run, a pause of the parent that pauses the child
+(both resume together), and a success the driver verified itself on the task the run started (a
+call_ok criterion of the goal). Prints the decision stream from the checkpoint's log at the end
+and exits 0 only if every one was seen.
 """
 
 from __future__ import annotations

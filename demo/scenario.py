@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 
 from driver.cli import CHILD_INDENT, watch_tree
 from driver.clients import CheckpointClient
@@ -21,6 +21,9 @@ from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 
 VERIFIED = "verified success of the task it started"
+PLAN_READ = "plan read and approved before the run went on"
+PROPOSAL = "an agent's proposal approved into a new version while the run kept its own"
+PAUSED_CHILD = "a pause that paused a child, which resumed with its parent"
 
 
 class Scenario:
@@ -47,19 +50,89 @@ class Scenario:
             data: dict[str, Any] = json_format.MessageToDict(e.data)
             print(event_line(e.kind, data, e.seq), flush=True)
             self._note(e.kind, data)
+            if e.kind == "decision" and data.get("action") == "proposal" and data.get("code") == "proposed":
+                self.review_proposal(run_id, data)
             if e.kind == "child_started":
-                self.follow_child(data["child_run_id"])
+                self.pause_with_child(run_id, data["child_run_id"])
+            if e.kind == "run_paused" and data.get("code") in ("paused", "parent_paused"):
+                continue  # the demo's own pause (pause_with_child), already resumed
             if e.kind in ("approval_requested", "run_paused", "run_succeeded", "run_failed", "run_cancelled"):
                 stream.cancel()
                 break
         return self.driver.GetRun(pb.GetRunRequest(run_id=run_id), metadata=self.md).run
 
-    def follow_child(self, run_id: str) -> None:
+    def follow_child(self, run_id: str, after: int = 0) -> tuple[int, pb.Run]:
         """The child run's own events, indented, until it ends or waits for a person."""
-        for indent, e, data in watch_tree(self.driver, self.md, run_id, indent=CHILD_INDENT):
+        for indent, e, data in watch_tree(self.driver, self.md, run_id, after_seq=after, indent=CHILD_INDENT):
             print(indent + event_line(e.kind, data).replace("\n", "\n" + indent), flush=True)
+            after = e.seq
             if e.kind == "run_succeeded":
                 self.seen.add("delegation to a child run")
+        return after, self.driver.GetRun(pb.GetRunRequest(run_id=run_id), metadata=self.md).run
+
+    def review_proposal(self, run_id: str, data: dict[str, Any]) -> None:
+        """The agent proposed a change to itself: a tenant admin reads it and approves it. New runs
+        pin the new version; this run keeps the one it pinned."""
+        agent, version = str(data.get("agent")), str(data.get("version"))
+        with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
+            stub = cp_grpc.CheckpointServiceStub(ch)
+            md = [("authorization", f"Bearer {self.person_token}")]
+            pending = next(v for v in stub.AgentHistory(cp.AgentHistoryRequest(agent=agent), metadata=md,
+                                                         timeout=30).versions if v.version == version)
+            print(f"\n== the agent proposed a change to {agent} ({pending.source}); it waits for a tenant admin, "
+                  f"who reads it:\n   widens: {'; '.join(pending.widens) or 'nothing'}"
+                  + "".join(f"\n   {line}" for line in pending.diff), flush=True)
+            answer = stub.ReviewAgentChange(cp.ReviewAgentChangeRequest(
+                agent=agent, version=version, approve=True, note="a larger tool-call budget is fine"),
+                metadata=md, timeout=30)
+        run = self.driver.GetRun(pb.GetRunRequest(run_id=run_id), metadata=self.md).run
+        print(f"== the admin approved it ({answer.decision.code}): {agent} {answer.version.version} is "
+              f"{answer.version.status} for new runs; this run keeps {run.agent_version}", flush=True)
+        if answer.version.status == "live" and run.agent_version != version:
+            self.seen.add(PROPOSAL)
+
+    def pause_with_child(self, parent_id: str, child_id: str) -> None:
+        """Follow the child until it waits (its plan is read first too), pause the parent and see
+        the child paused with it, resume the parent and see the child resumed, then approve the
+        child's plan and follow it to its end."""
+        after, child = self.follow_child(child_id)
+        if child.status != pb.RUN_STATUS_AWAITING_APPROVAL:
+            return
+        print(f"\n== a person pauses the parent run {parent_id}: its child {child_id} pauses with it", flush=True)
+        paused = self.driver.PauseRun(pb.PauseRunRequest(run_id=parent_id, reason="let me look at the tree"),
+                                      metadata=self.md)
+        for c in paused.paused_children:
+            print(f"   {c.run_id} ({c.agent}): {pb.RunStatus.Name(c.status)} {c.code}", flush=True)
+        resumed = self.driver.ResumeRun(pb.ResumeRunRequest(run_id=parent_id, reply="go on"), metadata=self.md)
+        print(f"== the person resumes the parent: {len(resumed.resumed_children)} child run(s) resume with it", flush=True)
+        if [c.run_id for c in paused.paused_children] == [child_id] == [c.run_id for c in resumed.resumed_children]:
+            self.seen.add(PAUSED_CHILD)
+        child = self.driver.GetRun(pb.GetRunRequest(run_id=child_id), metadata=self.md).run
+        if child.status == pb.RUN_STATUS_AWAITING_APPROVAL:
+            self.approve(child.pending_approvals[0])
+        self.follow_child(child_id, after)
+
+    def approve(self, a: pb.Approval) -> bool:
+        """A person reads what waits (a plan step by step) and approves it with their own credential."""
+        if a.tool == "propose_plan":
+            steps = json_format.MessageToDict(a.arguments).get("steps") or []
+            print(f"\n== a person reads the plan of run {a.run_id} before it goes on, and approves it:"
+                  + "".join(f"\n   {i}. {st.get('id')}: {st.get('tool')} ({st.get('description', '')})"
+                            for i, st in enumerate(steps, 1)), flush=True)
+            note = "the plan is fine"
+        else:
+            print(f"\n== a person reads the call and approves it: {a.tool} {json_format.MessageToDict(a.arguments)}",
+                  flush=True)
+            note = "lab subnet, go ahead"
+        approved = self.checkpoint.approve(a.run_id, a.decision_id, note)  # the person's own act
+        if approved.decision.verdict != cp.VERDICT_ALLOW:
+            print(f"demo: the checkpoint refused the approval: {approved.decision.reason}", flush=True)
+            return False
+        self.driver.ApproveCall(pb.ApproveCallRequest(approval_id=a.approval_id, note=note,
+                                                      approval_token=approved.approval_token), metadata=self.md)
+        if a.tool == "propose_plan":
+            self.seen.add(PLAN_READ)
+        return True
 
     def _note(self, kind: str, d: dict[str, Any]) -> None:
         if kind == "tool_receipt" and int(d.get("exit_code", 1)) == 0:
@@ -103,23 +176,18 @@ class Scenario:
 def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
     s = Scenario(stack)
     print("\n== a person starts the recon agent on a goal (scripted model, no API key)", flush=True)
+    # review_plan=yes: the person reads the run's plan before anything runs (rule plans-read-first)
+    inputs = struct_pb2.Struct()
+    inputs.update({"review_plan": "yes"})
     run = s.driver.StartRun(pb.StartRunRequest(agent="recon", goal=goal_to_proto(load_goal(goal_path)),
-                                               mode=pb.RUN_MODE_INTERACTIVE, provider="scripted",
+                                               mode=pb.RUN_MODE_INTERACTIVE, provider="scripted", inputs=inputs,
                                                script_yaml=script_path.read_text()), metadata=s.md).run
     run_id = run.run_id
-    for _ in range(10):
+    for _ in range(12):
         run = s.follow_until_stop(run_id)
         if run.status == pb.RUN_STATUS_AWAITING_APPROVAL:
-            a = run.pending_approvals[0]
-            print(f"\n== a person reads the call and approves it: {a.tool} {json_format.MessageToDict(a.arguments)}",
-                  flush=True)
-            note = "lab subnet, go ahead"
-            approved = s.checkpoint.approve(a.run_id, a.decision_id, note)  # the person's own act
-            if approved.decision.verdict != cp.VERDICT_ALLOW:
-                print(f"demo: the checkpoint refused the approval: {approved.decision.reason}", flush=True)
+            if not s.approve(run.pending_approvals[0]):
                 break
-            s.driver.ApproveCall(pb.ApproveCallRequest(approval_id=a.approval_id, note=note,
-                                                       approval_token=approved.approval_token), metadata=s.md)
         elif run.status == pb.RUN_STATUS_PAUSED and run.code.startswith("breaker_"):
             print(f"\n== the run paused on {run.code}; a person raises the ceiling and resumes", flush=True)
             s.driver.ResumeRun(pb.ResumeRunRequest(run_id=run_id, reply="you have five more turns",
@@ -132,8 +200,8 @@ def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
           flush=True)
     print("\n== the decision stream, from the checkpoint's hash-chained log", flush=True)
     n = s.print_decisions(run_id)
-    wanted = ["allowed call ran in a container", "denied call", "approval", "breaker trip and pause", "resume",
-              "delegation to a child run", VERIFIED]
+    wanted = [PLAN_READ, "allowed call ran in a container", "denied call", "approval", "breaker trip and pause",
+              "resume", PROPOSAL, PAUSED_CHILD, "delegation to a child run", VERIFIED]
     missing = [w for w in wanted if w not in s.seen]
     print(f"\n== {n} decisions recorded; scenario: " + ", ".join(f"{w} {'ok' if w in s.seen else 'MISSING'}"
                                                               for w in wanted), flush=True)

@@ -42,6 +42,9 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
                 what += " [drift: serves no plan step]"
         elif what == "plan":
             what = "plan " + ", ".join(f"{s['id']}:{s['tool']}" for s in d.get("steps") or [])
+        elif what == "proposal":
+            what = f"proposal to change {d.get('agent')}" + (
+                f" (version {str(d['version'])[:12]} waits for a tenant admin)" if d.get("version") else "")
         elif what == "delegation":
             what = f"delegate to {d.get('agent')}"
         verdict = d.get("verdict")

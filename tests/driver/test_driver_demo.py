@@ -16,10 +16,15 @@ def test_the_demo_plays_every_step_of_its_scenario(tmp_path: Path, tool_images: 
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = next(line for line in done.stdout.splitlines() if "decisions recorded; scenario:" in line)
-    for step in ("allowed call ran in a container", "denied call", "approval", "breaker trip and pause", "resume",
-                 "delegation to a child run", "verified success of the task it started"):
+    for step in ("plan read and approved before the run went on", "allowed call ran in a container", "denied call",
+                 "approval", "breaker trip and pause", "resume",
+                 "an agent's proposal approved into a new version while the run kept its own",
+                 "a pause that paused a child, which resumed with its parent", "delegation to a child run",
+                 "verified success of the task it started"):
         assert f"{step} ok" in summary
     assert "MISSING" not in summary
     stream = done.stdout.split("the decision stream", 1)[1]
     assert "delegation to triage" in stream
     assert "triage@" in stream  # the child's decisions, in the same stream as its parent's
+    assert "catalog" in stream and "proposed" in stream  # the agent's proposal, under its run
+    assert stream.count(" pause ") >= 2  # the parent's pause and its child's, each on the record
