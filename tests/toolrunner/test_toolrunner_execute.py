@@ -306,6 +306,13 @@ def test_a_starting_runner_reaps_leftovers(docker_api: docker.APIClient, signing
     overdue = _leftover(docker_api, time.time() - 1)
     h = start_harness(docker_api, signing_key, tmp_path)
     try:
-        assert overdue not in {c["Id"] for c in session_containers(docker_api)}
+        # Gone at once, unless another runner on the daemon (another test session's reaper) was
+        # removing it at that moment: then this one's removal answers 409 and the container goes
+        # a moment later. Wait for the state, bounded well below the 30 s of any periodic reaper,
+        # so only a reap at start (this one's, or a racing one's) can pass this.
+        deadline = time.monotonic() + 5
+        while overdue in {c["Id"] for c in session_containers(docker_api)}:
+            assert time.monotonic() < deadline, "the starting runner did not reap the leftover"
+            time.sleep(0.05)
     finally:
         h.close()
