@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable
@@ -22,6 +23,7 @@ from checkpoint.audit.record import format_time
 from checkpoint.audit.store import Filters
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
+DEFAULT_LIMIT = 1000  # a query prints at most this many unless told otherwise (--limit, --all)
 _RELATIVE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -45,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
 
+    window = argparse.ArgumentParser(add_help=False)
+    window.add_argument("--since", type=_since, metavar="WHEN",
+                        help="from this time: RFC 3339, a date, today, yesterday, or an age like 15m, 2h, 7d")
+    window.add_argument("--until", type=_since, metavar="WHEN",
+                        help="before this time (same forms): --since yesterday --until today is yesterday")
+
     filters = argparse.ArgumentParser(add_help=False)
     filters.add_argument("--run", metavar="RUN_ID", help="only this run")
     filters.add_argument(
@@ -59,7 +67,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=["ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"],
         help="only this verdict",
     )
-    filters.add_argument("--code", help="only this stable code (e.g. tool_not_allowed)")
+    filters.add_argument("--code", help="only this stable code (e.g. tool_not_allowed; a plan refused for a "
+                         "step's sake is found by that step's code too)")
+    filters.add_argument("--tenant", help="only this tenant")
+    filters.add_argument("--tool", help="only calls of this tool")
+    filters.add_argument("--action", help="only this action: tool_call, model_call, delegation, plan, start_run, "
+                         "approval, rejection, pause, resume, cancel, amend, catalog, none")
+    filters.add_argument("--rule", help="only records decided by this rule, as recorded (rule:NAME, allowlist, ...)")
+    filters.add_argument("--person", help="only runs this person is accountable for")
+    filters.add_argument("--caller", help="only requests made with this credential (its name)")
+    filters.add_argument("--principal", help="only requests of this principal")
+    filters.add_argument("--approver", help="only the approvals and rejections this person made")
+    filters.add_argument("--subject", "--text", dest="text", metavar="TEXT",
+                         help="only records whose arguments or reason contain TEXT (a subject, a host, an id)")
 
     tail = commands.add_parser(
         "tail", parents=[where, filters], help="the last records; --follow for new ones"
@@ -71,16 +91,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-f", "--follow", action="store_true", help="keep printing records as they are committed"
     )
     tail.add_argument("--format", choices=["line", "jsonl"], default="line")
-    tail.set_defaults(func=_tail)
+    tail.set_defaults(func=_pipe_may_close(_tail))
 
-    query = commands.add_parser("query", parents=[where, filters], help="records matching filters")
-    query.add_argument(
-        "--since", type=_since, metavar="WHEN", help="RFC 3339 time or an age like 15m, 2h, 7d"
-    )
+    query = commands.add_parser("query", parents=[where, filters, window], help="records matching filters")
     query.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq")
-    query.add_argument("--limit", type=int, metavar="N", help="at most N records")
-    query.add_argument("--format", choices=["table", "jsonl"], default="table")
-    query.set_defaults(func=_query)
+    limit = query.add_mutually_exclusive_group()
+    limit.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                       help=f"at most N records (default {DEFAULT_LIMIT})")
+    limit.add_argument("--all", action="store_true", help="every matching record, however many")
+    query.add_argument("--format", choices=["table", "jsonl", "csv"], default="table")
+    query.set_defaults(func=_pipe_may_close(_query))
 
     verify = commands.add_parser(
         "verify",
@@ -104,7 +124,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     head.set_defaults(func=_head)
 
     export = commands.add_parser(
-        "export", parents=[where, filters], help="JSON lines for a SIEM, with hashes"
+        "export", parents=[where, filters, window], help="JSON lines for a SIEM, with hashes"
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     export.add_argument(
@@ -114,16 +134,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SEQ",
         help="only records after this seq (incremental shipping)",
     )
-    export.add_argument(
-        "--since", type=_since, metavar="WHEN", help="RFC 3339 time or an age like 15m, 2h, 7d"
-    )
-    export.set_defaults(func=_export)
+    export.set_defaults(func=_pipe_may_close(_export))
+
+
+def _pipe_may_close(command: Any) -> Any:
+    """`warden audit export | head` ends quietly: a reader that stops reading is not an error."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(command(args))
+        except BrokenPipeError:
+            # stdout is gone; point it at /dev/null so the interpreter's final flush stays quiet
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_OK
+
+    return run
 
 
 # -- argument types -----------------------------------------------------------------------
 
 
 def _since(text: str) -> str:
+    """A moment, stored form: an age (15m) back from now, today or yesterday (midnight UTC), a date
+    (its midnight UTC), or an RFC 3339 time with its offset."""
+    word = text.strip().lower()
+    if word in ("today", "yesterday"):
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        return format_time(midnight - timedelta(days=1 if word == "yesterday" else 0))
     match = _RELATIVE.fullmatch(text.strip())
     if match:
         moment = datetime.now(UTC) - timedelta(**{_UNITS[match[2]]: int(match[1])})
@@ -169,7 +207,17 @@ def _filters(args: argparse.Namespace) -> Filters:
         "agent": args.agent,
         "verdict": args.verdict,
         "code": args.code,
+        "tenant": args.tenant,
+        "tool": args.tool,
+        "action": args.action,
+        "rule": args.rule,
+        "person": args.person,
+        "caller": args.caller,
+        "principal": args.principal,
+        "approver": args.approver,
+        "text": args.text,
         "since": getattr(args, "since", None),  # query and export only
+        "until": getattr(args, "until", None),
     }
 
 
@@ -193,11 +241,20 @@ def _query(args: argparse.Namespace) -> int:
     reader = _reader(args)
     if reader is None:
         return EXIT_USAGE
-    records = reader.read(args.after, limit=args.limit, **_filters(args))
+    limit = None if args.all else max(args.limit, 0)
+    # one more than shown: whether the limit cut anything off is said, never guessed
+    records = list(reader.read(args.after, limit=None if limit is None else limit + 1, **_filters(args)))
+    cut = limit is not None and len(records) > limit
+    records = records[:limit] if cut else records
     if args.format == "jsonl":
         _write_jsonl(records, sys.stdout)
+    elif args.format == "csv":
+        _write_csv(records, sys.stdout)
     else:
         _print_table(records)
+    if cut:
+        print(f"warden audit query: showing the first {limit} records; more match (--limit N, --all, "
+              f"or --after {records[-1]['seq']} for the next page)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -234,6 +291,26 @@ def _export(args: argparse.Namespace) -> int:
 
 
 # -- output -------------------------------------------------------------------------------
+
+
+def _write_csv(records: Iterable[dict[str, Any]], out: IO[str]) -> int:
+    import csv
+
+    from checkpoint.audit.record import COLUMNS
+
+    writer = csv.writer(out)
+    writer.writerow(COLUMNS)
+    count = 0
+    for record in records:
+        writer.writerow([_csv_cell(record.get(name)) for name in COLUMNS])
+        count += 1
+    return count
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return "" if value is None else value
 
 
 def _write_jsonl(records: Iterable[dict[str, Any]], out: IO[str]) -> int:

@@ -40,9 +40,19 @@ class Filters(TypedDict, total=False):
     root_run_id: str | None  # a whole delegation tree
     agent: str | None
     verdict: str | None
-    code: str | None
+    code: str | None  # the record's code, or the code of a refused step of a recorded plan
     since: str | None  # RFC 3339 UTC with microseconds, as stored: text order is time order
+    until: str | None  # records before this time (exclusive), in the same form
     tenants: list[str] | None  # only records of these tenants (an auditor's right may be narrower)
+    tenant: str | None
+    tool: str | None
+    action: str | None
+    rule: str | None  # as recorded: `allowlist`, `rule:NAME`, `approval`, ...
+    person: str | None  # the accountable person
+    caller: str | None  # the credential's own name (a person acting with their own, or a process)
+    principal: str | None
+    approver: str | None  # approvals and rejections this person made
+    text: str | None  # a substring of the arguments or the reason (a subject, a host, an id)
 
 
 FILTER_NAMES = frozenset(Filters.__optional_keys__)
@@ -145,11 +155,28 @@ def select(
         # A root recorded before roots were normalised (no root_run_id) is still its own tree's root.
         where.append("(root_run_id = ? OR (root_run_id IS NULL AND run_id = ?))")
         params += [root_run_id, root_run_id]
-    for column in ("run_id", "agent", "verdict", "code"):
+    for column in ("run_id", "agent", "verdict", "tenant", "tool", "action", "rule", "caller", "principal"):
         value = filters.get(column)
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)
+    code = filters.get("code")
+    if code is not None:  # a plan refused for one step's sake is found by that step's code too
+        where.append("(code = ? OR (action = 'plan' AND EXISTS (SELECT 1 FROM json_each(arguments, '$.steps') "
+                     "WHERE json_extract(value, '$.code') = ?)))")
+        params += [code, code]
+    person = filters.get("person")
+    if person is not None:
+        where.append("accountable_person = ?")
+        params.append(person)
+    approver = filters.get("approver")
+    if approver is not None:
+        where.append("action IN ('approval', 'rejection') AND caller = ?")
+        params.append(approver)
+    text = filters.get("text")
+    if text is not None:
+        where.append("(instr(arguments, ?) > 0 OR instr(reason, ?) > 0)")
+        params += [text, text]
     tenants = filters.get("tenants")
     if tenants is not None:
         where.append(f"tenant IN ({', '.join('?' * len(tenants))})" if tenants else "0")
@@ -158,6 +185,10 @@ def select(
     if since is not None:  # fixed-width UTC text: text order is time order
         where.append("time >= ?")
         params.append(since)
+    until = filters.get("until")
+    if until is not None:
+        where.append("time < ?")
+        params.append(until)
     sql = f"SELECT {', '.join(COLUMNS)} FROM {TABLE} WHERE {' AND '.join(where)} ORDER BY seq"
     if newest_first:
         sql += " DESC"

@@ -839,5 +839,16 @@ def _logged_arguments(
             "budget": json_format.MessageToDict(d.budget, preserving_proto_field_name=True),
         }
     if action == "plan":
-        return {"steps": [{"id": s.id, "tool": s.tool} for s in request.plan.steps]}
+        # each refused step keeps its own code and reason (an off-limits subject among them), so
+        # the refusal is found by that code and subject like a refused call (docs/audit.md)
+        results = {r.index: r for r in response.plan_steps}
+        steps = []
+        for i, s in enumerate(request.plan.steps):
+            step: dict[str, Any] = {"id": s.id, "tool": s.tool}
+            result = results.get(i)
+            if result is not None and result.verdict != ALLOW:
+                step.update(verdict=convert.verdict_name(result.verdict), code=result.code,
+                            reason=result.reason[:500])
+            steps.append(step)
+        return {"steps": steps}
     return None

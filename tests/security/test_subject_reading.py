@@ -120,3 +120,4 @@ def test_names_keep_their_text_and_off_limits_names_ignore_case():
     assert off.reason(read_value("CUSTOMER:VIP-7")) == "vip"
     assert off.reason(read_value("customer:regular")) is None
     assert read_pattern("customer:vip-*").kind == "name"
+
