@@ -33,7 +33,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     test.add_argument("directory", type=Path)
     test.add_argument("--cel-engine", choices=("native", "python"), default="native")
     test.add_argument("-v", "--verbose", action="store_true", help="list every case, not only failures")
+    test.add_argument("--filter", metavar="TEXT", help="run only the cases whose 'suite / name' contains TEXT")
+    test.add_argument("--format", choices=("text", "json", "junit"), default="text",
+                      help="text (default), json (cases and coverage), junit (XML for CI)")
+    test.add_argument("--output", type=Path, help="write the report here instead of stdout")
     test.set_defaults(func=cmd_policy_test)
+
+    test_schema = policy_sub.add_parser("test-schema", help="print the JSON Schema of *_test.yaml files")
+    test_schema.add_argument("--output", type=Path, help="write to this file instead of stdout")
+    test_schema.set_defaults(func=cmd_policy_test_schema)
 
     schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files, for editors")
     schema.add_argument("--output", type=Path, help="write to this file instead of stdout")
@@ -93,7 +101,8 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
-    from checkpoint.policytest import find_test_files, load_cases, run_case
+    from checkpoint.policytest import coverage, find_test_files, load_cases, run_case, unknown_codes
+    from checkpoint.policytest_report import report
 
     policies = _load(args.directory, args.cel_engine)
     if policies is None:
@@ -106,21 +115,37 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
     try:
         for path in files:
             suites.append((str(path), *load_cases(path, str(path))))
+        problems = [e for shown, _suite, cases in suites for e in unknown_codes(policies, cases, shown)]
+        if problems:
+            raise PolicyLoadError(problems)
     except PolicyLoadError as exc:
         _print_errors(exc)
         return EXIT_LOAD
-    passed = failed = 0
-    for shown, suite, cases in suites:
-        for line, case in cases:
-            ok, detail = run_case(policies, case)
-            passed += ok
-            failed += not ok
-            if not ok:
-                print(f"FAIL {shown}:{line}: {suite} / {case.name}: {detail}")
-            elif args.verbose:
-                print(f"ok   {shown}:{line}: {suite} / {case.name}: {detail}")
-    print(f"{passed} passed, {failed} failed, in {len(suites)} suite(s); policy revision {policies.revision}")
-    return EXIT_OK if failed == 0 else EXIT_FAILED
+    wanted = (args.filter or "").lower()
+    ran = [(shown, line, suite, case, run_case(policies, case))
+           for shown, suite, cases in suites for line, case in cases
+           if wanted in f"{suite} / {case.name}".lower()]
+    if not ran:
+        print(f"no case matches --filter {args.filter!r}", file=sys.stderr)
+        return EXIT_LOAD
+    text = report(args.format, ran, coverage(policies, [r for *_, r in ran]), policies.revision, len(suites),
+                  verbose=args.verbose)
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK if all(r.ok for *_, r in ran) else EXIT_FAILED
+
+
+def cmd_policy_test_schema(args: argparse.Namespace) -> int:
+    from checkpoint.policytest import suite_json_schema
+
+    text = json.dumps(suite_json_schema(), indent=2, sort_keys=True) + "\n"
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
 
 
 def policy_json_schema() -> dict:

@@ -14,6 +14,8 @@ proposed action in shorthand, and the expected verdict, code and (optionally) ru
 
 from __future__ import annotations
 
+import difflib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,8 +23,12 @@ from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from checkpoint.engine import InvalidRequest, decide
+from checkpoint.engine.codes import DECISION_CODES
+from checkpoint.engine.decide import touched_by
 from checkpoint.policy import PolicyError, PolicyLoadError, PolicySet
 from checkpoint.policy.loader import TEST_SUFFIXES
+from checkpoint.policy.policyset import SCOPE_DIMENSIONS, TYPED_DIMENSIONS, read_touched
+from checkpoint.policy.subjects import SubjectError, SubjectSet
 from checkpoint.policy.yamlsource import YamlIssue, load_documents
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -154,15 +160,34 @@ def load_cases(path: Path, shown: str) -> tuple[str, list[tuple[int, Case]]]:
     return suite.suite, cases
 
 
-def run_case(policies: PolicySet, case: Case) -> tuple[bool, str]:
+@dataclass(frozen=True)
+class CaseResult:
+    ok: bool
+    detail: str  # what went wrong, or verdict/code when it passed
+    verdict: str
+    code: str
+    rules_held: frozenset[str]  # rule:NAME of every rule whose condition held
+    rules_evaluated: frozenset[str]
+    agent: str  # the acting agent ("" for a person acting directly)
+    touched: dict[str, list[str]]  # what a tool call would touch, by scope dimension
+
+
+_HELD = frozenset({"fail", "approval", "approved"})  # a rule's outcome when its condition held
+
+
+def run_case(policies: PolicySet, case: Case) -> CaseResult:
+    request = build_request(policies, case)
+    request.explain = True  # the trace says which rules were evaluated and which held (coverage)
+    outcomes: list[pb.RuleOutcome] = []
     try:
         # `approved_by`: a person approved this very call, for every approve-if rule it asks
-        response = decide(policies, build_request(policies, case), approver=case.approved_by or "",
+        response = decide(policies, request, approver=case.approved_by or "",
                           approved_rules=frozenset(r.name for r in policies.rules) if case.approved_by else frozenset())
     except InvalidRequest as exc:
         got = ("INVALID", exc.code, "", exc.message)
     else:
         got = (pb.Verdict.Name(response.verdict).removeprefix("VERDICT_"), response.code, response.rule, response.reason)
+        outcomes = list(response.explanation)
     want = case.expect
     problems = []
     if got[0] != want.verdict or got[1] != want.code:
@@ -171,4 +196,75 @@ def run_case(policies: PolicySet, case: Case) -> tuple[bool, str]:
         problems.append(f"expected rule {want.rule!r}, got {got[2]!r}")
     if want.reason_contains is not None and want.reason_contains not in got[3]:
         problems.append(f"reason {got[3]!r} does not contain {want.reason_contains!r}")
-    return not problems, "; ".join(problems) or f"{got[0]}/{got[1]}"
+    rules = [o for o in outcomes if o.rule.startswith("rule:")]
+    chain = request.run.actor_chain
+    return CaseResult(
+        ok=not problems, detail="; ".join(problems) or f"{got[0]}/{got[1]}", verdict=got[0], code=got[1],
+        rules_held=frozenset(o.rule for o in rules if o.outcome in _HELD),
+        rules_evaluated=frozenset(o.rule for o in rules),
+        agent=chain[-1].id if len(chain) > 1 else "",
+        touched=touched_by(policies, request),
+    )
+
+
+def unknown_codes(policies: PolicySet, cases: list[tuple[int, Case]], shown: str) -> list[PolicyError]:
+    """A case expecting a code warden never gives (a typo) could never pass for the right reason."""
+    known = set(DECISION_CODES) | {r.code for r in policies.rules}
+    errors = []
+    for line, case in cases:
+        if case.expect.code not in known:
+            near = difflib.get_close_matches(case.expect.code, sorted(known), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            errors.append(PolicyError(shown, line, f"case {case.name!r}: expect.code {case.expect.code!r} is not "
+                                                   f"a code warden gives{hint}"))
+    return errors
+
+
+@dataclass
+class Coverage:
+    """What the cases never exercised: rules that never held, scope entries nothing touched."""
+
+    rules_never_held: list[str]
+    rules_never_evaluated: list[str]
+    scope_never_touched: list[tuple[str, str, str]]  # (agent, dimension, entry)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rules_never_held": self.rules_never_held, "rules_never_evaluated": self.rules_never_evaluated,
+                "scope_never_touched": [{"agent": a, "dimension": d, "entry": e}
+                                        for a, d, e in self.scope_never_touched]}
+
+
+def coverage(policies: PolicySet, results: list[CaseResult]) -> Coverage:
+    held = set().union(*(r.rules_held for r in results)) if results else set()
+    evaluated = set().union(*(r.rules_evaluated for r in results)) if results else set()
+    names = [f"rule:{r.name}" for r in policies.rules]
+    untouched = []
+    for name, agent in sorted(policies.agents.items()):
+        values = {dim: [v for r in results if r.agent == name for v in r.touched.get(dim, [])]
+                  for dim in SCOPE_DIMENSIONS}
+        for dim in SCOPE_DIMENSIONS:
+            for entry in getattr(agent.scope, dim):
+                if not any(_matches(dim, entry, value) for value in values[dim]):
+                    untouched.append((name, dim, entry))
+    return Coverage(rules_never_held=[n for n in names if n not in held],
+                    rules_never_evaluated=[n for n in names if n not in evaluated],
+                    scope_never_touched=untouched)
+
+
+def _matches(dim: str, entry: str, value: str) -> bool:
+    try:
+        return SubjectSet.lenient([entry], typed=dim in TYPED_DIMENSIONS).matches(read_touched(dim, value))
+    except SubjectError:
+        return False
+
+
+def suite_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a `*_test.yaml` file (a suite; each case as it reads after `defaults`)."""
+    schema = Suite.model_json_schema()
+    schema["$defs"] = {**schema.get("$defs", {}), "Case": Case.model_json_schema()}
+    schema["properties"]["cases"]["items"] = {"$ref": "#/$defs/Case"}
+    for sub in list(schema["$defs"]["Case"].pop("$defs", {}).items()):
+        schema["$defs"].setdefault(*sub)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "warden policy test suite"
+    return schema

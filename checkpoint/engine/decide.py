@@ -16,7 +16,7 @@ import jsonschema
 from checkpoint.engine import authority, breakers, codes
 from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
-from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, Stop, Trace
+from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
 from checkpoint.policy.policyset import RuleGroup, read_touched
 from checkpoint.policy.subjects import Subject, SubjectError
@@ -76,6 +76,19 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
     if trace.outcomes:
         response.explanation.extend(trace.outcomes)
     return response
+
+
+def touched_by(policies: PolicySet, request: pb.CheckRequest) -> dict[str, list[str]]:
+    """What a tool call would touch (dimension -> values), read as decide() reads it; {} when the
+    call is not well formed enough to say. For coverage reports, never for a decision."""
+    if request.WhichOneof("action") != "tool_call":
+        return {}
+    try:
+        call = resolve(policies, request, Trace(enabled=False, outcomes=[]))
+        tool, args = _shape(call, request.tool_call.tool, request.tool_call.arguments)
+        return _touched(call, tool, args)
+    except (Stop, InvalidRequest):
+        return {}
 
 
 # -- tool calls ---------------------------------------------------------------------------

@@ -236,7 +236,8 @@ def _shipped_cases():
 @pytest.mark.parametrize("cel_engine", ENGINES)
 @pytest.mark.parametrize("c", list(_shipped_cases()))
 def test_shipped_policy_cases(c, cel_engine):
-    ok, detail = run_case(policies("shipped", cel_engine), c)
+    result = run_case(policies("shipped", cel_engine), c)
+    ok, detail = result.ok, result.detail
     assert ok, detail
 
 
