@@ -54,8 +54,9 @@ COLUMNS: tuple[str, ...] = (*HASHED_FIELDS, "prev_hash", "hash")
 # "start_run", "approval", "rejection": acts that are not a proposed step but belong on the record.
 # "resume", "cancel", "amend", "pause": a person's acts on a run, recorded by the caller that
 # authenticated them. "catalog": a change to the agent catalog (propose, approve, reject, retire).
+# "end": a run stopped (succeeded, failed, cancelled, paused), recorded by its token's holder.
 ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none", "start_run", "approval", "rejection",
-                     "resume", "cancel", "amend", "pause", "catalog"})
+                     "resume", "cancel", "amend", "pause", "catalog", "end"})
 VERDICTS = frozenset({"ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"})
 GENESIS_HASH = "0" * 64
 

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from checkpoint.audit import DecisionLog
 from checkpoint.policy import AgentCatalog
+from checkpoint.server.agent_stats import AgentStatsCollector
 from checkpoint.server.auth import AuthPolicy, OnRefused
 from checkpoint.server.grpc_api import SERVICE_NAME, handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
@@ -175,6 +176,7 @@ def create_server(
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
     service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"))
     store.reload()  # after the service: what the first load changes in the catalog is recorded
+    metrics.registry.register(AgentStatsCollector(service.agent_stats.stats))  # computed on scrape
 
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),

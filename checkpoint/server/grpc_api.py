@@ -157,6 +157,7 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
             "ReviewAgentChange": unary(service.catalog.review, pb.ReviewAgentChangeRequest, pb.CatalogActResponse),
             "RetireAgentVersion": unary(service.catalog.retire, pb.RetireAgentVersionRequest, pb.CatalogActResponse),
             "Roles": unary(service.roles, pb.RolesRequest, pb.RolesResponse),
+            "AgentStats": unary(service.agent_stats.agent_stats, pb.AgentStatsRequest, pb.AgentStatsResponse),
             "WatchDecisions": grpc.unary_stream_rpc_method_handler(
                 watch,
                 request_deserializer=_parser(pb.WatchDecisionsRequest),

@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.record import format_time_ns
+from checkpoint.audit.stats import END_ACT, EndInvalid, end_details
 from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
 from checkpoint.engine.context import MODES
@@ -29,6 +30,7 @@ from checkpoint.policy import PolicySet
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import auditor_tenants, role_refusal, roles_by_tenant
 from checkpoint.server import convert
+from checkpoint.server.agent_stats import AgentStatsReads
 from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
 from checkpoint.server.catalog_acts import CatalogActs
 from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
@@ -75,6 +77,7 @@ class CheckpointService:
         self._watch_lock = threading.Lock()
         self._decision_counters: dict[tuple[int, str], Any] = {}
         self.catalog = CatalogActs(self)
+        self.agent_stats = AgentStatsReads(self)
         store.on_catalog = self._record_catalog_changes
 
     # -- decisions -------------------------------------------------------------------------
@@ -366,25 +369,31 @@ class CheckpointService:
 
     def record_act(self, request: pb.RecordActRequest, caller: str) -> pb.RecordActResponse:
         """A person's act on a run, recorded before it takes effect; filed under the run its token
-        establishes, naming the person the caller vouches for."""
+        establishes, naming the person the caller vouches for. Or a run's `end`, recorded by the
+        holder of its token, naming nobody (docs/audit.md, "A run's end")."""
         policies = self._policies()
         principal = policies.principals.of(caller)
         response = pb.CheckResponse(verdict=DENY, rule="act", policy_revision=policies.revision)
         check = pb.CheckRequest(run=request.run)
         established = None
+        details = convert.struct_to_dict(request.details) if request.HasField("details") else {}
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
-            if request.act not in PERSON_ACTS:
-                raise Refused(codes.INVALID_REQUEST, f"act must be one of {', '.join(sorted(PERSON_ACTS))}", "act")
+            if request.act not in RUN_ACTS:
+                raise Refused(codes.INVALID_REQUEST, f"act must be one of {', '.join(sorted(RUN_ACTS))}", "act")
             established = self._establish(check, principal, caller)
-            if not principal.may_vouch(request.person, caller_name(caller)):
+            if request.act == END_ACT:
+                details = _run_end(request, principal, established, details)
+            elif not principal.may_vouch(request.person, caller_name(caller)):
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
                               "principal")
-            _require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
+            else:
+                _require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
             response.verdict, response.code = ALLOW, codes.RECORDED
-            response.reason = f"{request.act} by {request.person}" + (f": {request.note[:500]}" if request.note else "")
+            by = f"{details['status']} ({details['code']})" if request.act == END_ACT else f"by {request.person}"
+            response.reason = f"{request.act} {by}" + (f": {request.note[:500]}" if request.note else "")
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
         if established is None:
@@ -402,9 +411,8 @@ class CheckpointService:
             accountable_person=chain[0]["id"] if chain else None,
             agent=last.get("id"),
             agent_version=last.get("agent_version"),
-            action=request.act if request.act in PERSON_ACTS else "none",
-            arguments={"person": request.person[:128], "note": request.note[:1000],
-                       "details": convert.struct_to_dict(request.details) if request.HasField("details") else {}},
+            action=request.act if request.act in RUN_ACTS else "none",
+            arguments={"person": request.person[:128], "note": request.note[:1000], "details": details},
         )
         if established is None:
             record = bound_refusal(record)
@@ -690,6 +698,7 @@ class CheckpointService:
 MAX_INPUT_BYTES = 16 * 1024
 PERSON_ACTS = frozenset({"resume", "cancel", "amend", "pause"})
 ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is an operator's
+RUN_ACTS = PERSON_ACTS | {END_ACT}  # and the run's own end, which names no person
 
 
 def new_run_id() -> str:
@@ -733,6 +742,22 @@ def _forget_claimed_run(request: Any) -> str:
     claimed = run.run_id
     request.ClearField("run")
     return f" (the request claimed run {claimed[:64]!r})" if claimed else ""
+
+
+def _run_end(request: pb.RecordActRequest, principal: Principal, established: Established,
+             details: dict[str, Any]) -> dict[str, Any]:
+    """A run's end: recorded by the principal its token was issued to, while that principal may
+    still check the agent; it names no person, and its details are what the statistics read."""
+    if request.person:
+        raise Refused(codes.INVALID_REQUEST, "a run's end names no person (a person's cancel is the act cancel)",
+                      "act.person")
+    if not principal.may_check(established.run.tenant, established.agent):
+        raise Refused(codes.CALLER_NOT_PERMITTED, f"principal {principal.name!r} may not record the end of a run "
+                      f"of agent {established.agent!r}", "principal")
+    try:
+        return end_details(details)
+    except EndInvalid as exc:
+        raise Refused(codes.INVALID_REQUEST, str(exc), "act.details") from None
 
 
 def _require_role(policies: PolicySet, tenant: str, person: str, role: str) -> None:

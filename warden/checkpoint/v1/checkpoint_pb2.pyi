@@ -751,3 +751,62 @@ class RolesResponse(_message.Message):
     tenants: _containers.RepeatedCompositeFieldContainer[TenantRoles]
     policy_revision: str
     def __init__(self, person: _Optional[str] = ..., tenants: _Optional[_Iterable[_Union[TenantRoles, _Mapping]]] = ..., policy_revision: _Optional[str] = ...) -> None: ...
+
+class AgentStatsRequest(_message.Message):
+    __slots__ = ("agent",)
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    def __init__(self, agent: _Optional[str] = ...) -> None: ...
+
+class AgentVersionStats(_message.Message):
+    __slots__ = ("version", "status", "live", "runs", "succeeded", "failed", "cancelled", "paused", "pauses", "open", "breaker_trips", "tokens", "runs_with_tokens", "average_tokens")
+    class BreakerTripsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    PAUSES_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_TRIPS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_WITH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    AVERAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    status: str
+    live: bool
+    runs: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    paused: int
+    pauses: int
+    open: int
+    breaker_trips: _containers.ScalarMap[str, int]
+    tokens: int
+    runs_with_tokens: int
+    average_tokens: float
+    def __init__(self, version: _Optional[str] = ..., status: _Optional[str] = ..., live: _Optional[bool] = ..., runs: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., paused: _Optional[int] = ..., pauses: _Optional[int] = ..., open: _Optional[int] = ..., breaker_trips: _Optional[_Mapping[str, int]] = ..., tokens: _Optional[int] = ..., runs_with_tokens: _Optional[int] = ..., average_tokens: _Optional[float] = ...) -> None: ...
+
+class AgentStatsResponse(_message.Message):
+    __slots__ = ("agent", "tenant", "live_version", "versions", "log_seq")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    LIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    LOG_SEQ_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    tenant: str
+    live_version: str
+    versions: _containers.RepeatedCompositeFieldContainer[AgentVersionStats]
+    log_seq: int
+    def __init__(self, agent: _Optional[str] = ..., tenant: _Optional[str] = ..., live_version: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[AgentVersionStats, _Mapping]]] = ..., log_seq: _Optional[int] = ...) -> None: ...

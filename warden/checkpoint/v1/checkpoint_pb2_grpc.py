@@ -109,6 +109,11 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.FromString,
                 _registered_method=True)
+        self.AgentStats = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/AgentStats',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsResponse.FromString,
+                _registered_method=True)
 
 
 class CheckpointServiceServicer:
@@ -168,7 +173,8 @@ class CheckpointServiceServicer:
 
     def RecordAct(self, request, context):
         """A person's act on a run (resume, cancel, amend), recorded before it takes effect by the
-        caller that authenticated the person (its principal must be allowed to vouch for them).
+        caller that authenticated the person (its principal must be allowed to vouch for them); or
+        the run's own end (act "end"), recorded by the holder of its token before its status changes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -225,6 +231,17 @@ class CheckpointServiceServicer:
         """A person's roles in each tenant (admin, approver, operator, auditor), as the policy files in
         force say. The caller's principal must be allowed to vouch for the person (PERMISSION_DENIED
         caller_not_permitted otherwise). A read: not recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AgentStats(self, request, context):
+        """Per-version statistics of an agent (docs/catalog.md, "Statistics"): runs, how they ended,
+        pauses, breaker trips and tokens, computed from the decision log, so they survive restarts and
+        can be recomputed. Read like AgentHistory: a role in the agent's tenant (or, for a process
+        principal, rights that name it); PERMISSION_DENIED caller_not_permitted otherwise, the same
+        answer as for an agent that does not exist. A read: not recorded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -307,6 +324,11 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.Roles,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.SerializeToString,
+            ),
+            'AgentStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.AgentStats,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -714,6 +736,33 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/Roles',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AgentStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/AgentStats',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,
