@@ -11,7 +11,7 @@ from typing import Any
 
 from driver.cli import DEFAULT_CHECKPOINT, DEFAULT_DATA
 
-COMMANDS = ("list", "show", "history", "diff", "propose", "review", "approve", "reject", "retire", "rollback")
+COMMANDS = ("list", "show", "history", "diff", "propose", "review", "approve", "reject", "retire", "rollback", "stats")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("rollback", "propose an old version again, copied forward; it waits for an admin", _rollback,
                 version=True)
     p.add_argument("--note", default="")
+    p = command("stats", "compare an agent's versions: runs, how they ended, breaker trips, tokens (from the record)",
+                _stats)
+    p.add_argument("--json", action="store_true", help="one JSON document, for tools")
 
 
 def _rpc(args: argparse.Namespace, method: str, request: Any) -> Any:
@@ -204,3 +207,15 @@ def _rollback(args: argparse.Namespace) -> int:
 
     return _acted(args, _rpc(args, "ProposeAgentChange", pb.ProposeAgentChangeRequest(
         agent=args.agent, rollback_to=args.version, note=args.note)))
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from driver.agent_stats import render_stats, stats_document
+    from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+    answer = _rpc(args, "AgentStats", pb.AgentStatsRequest(agent=args.agent))
+    if args.json:
+        print(json.dumps(stats_document(answer), indent=2))
+    else:
+        print(render_stats(answer))
+    return 0

@@ -52,6 +52,7 @@ from driver.output_events import OutputEvents
 from driver.pricing import Prices
 from driver.providers import child_options
 from driver.providers.base import ModelRequest, Provider, ToolDef, estimate_tokens
+from driver.run_ends import correct_end, record_end
 from driver.store import (
     AWAITING_APPROVAL,
     AWAITING_CHILD,
@@ -288,8 +289,11 @@ class Driver:
                                 tool=approval["tool"], checkpoint_decision_id=checkpoint_decision_id or None)
         if model_call and not approved:
             # without the model the run cannot go on: it waits for a person (amend, resume or cancel)
+            record_end(self.checkpoint, self.store, run["run_id"], PAUSED, "approval_rejected", reason)
             if self.store.transition(run["run_id"], AWAITING_APPROVAL, PAUSED, "approval_rejected", reason):
                 self.store.append_event(run["run_id"], "run_paused", code="approval_rejected", reason=reason)
+            else:
+                correct_end(self.checkpoint, self.store, run["run_id"], PAUSED)
             return self.store.run(run["run_id"])
         # Only from awaiting_approval: a cancel that landed meanwhile stays a cancel.
         if self.store.transition(run["run_id"], AWAITING_APPROVAL, RUNNING, "", "") and spawn:
@@ -436,9 +440,11 @@ class Driver:
         reason = reason or f"cancelled by {person}"
         # A cancel only narrows: when the checkpoint cannot record it, it still happens (and says so).
         self._record_act(run, "cancel", person, reason, required=False)
+        record_end(self.checkpoint, self.store, run_id, CANCELLED, "cancelled", reason)
         # The status first (it stops the worker); the final event last, once everything that ran
         # for the run was stopped, so a watcher reads the whole story before the end.
         if not self.store.set_status(run_id, CANCELLED, "cancelled", reason):
+            correct_end(self.checkpoint, self.store, run_id, CANCELLED)
             current = self.store.run(run_id)["status"]  # it ended meanwhile: that end stands
             raise RunStateError(f"run {run_id} is already {current}", code=f"run_{current}")
         for child in self.store.children(run_id):  # nothing keeps running for a cancelled run
@@ -570,10 +576,14 @@ class Driver:
         return [c for c in self.store.calls(run["run_id"], run["turn"]) if c["status"] != "done"]
 
     def _pause(self, run: dict[str, Any], code: str, reason: str, **extra: Any) -> None:
-        self.store.set_status_logged(run["run_id"], PAUSED, code, reason, **extra)
+        record_end(self.checkpoint, self.store, run["run_id"], PAUSED, code, reason)  # on the record first
+        if not self.store.set_status_logged(run["run_id"], PAUSED, code, reason, **extra):
+            correct_end(self.checkpoint, self.store, run["run_id"], PAUSED)
 
     def _finish(self, run: dict[str, Any], status: str, code: str, reason: str, **extra: Any) -> None:
+        record_end(self.checkpoint, self.store, run["run_id"], status, code, reason)  # on the record first
         if not self.store.set_status_logged(run["run_id"], status, code, reason, **extra):
+            correct_end(self.checkpoint, self.store, run["run_id"], status)
             return  # it ended otherwise meanwhile (a cancel): that end stands
         if run["parent_run_id"]:
             self._settle_child(self.store.run(run["run_id"]))
