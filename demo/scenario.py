@@ -24,6 +24,7 @@ VERIFIED = "verified success of the task it started"
 PLAN_READ = "plan read and approved before the run went on"
 PROPOSAL = "an agent's proposal approved into a new version while the run kept its own"
 PAUSED_CHILD = "a pause that paused a child, which resumed with its parent"
+STATS = "per-version statistics of recon's two versions"
 
 
 class Scenario:
@@ -150,10 +151,34 @@ class Scenario:
             self.seen.add("breaker trip and pause")
         if kind == "run_resumed":
             self.seen.add("resume")
-        if kind == "run_succeeded" and self.verified_task and self.verified_task == self.started_task:
+        if (kind == "run_succeeded" and VERIFIED not in self.seen and self.verified_task
+                and self.verified_task == self.started_task):
             self.seen.add(VERIFIED)
             print(f"\n== verified: the driver read task {self.verified_task} itself (the task this run started, "
                   "from its own create_task_from_template receipt) and it succeeded", flush=True)
+
+    def second_run(self, goal_path: Path, script_path: Path) -> None:
+        """A run of the version the admin approved, so the two versions can be compared."""
+        run = self.driver.StartRun(pb.StartRunRequest(agent="recon", goal=goal_to_proto(load_goal(goal_path)),
+                                                      mode=pb.RUN_MODE_INTERACTIVE, provider="scripted",
+                                                      script_yaml=script_path.read_text()), metadata=self.md).run
+        print(f"\n== a second run of recon pins the approved version {run.agent_version}", flush=True)
+        self.after = 0
+        run = self.follow_until_stop(run.run_id)
+        print(f"== run {run.run_id}: {pb.RunStatus.Name(run.status)}", flush=True)
+
+    def print_stats(self, agent: str) -> None:
+        """The agent's versions side by side, computed by the checkpoint from its log."""
+        from driver.agent_stats import render_stats
+
+        with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
+            answer = cp_grpc.CheckpointServiceStub(ch).AgentStats(
+                cp.AgentStatsRequest(agent=agent), metadata=[("authorization", f"Bearer {self.person_token}")],
+                timeout=30)
+        print(f"\n== {agent}'s versions side by side (warden agents stats {agent}), from the decision log", flush=True)
+        print(render_stats(answer), flush=True)
+        if len([v for v in answer.versions if v.runs]) >= 2:
+            self.seen.add(STATS)
 
     def print_decisions(self, root_run_id: str) -> int:
         """Every decision of the run's delegation tree, in log order."""
@@ -200,8 +225,10 @@ def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
           flush=True)
     print("\n== the decision stream, from the checkpoint's hash-chained log", flush=True)
     n = s.print_decisions(run_id)
+    s.second_run(goal_path.parent / "recon-quick.yaml", script_path.parent / "quick.yaml")
+    s.print_stats("recon")
     wanted = [PLAN_READ, "allowed call ran in a container", "denied call", "approval", "breaker trip and pause",
-              "resume", PROPOSAL, PAUSED_CHILD, "delegation to a child run", VERIFIED]
+              "resume", PROPOSAL, PAUSED_CHILD, "delegation to a child run", VERIFIED, STATS]
     missing = [w for w in wanted if w not in s.seen]
     print(f"\n== {n} decisions recorded; scenario: " + ", ".join(f"{w} {'ok' if w in s.seen else 'MISSING'}"
                                                               for w in wanted), flush=True)
