@@ -8,10 +8,10 @@ import json
 import sqlite3
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from google.protobuf import json_format
-
-from checkpoint.policy import AgentCatalog, PolicyLoadError, load_policy_dir
+if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
+    from checkpoint.policy import AgentCatalog, PolicyLoadError
 
 # Exit codes, documented in each command's --help.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOAD = 0, 1, 2, 3
@@ -74,6 +74,8 @@ def _print_errors(exc: PolicyLoadError) -> None:
 
 
 def _load(directory: Path, cel_engine: str, catalog: AgentCatalog | None = None):  # noqa: ANN202
+    from checkpoint.policy import PolicyLoadError, load_policy_dir
+
     try:
         return load_policy_dir(directory, catalog=catalog, cel_engine=cel_engine)
     except PolicyLoadError as exc:
@@ -101,6 +103,7 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
+    from checkpoint.policy import PolicyLoadError
     from checkpoint.policytest import coverage, find_test_files, load_cases, run_case, unknown_codes
     from checkpoint.policytest_report import report
 
@@ -169,7 +172,10 @@ def cmd_policy_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
     from checkpoint.engine import InvalidRequest, decide
+    from checkpoint.policy import AgentCatalog
     from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
     try:

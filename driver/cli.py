@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from warden.budget import FIELDS as BUDGET_FIELDS
+from warden.budget_fields import FIELDS as BUDGET_FIELDS
 
 DEFAULT_DATA = os.environ.get("WARDEN_DATA", ".warden")
 DEFAULT_DRIVER = os.environ.get("WARDEN_DRIVER", "127.0.0.1:7403")

@@ -7,8 +7,6 @@ import logging
 import sys
 from pathlib import Path
 
-from toolrunner.errors import RunnerError
-from toolrunner.secrets import SecretsFileError, load_secrets
 from warden.cli import help_only, optional_file
 
 TOKENS_FILE = "toolrunner.tokens"
@@ -55,8 +53,10 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from checkpoint.policy import PolicyLoadError
     from checkpoint.server.auth import TokenFileError, load_tokens
+    from toolrunner.errors import RunnerError
     from toolrunner.keys import KeyringError, load_keyring
     from toolrunner.runner import RunnerConfig
+    from toolrunner.secrets import SecretsFileError, load_secrets
     from toolrunner.server import serve
 
     try:

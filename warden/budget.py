@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warden import budget_fields
+
 
 class Budget(BaseModel):
     """Ceilings for the eleven breakers. Unset means no ceiling at this level (the instance's
@@ -31,3 +33,5 @@ class Budget(BaseModel):
 
 
 FIELDS: tuple[str, ...] = tuple(Budget.model_fields)
+if FIELDS != budget_fields.FIELDS:  # one list of names, kept by the model
+    raise RuntimeError(f"warden/budget_fields.py lists {budget_fields.FIELDS}, the model has {FIELDS}")

@@ -14,13 +14,11 @@ import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from checkpoint.audit import store
-from checkpoint.audit.errors import AuditUnavailable
-from checkpoint.audit.reader import DecisionReader
-from checkpoint.audit.record import format_time
-from checkpoint.audit.store import Filters
+if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
+    from checkpoint.audit.reader import DecisionReader
+    from checkpoint.audit.store import Filters
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
 DEFAULT_LIMIT = 1000  # a query prints at most this many unless told otherwise (--limit, --all)
@@ -158,6 +156,8 @@ def _pipe_may_close(command: Any) -> Any:
 def _since(text: str) -> str:
     """A moment, stored form: an age (15m) back from now, today or yesterday (midnight UTC), a date
     (its midnight UTC), or an RFC 3339 time with its offset."""
+    from checkpoint.audit.record import format_time
+
     word = text.strip().lower()
     if word in ("today", "yesterday"):
         midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -188,6 +188,10 @@ def _anchor(text: str) -> tuple[int, str]:
 
 
 def _reader(args: argparse.Namespace) -> DecisionReader | None:
+    from checkpoint.audit import store
+    from checkpoint.audit.errors import AuditUnavailable
+    from checkpoint.audit.reader import DecisionReader
+
     path = Path(args.log) if args.log else Path(args.data) / "decisions.db"
     if not path.is_file():
         print(f"warden audit: no decision log at {path}", file=sys.stderr)

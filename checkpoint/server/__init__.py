@@ -5,7 +5,37 @@ errors become statuses), `auth`, `reload`, `metrics`, `ids`, `convert`, `app` (a
 See docs/checkpoint-service.md.
 """
 
-from checkpoint.server.app import CheckpointServer, TlsConfig, create_server, serve
-from checkpoint.server.auth import AuthPolicy, load_tokens
+from __future__ import annotations
 
-__all__ = ["AuthPolicy", "CheckpointServer", "TlsConfig", "create_server", "load_tokens", "serve"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from checkpoint.server.app import CheckpointServer, TlsConfig, create_server, serve
+    from checkpoint.server.auth import AuthPolicy, load_tokens
+
+# Imported on first use, so a command's --help does not load what only its work needs.
+_WHERE = {
+    "CheckpointServer": "checkpoint.server.app",
+    "TlsConfig": "checkpoint.server.app",
+    "create_server": "checkpoint.server.app",
+    "serve": "checkpoint.server.app",
+    "AuthPolicy": "checkpoint.server.auth",
+    "load_tokens": "checkpoint.server.auth",
+}
+
+__all__ = [
+    "AuthPolicy",
+    "CheckpointServer",
+    "TlsConfig",
+    "create_server",
+    "load_tokens",
+    "serve",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
