@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from collections.abc import Iterable
@@ -89,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-f", "--follow", action="store_true", help="keep printing records as they are committed"
     )
     tail.add_argument("--format", choices=["line", "jsonl"], default="line")
-    tail.set_defaults(func=_pipe_may_close(_tail))
+    tail.set_defaults(func=_tail)
 
     query = commands.add_parser("query", parents=[where, filters, window], help="records matching filters")
     query.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq")
@@ -98,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help=f"at most N records (default {DEFAULT_LIMIT})")
     limit.add_argument("--all", action="store_true", help="every matching record, however many")
     query.add_argument("--format", choices=["table", "jsonl", "csv"], default="table")
-    query.set_defaults(func=_pipe_may_close(_query))
+    query.set_defaults(func=_query)
 
     verify = commands.add_parser(
         "verify",
@@ -132,22 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SEQ",
         help="only records after this seq (incremental shipping)",
     )
-    export.set_defaults(func=_pipe_may_close(_export))
-
-
-def _pipe_may_close(command: Any) -> Any:
-    """`warden audit export | head` ends quietly: a reader that stops reading is not an error."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return int(command(args))
-        except BrokenPipeError:
-            # stdout is gone; point it at /dev/null so the interpreter's final flush stays quiet
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            return EXIT_OK
-
-    return run
+    export.set_defaults(func=_export)
 
 
 # -- argument types -----------------------------------------------------------------------
