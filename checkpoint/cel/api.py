@@ -10,8 +10,9 @@ from typing import NamedTuple, Protocol
 class CelType(enum.Enum):
     """Declared type of a top-level variable.
 
-    Kept deliberately small: policies only see JSON-shaped data, so richer CEL types
-    (timestamps, messages) would be declarations nothing can fill.
+    Kept deliberately small: policies see JSON-shaped data, plus one timestamp (the
+    checkpoint's clock, `now`). Typed objects with known fields are declared for checking
+    only (`checkpoint.cel.typed`); evaluation reads them as maps.
     """
 
     DYN = "dyn"
@@ -25,6 +26,7 @@ class CelType(enum.Enum):
     LIST_STRING = "list(string)"
     MAP_STRING_DYN = "map(string, dyn)"
     MAP_STRING_STRING = "map(string, string)"
+    TIMESTAMP = "timestamp"  # an aware datetime.datetime in the activation
 
 
 class CelCompileError(Exception):

@@ -35,6 +35,7 @@ def _native_type(t: CelType) -> Any:
         CelType.LIST_STRING: T.List(T.STRING),
         CelType.MAP_STRING_DYN: T.Map(T.STRING, T.DYN),
         CelType.MAP_STRING_STRING: T.Map(T.STRING, T.STRING),
+        CelType.TIMESTAMP: T.TIMESTAMP,
     }[t]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -65,6 +66,12 @@ def _convert_top(name: str, declared: CelType, value: object) -> Any:
 
     if declared is CelType.DYN:
         return _to_cel(value, name)
+    if declared is CelType.TIMESTAMP:
+        # As the native runtime reads it: an aware datetime is that instant, a naive one is
+        # local time (Python's convention); nothing else is a timestamp.
+        if not isinstance(value, datetime.datetime):
+            raise bad()
+        return ct.TimestampType(value.astimezone(datetime.UTC))
     if declared is CelType.DOUBLE:
         # The native runtime widens an int bound to a double variable; so do we.
         if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 
 from checkpoint.cel import CelType
 
@@ -15,7 +16,10 @@ POLICY_VARIABLES = {
     "counters": CelType.MAP_STRING_DYN,
     "action": CelType.STRING,
     "subjects": CelType.LIST_STRING,
+    "now": CelType.TIMESTAMP,
 }
+# a Sunday, the day summer time starts in Europe (01:00 UTC): 09:30 in Berlin
+NOW = datetime(2024, 3, 31, 7, 30, 15, tzinfo=UTC)
 
 _BASE = {
     "args": {
@@ -37,6 +41,7 @@ _BASE = {
     "counters": {"tool_calls": 4, "spend_usd": 1.25},
     "action": "tool_call",
     "subjects": ["customer:cus_42", "order:o-9"],
+    "now": NOW,
 }
 
 

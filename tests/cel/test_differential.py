@@ -7,13 +7,14 @@ the chosen semantics) fails here too, not only a disagreement.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from checkpoint.cel import Case, CelResult, differential, get_engine
 from checkpoint.cel.differential import Mismatch, agree
 
-from .cel_corpus import POLICY_VARIABLES, base_activation
+from .cel_corpus import NOW, POLICY_VARIABLES, base_activation
 
 ERR = object()  # expected: an evaluation error (any message)
 COMPILE = object()  # expected: rejected at compile time
@@ -150,6 +151,30 @@ CORPUS: list[tuple[str, object, dict[str, object]]] = [
     ("args.count == 3", True, {"subjects": [1]}),
     ("has(args.y)", ERR, {"args": {"x": 2**70}}),
     ("run.depth == 0", True, {"args": {"x": 2**70}}),
+    # the checkpoint's clock: a timestamp, its parts read in an explicit time zone
+    ("now.getHours('Europe/Berlin')", 9, {}),
+    ("now.getDayOfWeek('Europe/Berlin')", 0, {}),
+    ("now.getHours('America/New_York')", 3, {}),
+    ("now.getHours()", 7, {}),
+    ("now.getHours('+05:30') * 60 + now.getMinutes('+05:30')", 13 * 60, {}),
+    ("now.getFullYear('Pacific/Kiritimati') * 100 + now.getMonth('Pacific/Kiritimati')", 202402, {}),
+    ("now.getDayOfMonth('UTC')", 30, {}),
+    ("now > timestamp('2024-01-01T00:00:00Z')", True, {}),
+    ("now - duration('8h') < timestamp('2024-03-31T00:00:00Z')", True, {}),
+    ("now.getHours('Europe/Berlin') >= 9 && now.getHours('Europe/Berlin') < 17 && "
+     "now.getDayOfWeek('Europe/Berlin') in [1, 2, 3, 4, 5]", False, {}),
+    ("now.getDayOfWeek('Europe/Berlin') in [1, 2, 3, 4, 5]", True,
+     {"now": NOW + timedelta(days=1)}),
+    ("now.getHours('Mars/Olympus')", ERR, {}),
+    ("string(now)", "2024-03-31T07:30:15Z", {}),
+    ("now", NOW, {}),
+    ("now.getHours()", 10, {"now": datetime(2024, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))}),
+    ("now == timestamp('2024-01-01T10:00:00Z')", True,
+     {"now": datetime(2024, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))}),
+    ("now.getHours()", ERR, {"now": "2024-03-31T07:30:15Z"}),  # text is not a timestamp
+    ("true", True, {"now": datetime(2024, 1, 1, tzinfo=UTC)}),
+    ("now + 1", COMPILE, {}),
+    ("now > 5", COMPILE, {}),
     # compile-time rejections
     ("undeclared_var == 1", COMPILE, {}),
     ("args.amount >", COMPILE, {}),
