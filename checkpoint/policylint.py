@@ -10,13 +10,17 @@ what to look at:
 - a tenant that declares no `roles`: every person a principal lets in may operate, approve and
   read its runs, and nobody is its admin (the implicit `default` tenant only when an agent is in it);
 - a principal whose identities include a pattern (`token:*`, the persons' token lines) and whose
-  audit right is `*`: every person it matches reads the whole log, which no tenant's roles narrow.
+  audit right is `*`: every person it matches reads the whole log, which no tenant's roles narrow;
+- a tool_call rule that reads `args` without naming its tools, or naming a tool whose input
+  schema cannot be read as fields: there `args` is a map of dyn, so a misspelt argument is not
+  caught at load (policy/celtypes.py).
 """
 
 from __future__ import annotations
 
 from checkpoint.engine.breakers import BREAKERS, narrowest
 from checkpoint.policy import PolicySet, model
+from checkpoint.policy.celtypes import untyped_reason
 
 
 def warnings(policies: PolicySet) -> list[str]:
@@ -44,6 +48,26 @@ def warnings(policies: PolicySet) -> list[str]:
             if not limits:
                 out.append(f"{who}: no daily_spend {field}: nothing bounds the day's spend")
     out.extend(_role_warnings(policies))
+    out.extend(_untyped_args_warnings(policies))
+    return out
+
+
+def _untyped_args_warnings(policies: PolicySet) -> list[str]:
+    out: list[str] = []
+    for rule in sorted(policies.rules, key=lambda r: r.name):
+        if "args" not in rule.reads or "tool_call" not in rule.spec.actions:
+            continue
+        if not rule.spec.tools:
+            out.append(f"rule {rule.name!r} ({rule.where}): reads args without naming its tools, so args is a map "
+                       f"of dyn there and a misspelt argument only shows when a call comes; name them "
+                       f"(tools: [...]) to have args checked against their input schemas")
+            continue
+        for name in rule.spec.tools:
+            tool = policies.tools.get(name)
+            reason = untyped_reason(tool.spec.input_schema) if tool is not None else None
+            if reason is not None:
+                out.append(f"rule {rule.name!r} ({rule.where}): args is a map of dyn, not checked at load, "
+                           f"because tool {name!r} cannot be typed: {reason}")
     return out
 
 

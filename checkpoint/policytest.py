@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from google.protobuf import json_format
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.engine.codes import DECISION_CODES
@@ -70,6 +70,9 @@ class Case(_Strict):
     plan: list[StepSpec] | None = None
     # the person whose approval of this very call the checkpoint verified (an approval token)
     approved_by: str | None = None
+    now: AwareDatetime | None = Field(
+        None, description="the checkpoint's time the rules read as `now` (RFC 3339 with an offset, quoted); "
+                          "default: the wall clock")
     expect: Expect
 
     @model_validator(mode="after")
@@ -182,7 +185,8 @@ def run_case(policies: PolicySet, case: Case) -> CaseResult:
     try:
         # `approved_by`: a person approved this very call, for every approve-if rule it asks
         response = decide(policies, request, approver=case.approved_by or "",
-                          approved_rules=frozenset(r.name for r in policies.rules) if case.approved_by else frozenset())
+                          approved_rules=frozenset(r.name for r in policies.rules) if case.approved_by else frozenset(),
+                          now=case.now)
     except InvalidRequest as exc:
         got = ("INVALID", exc.code, "", exc.message)
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from checkpoint.engine import codes
@@ -44,6 +45,7 @@ class Call:
     approved_by: str = ""  # set when that approval satisfied every approve_if rule that applied
     asking: list[str] = field(default_factory=list)  # approve-if rules left to answer (REQUIRE_APPROVAL)
     handoff_to: str = ""  # set when a handoff_if rule handed the case to a person or queue
+    now: datetime | None = None  # the checkpoint's time for rules that read `now` (decide() sets it)
 
     @property
     def depth(self) -> int:

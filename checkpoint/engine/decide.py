@@ -1,13 +1,15 @@
 """The decision function: one proposed action in, one verdict with a stable code out.
 
-Pure: no I/O, no clock, no log. The service stamps the decision id, signs the grant and
-records the decision. Steps run in DESIGN.md's order and the first failure wins:
+Pure: no I/O, no log, and no clock of its own: the time a rule reads (`now`) is passed in by
+the service, never taken from the request. The service stamps the decision id, signs the grant
+and records the decision. Steps run in DESIGN.md's order and the first failure wins:
 request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, delegation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import fastjsonschema
@@ -19,6 +21,7 @@ from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
 from checkpoint.policy.policyset import RuleGroup, read_touched
+from checkpoint.policy.roles import roles_of
 from checkpoint.policy.subjects import Subject, SubjectError
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -27,8 +30,11 @@ MAX_PLAN_STEPS = 100
 
 
 def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
-           approved_rules: frozenset[str] = frozenset()) -> pb.CheckResponse:
+           approved_rules: frozenset[str] = frozenset(), now: datetime | None = None) -> pb.CheckResponse:
     """Decide one request. Raises InvalidRequest when it is not well formed enough to decide.
+
+    `now`: the checkpoint's time, the `now` rules read (an aware datetime; the service passes its
+    clock, tests a fixed time). Left out, it is the wall clock, read only when a rule reads `now`.
 
     `approver`: the person whose approval of this very call the service has verified (an
     approval token it signed), and `approved_rules` the approve-if rules (by name) that approval
@@ -43,6 +49,7 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
         call = resolve(policies, request, trace)
         call.approver = approver[:100]
         call.approved_rules = approved_rules
+        call.now = now
         action = request.WhichOneof("action")
         if action == "tool_call":
             _tool_call(call, request.tool_call, response)
@@ -285,6 +292,19 @@ def _agent_map(call: Call) -> dict[str, Any]:
     return found
 
 
+def _person_map(call: Call) -> dict[str, Any]:
+    return {"name": call.person, "roles": roles_of(call.tenant, call.person)}
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # `now` when no applicable rule reads it
+
+
+def _now(call: Call) -> datetime:
+    if call.now is None:
+        call.now = datetime.now(UTC)
+    return call.now
+
+
 def _base_activation(call: Call, action: str, reads: frozenset[str]) -> dict[str, Any]:
     """The rule variables, the action's own ones empty; those no applicable rule names are left
     empty too (CEL needs them declared, not filled), which saves building and converting them."""
@@ -300,6 +320,8 @@ def _base_activation(call: Call, action: str, reads: frozenset[str]) -> dict[str
         "model": {},
         "delegation": {},
         "plan": [],
+        "person": _person_map(call) if "person" in reads else {},
+        "now": _now(call) if "now" in reads else EPOCH,
     }
 
 

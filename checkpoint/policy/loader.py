@@ -19,9 +19,9 @@ import jsonschema
 from pydantic import ValidationError
 
 from checkpoint.cel import CelCompileError, CelProgram, CelType, get_engine
+from checkpoint.cel import typed as cel_typed
 from checkpoint.cel.fastpath import FastProgram, compile_fast
-from checkpoint.cel.native import NativeProgram
-from checkpoint.policy import model
+from checkpoint.policy import celtypes, model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.defaults import with_defaults
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
@@ -41,8 +41,9 @@ from warden import canonical
 MAX_FILE_BYTES = 1024 * 1024
 TEST_SUFFIXES = ("_test.yaml", "_test.yml")
 
-# What a rule's condition may read. Every rule sees every name; values not relevant to the
-# action (say `args` on a model call) are empty maps, so `has()` tells them apart.
+# What a rule's condition may read, as the engines evaluate it (maps); their fields and types
+# are declared in celtypes.py, checked at load. Every rule sees every name; values not relevant
+# to the action (say `args` on a model call) are empty maps, so `has()` tells them apart.
 RULE_VARIABLES: dict[str, CelType] = {
     "action": CelType.STRING,
     "args": CelType.MAP_STRING_DYN,
@@ -54,6 +55,8 @@ RULE_VARIABLES: dict[str, CelType] = {
     "model": CelType.MAP_STRING_DYN,
     "delegation": CelType.MAP_STRING_DYN,
     "plan": CelType.LIST_DYN,
+    "person": CelType.MAP_STRING_DYN,
+    "now": CelType.TIMESTAMP,
 }
 TOUCHES_VARIABLES: dict[str, CelType] = {"args": CelType.MAP_STRING_DYN}
 
@@ -68,6 +71,11 @@ class _Doc:
 
     def at(self, *path: str | int) -> int:
         return self.source.line_of(path)
+
+    def line_in(self, path: tuple[str | int, ...], line: int) -> int:
+        """The file line of line `line` of the text at `path` (a literal block spans lines)."""
+        start = self.source.blocks.get(path)
+        return self.at(*path) if start is None else start + line - 1
 
 
 def policy_files(directory: Path) -> list[Path]:
@@ -155,16 +163,6 @@ def _read(path: Path) -> bytes:
         return f.read(MAX_FILE_BYTES + 1)  # one byte more tells a file over the cap
 
 
-def _checked_type(program: CelProgram, source: str, variables: dict[str, CelType]) -> str | None:
-    """The result type Google's type checker gives `source` (whichever engine evaluates it)."""
-    if isinstance(program, NativeProgram):  # already checked by that compile
-        return program.result_type
-    try:
-        return get_engine("native").compile(source, variables).result_type  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - no native runtime here: the engine's own checks stand
-        return None
-
-
 def _parse_file(raw: bytes, shown: str, errors: list[PolicyError]) -> list[_Doc]:
     if len(raw) > MAX_FILE_BYTES:
         errors.append(PolicyError(shown, 1, f"file is larger than {MAX_FILE_BYTES} bytes"))
@@ -226,16 +224,33 @@ class _Compiler:
         source: str,
         variables: dict[str, CelType],
         result_types: tuple[str, ...],
+        shapes: Mapping[str, cel_typed.Shape] | None = None,
     ) -> Any:
-        """Compile and type-check; the checked result type must be one of `result_types` (or DYN)."""
+        """Type-check against the typed declarations (`shapes`, else `variables`) with Google's
+        checker, whichever engine evaluates; then compile for the engine (over `variables`).
+        The checked result type must be one of `result_types`."""
+        what = f"{doc.spec.kind.lower()} {getattr(doc.spec, 'name', '')!r} {'.'.join(map(str, path))}: "
+        checked = None
+        if cel_typed.AVAILABLE:  # without the native wheel, the engine's own checks stand
+            try:
+                checked = cel_typed.checker_for(shapes or variables).check(source)
+            except cel_typed.TypedCompileError as exc:
+                for p in exc.problems:
+                    self.errors.append(PolicyError(doc.file, doc.line_in(path, p.line),
+                                                   f"{what}CEL does not compile: {p.line}:{p.column}: {p.message}\n"
+                                                   + cel_typed.frame(source, p.line, p.column, p.length)))
+                return None
         try:
             program = self.engine.compile(source, variables)
         except CelCompileError as exc:
-            self.error(doc, path, f"CEL does not compile: {exc.message}")
+            where = "" if exc.line is None else "\n" + cel_typed.frame(source, exc.line, exc.column or 1)
+            self.errors.append(PolicyError(doc.file, doc.line_in(path, exc.line or 1),
+                                           f"{what}CEL does not compile: {exc.message}{where}"))
             return None
-        checked = _checked_type(program, source, variables)
-        if checked is not None and checked != "DYN" and checked not in result_types:
-            self.error(doc, path, f"CEL returns {checked}; it must return {' or '.join(result_types)}")
+        if checked is not None and checked not in result_types:
+            why = (" (a value whose type is only known when it runs: compare it, e.g. `== true`)"
+                   if checked == "DYN" else "")
+            self.error(doc, path, f"{what}CEL returns {checked}{why}; it must return {' or '.join(result_types)}")
             return None
         return program
 
@@ -365,7 +380,8 @@ class _Compiler:
             if source is not None:
                 # always compile through the engine: it type-checks; keep the fast form when there is one
                 program = self.compile_cel(doc, ("touches", dim), source, TOUCHES_VARIABLES,
-                                           ("LIST<STRING>", "LIST<DYN>"))
+                                           ("LIST<STRING>", "LIST<DYN>", "DYN"),
+                                           celtypes.touches_shapes(spec.name, spec.input_schema))
                 if program is None:
                     failed = True
                 else:
@@ -449,7 +465,9 @@ class _Compiler:
             self.error(doc, ("tools",), f"rule {spec.name!r}: 'tools' only applies to tool_call rules")
         if spec.handoff_to is not None and spec.effect is not model.Effect.HANDOFF_IF:
             self.error(doc, ("handoff_to",), f"rule {spec.name!r}: 'handoff_to' only applies to handoff_if rules")
-        program = self.compile_cel(doc, ("condition",), spec.condition, RULE_VARIABLES, ("BOOL",))
+        named = [(n, tools[n].spec.input_schema) for n in spec.tools if n in tools]
+        shapes = celtypes.rule_shapes(named if len(named) == len(spec.tools) else [])
+        program = self.compile_cel(doc, ("condition",), spec.condition, RULE_VARIABLES, ("BOOL",), shapes)
         if program is None:
             return None
         return CompiledRule(

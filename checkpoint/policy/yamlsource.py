@@ -7,6 +7,7 @@ with duplicate keys refused and the line of every key path recorded for error me
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,9 @@ class SourceDocument:
     data: Any
     line: int
     lines: dict[Path_, int] = field(default_factory=dict)
+    # literal block scalars (`|`): the line their text starts on, so that line n of the text
+    # (a multi-line CEL condition) is line `start + n - 1` of the file
+    blocks: dict[Path_, int] = field(default_factory=dict)
 
     def line_of(self, path: Path_) -> int:
         """The line of the deepest recorded prefix of `path` (a pydantic `loc`, say)."""
@@ -72,10 +76,13 @@ class _Builder:
             return result
         if isinstance(node, SequenceNode):
             return [self._value(item, (*path, i), doc, depth + 1) for i, item in enumerate(node.value)]
+        if getattr(node, "style", None) == "|":
+            doc.blocks[path] = node.start_mark.line + 2
         value = self._scalars.construct_object(node)
         if not isinstance(value, (str, int, float, bool)) and value is not None:
             # dates and binary scalars have no meaning in policy files; refuse rather than guess
-            raise YamlIssue(node.start_mark.line + 1, f"unsupported YAML value of type {type(value).__name__}")
+            quote = " (quote it to write it as text)" if isinstance(value, (datetime.date, bytes)) else ""
+            raise YamlIssue(node.start_mark.line + 1, f"unsupported YAML value of type {type(value).__name__}{quote}")
         return value
 
 

@@ -14,7 +14,8 @@ import hmac
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import json_format
@@ -78,6 +79,8 @@ class CheckpointService:
         self._decision_counters: dict[tuple[int, str], Any] = {}
         self.catalog = CatalogActs(self)
         self.agent_stats = AgentStatsReads(self)
+        # the time rules read as `now`: the checkpoint's own clock, never a caller's (tests fix it)
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         store.on_catalog = self._record_catalog_changes
 
     # -- decisions -------------------------------------------------------------------------
@@ -114,10 +117,11 @@ class CheckpointService:
             approver = approval.approver if approval else ""
             approved = approval.rules if approval else frozenset()
             pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
-            response = decide(policies, request, approver=approver, approved_rules=approved)
+            now = self.clock()  # one instant for both decisions
+            response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
             if pinned is not policies:
-                response = stricter(response, decide(pinned, request, approver=approver, approved_rules=approved),
-                                    established.revision)
+                response = stricter(response, decide(pinned, request, approver=approver, approved_rules=approved,
+                                                     now=now), established.revision)
             if action == "delegation":
                 response = _delegation_needs_operator(policies, request, response)
         except Refused as refused:

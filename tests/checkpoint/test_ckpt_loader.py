@@ -148,7 +148,10 @@ def test_every_error_in_every_file_is_reported_at_once_and_sorted(tmp_path):
     text = str(info.value)
     assert "unknown kind 'Robot'" in text and "unknown key" in text and "CEL does not compile" in text
     assert "defined twice" in text
-    assert len(text.splitlines()) == len(errors) >= 4
+    # one line per error, a CEL error followed by its code frame (indented, `|`)
+    headlines = [line for line in text.splitlines() if not line.startswith("    |")]
+    assert len(headlines) == len(errors) >= 4
+    assert "    | args.x ==" in text
 
 
 def test_duplicate_names_report_the_second_definition(tmp_path):

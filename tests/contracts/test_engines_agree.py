@@ -3,11 +3,12 @@ and every CEL expression in the shipped policies evaluates identically on both e
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from checkpoint.cel import Case, differential
+from checkpoint.cel import Case, differential, get_engine
 from checkpoint.engine import decide
 from checkpoint.policy import load_policy_dir
 from checkpoint.policy.loader import RULE_VARIABLES, TOUCHES_VARIABLES
@@ -48,6 +49,10 @@ def test_every_shipped_expression_evaluates_alike():
          "run": {"mode": "background"}, "counters": {}, "subjects": [], "model": {"name": "x"},
          "delegation": {}, "plan": []},
     ]
+    for i, a in enumerate(activations):  # every declared variable, or every case is the same error
+        a.update(person={"name": "alice", "roles": ["operator"]},
+                 now=datetime(2024, 6, 3 + i, 8 + 4 * i, 30, tzinfo=UTC))
+    assert set(activations[0]) == set(RULE_VARIABLES)
     cases = []
     for rule in NATIVE.rules:
         cases += [Case(rule.spec.condition, a, RULE_VARIABLES) for a in activations]
@@ -56,3 +61,5 @@ def test_every_shipped_expression_evaluates_alike():
             cases += [Case(program.source, {"args": a["args"]}, TOUCHES_VARIABLES) for a in activations]
     assert len(cases) > 20
     assert differential(cases) == []
+    native = get_engine("native")
+    assert any(native.compile(c.source, c.variables).evaluate(c.activation).error is None for c in cases)

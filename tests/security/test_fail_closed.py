@@ -18,8 +18,8 @@ def test_a_decision_with_no_verdict_or_an_unknown_one_is_a_recorded_deny_without
     assert checkpoint.stub().Check(req, timeout=5).HasField("grant")  # the same call, decided: a grant
 
     for verdict in (pb.VERDICT_UNSPECIFIED, 42):
-        def no_verdict(policies, request, *, approver="", approved_rules=frozenset(), verdict=verdict):
-            got = real_decide(policies, request, approver=approver, approved_rules=approved_rules)
+        def no_verdict(policies, request, *, verdict=verdict, **given):  # approver, approved_rules, now
+            got = real_decide(policies, request, **given)
             assert got.verdict == pb.VERDICT_ALLOW and got.code == "allowed"
             got.verdict = verdict  # everything else says ALLOW
             return got
