@@ -360,3 +360,25 @@ def test_a_case_time_must_be_quoted_and_carry_its_offset(tmp_path, capsys, writt
     root = folder(tmp_path, rule(BUSINESS_HOURS, "deploy"), {"tests/hours_test.yaml": suite})
     assert main(["policy", "test", str(root)]) == 3
     assert problem in capsys.readouterr().err
+
+
+SAME_SET = [
+    ('tool.access == "write"', ""), ('tool.acess == "write"', ""), ("args.service > 5", "deploy"),
+    ('args.service.startsWith("db-")', "deploy"), ("args.servcie == 1", ""), ("args.servcie == 1", "deploy"),
+    ("args.amount > 500 && args.amount < 1000.0", "deploy"), ("args.replicas > 5.0", "deploy"),
+    ('"cn" in args.regions', "deploy"), ("size(args.labels) > 2", "deploy"), ("size(args) > 2", "deploy"),
+    ("args.dry_run", "deploy"), ("args.labels", "deploy"), ("run.depth > 0 && run.has_plan", ""),
+    ('run.inputs.ticket == "x"', ""), ('"admin" in person.roles', ""), ("counters.run_spend_usd > 5.0", ""),
+    ("counters.run_spend_usd > 5", ""), ('plan.exists(s, s.tool == "deploy")', ""), ("model.max_tokens > 1000", ""),
+    ('delegation.agent == "helper"', ""), ('now.getHours("Asia/Tokyo") < 6', ""), ("now > 5", ""),
+    ("dyn(tool).acess == 1", ""), ("1 + 2", ""),
+]
+
+
+def test_both_engines_accept_exactly_the_same_rules(tmp_path):
+    rules = "---\n".join(rule(c, t, name=f"r{i}") for i, (c, t) in enumerate(SAME_SET))
+    root = folder(tmp_path, rules)
+    native, python = (sorted(load_errors(root, engine)) for engine in ENGINES)
+    assert native == python
+    refused = {int(e.split("rule 'r")[1].split("'")[0]) for e in native}
+    assert refused == {1, 2, 5, 7, 10, 12, 17, 22, 24}, [SAME_SET[i][0] for i in sorted(refused)]
