@@ -32,13 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _commands(sub: Any, group: str, kind: str) -> None:
-    def command(name: str, help: str, func: Any, *, named: bool = True, version: bool = False) -> Any:
+    def command(name: str, help: str, func: Any, *, named: bool = True, version: bool = False,
+                tenant: bool = True) -> Any:
         p = sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
         if named:
             p.add_argument("name")
         if version:
             p.add_argument("version")
-        p.add_argument("--tenant", default="", help=f"the {kind}'s tenant (default: the one tenant that has it)")
+        if tenant:  # a proposal's tenant is its document's, or the saved call's
+            p.add_argument("--tenant", default="", help=f"the {kind}'s tenant (default: the one tenant that has it)")
         p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT,
                        help="checkpoint address (default %(default)s, env WARDEN_CHECKPOINT)")
         p.add_argument("--data", default=DEFAULT_DATA, type=Path, help="data folder holding checkpoint.token")
@@ -52,12 +54,12 @@ def _commands(sub: Any, group: str, kind: str) -> None:
     p.add_argument("version", nargs="?", default="")
     if kind == "skill":
         p = command("propose", "propose a skill from a file holding one Skill document; it waits for an admin",
-                    _propose)
+                    _propose, tenant=False)
         p.add_argument("--file", type=Path, required=True)
     else:
         p = command("save", "save a template: from a file holding one Template document, or from a run's call "
                     "that worked (--run and --decision: its spec, the target put back as TARGET); it waits "
-                    "for an admin", _propose)
+                    "for an admin", _propose, tenant=False)
         p.add_argument("--file", type=Path, help="a YAML file holding one Template document")
         p.add_argument("--run", default="", help="the run whose call worked")
         p.add_argument("--decision", default="", help="the decision id of that call (warden watch shows it)")
@@ -65,12 +67,12 @@ def _commands(sub: Any, group: str, kind: str) -> None:
         p.add_argument("--driver", default=DEFAULT_DRIVER,
                        help="with --run: the driver that ran it, asked whether the call worked")
     p.add_argument("--note", default="", help="why: shown to the reviewer and recorded")
-    for name, verb in (("approve", f"approve a pending version: it goes live (a tenant admin)"),
+    for name, verb in (("approve", "approve a pending version: it goes live (a tenant admin)"),
                        ("reject", "reject a pending version (a tenant admin)")):
         p = command(name, verb, _review, version=True)
         p.add_argument("--note", default="")
         p.set_defaults(approve=name == "approve")
-    p = command("retire", f"retire a version, the live one included: no run may use it again (a tenant admin)",
+    p = command("retire", "retire a version, the live one included: no run may use it again (a tenant admin)",
                 _retire, version=True)
     p.add_argument("--note", default="")
 

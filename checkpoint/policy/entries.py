@@ -95,6 +95,7 @@ class Entry:
     @classmethod
     def of(cls, spec: model.Skill | model.Template) -> Entry:
         """The version a policy document defines (its id: the hash of its content)."""
+        content: dict[str, Any]
         if isinstance(spec, model.Skill):
             kind, content = SKILL, {"text": spec.text}
         else:

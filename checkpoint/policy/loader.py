@@ -130,9 +130,9 @@ def load_policy_files(
     # the files propose; the catalog says which version of each agent is live (docs/catalog.md)
     live, changes = policies.catalog.settle(policies.agents, policies.tenants, compiler.sources, write=settle)
     # and of each skill and template (docs/skills.md)
-    changes += policies.catalog.entries.settle(compiler.entries, policies.tenants, first_install=first_install,
-                                               write=settle)
-    return policies.with_catalog(live, changes)
+    entry_changes = policies.catalog.entries.settle(compiler.defined, policies.tenants,
+                                                    first_install=first_install, write=settle)
+    return policies.with_catalog(live, [*changes, *entry_changes])
 
 
 def load_agent_definition(text: str, shown: str, policies: PolicySet) -> AgentVersion:
@@ -231,7 +231,7 @@ def load_entry_definition(text: str, shown: str, kind: str, policies: PolicySet)
 
 class _Compiler:
     sources: dict[str, str]  # agent name -> file:line of its definition
-    entries: dict[entries.Key, tuple[entries.Entry, str]]  # the skills and templates, with file:line
+    defined: dict[entries.Key, tuple[entries.Entry, str]]  # the skills and templates, with file:line
 
     def __init__(self, engine: Any, errors: list[PolicyError]):
         self.engine = engine
@@ -278,9 +278,9 @@ class _Compiler:
         tools = {name: self._tool(d) for name, d in named["Tool"].items()}
         agents = {name: self._agent(d, named["Tool"], named["Agent"], tenants) for name, d in named["Agent"].items()}
         self.sources = {name: f"{d.file}:{d.at()}" for name, d in named["Agent"].items()}
-        self.entries = self._entries([*by_kind["Skill"], *by_kind["Template"]], tenants)
+        self.defined = self._entries([*by_kind["Skill"], *by_kind["Template"]], tenants)
         for d in named["Agent"].values():
-            self._agent_skills(d, self.entries, catalog)
+            self._agent_skills(d, self.defined, catalog)
         rules = [self._rule(d, named["Tool"], named["Agent"]) for d in named["Rule"].values()]
         off_limits = OffLimits(self._off_limits(by_kind["OffLimits"]))
         principals = self._principals(named["Principal"], tenants, named["Agent"])

@@ -21,7 +21,16 @@ from pydantic import ValidationError
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.engine import codes
 from checkpoint.policy import PolicyLoadError, PolicySet, model
-from checkpoint.policy.entries import FILLED, KINDS, MAX_LISTED, SKILL, TEMPLATE, Entry, EntryChange, EntryError
+from checkpoint.policy.entries import (
+    FILLED,
+    KINDS,
+    MAX_LISTED,
+    SKILL,
+    TEMPLATE,
+    Entry,
+    EntryChange,
+    EntryError,
+)
 from checkpoint.policy.entries import listed as listed_template
 from checkpoint.policy.entries import resolve as resolve_template
 from checkpoint.policy.lifecycle import RETIRED

@@ -14,6 +14,11 @@ import dataclasses
 import shutil
 
 import pytest
+
+from checkpoint.engine import decide
+from checkpoint.policy import PolicyLoadError, load_policy_dir
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
 from .entries_helpers import (
     SHIPPED,
     as_,
@@ -29,10 +34,6 @@ from .entries_helpers import (
 )
 from .entries_helpers import call as call_tool
 from .entries_helpers import review as review_entry
-
-from checkpoint.engine import decide
-from checkpoint.policy import PolicyLoadError, load_policy_dir
-from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 # recon's one skill, as policies/skills/web-scan.yaml ships it
 SHIPPED_FIRST_LINE = "1. Call list_templates and pick the template whose description fits"
