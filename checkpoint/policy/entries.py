@@ -38,6 +38,8 @@ KINDS = (SKILL, TEMPLATE)
 DOCUMENT_KIND = {SKILL: "Skill", TEMPLATE: "Template"}
 # the argument a `templates:` tool gets filled by the checkpoint; the model never gives it
 FILLED = {"list": "templates", "resolve": "spec"}
+# a resolved template's image and node are put into these arguments of the call, for `touches`
+PLACED = ("image", "node")
 MAX_LISTED = 100  # templates a `templates: list` call is given (the first, by name)
 FILES = "policy-files"
 
@@ -281,6 +283,7 @@ class EntryCatalog:
         entry whose file was removed goes out of service. Compiling an old revision for a pinned run
         (`write=False`) and read-only catalogs change nothing: skills and templates are always read
         from the catalog, never from a revision's files."""
+        self._live.clear()  # a load reads again what another process may have changed
         if not write or self._read_only:
             return []
         changes: list[EntryChange] = []

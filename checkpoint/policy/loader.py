@@ -444,12 +444,13 @@ class _Compiler:
         )
 
     def _templates_tool(self, doc: _Doc) -> None:
-        """A tool the checkpoint fills from the templates names the arguments it reads and fills; the
-        filled one is never required (a plan step or the model leaves it out)."""
+        """A tool the checkpoint fills from the templates names the arguments it reads and fills (a
+        resolved template's image and node are put into `image` and `node`, which its touches must
+        read for scope); the filled one is never required (a plan step or the model leaves it out)."""
         spec: model.Tool = doc.spec
         properties = spec.input_schema.get("properties", {})
         filled = entries.FILLED[spec.templates or ""]
-        read = ("template", "target") if spec.templates == "resolve" else ()
+        read = ("template", "target", *entries.PLACED) if spec.templates == "resolve" else ()
         for name in (*read, filled):
             if name not in properties:
                 self.error(doc, ("input_schema",), f"tool {spec.name!r} (templates: {spec.templates}) needs an "

@@ -25,6 +25,7 @@ from checkpoint.policy.entries import (
     FILLED,
     KINDS,
     MAX_LISTED,
+    PLACED,
     SKILL,
     TEMPLATE,
     Entry,
@@ -72,9 +73,11 @@ def fill_arguments(policies: PolicySet, request: pb.CheckRequest) -> bool:
     before the call is decided; True when it did. The run's tenant is the token's (established).
 
     `list` fills `templates`; `resolve` fills `spec` with the live template `template` names, TARGET
-    replaced by `target`. A call may not give the filled argument itself (invalid_arguments), and a
-    name that is not a live template of the tenant is unknown_template. Arguments that are not
-    strings are left for the input schema to refuse."""
+    replaced by `target`, and puts the template's image and node into the arguments `image` and
+    `node` (a call that names others is refused), where the tool's `touches` read them for scope. A
+    call may not give the filled argument itself (invalid_arguments), and a name that is not a
+    live template of the tenant is unknown_template. Arguments that are not strings are left for
+    the input schema to refuse."""
     if request.WhichOneof("action") != "tool_call":
         return False
     tool = policies.tools.get(request.tool_call.tool)
@@ -98,7 +101,20 @@ def fill_arguments(policies: PolicySet, request: pb.CheckRequest) -> bool:
     if template is None:
         raise Refused(codes.UNKNOWN_TEMPLATE, f"no reviewed template named {name.string_value[:100]!r} in tenant "
                       f"{tenant!r} (list_templates shows them)", "template")
-    arguments.update({filled: resolve_template(template, target.string_value)})
+    spec = resolve_template(template, target.string_value)
+    node = arguments.fields.get("node")
+    if "node" not in spec and node is not None and node.WhichOneof("kind") == "string_value":
+        spec["node"] = node.string_value  # the template leaves the node to the call
+    # the template's image and node become the call's, so `touches` reads them like any argument
+    for key in PLACED:
+        if key not in spec:
+            continue
+        given = arguments.fields.get(key)
+        if given is not None and (given.WhichOneof("kind") != "string_value" or given.string_value != spec[key]):
+            raise Refused(codes.INVALID_ARGUMENTS, f"template {template.name!r} runs {key} {spec[key]!r}; the call "
+                          f"may not name another", "request.arguments")
+        arguments.update({key: spec[key]})
+    arguments.update({filled: spec})
     return True
 
 

@@ -146,6 +146,11 @@ def test_a_template_cannot_widen_the_scope_of_the_agent_that_uses_it(running):
     save_and_approve(running, ASSET.replace("lab-node-2", "prod-node-1"))
     assert verdict(call(running, run, "create_task_from_template", template="asset-scan",
                         target="web.lab.example.com")) == ("DENY", "node_out_of_scope")
+    # the template's image and node are the call's: a call may not name others, even in scope
+    assert verdict(call(running, run, "create_task_from_template", template="web-basic", target="web.lab.example.com",
+                        image="recon/nmap:7.95")) == ("DENY", "invalid_arguments")
+    assert verdict(call(running, run, "create_task_from_template", template="web-basic", target="web.lab.example.com",
+                        image="recon/nmap:7.94", node="lab-node-1")) == ("ALLOW", "allowed")
     # and a template is a tool's argument, not a tool: triage may not call the tool at all
     triage = run_of(running, "triage")
     assert verdict(call(running, triage, "create_task_from_template", template="web-basic",
