@@ -101,6 +101,17 @@ class CheckpointClient(_Client):
 
     def propose_agent_change(self, request: cp.ProposeAgentChangeRequest) -> cp.CatalogActResponse:
         return self._call(self._stub.ProposeAgentChange, request)
+
+    # skills and templates (docs/skills.md)
+    def run_skills(self, run_token: str) -> cp.RunSkillsResponse:
+        return self._call(self._stub.RunSkills, cp.RunSkillsRequest(run=cp.RunContext(run_token=run_token)))
+
+    def load_skill(self, request: cp.LoadSkillRequest) -> cp.LoadSkillResponse:
+        return self._call(self._stub.LoadSkill, request)
+
+    def propose_catalog_entry(self, request: cp.ProposeCatalogEntryRequest) -> cp.CatalogEntryActResponse:
+        return self._call(self._stub.ProposeCatalogEntry, request)
+
     def roles(self, person: str) -> dict[str, frozenset[str]]:
         """tenant -> the roles the checkpoint says `person` holds there (tenants with none left out)."""
         answer = self._call(self._stub.Roles, cp.RolesRequest(person=person))

@@ -8,6 +8,7 @@ Anything that came from a tool is wrapped in a <data> element and said to be dat
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 PLAN_TOOL = "propose_plan"
@@ -154,3 +155,10 @@ def child_result(child: dict[str, Any], summary: str) -> str:
     attrs = (f"run={_attr(child['run_id'])} agent={_attr(child['agent'])} status={_attr(child['status'])} "
              f"code={_attr(child['code'])}")
     return f"<data source=\"child_run\" {attrs}>\n{summary}\n</data>"
+
+
+def skill_result(name: str, version: str, reviewed_by: str, text: str) -> str:
+    """A skill the model loaded: a playbook, as data. Its text cannot close the element early."""
+    attrs = f"name={_attr(name)} version={_attr(version)} reviewed_by={_attr(reviewed_by or 'policy-files')}"
+    body = re.sub(r"(?i)</(data)", r"<\\/\1", text)
+    return f"<data source=\"skill\" {attrs}>\n{body}\n</data>"

@@ -34,6 +34,7 @@ is decided and run like the model's; then `_conclude` decides the criteria.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -43,7 +44,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from driver import context
+from driver import context, skills
 from driver.boundary import Final, Handoff, Idle, Outcome, Rejection, ToolCalls, decide
 from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
 from driver.errors import DependencyUnavailable, DriverError, ProviderError, RunStateError
@@ -163,7 +164,8 @@ class _Proposal(BaseModel):
 
 def _tool_specs(resolved: cp.ResolveAgentResponse) -> list[dict[str, Any]]:
     specs = [{"name": s.name, "description": s.description, "access": s.access,
-              "input_schema": json_format.MessageToDict(s.input_schema)} for s in resolved.tool_specs]
+              "input_schema": json_format.MessageToDict(s.input_schema),
+              **({"templates": s.templates} if s.templates else {})} for s in resolved.tool_specs]
     if not specs and resolved.tools:
         specs = [{"name": n, "description": "", "access": "", "input_schema": {"type": "object"}}
                  for n in resolved.tools]
@@ -233,6 +235,7 @@ class Driver:
             mode=mode, provider=provider, model=model or provider, provider_options=provider_options or {},
             persona=resolved.persona, tool_specs=_tool_specs(resolved), policy_revision=resolved.policy_revision,
             budget=budget, delegates=list(resolved.delegates),
+            skills=skills.pinned(self.checkpoint, started.run_token),  # what its token lets it load
         )
         run_id = run["run_id"]
         self.store.add_goal(run_id, goal.model_dump(), author=owner)
@@ -654,7 +657,7 @@ class Driver:
         run = self.store.run(run_id)
         transcript = self.store.transcript(run_id)
         delegates = run["delegates"] or []
-        system = context.system_prompt(run["persona"], can_delegate=bool(delegates))
+        system = context.system_prompt(run["persona"], can_delegate=bool(delegates)) + skills.prompt(run)
         tools = [ToolDef(name=s["name"], description=s["description"], input_schema=s["input_schema"])
                  for s in run["tool_specs"]]
         tools.append(ToolDef(name=context.PLAN_TOOL, description="Propose your plan before any other tool call.",
@@ -665,6 +668,7 @@ class Driver:
         tools.append(ToolDef(name=context.PROPOSE_TOOL, description="Propose a change to an agent's definition; "
                              "a tenant admin reviews it, and until then nothing changes.",
                              input_schema=context.propose_tool_schema()))
+        tools += skills.tool_defs(run)
         input_estimate = estimate_tokens(system + str(transcript))
         req = cp.CheckRequest(run=self._run_context(run), counters=self._counters(run),
                               model_call=cp.ModelCall(provider=run["provider"], model=run["model"],
@@ -863,6 +867,8 @@ class Driver:
             return self._delegate(run, call)
         if call["tool"] == context.PROPOSE_TOOL:
             return self._propose_change(run, call)
+        if call["tool"] in skills.BUILTINS:
+            return skills.handle(self, run, call)
         if not run["has_plan"] and not call["verifies"]:  # the plan gate is for the model's calls
             self._refuse(run, call, "plan_required", "propose a plan with propose_plan before calling tools")
             self.store.append_event(run["run_id"], "call_refused", tool=call["tool"], code="plan_required")
@@ -882,8 +888,11 @@ class Driver:
         if resp.counts_as_drift and not call["verifies"]:  # a goal's check is not the model wandering
             self.store.add_to_run(run["run_id"], drift=1)
         if resp.verdict == _ALLOW:
+            # a template tool's grant covers the arguments the checkpoint filled in: those are sent
+            granted = json.dumps(json_format.MessageToDict(resp.arguments)) if resp.HasField("arguments") else ""
             self.store.update_call(call["id"], status="executing", decision_id=resp.decision_id, verdict="ALLOW",
-                                   code=resp.code, plan_step=plan_step, grant=resp.grant.SerializeToString())
+                                   code=resp.code, plan_step=plan_step, grant=resp.grant.SerializeToString(),
+                                   granted_arguments=granted)
             self._execute(self.store.run(run["run_id"]), self.store.calls(run["run_id"], run["turn"])[call["idx"]])
             return True
         return self._not_allowed(run, call, resp)
@@ -1061,6 +1070,7 @@ class Driver:
             policy_revision=resp.policy_revision, budget=budget, delegates=list(resolved.delegates),
             parent_run_id=parent["run_id"], root_run_id=parent["root_run_id"] or parent["run_id"],
             depth=parent["depth"] + 1, run_token=resp.child_run_token,
+            skills=skills.pinned(self.checkpoint, resp.child_run_token),
         )
         self.store.append_event(child_id, "run_started", agent=resolved.agent, agent_version=child["agent_version"],
                                 owner=parent["owner"], mode=parent["mode"], provider=parent["provider"],
@@ -1118,10 +1128,11 @@ class Driver:
         grant = cp.Grant.FromString(call["grant"])
         if grant.expires_at.seconds and grant.expires_at.seconds < now():
             # The grant lapsed (e.g. the toolrunner was down): decide again rather than run unchecked.
-            self.store.update_call(call["id"], status="pending", grant=b"")
+            self.store.update_call(call["id"], status="pending", grant=b"", granted_arguments="")
             return
+        arguments = json.loads(call["granted_arguments"]) if call.get("granted_arguments") else call["arguments"]
         req = tr.ExecuteRequest(run_id=run["run_id"], agent=run["agent"], agent_version=run["agent_version"],
-                                tool=call["tool"], arguments=to_struct(call["arguments"]), grant=grant)
+                                tool=call["tool"], arguments=to_struct(arguments), grant=grant)
         output = OutputEvents(self.store, run["run_id"], call["tool"], call["decision_id"])
         try:
             receipt = self._execute_when_free(run, call, req, output)

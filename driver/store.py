@@ -63,15 +63,19 @@ _RUN_COLUMNS: dict[str, Any] = {
     "parent_run_id": str, "root_run_id": str, "depth": int, "run_token": str, "delegates": str,
     "final": str,
     "paused_by": str,  # the person whose pause (code paused / parent_paused) holds the run
+    "skills": str,  # the skills the run pinned (name, version, description: never the text)
 }
 # `final`: the model's final report while the driver verifies it (its turn, outcomes, summary,
 # and why any call_ok check could not be made); null otherwise
-_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "delegates", "final")
+_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "delegates", "final", "skills")
 _CALL_COLUMNS: dict[str, Any] = {
     "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
     "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
     "decision_id": str, "grant": bytes, "verdict": str, "code": str, "approval_id": str, "child_run_id": str,
     "verifies": str,  # the criterion a call the driver made itself verifies (call_ok); "" for the model's
+    # the arguments the grant covers when the checkpoint filled some in (a template's spec): what
+    # the toolrunner is sent; `arguments` stay the proposed ones, which a new check decides again
+    "granted_arguments": str,
 }
 _RECEIPT_COLUMNS: dict[str, Any] = {"decision_id": str, "run_id": str, "tool": str, "exit_code": int, "code": str,
                                     "output": str, "receipt": str, "created_at": float, "verifies": str}

@@ -53,10 +53,11 @@ COLUMNS: tuple[str, ...] = (*HASHED_FIELDS, "prev_hash", "hash")
 # no action at all). Nothing decided goes unrecorded, refusals included.
 # "start_run", "approval", "rejection": acts that are not a proposed step but belong on the record.
 # "resume", "cancel", "amend", "pause": a person's acts on a run, recorded by the caller that
-# authenticated them. "catalog": a change to the agent catalog (propose, approve, reject, retire).
+# authenticated them. "catalog": a change to the agent catalog (propose, approve, reject, retire),
+# its skills and templates included. "load_skill": a run read one of its pinned skills (docs/skills.md).
 # "end": a run stopped (succeeded, failed, cancelled, paused), recorded by its token's holder.
 ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none", "start_run", "approval", "rejection",
-                     "resume", "cancel", "amend", "pause", "catalog", "end"})
+                     "resume", "cancel", "amend", "pause", "catalog", "end", "load_skill"})
 VERDICTS = frozenset({"ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"})
 GENESIS_HASH = "0" * 64
 

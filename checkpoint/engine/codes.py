@@ -75,6 +75,13 @@ NOT_PENDING = "not_pending"
 VERSION_LIVE = "version_live"
 CATALOG_CODES = frozenset({AGENT_VERSION_RETIRED, AGENT_VERSION_NOT_APPROVED, PROPOSED, CATALOG_CHANGED, NO_CHANGE,
                            NOT_PENDING, VERSION_LIVE})
+# skills and templates (docs/skills.md): LoadSkill, a `templates:` tool's Check, their catalog acts
+UNKNOWN_SKILL = "unknown_skill"  # no skill of that name in the run's tenant
+SKILL_NOT_LISTED = "skill_not_listed"  # a skill the run did not pin: its agent does not list it, or none was live
+SKILL_RETIRED = "skill_retired"  # the version the run pinned was retired since
+UNKNOWN_TEMPLATE = "unknown_template"  # no reviewed (live) template of that name in the run's tenant
+TEMPLATE_RETIRED = "template_retired"  # a proposal of a version that was retired
+ENTRY_CODES = frozenset({UNKNOWN_SKILL, SKILL_NOT_LISTED, SKILL_RETIRED, UNKNOWN_TEMPLATE, TEMPLATE_RETIRED})
 
 DECISION_CODES = frozenset(
     [
@@ -85,6 +92,6 @@ DECISION_CODES = frozenset(
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
         CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, ROLE_REQUIRED, APPROVED, REJECTED, RECORDED, HANDOFF,
         AGENT_VERSION_RETIRED, AGENT_VERSION_NOT_APPROVED, PROPOSED, CATALOG_CHANGED, NO_CHANGE, NOT_PENDING,
-        VERSION_LIVE,
+        VERSION_LIVE, *ENTRY_CODES,
     ]
 )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import struct_pb2
 
 from checkpoint.engine import codes
 from checkpoint.engine.outcome import InvalidRequest
-from checkpoint.policy import PolicySet
+from checkpoint.policy import PolicySet, model
+from checkpoint.policy.entries import FILLED
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 
@@ -53,7 +56,17 @@ def resolve_agent(policies: PolicySet, name: str, version: str = "", *, to_pin: 
         if tool is None:  # an old version may name a tool the current files dropped
             continue
         schema = struct_pb2.Struct()
-        schema.update(tool.spec.input_schema)
+        schema.update(_shown_schema(tool.spec))
         response.tool_specs.add(name=tool.name, description=tool.spec.description, input_schema=schema,
-                                access=tool.spec.access.value)
+                                access=tool.spec.access.value, templates=tool.spec.templates or "")
     return response
+
+
+def _shown_schema(tool: model.Tool) -> dict[str, Any]:
+    """The input schema the model is shown: without the argument the checkpoint fills for a
+    `templates:` tool (docs/skills.md), which a call may not give."""
+    if tool.templates is None:
+        return tool.input_schema
+    filled = FILLED[tool.templates]
+    properties = {k: v for k, v in tool.input_schema.get("properties", {}).items() if k != filled}
+    return {**tool.input_schema, "properties": properties}

@@ -25,6 +25,7 @@ from urllib.parse import quote
 import sqlite_utils
 
 from checkpoint.policy import lifecycle, model
+from checkpoint.policy.entries import EntryCatalog
 from checkpoint.policy.lifecycle import LIVE, PENDING, REJECTED, RETIRED, SUPERSEDED, UNPINNABLE, WITHDRAWN
 from checkpoint.policy.policyset import AgentVersion
 from warden.private import private_sqlite
@@ -94,6 +95,7 @@ class AgentCatalog:
             self._db = sqlite_utils.Database(sqlite3.connect(uri, uri=True, check_same_thread=False))
             if "agent_versions" not in self._db.table_names():  # raises sqlite3.Error on a non-database
                 raise ValueError(f"{path} is not an agent catalog (no agent_versions table)")
+            self.entries = EntryCatalog(self._db, self._lock, read_only=True)
             return
         if path is not None:
             private_sqlite(path)
@@ -118,6 +120,8 @@ class AgentCatalog:
         self._db.table("agent_live").create(
             {"agent": str, "version": str, "file_version": str}, pk="agent", if_not_exists=True
         )
+        # the skills and templates (entries.py): the same database, the same lock
+        self.entries = EntryCatalog(self._db, self._lock)
 
     def _has(self, table: str) -> bool:
         return table in self._db.table_names()
@@ -234,6 +238,12 @@ class AgentCatalog:
             r["status"] = r["status"] or LIVE if r["version"] == self.live_version(agent) else r["status"] or SUPERSEDED
         return rows
 
+    def first_install(self) -> bool:
+        """Has this catalog never had a live agent version? (Its first load puts the folder live.)"""
+        with self._lock:
+            return not self._has("agent_live") or not list(
+                self._db.query("select 1 from agent_live where version != '' limit 1"))
+
     def settle(self, from_files: Mapping[str, AgentVersion], tenants: Mapping[str, model.Tenant],
                sources: Mapping[str, str], *, write: bool = True) -> tuple[dict[str, AgentVersion], list[Change]]:
         """The live version of each agent the files define, and the changes this load made.
@@ -245,8 +255,7 @@ class AgentCatalog:
         catalogs and pinned revisions compute the same answer without writing anything.
         """
         with self._lock:
-            first_install = not self._has("agent_live") or not list(
-                self._db.query("select 1 from agent_live where version != '' limit 1"))
+            first_install = self.first_install()
             live: dict[str, AgentVersion] = {}
             changes: list[Change] = []
             for name, file_version in from_files.items():

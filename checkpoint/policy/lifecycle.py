@@ -40,6 +40,10 @@ def widenings(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
     delegates = sorted(set(new["delegates"]) - set(old["delegates"]))
     if delegates:
         out.append("delegates added: " + ", ".join(delegates))
+    # a skill grants nothing, but its text reaches the model like a persona: a person reads it first
+    skills = sorted(set(new.get("skills", [])) - set(old.get("skills", [])))
+    if skills:
+        out.append("skills added: " + ", ".join(skills))
     for dim in ("access", *SCOPE_DIMENSIONS):
         more = [e for e in new["scope"].get(dim, []) if e not in old["scope"].get(dim, [])]
         if more:
@@ -62,7 +66,8 @@ def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
             lines.append(f"~ {key}: {old.get(key, '')!r} -> {new.get(key, '')!r}")
     if old["wildcard"] != new["wildcard"]:
         lines.append(f"{'+' if new['wildcard'] else '-'} allowlist: '*'")
-    for label, then, now in (("tool", old["tools"], new["tools"]), ("delegate", old["delegates"], new["delegates"])):
+    for label, then, now in (("tool", old["tools"], new["tools"]), ("delegate", old["delegates"], new["delegates"]),
+                             ("skill", old.get("skills", []), new.get("skills", []))):
         lines += [f"+ {label}: {t}" for t in sorted(set(now) - set(then))]
         lines += [f"- {label}: {t}" for t in sorted(set(then) - set(now))]
     for dim in ("access", *SCOPE_DIMENSIONS):
@@ -90,4 +95,6 @@ def definition(snapshot: dict[str, Any]) -> dict[str, Any]:
     }
     if snapshot.get("description"):
         doc["description"] = snapshot["description"]
+    if snapshot.get("skills"):
+        doc["skills"] = sorted(snapshot["skills"])
     return doc

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from checkpoint.cel import CelCompileError, CelProgram, CelType, get_engine
 from checkpoint.cel import typed as cel_typed
 from checkpoint.cel.fastpath import FastProgram, compile_fast
-from checkpoint.policy import celtypes, model
+from checkpoint.policy import celtypes, entries, model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.defaults import with_defaults
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
@@ -134,9 +134,13 @@ def load_policy_files(
         raise PolicyLoadError(errors)
     policies.catalog.record(list(policies.agents.values()), policies.revision)
     policies.catalog.record_revision(revision, contents)
+    first_install = policies.catalog.first_install()
     # the files propose; the catalog says which version of each agent is live (docs/catalog.md)
     live, changes = policies.catalog.settle(policies.agents, policies.tenants, compiler.sources, write=settle)
-    return policies.with_catalog(live, changes)
+    # and of each skill and template (docs/skills.md)
+    entry_changes = policies.catalog.entries.settle(compiler.defined, policies.tenants,
+                                                    first_install=first_install, write=settle)
+    return policies.with_catalog(live, [*changes, *entry_changes])
 
 
 def load_agent_definition(text: str, shown: str, policies: PolicySet) -> AgentVersion:
@@ -152,7 +156,9 @@ def load_agent_definition(text: str, shown: str, policies: PolicySet) -> AgentVe
     agents: dict[str, Any] = dict.fromkeys(policies.defined_agents)
     agents[doc.spec.name] = doc
     # the compiled tools stand in for their documents: only their specs are read
-    version = _Compiler(get_engine(policies.cel_engine), errors)._agent(doc, policies.tools, agents, policies.tenants)
+    compiler = _Compiler(get_engine(policies.cel_engine), errors)
+    version = compiler._agent(doc, policies.tools, agents, policies.tenants)
+    compiler._agent_skills(doc, {}, policies.catalog)
     if errors or version is None:
         raise PolicyLoadError(errors)
     return version
@@ -206,8 +212,24 @@ def _parse_file(raw: bytes, shown: str, errors: list[PolicyError]) -> list[_Doc]
     return out
 
 
+def load_entry_definition(text: str, shown: str, kind: str, policies: PolicySet) -> entries.Entry:
+    """A proposed Skill or Template document, checked like one in the policy files (errors name
+    `shown`:line), as the version it would be."""
+    errors: list[PolicyError] = []
+    docs = _parse_file(text.encode("utf-8"), shown, errors)
+    wanted = entries.DOCUMENT_KIND[kind]
+    if not errors and (len(docs) != 1 or docs[0].spec.kind != wanted):
+        errors.append(PolicyError(shown, 1, f"a proposal is exactly one {wanted} document"))
+    if not errors and docs[0].spec.tenant not in policies.tenants:
+        errors.append(PolicyError(shown, docs[0].at("tenant"), f"unknown tenant {docs[0].spec.tenant!r}"))
+    if errors:
+        raise PolicyLoadError(errors)
+    return entries.Entry.of(docs[0].spec)
+
+
 class _Compiler:
     sources: dict[str, str]  # agent name -> file:line of its definition
+    defined: dict[entries.Key, tuple[entries.Entry, str]]  # the skills and templates, with file:line
 
     def __init__(self, engine: Any, errors: list[PolicyError]):
         self.engine = engine
@@ -271,6 +293,9 @@ class _Compiler:
         tools = {name: self._tool(d) for name, d in named["Tool"].items()}
         agents = {name: self._agent(d, named["Tool"], named["Agent"], tenants) for name, d in named["Agent"].items()}
         self.sources = {name: f"{d.file}:{d.at()}" for name, d in named["Agent"].items()}
+        self.defined = self._entries([*by_kind["Skill"], *by_kind["Template"]], tenants)
+        for d in named["Agent"].values():
+            self._agent_skills(d, self.defined, catalog)
         rules = [self._rule(d, named["Tool"], named["Agent"]) for d in named["Rule"].values()]
         off_limits = OffLimits(self._off_limits(by_kind["OffLimits"]))
         principals = self._principals(named["Principal"], tenants, named["Agent"])
@@ -315,6 +340,32 @@ class _Compiler:
                     if name != "*" and name not in agents:
                         self.error(d, (section, "agents", i), f"principal {spec.name!r}: unknown agent {name!r}")
         return Principals(d.spec for d in docs.values())
+
+    def _entries(self, docs: list[_Doc], tenants: dict[str, model.Tenant]) -> dict[entries.Key, tuple[entries.Entry, str]]:
+        """Skills and templates: one of each name per tenant, in a tenant that exists."""
+        found: dict[entries.Key, tuple[entries.Entry, str]] = {}
+        for d in docs:
+            spec = d.spec
+            entry = entries.Entry.of(spec)
+            first = found.get(entry.key)
+            if spec.tenant not in tenants:
+                self.error(d, ("tenant",), f"{spec.kind} {spec.name!r}: unknown tenant {spec.tenant!r}")
+            elif first is not None:
+                self.error(d, ("name",), f"{spec.kind} {spec.name!r} of tenant {spec.tenant!r} is defined twice "
+                           f"(first in {first[1]})")
+            else:
+                found[entry.key] = (entry, f"{d.file}:{d.at()}")
+        return found
+
+    def _agent_skills(self, doc: _Doc, defined: Mapping[entries.Key, Any], catalog: AgentCatalog) -> None:
+        """An agent lists skills of its own tenant that the files define or the catalog holds."""
+        spec: model.Agent = doc.spec
+        if len(set(spec.skills)) != len(spec.skills):
+            self.error(doc, ("skills",), f"agent {spec.name!r} lists a skill twice")
+        for i, name in enumerate(spec.skills):
+            key = (entries.SKILL, spec.tenant, name)
+            if key not in defined and not catalog.entries.known(*key):
+                self.error(doc, ("skills", i), f"agent {spec.name!r}: unknown skill {name!r} in tenant {spec.tenant!r}")
 
     def _off_limits(self, docs: list[_Doc]) -> list[tuple[Pattern, str]]:
         entries = []
@@ -374,6 +425,7 @@ class _Compiler:
         if spec.input_schema.get("type") != "object":
             self.error(doc, ("input_schema",), "input_schema must describe an object (type: object)")
         touches: dict[str, CelProgram] = {}
+        compiled: dict[str, CelProgram] = {}
         failed = False
         for dim in SCOPE_DIMENSIONS:
             source = getattr(spec.touches, dim)
@@ -385,7 +437,11 @@ class _Compiler:
                 if program is None:
                     failed = True
                 else:
+                    compiled[dim] = program
                     touches[dim] = compile_fast(source) or program
+        if any(not isinstance(p, FastProgram) for p in touches.values()):
+            # one activation serves every expression of a call: when one needs CEL's, all take it
+            touches = compiled
         if spec.run is not None:
             properties = spec.input_schema.get("properties", {})
             for i, part in enumerate(spec.run.command):
@@ -394,12 +450,30 @@ class _Compiler:
                         self.error(doc, ("run", "command", i), f"command placeholder {{{name}}} is not an input_schema property")
             if spec.run.network and spec.touches.connections is None:
                 self.error(doc, ("run", "network"), "network needs touches.connections, so scope can decide where it may go")
+        if spec.templates is not None:
+            self._templates_tool(doc)
         if failed:
             return None
         return CompiledTool(
             spec=spec, validator=validator, fast_validate=fast, touches=touches,
             touches_need_cel=any(not isinstance(p, FastProgram) for p in touches.values()),
         )
+
+    def _templates_tool(self, doc: _Doc) -> None:
+        """A tool the checkpoint fills from the templates names the arguments it reads and fills (a
+        resolved template's image and node are put into `image` and `node`, which its touches must
+        read for scope); the filled one is never required (a plan step or the model leaves it out)."""
+        spec: model.Tool = doc.spec
+        properties = spec.input_schema.get("properties", {})
+        filled = entries.FILLED[spec.templates or ""]
+        read = ("template", "target", *entries.PLACED) if spec.templates == "resolve" else ()
+        for name in (*read, filled):
+            if name not in properties:
+                self.error(doc, ("input_schema",), f"tool {spec.name!r} (templates: {spec.templates}) needs an "
+                           f"input_schema property {name!r}")
+        if filled in spec.input_schema.get("required", []):
+            self.error(doc, ("input_schema", "required"), f"tool {spec.name!r}: {filled!r} is filled by the "
+                       "checkpoint, so it cannot be required")
 
     def _agent(
         self, doc: _Doc, tools: Mapping[str, Any], agents: Mapping[str, Any], tenants: dict[str, model.Tenant]
@@ -449,6 +523,7 @@ class _Compiler:
             scope=spec.scope,
             budget=spec.budget,
             delegates=frozenset(spec.delegates),
+            skills=frozenset(spec.skills),
         )
         snapshot = version.snapshot()
         return AgentVersion.from_snapshot(canonical.sha256_hex(snapshot)[:20], snapshot)

@@ -10,7 +10,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from checkpoint.policy.subjects import Kind
 from warden.budget import Budget
@@ -54,6 +54,10 @@ class Agent(Strict):
     scope: Scope = Field(default_factory=Scope)
     budget: Budget = Field(default_factory=Budget)
     delegates: list[Name] = Field(default_factory=list, description="agents this agent may delegate to")
+    skills: list[Name] = Field(
+        default_factory=list,
+        description="skills of its tenant its model may load by name (docs/skills.md): read as data, never authority",
+    )
 
     @field_validator("allowlist")
     @classmethod
@@ -122,6 +126,11 @@ class Tool(Strict):
     touches: Touches = Field(default_factory=Touches)
     run: Run | None = None
     audit: Masking = Field(default_factory=Masking)
+    templates: Literal["list", "resolve"] | None = Field(
+        None,
+        description="served from the run's tenant's reviewed templates (docs/skills.md): `list` fills the "
+        "argument `templates`; `resolve` reads `template` and `target` and fills `spec`",
+    )
 
 
 class Effect(StrEnum):
@@ -265,7 +274,50 @@ class Principal(Strict):
     audit: AuditRights | None = Field(None, description="may read these tenants' decision records (WatchDecisions)")
 
 
-Document = Agent | Tool | Rule | OffLimits | Tenant | Instance | Principal
+class Skill(Strict):
+    """A named playbook for a recurring kind of work. An agent that lists it may load its text, which
+    reaches the model as data: it grants no tool and widens no scope (docs/skills.md)."""
+
+    kind: Literal["Skill"]
+    name: Name
+    tenant: Name = "default"
+    description: Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\n]*$")] = Field(
+        ..., description="one line, shown to the model beside the skill's name")
+    text: Annotated[str, StringConstraints(min_length=1, max_length=16384)] = Field(
+        ..., description="what the model reads when it loads the skill")
+
+
+TARGET = "TARGET"  # the placeholder a template's command names its subject by
+TemplateName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")]
+
+
+class TemplateSpec(Strict):
+    """The task a template starts: an image, where it runs, and its argv with TARGET in it."""
+
+    image: Pattern = Field(..., description="the image the task runs; the agent's scope.images decides")
+    node: Pattern | None = Field(None, description="where it runs; the agent's scope.nodes decides")
+    command: list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]] = Field(
+        ..., min_length=1, max_length=64, description=f"argv; {TARGET} is replaced by the call's target")
+
+    @model_validator(mode="after")
+    def _names_target(self) -> TemplateSpec:
+        if not any(TARGET in part for part in self.command):
+            raise ValueError(f"the command never names {TARGET}: a template works on the target it is given")
+        return self
+
+
+class Template(Strict):
+    """A spec that worked once, saved with a TARGET placeholder; the tools marked `templates:` serve
+    the tenant's reviewed ones (docs/skills.md)."""
+
+    kind: Literal["Template"]
+    name: TemplateName
+    tenant: Name = "default"
+    description: Annotated[str, StringConstraints(max_length=300)] = ""
+    spec: TemplateSpec
+
+
+Document = Agent | Tool | Rule | OffLimits | Tenant | Instance | Principal | Skill | Template
 KINDS: dict[str, type[Strict]] = {
     "Principal": Principal,
     "Agent": Agent,
@@ -274,4 +326,6 @@ KINDS: dict[str, type[Strict]] = {
     "OffLimits": OffLimits,
     "Tenant": Tenant,
     "Instance": Instance,
+    "Skill": Skill,
+    "Template": Template,
 }

@@ -43,6 +43,9 @@ class AgentVersion:
     scope: model.Scope
     budget: model.Budget
     delegates: frozenset[str]
+    # skills its model may load (docs/skills.md); in the snapshot only when there are any, so the
+    # ids of versions that list none stay what they were before skills existed
+    skills: frozenset[str] = frozenset()
     access: frozenset[str] = field(init=False)
     patterns: dict[str, SubjectSet] = field(init=False, compare=False)
 
@@ -57,7 +60,7 @@ class AgentVersion:
 
     def snapshot(self) -> dict[str, Any]:
         """The content the version id is the hash of; also what the catalog stores."""
-        return {
+        snap = {
             "name": self.name,
             "tenant": self.tenant,
             "persona": self.persona,
@@ -68,6 +71,9 @@ class AgentVersion:
             "budget": self.budget.model_dump(mode="json", exclude_none=True),
             "delegates": sorted(self.delegates),
         }
+        if self.skills:
+            snap["skills"] = sorted(self.skills)
+        return snap
 
     @classmethod
     def from_snapshot(cls, version: str, snap: dict[str, Any]) -> AgentVersion:
@@ -82,6 +88,7 @@ class AgentVersion:
             scope=model.Scope.model_validate(snap["scope"]),
             budget=model.Budget.model_validate(snap["budget"]),
             delegates=frozenset(snap["delegates"]),
+            skills=frozenset(snap.get("skills", ())),
         )
 
 

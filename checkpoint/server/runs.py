@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -45,16 +46,19 @@ def _actor(claim: str) -> pb.Actor:
 
 
 class Established:
-    """What a verified run token says: the run context to decide under, whom it was issued to, and
-    the policy revision in force when the run began (it bounds the run: see `pins`)."""
+    """What a verified run token says: the run context to decide under, whom it was issued to, the
+    policy revision in force when the run began (it bounds the run: see `pins`), and the skill
+    versions it may load (docs/skills.md)."""
 
-    __slots__ = ("run", "principal", "caller", "revision")
+    __slots__ = ("run", "principal", "caller", "revision", "skills")
 
-    def __init__(self, run: pb.RunContext, principal: str, caller: str, revision: str):
+    def __init__(self, run: pb.RunContext, principal: str, caller: str, revision: str,
+                 skills: Mapping[str, str] | None = None):
         self.run = run
         self.principal = principal
         self.caller = caller  # "" for any credential of the principal; else the one identity
         self.revision = revision
+        self.skills: dict[str, str] = dict(skills or {})  # skill name -> the version the run pinned
 
     @property
     def agent(self) -> str:
@@ -68,10 +72,12 @@ class RunTokens:
         self._memo: OrderedDict[str, Established] = OrderedDict()
         self._lock = threading.Lock()
 
-    def issue(self, run: pb.RunContext, principal: str, revision: str, caller: str = "") -> str:
+    def issue(self, run: pb.RunContext, principal: str, revision: str, caller: str = "",
+              skills: Mapping[str, str] | None = None) -> str:
         """Sign `run` (its identity fields, chain and inputs) for `principal` (and, when given, only
-        the credential `caller`), pinned to the policy `revision` in force; sets run.run_token."""
-        claims = {
+        the credential `caller`), pinned to the policy `revision` in force and to the `skills`
+        versions it may load (name -> version); sets run.run_token."""
+        claims: dict[str, object] = {
             "run_id": run.run_id,
             "root_run_id": run.root_run_id,
             "parent_run_id": run.parent_run_id,
@@ -83,6 +89,8 @@ class RunTokens:
             "caller": caller,
             "revision": revision,
         }
+        if skills:  # only when there are any: a token of a run without skills reads as before
+            claims["skills"] = {str(k): str(v) for k, v in skills.items()}
         run.run_token = self._signer.sign(claims)
         return run.run_token
 
@@ -105,7 +113,11 @@ class RunTokens:
             )
             if claims["inputs"] is not None:
                 run.inputs.update(claims["inputs"])
-            established = Established(run, str(claims["principal"]), str(claims["caller"]), str(claims["revision"]))
+            skills = claims.get("skills") or {}
+            if not isinstance(skills, dict):
+                raise TypeError("skills")
+            established = Established(run, str(claims["principal"]), str(claims["caller"]), str(claims["revision"]),
+                                      {str(k): str(v) for k, v in skills.items()})
         except TokenInvalid as exc:
             raise Refused(RUN_TOKEN_INVALID, f"the run token is not valid: {exc}", "run_token") from None
         except (KeyError, TypeError, ValueError, json_format.ParseError, DecodeError):

@@ -34,6 +34,7 @@ from checkpoint.server import convert
 from checkpoint.server.agent_stats import AgentStatsReads
 from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
 from checkpoint.server.catalog_acts import CatalogActs
+from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
 from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.metrics import Metrics
@@ -81,6 +82,7 @@ class CheckpointService:
         self.agent_stats = AgentStatsReads(self)
         # the time rules read as `now`: the checkpoint's own clock, never a caller's (tests fix it)
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self.entries = EntryActs(self)  # skills and templates (docs/skills.md)
         store.on_catalog = self._record_catalog_changes
 
     # -- decisions -------------------------------------------------------------------------
@@ -100,6 +102,7 @@ class CheckpointService:
         action = request.WhichOneof("action")
         approval = None
         established = None
+        filled = False
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
@@ -112,6 +115,8 @@ class CheckpointService:
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not ask for agent {established.agent!r} "
                               f"of tenant {request.run.tenant!r}", "principal")
+            # a template tool's call is decided, approved, signed and recorded as it will run
+            filled = fill_arguments(policies, request)
             if request.HasField("approval"):
                 approval = self.approvals.verify(request)
             approver = approval.approver if approval else ""
@@ -170,6 +175,8 @@ class CheckpointService:
                 response = _fail_closed(
                     response, "invalid_arguments", f"arguments cannot be signed: {exc}", rule="grant"
                 )
+        if filled and response.HasField("grant"):  # what the grant covers: the caller sends these
+            response.arguments.CopyFrom(request.tool_call.arguments)
 
         record = self._record(request, response, action, arguments, policies, now_ns)
         record["latency_us"] = (time.perf_counter_ns() - started) // 1000
@@ -223,7 +230,9 @@ class CheckpointService:
         run_id = new_run_id()
         run = child_run(request.run, request, response, run_id, child.tenant if child else request.run.tenant)
         response.child_run_id = run_id
-        response.child_run_token = self.runs.issue(run, principal.name, parent.revision, parent.caller)
+        # the child pins the skills its own agent lists, as they are now (docs/skills.md)
+        response.child_run_token = self.runs.issue(run, principal.name, parent.revision, parent.caller,
+                                                   pins(policies, child))
 
     def _count(self, verdict: int, code: str) -> None:
         # prometheus_client's labels() costs a lock and a few dict lookups per call; the
@@ -289,6 +298,7 @@ class CheckpointService:
         chain = [pb.Actor(kind=pb.ACTOR_KIND_PERSON, id=request.person[:MAX_RUN_ID])]
         response = pb.CheckResponse(verdict=DENY, rule="start_run", policy_revision=policies.revision,
                                     accountable_person=request.person[:MAX_RUN_ID])
+        skills: dict[str, str] = {}
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
@@ -337,7 +347,9 @@ class CheckpointService:
             out.run_id = run.run_id
             # a principal whose persons act only as themselves gets tokens only its caller can present
             bound = caller if principal.acts_as_self else ""
-            out.run_token = self.runs.issue(run, principal.name, policies.revision, bound)
+            skills = pins(policies, policies.agent_version(out.agent.agent, out.agent.agent_version)
+                          if request.agent else None)
+            out.run_token = self.runs.issue(run, principal.name, policies.revision, bound, skills)
             response.verdict, response.code, response.reason = ALLOW, codes.ALLOWED, "run started"
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
@@ -360,7 +372,8 @@ class CheckpointService:
             action="start_run",
             arguments={"mode": MODES.get(request.mode, "unspecified"),
                        "inputs": convert.struct_to_dict(request.inputs) if out.run_token and request.HasField("inputs")
-                       else None},
+                       else None,
+                       **({"skills": skills} if skills and out.run_token else {})},
             latency_us=(time.perf_counter_ns() - started) // 1000,
         )
         self._append_or_deny(record, response)
@@ -502,7 +515,8 @@ class CheckpointService:
         for change in policies.catalog_changes:
             response = pb.CheckResponse(verdict=ALLOW, rule="catalog", policy_revision=policies.revision,
                                         code=codes.PROPOSED if change.act == "propose" else codes.CATALOG_CHANGED,
-                                        reason=f"{change.act} {change.agent} {change.version} from {change.source}")
+                                        reason=f"{change.act} {getattr(change, 'label', change.agent)} "
+                                               f"{change.version} from {change.source}")
             record = _act_record(response, _stamp(response), policies, change.by, None, tenant=change.tenant,
                                  agent=change.agent, agent_version=change.version, action="catalog",
                                  arguments=change.details())

@@ -57,12 +57,14 @@ def test_a_run_with_the_real_sdk_succeeds_and_results_go_back_as_tool_results(dr
     last = fake.requests[-1]
     result = last["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_l"
-    assert "nginx-restart" in result["content"] and result["content"].startswith("<data")
+    # the tenant's reviewed templates, which the checkpoint gave the call (docs/skills.md)
+    assert '"name":"web-basic"' in result["content"] and result["content"].startswith("<data")
     tools = {t["name"] for t in fake.requests[0]["tools"]}
     # recon's policy names triage as the one agent it may delegate to: delegate is offered for it alone;
-    # every agent may propose a change (it waits for a tenant admin: docs/catalog.md)
+    # every agent may propose a change (it waits for a tenant admin: docs/catalog.md); recon lists a
+    # skill and has a template tool: load_skill and propose_template (docs/skills.md)
     assert tools == {"create_task_from_template", "get_task", "list_templates", "propose_plan", "delegate",
-                     "propose_agent_change"}
+                     "propose_agent_change", "load_skill", "propose_template"}
     delegate = next(t for t in fake.requests[0]["tools"] if t["name"] == "delegate")
     assert delegate["input_schema"]["properties"]["agent"]["enum"] == ["triage"]
     assert "cancel_task" not in json.dumps(fake.requests[0])  # the model never sees tools it may not call

@@ -64,6 +64,9 @@ def checkpoint_server(tmp_path: Path, policy_dir: Path, grant_key) -> Iterator[A
 
     (policy_dir / "tenants" / "globex.yaml").write_text(GLOBEX)
     (policy_dir / "agents" / "scout.yaml").write_text(SCOUT)
+    # templates are a tenant's own (docs/skills.md): globex's scan uses a reviewed template of globex
+    (policy_dir / "templates" / "globex.yaml").write_text(
+        "kind: Template\nname: web\ntenant: globex\nspec: {image: 'recon/httpx:1.6', command: [httpx, -u, TARGET]}\n")
     people = policy_dir / "principals" / "people.yaml"
     people.write_text(people.read_text().replace("tenants: [acme]", "tenants: [acme, globex]"))
     tokens = {_digest(CHECKPOINT_TOKEN): "driver", **{_digest(t): p for p, t in CHECKPOINT_TOKENS.items()}}

@@ -47,6 +47,8 @@ scope:
   nodes: ["lab-node-*"]
   subjects: ["*.lab.example.com", "10.20.0.*", "10.20.0.0/24"]
 """
+# templates are the tenant's own (docs/skills.md): globex's scans use a reviewed template of globex
+WEB = "kind: Template\nname: web\ntenant: globex\nspec: {image: 'recon/httpx:1.6', command: [httpx, -u, TARGET]}\n"
 INITECH = "kind: Tenant\nname: initech\n"  # no roles: the principals' rights alone
 # a process that reads the whole log (a log shipper): `*` is not narrowed by any tenant's roles
 SIEM = 'kind: Principal\nname: siem\nidentities: ["token:siem"]\naudit: {tenants: ["*"]}\n'
@@ -56,6 +58,7 @@ def write_tenants(policy_dir: Path) -> None:
     (policy_dir / "tenants" / "globex.yaml").write_text(GLOBEX)
     (policy_dir / "tenants" / "initech.yaml").write_text(INITECH)
     (policy_dir / "agents" / "scout.yaml").write_text(SCOUT)
+    (policy_dir / "templates" / "globex.yaml").write_text(WEB)
     (policy_dir / "principals" / "siem.yaml").write_text(SIEM)
     people = policy_dir / "principals" / "people.yaml"
     text = people.read_text()

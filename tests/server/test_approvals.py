@@ -90,7 +90,7 @@ def test_an_approval_does_not_carry_over_to_other_arguments_or_runs(checkpoint):
     run, asked_id = asked(checkpoint)
     token = approve(checkpoint, run, asked_id).approval_token
     other_target = checkpoint.stub().Check(
-        approved_call(run, asked_id, token, args={"template": "other", "target": "10.20.0.0/24"}), timeout=5
+        approved_call(run, asked_id, token, args={"template": "web-basic", "target": "10.20.0.0/24"}), timeout=5
     )
     assert (other_target.verdict, other_target.code) == (pb.VERDICT_DENY, "approval_invalid")
     other = checkpoint.start_run("recon")

@@ -15,7 +15,9 @@ from toolrunner.server import create_server
 from warden import grants
 
 CALLS = {
-    "list_templates": ({}, lambda out: isinstance(out, list) and out and "name" in out[0]),
+    # the checkpoint fills `templates` with the tenant's reviewed ones (docs/skills.md); the script prints them
+    "list_templates": ({"templates": [{"name": "web-basic", "spec": {"command": ["nmap", "TARGET"]}}]},
+                       lambda out: isinstance(out, list) and out[0]["name"] == "web-basic"),
     "get_task": ({"task_id": "task-abc123"}, lambda out: out["status"] == "succeeded"),
     "create_task_from_template": (
         {"template": "nginx-restart", "target": "web-1.lab.example.com"},

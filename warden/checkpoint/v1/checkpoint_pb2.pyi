@@ -299,7 +299,7 @@ class PlanStepResult(_message.Message):
     def __init__(self, step_id: _Optional[str] = ..., index: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "child_run_id", "child_run_token", "approval_rules", "handoff_to")
+    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "child_run_id", "child_run_token", "approval_rules", "handoff_to", "arguments")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -322,6 +322,7 @@ class CheckResponse(_message.Message):
     CHILD_RUN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_RULES_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_TO_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     verdict: Verdict
     code: str
@@ -344,7 +345,8 @@ class CheckResponse(_message.Message):
     child_run_token: str
     approval_rules: _containers.RepeatedScalarFieldContainer[str]
     handoff_to: str
-    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., child_run_id: _Optional[str] = ..., child_run_token: _Optional[str] = ..., approval_rules: _Optional[_Iterable[str]] = ..., handoff_to: _Optional[str] = ...) -> None: ...
+    arguments: _struct_pb2.Struct
+    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., child_run_id: _Optional[str] = ..., child_run_token: _Optional[str] = ..., approval_rules: _Optional[_Iterable[str]] = ..., handoff_to: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class CheckBatchItem(_message.Message):
     __slots__ = ("correlation_id", "request")
@@ -437,16 +439,18 @@ class ResolveAgentResponse(_message.Message):
     def __init__(self, agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., persona: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy_revision: _Optional[str] = ..., tenant: _Optional[str] = ..., tool_specs: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ..., delegates: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
-    __slots__ = ("name", "description", "input_schema", "access")
+    __slots__ = ("name", "description", "input_schema", "access", "templates")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     ACCESS_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATES_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     input_schema: _struct_pb2.Struct
     access: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., access: _Optional[str] = ...) -> None: ...
+    templates: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., access: _Optional[str] = ..., templates: _Optional[str] = ...) -> None: ...
 
 class DecisionRecord(_message.Message):
     __slots__ = ("seq", "decision_id", "time", "tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "accountable_person", "agent", "agent_version", "action", "tool", "arguments", "verdict", "code", "rule", "reason", "policy_revision", "latency_us", "prev_hash", "hash", "principal", "caller", "approval_rules")
@@ -810,3 +814,191 @@ class AgentStatsResponse(_message.Message):
     versions: _containers.RepeatedCompositeFieldContainer[AgentVersionStats]
     log_seq: int
     def __init__(self, agent: _Optional[str] = ..., tenant: _Optional[str] = ..., live_version: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[AgentVersionStats, _Mapping]]] = ..., log_seq: _Optional[int] = ...) -> None: ...
+
+class CatalogEntryInfo(_message.Message):
+    __slots__ = ("kind", "tenant", "name", "version", "status", "source", "proposed_by", "proposed_at", "note", "decided_by", "decided_at", "decision_note", "first_seen", "definition", "description")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_BY_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_AT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    DECISION_NOTE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    tenant: str
+    name: str
+    version: str
+    status: str
+    source: str
+    proposed_by: str
+    proposed_at: str
+    note: str
+    decided_by: str
+    decided_at: str
+    decision_note: str
+    first_seen: str
+    definition: _struct_pb2.Struct
+    description: str
+    def __init__(self, kind: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., source: _Optional[str] = ..., proposed_by: _Optional[str] = ..., proposed_at: _Optional[str] = ..., note: _Optional[str] = ..., decided_by: _Optional[str] = ..., decided_at: _Optional[str] = ..., decision_note: _Optional[str] = ..., first_seen: _Optional[str] = ..., definition: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., description: _Optional[str] = ...) -> None: ...
+
+class ListCatalogEntriesRequest(_message.Message):
+    __slots__ = ("kind", "tenant")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    tenant: str
+    def __init__(self, kind: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class CatalogEntrySummary(_message.Message):
+    __slots__ = ("kind", "tenant", "name", "live_version", "pending_versions", "description")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PENDING_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    tenant: str
+    name: str
+    live_version: str
+    pending_versions: _containers.RepeatedScalarFieldContainer[str]
+    description: str
+    def __init__(self, kind: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., live_version: _Optional[str] = ..., pending_versions: _Optional[_Iterable[str]] = ..., description: _Optional[str] = ...) -> None: ...
+
+class ListCatalogEntriesResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[CatalogEntrySummary]
+    def __init__(self, entries: _Optional[_Iterable[_Union[CatalogEntrySummary, _Mapping]]] = ...) -> None: ...
+
+class CatalogEntryHistoryRequest(_message.Message):
+    __slots__ = ("kind", "tenant", "name")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    tenant: str
+    name: str
+    def __init__(self, kind: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CatalogEntryHistoryResponse(_message.Message):
+    __slots__ = ("live_version", "versions")
+    LIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    live_version: str
+    versions: _containers.RepeatedCompositeFieldContainer[CatalogEntryInfo]
+    def __init__(self, live_version: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[CatalogEntryInfo, _Mapping]]] = ...) -> None: ...
+
+class DecisionRef(_message.Message):
+    __slots__ = ("run_id", "decision_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    decision_id: str
+    def __init__(self, run_id: _Optional[str] = ..., decision_id: _Optional[str] = ...) -> None: ...
+
+class ProposeCatalogEntryRequest(_message.Message):
+    __slots__ = ("kind", "definition_yaml", "from_call", "name", "description", "note", "run")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_YAML_FIELD_NUMBER: _ClassVar[int]
+    FROM_CALL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    definition_yaml: str
+    from_call: DecisionRef
+    name: str
+    description: str
+    note: str
+    run: RunContext
+    def __init__(self, kind: _Optional[str] = ..., definition_yaml: _Optional[str] = ..., from_call: _Optional[_Union[DecisionRef, _Mapping]] = ..., name: _Optional[str] = ..., description: _Optional[str] = ..., note: _Optional[str] = ..., run: _Optional[_Union[RunContext, _Mapping]] = ...) -> None: ...
+
+class ReviewCatalogEntryRequest(_message.Message):
+    __slots__ = ("kind", "tenant", "name", "version", "approve", "note")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    tenant: str
+    name: str
+    version: str
+    approve: bool
+    note: str
+    def __init__(self, kind: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., approve: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
+
+class RetireCatalogEntryRequest(_message.Message):
+    __slots__ = ("kind", "tenant", "name", "version", "note")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    tenant: str
+    name: str
+    version: str
+    note: str
+    def __init__(self, kind: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class CatalogEntryActResponse(_message.Message):
+    __slots__ = ("decision", "entry")
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    decision: CheckResponse
+    entry: CatalogEntryInfo
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., entry: _Optional[_Union[CatalogEntryInfo, _Mapping]] = ...) -> None: ...
+
+class RunSkill(_message.Message):
+    __slots__ = ("name", "version", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    description: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class RunSkillsRequest(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: RunContext
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ...) -> None: ...
+
+class RunSkillsResponse(_message.Message):
+    __slots__ = ("skills",)
+    SKILLS_FIELD_NUMBER: _ClassVar[int]
+    skills: _containers.RepeatedCompositeFieldContainer[RunSkill]
+    def __init__(self, skills: _Optional[_Iterable[_Union[RunSkill, _Mapping]]] = ...) -> None: ...
+
+class LoadSkillRequest(_message.Message):
+    __slots__ = ("run", "name")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    run: RunContext
+    name: str
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+
+class LoadSkillResponse(_message.Message):
+    __slots__ = ("decision", "skill", "text", "reviewed_by")
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    SKILL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    REVIEWED_BY_FIELD_NUMBER: _ClassVar[int]
+    decision: CheckResponse
+    skill: RunSkill
+    text: str
+    reviewed_by: str
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., skill: _Optional[_Union[RunSkill, _Mapping]] = ..., text: _Optional[str] = ..., reviewed_by: _Optional[str] = ...) -> None: ...

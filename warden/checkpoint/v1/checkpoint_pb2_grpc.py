@@ -114,6 +114,41 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsResponse.FromString,
                 _registered_method=True)
+        self.ListCatalogEntries = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ListCatalogEntries',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListCatalogEntriesRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListCatalogEntriesResponse.FromString,
+                _registered_method=True)
+        self.CatalogEntryHistory = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/CatalogEntryHistory',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryHistoryRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryHistoryResponse.FromString,
+                _registered_method=True)
+        self.ProposeCatalogEntry = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ProposeCatalogEntry',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeCatalogEntryRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.FromString,
+                _registered_method=True)
+        self.ReviewCatalogEntry = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ReviewCatalogEntry',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewCatalogEntryRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.FromString,
+                _registered_method=True)
+        self.RetireCatalogEntry = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/RetireCatalogEntry',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireCatalogEntryRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.FromString,
+                _registered_method=True)
+        self.RunSkills = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/RunSkills',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunSkillsRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunSkillsResponse.FromString,
+                _registered_method=True)
+        self.LoadSkill = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/LoadSkill',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillResponse.FromString,
+                _registered_method=True)
 
 
 class CheckpointServiceServicer:
@@ -247,6 +282,61 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCatalogEntries(self, request, context):
+        """Skills and templates (docs/skills.md). A skill is a playbook an agent's model may load, as
+        data; a template is a task spec with a TARGET placeholder the `templates:` tools serve.
+        Neither grants anything. Reads, like the agent catalog's, need a role in the tenant (or, for a
+        process, the right to check or audit it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CatalogEntryHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProposeCatalogEntry(self, request, context):
+        """Save a skill or template (a person: operator or admin, own credential) or propose one (an
+        agent: its run token). It waits for a tenant admin. Recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReviewCatalogEntry(self, request, context):
+        """A tenant admin approves (it goes live) or rejects a pending version; never their own. Recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetireCatalogEntry(self, request, context):
+        """A tenant admin retires a version, the live one included: no run loads it, no call is served
+        it. Recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunSkills(self, request, context):
+        """The skills a run pinned when it began (its run token names them): names, versions,
+        descriptions, never the text. A read of the caller's own run: not recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadSkill(self, request, context):
+        """A run loads one of the skills it pinned, by name: recorded (action load_skill) before the
+        text is returned; an unknown, unlisted or retired skill is refused with a stable code.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CheckpointServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +419,41 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.AgentStats,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsResponse.SerializeToString,
+            ),
+            'ListCatalogEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCatalogEntries,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListCatalogEntriesRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListCatalogEntriesResponse.SerializeToString,
+            ),
+            'CatalogEntryHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.CatalogEntryHistory,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryHistoryRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryHistoryResponse.SerializeToString,
+            ),
+            'ProposeCatalogEntry': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeCatalogEntry,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeCatalogEntryRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.SerializeToString,
+            ),
+            'ReviewCatalogEntry': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReviewCatalogEntry,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewCatalogEntryRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.SerializeToString,
+            ),
+            'RetireCatalogEntry': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetireCatalogEntry,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireCatalogEntryRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.SerializeToString,
+            ),
+            'RunSkills': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunSkills,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunSkillsRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunSkillsResponse.SerializeToString,
+            ),
+            'LoadSkill': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadSkill,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -763,6 +888,195 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/AgentStats',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCatalogEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ListCatalogEntries',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListCatalogEntriesRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListCatalogEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CatalogEntryHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/CatalogEntryHistory',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryHistoryRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeCatalogEntry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ProposeCatalogEntry',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeCatalogEntryRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReviewCatalogEntry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ReviewCatalogEntry',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewCatalogEntryRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetireCatalogEntry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/RetireCatalogEntry',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RetireCatalogEntryRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CatalogEntryActResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunSkills(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/RunSkills',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunSkillsRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunSkillsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadSkill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/LoadSkill',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillResponse.FromString,
             options,
             channel_credentials,
             insecure,
