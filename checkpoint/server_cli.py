@@ -2,7 +2,8 @@
 
 `register(subparsers)` is called from `checkpoint/cli.py`. Defaults keep everything under one
 data folder (`./.warden`): the decision log `decisions.db`, the agent catalog `catalog.db`, the
-grant key `grant.key`, caller tokens `checkpoint.tokens`, and the socket `checkpoint.sock`.
+learnings `learnings.db`, the grant key `grant.key`, caller tokens `checkpoint.tokens`, and the
+socket `checkpoint.sock`.
 """
 
 from __future__ import annotations

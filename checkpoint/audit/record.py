@@ -56,8 +56,9 @@ COLUMNS: tuple[str, ...] = (*HASHED_FIELDS, "prev_hash", "hash")
 # authenticated them. "catalog": a change to the agent catalog (propose, approve, reject, retire),
 # its skills and templates included. "load_skill": a run read one of its pinned skills (docs/skills.md).
 # "end": a run stopped (succeeded, failed, cancelled, paused), recorded by its token's holder.
+# "learning": an act on a learning (propose, occurrence, promote, review, reject, retire, stale).
 ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none", "start_run", "approval", "rejection",
-                     "resume", "cancel", "amend", "pause", "catalog", "end", "load_skill"})
+                     "resume", "cancel", "amend", "pause", "catalog", "end", "load_skill", "learning"})
 VERDICTS = frozenset({"ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"})
 GENESIS_HASH = "0" * 64
 

@@ -82,6 +82,14 @@ SKILL_RETIRED = "skill_retired"  # the version the run pinned was retired since
 UNKNOWN_TEMPLATE = "unknown_template"  # no reviewed (live) template of that name in the run's tenant
 TEMPLATE_RETIRED = "template_retired"  # a proposal of a version that was retired
 ENTRY_CODES = frozenset({UNKNOWN_SKILL, SKILL_NOT_LISTED, SKILL_RETIRED, UNKNOWN_TEMPLATE, TEMPLATE_RETIRED})
+# learnings (docs/learnings.md): an `error` learning blocks a call (Check); the acts on learnings
+LEARNING_BLOCKED = "learning_blocked"
+LEARNING_PROPOSED = "learning_proposed"
+LEARNING_CHANGED = "learning_changed"  # promoted, re-reviewed or edited, rejected, retired, gone stale
+UNKNOWN_LEARNING = "unknown_learning"
+LEARNING_NOT_ACTIVE = "learning_not_active"
+LEARNING_CODES = frozenset({LEARNING_BLOCKED, LEARNING_PROPOSED, LEARNING_CHANGED, UNKNOWN_LEARNING,
+                            LEARNING_NOT_ACTIVE})
 
 DECISION_CODES = frozenset(
     [
@@ -92,6 +100,6 @@ DECISION_CODES = frozenset(
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
         CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, ROLE_REQUIRED, APPROVED, REJECTED, RECORDED, HANDOFF,
         AGENT_VERSION_RETIRED, AGENT_VERSION_NOT_APPROVED, PROPOSED, CATALOG_CHANGED, NO_CHANGE, NOT_PENDING,
-        VERSION_LIVE, *ENTRY_CODES,
+        VERSION_LIVE, *ENTRY_CODES, *LEARNING_CODES,
     ]
 )

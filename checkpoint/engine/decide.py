@@ -3,7 +3,8 @@
 Pure: no I/O, no log, and no clock of its own: the time a rule reads (`now`) is passed in by
 the service, never taken from the request. The service stamps the decision id, signs the grant
 and records the decision. Steps run in DESIGN.md's order and the first failure wins:
-request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, delegation.
+request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, delegation; then, for
+a tool call, the active learnings (engine/learnings.py), which may only warn or deny.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import fastjsonschema
 import jsonschema
 
-from checkpoint.engine import authority, breakers, codes
+from checkpoint.engine import authority, breakers, codes, learnings
 from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
@@ -65,6 +66,8 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
             response.reason = f"approved by {call.approved_by} (decision {request.approval.decision_id[:64]})"
         else:
             response.rule, response.reason = "allow", "every rule passed"
+        if response.learnings:  # advice a person reviewed: on the record with the answer
+            response.reason += "; warned by " + ", ".join(f"learning {n.id}" for n in response.learnings)
     except Stop as stop:
         response.verdict, response.code, response.rule, response.reason = (
             stop.verdict, stop.code, stop.rule, stop.reason
@@ -121,6 +124,7 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
     if call.agent is not None:
         breakers.check(call, "tool_call")
     response.counts_as_drift = call.request.run.has_plan and not tc.plan_step
+    learnings.check(call, tool, args, _agent_map, response)  # advice: a warning, or a DENY
     if approvals:
         _approve_or_stop(call, approvals)
 

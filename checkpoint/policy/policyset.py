@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoint.cel import CelProgram
 from checkpoint.policy import model
+from checkpoint.policy.learning_index import EMPTY as NO_LEARNINGS
+from checkpoint.policy.learning_index import LearningIndex
 from checkpoint.policy.principals import Principals
 from checkpoint.policy.subjects import OffLimits, Subject, SubjectSet, read_value
 
@@ -154,6 +156,9 @@ class PolicySet:
     unpinnable: frozenset[tuple[str, str]] = frozenset()
     retired: frozenset[tuple[str, str]] = frozenset()
     catalog_changes: tuple[Any, ...] = ()
+    # the active learnings, compiled (docs/learnings.md): advice that may add a warning to a tool
+    # call's answer or turn it into a DENY, never more. Set by the policy store after every change.
+    learnings: LearningIndex = NO_LEARNINGS
     # indexes built in __post_init__
     rules_by_tool: dict[str, RuleGroup] = field(init=False)  # every tool of `tools` has an entry
     rules_by_action: dict[str, RuleGroup] = field(init=False)  # model_call, delegation, plan
@@ -187,6 +192,10 @@ class PolicySet:
             if found is not None:
                 live[name] = found
         return self.with_catalog(live)
+
+    def with_learnings(self, learnings: LearningIndex) -> PolicySet:
+        """This set with the learning store's active learnings as they are now."""
+        return replace(self, learnings=learnings)
 
     def agent_version(self, name: str, version: str) -> AgentVersion | None:
         current = self.agents.get(name)

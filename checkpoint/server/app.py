@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from checkpoint.audit import DecisionLog
 from checkpoint.policy import AgentCatalog
+from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
 from checkpoint.server.auth import AuthPolicy, OnRefused
 from checkpoint.server.grpc_api import SERVICE_NAME, handlers
@@ -81,6 +82,7 @@ class CheckpointServer:
         self.grpc_server.start()
         if self.watcher is not None:
             self.watcher.start()
+        self.service.learnings.start()  # learnings nothing triggered for 90 days go stale
         if self.metrics_server is not None:
             self.metrics_server.start()
         return self
@@ -94,6 +96,7 @@ class CheckpointServer:
         self.health.enter_graceful_shutdown()
         self.service.stop_watchers()
         self.grpc_server.stop(grace).wait()
+        self.service.learnings.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         self.log.close()
@@ -174,7 +177,8 @@ def create_server(
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
-    service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"))
+    service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"),
+                                learnings=LearningStore(data / "learnings.db"))
     store.reload()  # after the service: what the first load changes in the catalog is recorded
     metrics.registry.register(AgentStatsCollector(service.agent_stats.stats))  # computed on scrape
 

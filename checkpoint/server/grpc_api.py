@@ -171,6 +171,10 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
                                         pb.CatalogEntryActResponse),
             "RunSkills": unary(service.entries.run_skills, pb.RunSkillsRequest, pb.RunSkillsResponse),
             "LoadSkill": unary(service.entries.load_skill, pb.LoadSkillRequest, pb.LoadSkillResponse),
+            "ProposeLearning": unary(service.learnings.propose_learning, pb.ProposeLearningRequest, pb.LearningActResponse),
+            "ReviewLearning": unary(service.learnings.review_learning, pb.ReviewLearningRequest, pb.LearningActResponse),
+            "ListLearnings": unary(service.learnings.list_learnings, pb.ListLearningsRequest, pb.ListLearningsResponse),
+            "RunLessons": unary(service.learnings.run_lessons, pb.RunLessonsRequest, pb.RunLessonsResponse),
             "WatchDecisions": grpc.unary_stream_rpc_method_handler(
                 watch,
                 request_deserializer=_parser(pb.WatchDecisionsRequest),

@@ -26,6 +26,7 @@ from pathlib import Path
 import watchfiles
 
 from checkpoint.policy import AgentCatalog, PolicyLoadError, PolicySet, load_policy_dir
+from checkpoint.policy.learning_index import LearningIndex
 from checkpoint.policy.loader import policy_files
 
 log = logging.getLogger("warden.checkpoint.reload")
@@ -77,9 +78,12 @@ class PolicyStore:
         catalog: AgentCatalog,
         *,
         on_change: Callable[[ReloadStatus], None] | None = None,
+        learnings: Callable[[PolicySet], LearningIndex] | None = None,
     ):
         self.directory = Path(directory)
         self.catalog = catalog
+        # compiles the active learnings for a policy set (docs/learnings.md); None: no learnings
+        self.learnings = learnings
         self.current: PolicySet | None = None
         self.status = ReloadStatus()
         self._on_change = on_change
@@ -113,7 +117,7 @@ class PolicyStore:
                 self._failed(problem)
                 return False
             changed = self.current is None or policies.revision != self.current.revision
-            self.current = policies
+            self.current = self._advised(policies)
             if policies.catalog_changes and self.on_catalog is not None:
                 self.on_catalog(policies)
             st = self.status
@@ -129,7 +133,19 @@ class PolicyStore:
         """After a catalog act: the same files, with the live and retired versions as they are now."""
         with self._load_lock:
             if self.current is not None:
-                self.current = self.current.refreshed()
+                self.current = self._advised(self.current.refreshed())
+
+    def _advised(self, policies: PolicySet) -> PolicySet:
+        """`policies` with the active learnings compiled now; when they cannot be read, the ones
+        in force stay (a learning only ever narrows: losing one silently would widen)."""
+        if self.learnings is None:
+            return policies
+        try:
+            return policies.with_learnings(self.learnings(policies))
+        except Exception:
+            log.exception("the active learnings could not be read; keeping the ones in force")
+            kept = self.current.learnings if self.current is not None else policies.learnings
+            return policies.with_learnings(kept)
 
     def _failed(self, errors: list[str]) -> None:
         st = self.status

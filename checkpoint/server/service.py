@@ -28,6 +28,7 @@ from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
 from checkpoint.engine.context import MODES
 from checkpoint.policy import PolicySet
+from checkpoint.policy.learnings import LearningStore
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import auditor_tenants, role_refusal, roles_by_tenant
 from checkpoint.server import convert
@@ -37,6 +38,7 @@ from checkpoint.server.catalog_acts import CatalogActs
 from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
 from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from checkpoint.server.ids import new_decision_id
+from checkpoint.server.learning_acts import LearningActs
 from checkpoint.server.metrics import Metrics
 from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.reload import PolicyStore
@@ -64,6 +66,7 @@ class CheckpointService:
         single_use: SingleUse,
         *,
         max_batch_items: int = MAX_BATCH_ITEMS,
+        learnings: LearningStore | None = None,
     ):
         self.store = store
         self.log = decisions
@@ -84,6 +87,8 @@ class CheckpointService:
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self.entries = EntryActs(self)  # skills and templates (docs/skills.md)
         store.on_catalog = self._record_catalog_changes
+        self.learnings = LearningActs(self, learnings or LearningStore(None))
+        store.learnings = self.learnings.index_for  # compiled into every policy set it serves
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -188,6 +193,8 @@ class CheckpointService:
             record = bound_refusal(record)
         self._append_or_deny(record, response)
         self._count(response.verdict, response.code)
+        if response.learnings or response.verdict == pb.VERDICT_HALT:
+            self.learnings.after_check(request, response)  # triggers; a breaker proposes a learning
         return response
 
     def _establish(self, request: Any, principal: Principal, caller: str) -> Established:

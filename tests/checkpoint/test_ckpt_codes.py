@@ -173,7 +173,8 @@ def test_every_decision_code_is_produced():
     caller_not_permitted, run_token_invalid, a person's acts approved / rejected / recorded; and
     tests/security/test_tenant_roles.py: role_required; the catalog's, which
     tests/security/test_catalog_lifecycle.py produces through the service; the skills' and templates',
-    which tests/security/test_skills.py and test_templates.py produce) comes out of some table row."""
+    which tests/security/test_skills.py and test_templates.py produce; the learnings', which
+    tests/security/test_learnings.py produces) comes out of some table row."""
     produced = set()
     for c in _all_tables():
         got = c.run()
@@ -181,6 +182,7 @@ def test_every_decision_code_is_produced():
         produced.add(got.code)
     wanted = set(codes.DECISION_CODES) - {codes.AUDIT_UNAVAILABLE, codes.APPROVAL_INVALID, codes.CALLER_NOT_PERMITTED,
                                           codes.RUN_TOKEN_INVALID, codes.APPROVED, codes.REJECTED, codes.RECORDED,
-                                          codes.ROLE_REQUIRED, *codes.CATALOG_CODES, *codes.ENTRY_CODES}
+                                          codes.ROLE_REQUIRED, *codes.CATALOG_CODES, *codes.ENTRY_CODES,
+                                          *codes.LEARNING_CODES}
     assert wanted - produced == set(), "codes no table row produces"
     assert produced - wanted == set(), "codes produced that are not in DECISION_CODES"

@@ -179,7 +179,7 @@ def test_the_checkpoint_data_folder_and_its_databases_are_private(start, tmp_pat
     assert _mode(data) == 0o700 and _mode(data.parent) == 0o700
     files = sorted(data.glob("*.db*"))
     names = {p.name for p in files}
-    assert {"decisions.db", "decisions.db-wal", "decisions.db-shm", "catalog.db"} <= names, names
+    assert {"decisions.db", "decisions.db-wal", "decisions.db-shm", "catalog.db", "learnings.db"} <= names, names
     assert {p.name: oct(_mode(p)) for p in files} == {p.name: oct(0o600) for p in files}
 
 

@@ -30,6 +30,22 @@ class ActorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTOR_KIND_UNSPECIFIED: _ClassVar[ActorKind]
     ACTOR_KIND_PERSON: _ClassVar[ActorKind]
     ACTOR_KIND_AGENT: _ClassVar[ActorKind]
+
+class LearningSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEARNING_SOURCE_UNSPECIFIED: _ClassVar[LearningSource]
+    LEARNING_SOURCE_BREAKER: _ClassVar[LearningSource]
+    LEARNING_SOURCE_RUN_FAILED: _ClassVar[LearningSource]
+    LEARNING_SOURCE_TASK_FAILED: _ClassVar[LearningSource]
+    LEARNING_SOURCE_AGENT: _ClassVar[LearningSource]
+
+class LearningAct(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEARNING_ACT_UNSPECIFIED: _ClassVar[LearningAct]
+    LEARNING_ACT_PROMOTE: _ClassVar[LearningAct]
+    LEARNING_ACT_REVIEW: _ClassVar[LearningAct]
+    LEARNING_ACT_REJECT: _ClassVar[LearningAct]
+    LEARNING_ACT_RETIRE: _ClassVar[LearningAct]
 VERDICT_UNSPECIFIED: Verdict
 VERDICT_ALLOW: Verdict
 VERDICT_DENY: Verdict
@@ -41,6 +57,16 @@ RUN_MODE_BACKGROUND: RunMode
 ACTOR_KIND_UNSPECIFIED: ActorKind
 ACTOR_KIND_PERSON: ActorKind
 ACTOR_KIND_AGENT: ActorKind
+LEARNING_SOURCE_UNSPECIFIED: LearningSource
+LEARNING_SOURCE_BREAKER: LearningSource
+LEARNING_SOURCE_RUN_FAILED: LearningSource
+LEARNING_SOURCE_TASK_FAILED: LearningSource
+LEARNING_SOURCE_AGENT: LearningSource
+LEARNING_ACT_UNSPECIFIED: LearningAct
+LEARNING_ACT_PROMOTE: LearningAct
+LEARNING_ACT_REVIEW: LearningAct
+LEARNING_ACT_REJECT: LearningAct
+LEARNING_ACT_RETIRE: LearningAct
 
 class Scope(_message.Message):
     __slots__ = ("tools", "access", "images", "nodes", "connections", "subjects", "threads")
@@ -299,7 +325,7 @@ class PlanStepResult(_message.Message):
     def __init__(self, step_id: _Optional[str] = ..., index: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "child_run_id", "child_run_token", "approval_rules", "handoff_to", "arguments")
+    __slots__ = ("decision_id", "verdict", "code", "rule", "reason", "agent", "agent_version", "policy_revision", "grant", "explanation", "counts_as_drift", "child_authority", "plan_steps", "decided_at", "child_budget", "tenant", "accountable_person", "child_agent_version", "child_run_id", "child_run_token", "approval_rules", "handoff_to", "arguments", "learnings")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -323,6 +349,7 @@ class CheckResponse(_message.Message):
     APPROVAL_RULES_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_TO_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    LEARNINGS_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     verdict: Verdict
     code: str
@@ -346,7 +373,8 @@ class CheckResponse(_message.Message):
     approval_rules: _containers.RepeatedScalarFieldContainer[str]
     handoff_to: str
     arguments: _struct_pb2.Struct
-    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., child_run_id: _Optional[str] = ..., child_run_token: _Optional[str] = ..., approval_rules: _Optional[_Iterable[str]] = ..., handoff_to: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    learnings: _containers.RepeatedCompositeFieldContainer[LearningNote]
+    def __init__(self, decision_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., policy_revision: _Optional[str] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., explanation: _Optional[_Iterable[_Union[RuleOutcome, _Mapping]]] = ..., counts_as_drift: _Optional[bool] = ..., child_authority: _Optional[_Union[Scope, _Mapping]] = ..., plan_steps: _Optional[_Iterable[_Union[PlanStepResult, _Mapping]]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_budget: _Optional[_Union[Budget, _Mapping]] = ..., tenant: _Optional[str] = ..., accountable_person: _Optional[str] = ..., child_agent_version: _Optional[str] = ..., child_run_id: _Optional[str] = ..., child_run_token: _Optional[str] = ..., approval_rules: _Optional[_Iterable[str]] = ..., handoff_to: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., learnings: _Optional[_Iterable[_Union[LearningNote, _Mapping]]] = ...) -> None: ...
 
 class CheckBatchItem(_message.Message):
     __slots__ = ("correlation_id", "request")
@@ -1002,3 +1030,157 @@ class LoadSkillResponse(_message.Message):
     text: str
     reviewed_by: str
     def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., skill: _Optional[_Union[RunSkill, _Mapping]] = ..., text: _Optional[str] = ..., reviewed_by: _Optional[str] = ...) -> None: ...
+
+class LearningNote(_message.Message):
+    __slots__ = ("id", "severity", "text", "reviewed_by")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    REVIEWED_BY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    severity: str
+    text: str
+    reviewed_by: str
+    def __init__(self, id: _Optional[str] = ..., severity: _Optional[str] = ..., text: _Optional[str] = ..., reviewed_by: _Optional[str] = ...) -> None: ...
+
+class LearningProvenance(_message.Message):
+    __slots__ = ("run_id", "decision_id", "agent", "agent_version", "code", "time", "tool")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    decision_id: str
+    agent: str
+    agent_version: str
+    code: str
+    time: str
+    tool: str
+    def __init__(self, run_id: _Optional[str] = ..., decision_id: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., code: _Optional[str] = ..., time: _Optional[str] = ..., tool: _Optional[str] = ...) -> None: ...
+
+class LearningInfo(_message.Message):
+    __slots__ = ("id", "tenant", "agent", "agent_version", "tool", "status", "source", "code", "text", "severity", "match", "suggested_match", "proposed_by", "proposed_at", "reviewed_by", "reviewed_at", "review_note", "occurrences", "last_occurrence_at", "triggers", "last_triggered_at", "stale_at", "provenance", "severity_capped")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    SUGGESTED_MATCH_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_BY_FIELD_NUMBER: _ClassVar[int]
+    PROPOSED_AT_FIELD_NUMBER: _ClassVar[int]
+    REVIEWED_BY_FIELD_NUMBER: _ClassVar[int]
+    REVIEWED_AT_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_NOTE_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCES_FIELD_NUMBER: _ClassVar[int]
+    LAST_OCCURRENCE_AT_FIELD_NUMBER: _ClassVar[int]
+    TRIGGERS_FIELD_NUMBER: _ClassVar[int]
+    LAST_TRIGGERED_AT_FIELD_NUMBER: _ClassVar[int]
+    STALE_AT_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_CAPPED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    tenant: str
+    agent: str
+    agent_version: str
+    tool: str
+    status: str
+    source: str
+    code: str
+    text: str
+    severity: str
+    match: str
+    suggested_match: str
+    proposed_by: str
+    proposed_at: str
+    reviewed_by: str
+    reviewed_at: str
+    review_note: str
+    occurrences: int
+    last_occurrence_at: str
+    triggers: int
+    last_triggered_at: str
+    stale_at: str
+    provenance: _containers.RepeatedCompositeFieldContainer[LearningProvenance]
+    severity_capped: bool
+    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., tool: _Optional[str] = ..., status: _Optional[str] = ..., source: _Optional[str] = ..., code: _Optional[str] = ..., text: _Optional[str] = ..., severity: _Optional[str] = ..., match: _Optional[str] = ..., suggested_match: _Optional[str] = ..., proposed_by: _Optional[str] = ..., proposed_at: _Optional[str] = ..., reviewed_by: _Optional[str] = ..., reviewed_at: _Optional[str] = ..., review_note: _Optional[str] = ..., occurrences: _Optional[int] = ..., last_occurrence_at: _Optional[str] = ..., triggers: _Optional[int] = ..., last_triggered_at: _Optional[str] = ..., stale_at: _Optional[str] = ..., provenance: _Optional[_Iterable[_Union[LearningProvenance, _Mapping]]] = ..., severity_capped: _Optional[bool] = ...) -> None: ...
+
+class ProposeLearningRequest(_message.Message):
+    __slots__ = ("run", "source", "text", "tool", "severity", "code", "decision_id")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    run: RunContext
+    source: LearningSource
+    text: str
+    tool: str
+    severity: str
+    code: str
+    decision_id: str
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., source: _Optional[_Union[LearningSource, str]] = ..., text: _Optional[str] = ..., tool: _Optional[str] = ..., severity: _Optional[str] = ..., code: _Optional[str] = ..., decision_id: _Optional[str] = ...) -> None: ...
+
+class ReviewLearningRequest(_message.Message):
+    __slots__ = ("id", "act", "severity", "match", "text", "note")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ACT_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    act: LearningAct
+    severity: str
+    match: str
+    text: str
+    note: str
+    def __init__(self, id: _Optional[str] = ..., act: _Optional[_Union[LearningAct, str]] = ..., severity: _Optional[str] = ..., match: _Optional[str] = ..., text: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class LearningActResponse(_message.Message):
+    __slots__ = ("decision", "learning")
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_FIELD_NUMBER: _ClassVar[int]
+    decision: CheckResponse
+    learning: LearningInfo
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., learning: _Optional[_Union[LearningInfo, _Mapping]] = ...) -> None: ...
+
+class ListLearningsRequest(_message.Message):
+    __slots__ = ("tenant", "agent", "status", "id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    agent: str
+    status: str
+    id: str
+    def __init__(self, tenant: _Optional[str] = ..., agent: _Optional[str] = ..., status: _Optional[str] = ..., id: _Optional[str] = ...) -> None: ...
+
+class ListLearningsResponse(_message.Message):
+    __slots__ = ("learnings",)
+    LEARNINGS_FIELD_NUMBER: _ClassVar[int]
+    learnings: _containers.RepeatedCompositeFieldContainer[LearningInfo]
+    def __init__(self, learnings: _Optional[_Iterable[_Union[LearningInfo, _Mapping]]] = ...) -> None: ...
+
+class RunLessonsRequest(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: RunContext
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ...) -> None: ...
+
+class RunLessonsResponse(_message.Message):
+    __slots__ = ("lessons",)
+    LESSONS_FIELD_NUMBER: _ClassVar[int]
+    lessons: _containers.RepeatedCompositeFieldContainer[LearningInfo]
+    def __init__(self, lessons: _Optional[_Iterable[_Union[LearningInfo, _Mapping]]] = ...) -> None: ...

@@ -149,6 +149,26 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillResponse.FromString,
                 _registered_method=True)
+        self.ProposeLearning = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ProposeLearning',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeLearningRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LearningActResponse.FromString,
+                _registered_method=True)
+        self.ReviewLearning = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ReviewLearning',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewLearningRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LearningActResponse.FromString,
+                _registered_method=True)
+        self.ListLearnings = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/ListLearnings',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListLearningsRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListLearningsResponse.FromString,
+                _registered_method=True)
+        self.RunLessons = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/RunLessons',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunLessonsRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunLessonsResponse.FromString,
+                _registered_method=True)
 
 
 class CheckpointServiceServicer:
@@ -337,6 +357,40 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProposeLearning(self, request, context):
+        """Learnings (docs/learnings.md): advice, never authority. A proposal (a run's failure or task
+        failure reported by the driver, or an agent's own, with the run token; the checkpoint
+        proposes one itself for every tripped breaker) waits for a tenant admin, and acts on nothing.
+        Recorded (action `learning`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReviewLearning(self, request, context):
+        """A tenant admin promotes a proposal to active (choosing its severity and CEL match), re-reviews
+        or edits an active or stale one, rejects a proposal or retires a learning. Recorded before it
+        takes effect, with the admin's identity from their credential.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLearnings(self, request, context):
+        """The learnings the caller may read (a role in the tenant, or a process principal covering it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunLessons(self, request, context):
+        """The active learnings about a run's agent, for its model context (the run token names the
+        run; the caller's principal must be the token's). A read: not recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CheckpointServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -454,6 +508,26 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.LoadSkill,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillResponse.SerializeToString,
+            ),
+            'ProposeLearning': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeLearning,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeLearningRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LearningActResponse.SerializeToString,
+            ),
+            'ReviewLearning': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReviewLearning,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewLearningRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LearningActResponse.SerializeToString,
+            ),
+            'ListLearnings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLearnings,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListLearningsRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListLearningsResponse.SerializeToString,
+            ),
+            'RunLessons': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunLessons,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunLessonsRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunLessonsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1077,6 +1151,114 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/LoadSkill',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LoadSkillResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeLearning(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ProposeLearning',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ProposeLearningRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LearningActResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReviewLearning(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ReviewLearning',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ReviewLearningRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.LearningActResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLearnings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/ListLearnings',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListLearningsRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.ListLearningsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunLessons(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/RunLessons',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunLessonsRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RunLessonsResponse.FromString,
             options,
             channel_credentials,
             insecure,
