@@ -117,6 +117,13 @@ class CheckpointClient(_Client):
         answer = self._call(self._stub.Roles, cp.RolesRequest(person=person))
         return {t.tenant: frozenset(t.roles) for t in answer.tenants}
 
+    # learnings (docs/learnings.md): a run's proposals and the lessons about its agent
+    def propose_learning(self, request: cp.ProposeLearningRequest) -> cp.LearningActResponse:
+        return self._call(self._stub.ProposeLearning, request)
+
+    def run_lessons(self, run: cp.RunContext) -> list[cp.LearningInfo]:
+        return list(self._call(self._stub.RunLessons, cp.RunLessonsRequest(run=run)).lessons)
+
     # a person's own acts, made with the person's own checkpoint credential (never the driver's)
     def approve(self, run_id: str, decision_id: str, note: str = "") -> cp.ApproveResponse:
         return self._call(self._stub.Approve, cp.ApproveRequest(run_id=run_id, decision_id=decision_id, note=note))

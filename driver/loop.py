@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from driver import context, skills
+from driver import context, learnings, skills
 from driver.boundary import Final, Handoff, Idle, Outcome, Rejection, ToolCalls, decide
 from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
 from driver.errors import DependencyUnavailable, DriverError, ProviderError, RunStateError
@@ -244,6 +244,7 @@ class Driver:
                                 owner=owner, mode=mode, provider=provider, model=run["model"],
                                 tools=[s["name"] for s in run["tool_specs"]], budget=budget,
                                 policy_revision=resolved.policy_revision)
+        learnings.load_lessons(self, run_id)  # lessons about this agent, as data from the catalog
         if spawn:
             self.spawn(run_id)
         return self.store.run(run_id)
@@ -588,6 +589,8 @@ class Driver:
         if not self.store.set_status_logged(run["run_id"], status, code, reason, **extra):
             correct_end(self.checkpoint, self.store, run["run_id"], status)
             return  # it ended otherwise meanwhile (a cancel): that end stands
+        if status == FAILED:  # a failed run becomes a proposed learning
+            learnings.report(self, run, cp.LEARNING_SOURCE_RUN_FAILED, code, f"the run failed ({code}): {reason}")
         if run["parent_run_id"]:
             self._settle_child(self.store.run(run["run_id"]))
 
@@ -669,6 +672,8 @@ class Driver:
                              "a tenant admin reviews it, and until then nothing changes.",
                              input_schema=context.propose_tool_schema()))
         tools += skills.tool_defs(run)
+        tools.append(ToolDef(name=context.LEARN_TOOL, description="Propose a lesson for later runs of this agent; "
+                             "a person reviews it.", input_schema=context.learn_tool_schema()))
         input_estimate = estimate_tokens(system + str(transcript))
         req = cp.CheckRequest(run=self._run_context(run), counters=self._counters(run),
                               model_call=cp.ModelCall(provider=run["provider"], model=run["model"],
@@ -869,6 +874,11 @@ class Driver:
             return self._propose_change(run, call)
         if call["tool"] in skills.BUILTINS:
             return skills.handle(self, run, call)
+        if call["tool"] == context.LEARN_TOOL:  # a built-in action, never a tool of an allowlist
+            lesson = self._arguments(run, call, learnings.Lesson, "the learning")
+            if lesson is not None:
+                learnings.propose(self, run, call, lesson)
+            return True
         if not run["has_plan"] and not call["verifies"]:  # the plan gate is for the model's calls
             self._refuse(run, call, "plan_required", "propose a plan with propose_plan before calling tools")
             self.store.append_event(run["run_id"], "call_refused", tool=call["tool"], code="plan_required")
@@ -884,7 +894,8 @@ class Driver:
         resp = self.checkpoint.check(req)
         self._record_decision(run, "tool_call", resp, tool=call["tool"], arguments=call["arguments"],
                               plan_step=plan_step, counts_as_drift=resp.counts_as_drift and not call["verifies"],
-                              **({"verifies": call["verifies"]} if call["verifies"] else {}))
+                              **({"verifies": call["verifies"]} if call["verifies"] else {}),
+                              **({"learnings": [n.id for n in resp.learnings]} if resp.learnings else {}))
         if resp.counts_as_drift and not call["verifies"]:  # a goal's check is not the model wandering
             self.store.add_to_run(run["run_id"], drift=1)
         if resp.verdict == _ALLOW:
@@ -893,7 +904,8 @@ class Driver:
             self.store.update_call(call["id"], status="executing", decision_id=resp.decision_id, verdict="ALLOW",
                                    code=resp.code, plan_step=plan_step, grant=resp.grant.SerializeToString(),
                                    granted_arguments=granted)
-            self._execute(self.store.run(run["run_id"]), self.store.calls(run["run_id"], run["turn"])[call["idx"]])
+            self._execute(self.store.run(run["run_id"]), self.store.calls(run["run_id"], run["turn"])[call["idx"]],
+                          advice=learnings.advice(resp))
             return True
         return self._not_allowed(run, call, resp)
 
@@ -1078,6 +1090,7 @@ class Driver:
                                 policy_revision=resp.policy_revision, parent_run_id=parent["run_id"],
                                 root_run_id=child["root_run_id"], depth=child["depth"],
                                 delegation_decision_id=resp.decision_id)
+        learnings.load_lessons(self, child_id)
         return child
 
     def _settle_child(self, child: dict[str, Any]) -> None:
@@ -1124,7 +1137,7 @@ class Driver:
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
-    def _execute(self, run: dict[str, Any], call: dict[str, Any]) -> None:
+    def _execute(self, run: dict[str, Any], call: dict[str, Any], *, advice: str = "") -> None:
         grant = cp.Grant.FromString(call["grant"])
         if grant.expires_at.seconds and grant.expires_at.seconds < now():
             # The grant lapsed (e.g. the toolrunner was down): decide again rather than run unchecked.
@@ -1158,8 +1171,8 @@ class Driver:
                                receipt.exit_code, receipt.code, receipt.output,
                                json_format.MessageToDict(receipt, preserving_proto_field_name=True),
                                verifies=call["verifies"])
-        content = context.receipt_result(call["tool"], call["decision_id"], receipt.exit_code, receipt.code,
-                                         receipt.output, receipt.truncated)
+        content = advice + context.receipt_result(call["tool"], call["decision_id"], receipt.exit_code, receipt.code,
+                                                  receipt.output, receipt.truncated)
         self.store.update_call(call["id"], status="done", result={"is_error": not ok, "content": content})
         self._count_outcome(run["run_id"], ok)
         self.store.append_event(run["run_id"], "tool_receipt", tool=call["tool"], decision_id=call["decision_id"],
@@ -1167,3 +1180,8 @@ class Driver:
                                 truncated=receipt.truncated, masked=receipt.masked_count, replayed=receipt.replayed,
                                 output=receipt.output[:2000],
                                 **({"verifies": call["verifies"]} if call["verifies"] else {}))
+        if not ok and not call["verifies"]:  # a failed task becomes a proposed learning
+            failed = receipt.code or ("timeout" if receipt.timed_out else f"exit_{receipt.exit_code}")
+            learnings.report(self, run, cp.LEARNING_SOURCE_TASK_FAILED, failed,
+                             f"{call['tool']} failed ({failed}): {receipt.output[-300:].strip()}",
+                             tool=call["tool"], decision_id=call["decision_id"])

@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "driver.cli",  # driver serve, up, run, runs, watch, approve, reject, pause, resume, cancel, amend
     "driver.agents_cli",  # agents list/show/history/diff/propose/review/approve/reject/retire/rollback
     "driver.entries_cli",  # skills and templates: list/show/history/propose|save/approve/reject/retire
+    "driver.learnings_cli",  # learnings list/show/promote/review/reject/retire
 )
 
 

@@ -61,10 +61,11 @@ def test_a_run_with_the_real_sdk_succeeds_and_results_go_back_as_tool_results(dr
     assert '"name":"web-basic"' in result["content"] and result["content"].startswith("<data")
     tools = {t["name"] for t in fake.requests[0]["tools"]}
     # recon's policy names triage as the one agent it may delegate to: delegate is offered for it alone;
-    # every agent may propose a change (it waits for a tenant admin: docs/catalog.md); recon lists a
-    # skill and has a template tool: load_skill and propose_template (docs/skills.md)
+    # every agent may propose a change (it waits for a tenant admin: docs/catalog.md) and a learning
+    # (a person reviews it: docs/learnings.md); recon lists a skill and has a template tool:
+    # load_skill and propose_template (docs/skills.md)
     assert tools == {"create_task_from_template", "get_task", "list_templates", "propose_plan", "delegate",
-                     "propose_agent_change", "load_skill", "propose_template"}
+                     "propose_agent_change", "load_skill", "propose_template", "propose_learning"}
     delegate = next(t for t in fake.requests[0]["tools"] if t["name"] == "delegate")
     assert delegate["input_schema"]["properties"]["agent"]["enum"] == ["triage"]
     assert "cancel_task" not in json.dumps(fake.requests[0])  # the model never sees tools it may not call
