@@ -25,6 +25,7 @@ PLAN_READ = "plan read and approved before the run went on"
 PROPOSAL = "an agent's proposal approved into a new version while the run kept its own"
 PAUSED_CHILD = "a pause that paused a child, which resumed with its parent"
 STATS = "per-version statistics of recon's two versions"
+LEARNED = "the breaker's learning promoted by an admin"
 
 
 class Scenario:
@@ -198,6 +199,32 @@ class Scenario:
         return n
 
 
+    def promote_learning(self) -> None:
+        """The breaker trip proposed a learning; a tenant admin reads it and promotes it (docs/learnings.md)."""
+        with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
+            stub = cp_grpc.CheckpointServiceStub(ch)
+            md = [("authorization", f"Bearer {self.person_token}")]
+            proposed = [x for x in stub.ListLearnings(cp.ListLearningsRequest(status="proposed"), metadata=md,
+                                                      timeout=30).learnings if x.source == "breaker"]
+            if not proposed:
+                return
+            x = proposed[0]
+            first = x.provenance[0]
+            print(f"\n== the {x.code} trip proposed learning {x.id} about {x.agent}@{x.agent_version[:12]} "
+                  f"(run {first.run_id}, decision {first.decision_id}):\n   {x.text}", flush=True)
+            match = 'tool.name == "create_task_from_template"'
+            answer = stub.ReviewLearning(cp.ReviewLearningRequest(
+                id=x.id, act=cp.LEARNING_ACT_PROMOTE, severity="warning", match=match,
+                text="Runs of recon have run out of turns before a scan finished: plan fewer steps.",
+                note="worth telling the next run"), metadata=md, timeout=30)
+        got = answer.learning
+        print(f"== an admin promoted it ({answer.decision.code}): {got.id} is {got.status}, {got.severity} "
+              f"when {got.match}, reviewed by {got.reviewed_by}; the next run of {got.agent} reads it as data",
+              flush=True)
+        if got.status == "active":
+            self.seen.add(LEARNED)
+
+
 def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
     s = Scenario(stack)
     print("\n== a person starts the recon agent on a goal (scripted model, no API key)", flush=True)
@@ -225,10 +252,11 @@ def play(stack: Stack, goal_path: Path, script_path: Path) -> int:
           flush=True)
     print("\n== the decision stream, from the checkpoint's hash-chained log", flush=True)
     n = s.print_decisions(run_id)
+    s.promote_learning()  # the next run of recon reads it, as data
     s.second_run(goal_path.parent / "recon-quick.yaml", script_path.parent / "quick.yaml")
     s.print_stats("recon")
     wanted = [PLAN_READ, "allowed call ran in a container", "denied call", "approval", "breaker trip and pause",
-              "resume", PROPOSAL, PAUSED_CHILD, "delegation to a child run", VERIFIED, STATS]
+              "resume", PROPOSAL, PAUSED_CHILD, "delegation to a child run", VERIFIED, LEARNED, STATS]
     missing = [w for w in wanted if w not in s.seen]
     print(f"\n== {n} decisions recorded; scenario: " + ", ".join(f"{w} {'ok' if w in s.seen else 'MISSING'}"
                                                               for w in wanted), flush=True)

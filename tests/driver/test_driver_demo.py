@@ -20,7 +20,8 @@ def test_the_demo_plays_every_step_of_its_scenario(tmp_path: Path, tool_images: 
                  "approval", "breaker trip and pause", "resume",
                  "an agent's proposal approved into a new version while the run kept its own",
                  "a pause that paused a child, which resumed with its parent", "delegation to a child run",
-                 "verified success of the task it started", "per-version statistics of recon's two versions"):
+                 "verified success of the task it started", "the breaker's learning promoted by an admin",
+                 "per-version statistics of recon's two versions"):
         assert f"{step} ok" in summary
     assert "MISSING" not in summary
     stream = done.stdout.split("the decision stream", 1)[1]
