@@ -212,10 +212,10 @@ class Scenario:
             first = x.provenance[0]
             print(f"\n== the {x.code} trip proposed learning {x.id} about {x.agent}@{x.agent_version[:12]} "
                   f"(run {first.run_id}, decision {first.decision_id}):\n   {x.text}", flush=True)
-            match = 'tool.name == "create_task_from_template"'
+            match = 'tool.name == "list_templates"'
             answer = stub.ReviewLearning(cp.ReviewLearningRequest(
                 id=x.id, act=cp.LEARNING_ACT_PROMOTE, severity="warning", match=match,
-                text="Runs of recon have run out of turns before a scan finished: plan fewer steps.",
+                text="Runs of recon have run out of turns: list the templates once, then plan few steps.",
                 note="worth telling the next run"), metadata=md, timeout=30)
         got = answer.learning
         print(f"== an admin promoted it ({answer.decision.code}): {got.id} is {got.status}, {got.severity} "

@@ -47,6 +47,10 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
                 f" (version {str(d['version'])[:12]} waits for a tenant admin)" if d.get("version") else "")
         elif what == "delegation":
             what = f"delegate to {d.get('agent')}"
+        elif what == "learning":
+            what = f"the agent's proposed learning {d.get('learning') or ''}".rstrip()
+        if d.get("learnings"):  # the answer carried learnings (docs/learnings.md)
+            what = f"{what} [learnings: {', '.join(d['learnings'])}]"
         verdict = d.get("verdict")
         mark = {"ALLOW": "+", "DENY": "x", "REQUIRE_APPROVAL": "?", "HALT": "!"}.get(str(verdict), " ")
         reason = "" if verdict == "ALLOW" else f" ({d.get('reason')})"
@@ -122,6 +126,12 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
         return f"{p}  < child run {d.get('child_run_id')} ({d.get('agent')}) {d.get('status')}: {d.get('reason')}"
     if kind == "call_refused":
         return f"{p}  x {d.get('tool')} refused: {d.get('code')}"
+    if kind == "lessons_loaded":
+        return (f"{p}  lessons in the model's context, as data from the catalog: "
+                + ", ".join(f"{x.get('id')} ({x.get('severity')}, reviewed by {x.get('reviewed_by')})"
+                            for x in d.get("learnings") or []))
+    if kind == "learning_proposed":
+        return f"{p}  learning {d.get('learning')} proposed ({d.get('source')} {d.get('code')}; seen {d.get('occurrences')}x)"
     return f"{p}{kind} {_args(d)}"
 
 

@@ -24,7 +24,8 @@ def imported_by(*argv: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("argv", [("--help",), ("audit", "--help"), ("agents", "--help"), ("policy", "--help")])
+@pytest.mark.parametrize("argv", [("--help",), ("audit", "--help"), ("agents", "--help"), ("policy", "--help"),
+                                  ("learnings", "--help")])
 def test_help_imports_no_heavy_library(argv):
     heavy = sorted(n for n in imported_by(*argv) if n.split(".")[0] in HEAVY or n in HEAVY)
     assert heavy == [], f"`warden {' '.join(argv)}` imports {heavy[:8]}"
