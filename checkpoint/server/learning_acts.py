@@ -35,6 +35,7 @@ from checkpoint.policy.learnings import (
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
+from checkpoint.server.errors import InvalidArgument, PermissionDenied
 from checkpoint.server.runs import Refused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -185,8 +186,6 @@ class LearningActs:
     # -- reads -------------------------------------------------------------------------------
 
     def list_learnings(self, request: pb.ListLearningsRequest, caller: str) -> pb.ListLearningsResponse:
-        from checkpoint.server.errors import InvalidArgument
-
         policies = self.service._policies()
         if request.status and request.status not in STATUSES:
             raise InvalidArgument(codes.INVALID_REQUEST, f"status must be one of {', '.join(STATUSES)}", "status")
@@ -208,8 +207,6 @@ class LearningActs:
 
     def run_lessons(self, request: pb.RunLessonsRequest, caller: str) -> pb.RunLessonsResponse:
         """The active learnings about the run's agent, for its model context."""
-        from checkpoint.server.errors import PermissionDenied
-
         policies = self.service._policies()
         principal = policies.principals.of(caller)
         check = pb.CheckRequest(run=request.run)
