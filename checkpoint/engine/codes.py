@@ -73,8 +73,9 @@ CATALOG_CHANGED = "catalog_changed"  # approved, rejected, retired, or a policy 
 NO_CHANGE = "no_change"
 NOT_PENDING = "not_pending"
 VERSION_LIVE = "version_live"
+TOO_MANY_PROPOSALS = "too_many_proposals"  # proposals waiting for review, per agent, are capped
 CATALOG_CODES = frozenset({AGENT_VERSION_RETIRED, AGENT_VERSION_NOT_APPROVED, PROPOSED, CATALOG_CHANGED, NO_CHANGE,
-                           NOT_PENDING, VERSION_LIVE})
+                           NOT_PENDING, VERSION_LIVE, TOO_MANY_PROPOSALS})
 # skills and templates (docs/skills.md): LoadSkill, a `templates:` tool's Check, their catalog acts
 UNKNOWN_SKILL = "unknown_skill"  # no skill of that name in the run's tenant
 SKILL_NOT_LISTED = "skill_not_listed"  # a skill the run did not pin: its agent does not list it, or none was live
@@ -100,6 +101,6 @@ DECISION_CODES = frozenset(
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
         CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, ROLE_REQUIRED, APPROVED, REJECTED, RECORDED, HANDOFF,
         AGENT_VERSION_RETIRED, AGENT_VERSION_NOT_APPROVED, PROPOSED, CATALOG_CHANGED, NO_CHANGE, NOT_PENDING,
-        VERSION_LIVE, *ENTRY_CODES, *LEARNING_CODES,
+        VERSION_LIVE, TOO_MANY_PROPOSALS, *ENTRY_CODES, *LEARNING_CODES,
     ]
 )

@@ -53,6 +53,8 @@ class Change:
     note: str = ""
     replaces: str = ""  # the live version it replaced, or the pending one a proposal withdrew
     widens: tuple[str, ...] = ()
+    # an agent's proposal: the person accountable for its run, who may not review it either
+    for_person: str = ""
 
     def details(self) -> dict[str, Any]:
         out: dict[str, Any] = {"act": self.act, "source": self.source, "note": self.note[:1000]}
@@ -64,7 +66,14 @@ class Change:
 
 
 Recorder = Callable[[Change], None]
-FILES = "policy-files"  # who proposed a version the policy files define
+FILES = "policy-files"
+MAX_PENDING_PER_AGENT = 20  # proposals (not the files') waiting for review, per agent  # who proposed a version the policy files define
+
+
+def _ensure_column(table: Any, name: str) -> None:
+    """A column added after a catalog was first made: catalogs of older checkpoints get it too."""
+    if name not in table.columns_dict:
+        table.add_column(name, str)
 
 
 def _no_record(_change: Change) -> None:
@@ -116,6 +125,7 @@ class AgentCatalog:
              "note": str, "decided_by": str, "decided_at": str, "decision_note": str},
             pk=("agent", "version"), if_not_exists=True,
         )
+        _ensure_column(self._db.table("agent_lifecycle"), "proposed_for")
         # per agent: the live version, and the version its policy file last defined
         self._db.table("agent_live").create(
             {"agent": str, "version": str, "file_version": str}, pk="agent", if_not_exists=True
@@ -265,8 +275,8 @@ class AgentCatalog:
                     if current is not None:
                         live[name] = current
                     continue
-                change = self._file_change(file_version, current, tenants.get(file_version.tenant),
-                                           sources.get(name, "policy files"), first_install=first_install)
+                change = self._file_change(file_version, current, tenants, sources.get(name, "policy files"),
+                                           first_install=first_install)
                 if change is not None and change.act == "apply":
                     current = file_version
                 if current is not None:
@@ -281,20 +291,24 @@ class AgentCatalog:
                          "file_version": file_version.version}, pk="agent")
             return live, changes
 
-    def _file_change(self, file_version: AgentVersion, current: AgentVersion | None, tenant: model.Tenant | None,
-                     source: str, *, first_install: bool) -> Change | None:
+    def _file_change(self, file_version: AgentVersion, current: AgentVersion | None,
+                     tenants: Mapping[str, model.Tenant], source: str, *, first_install: bool) -> Change | None:
         """What a version the files newly define does: nothing, go live, or wait for review."""
         if current is not None and current.version == file_version.version:
             return None  # the files caught up with the live version (an approved proposal)
         if self.status(file_version.name, file_version.version) == RETIRED:
             return None  # retired is final: the files must say something else
-        reviewed = tenant is not None and tenant.review_changes and not first_install
+        tenant = tenants.get(file_version.tenant)
+        # a move out of a reviewing tenant is reviewed too: the tenant it leaves has a say
+        leaving = tenants.get(current.tenant) if current is not None else None
+        reviews = any(t is not None and t.review_changes for t in (tenant, leaving))
+        reviewed = reviews and not first_install
         widens = lifecycle.widenings(current.snapshot() if current else None, file_version.snapshot())
         args = (file_version.name, file_version.version, file_version.tenant, FILES)
         if reviewed and widens:
             return Change("propose", *args, source=source, widens=tuple(widens))
         why = ("narrows" if current is not None and not widens else
-               "first install" if tenant is not None and tenant.review_changes else "the tenant does not review changes")
+               "first install" if reviews else "the tenant does not review changes")
         return Change("apply", *args, source=source, note=why, replaces=current.version if current else "",
                       widens=tuple(widens))
 
@@ -313,7 +327,8 @@ class AgentCatalog:
                     done.append(Change("withdraw", change.agent, old["version"], change.tenant, change.by,
                                        note=f"replaced by {change.version}"))
             lc.upsert({"agent": change.agent, "version": change.version, "status": PENDING, "source": change.source,
-                       "proposed_by": change.by, "proposed_at": now, "note": change.note, "decided_by": "",
+                       "proposed_by": change.by, "proposed_for": change.for_person, "proposed_at": now,
+                       "note": change.note, "decided_by": "",
                        "decided_at": "", "decision_note": ""}, pk=("agent", "version"))
         if change.act in ("apply", "approve"):
             previous = self._live_row(change.agent)
@@ -334,7 +349,8 @@ class AgentCatalog:
     # Each act below checks, then calls `record(change)` (which appends it to the decision log and
     # raises when it cannot), then writes: an act is recorded before it takes effect, or not at all.
 
-    def propose(self, version: AgentVersion, *, by: str, source: str, note: str, record: Recorder = _no_record) -> Change:
+    def propose(self, version: AgentVersion, *, by: str, source: str, note: str, for_person: str = "",
+                record: Recorder = _no_record) -> Change:
         """A proposal by a person or an agent: it waits for a tenant admin, whatever it changes."""
         with self._lock:
             self._writable()
@@ -349,10 +365,18 @@ class AgentCatalog:
                                    "retirement is final")
             if self.status(version.name, version.version) == PENDING:
                 raise CatalogError("no_change", f"version {version.version} of {version.name!r} already waits for review")
+            waiting = list(self._db.query("select count(*) as n from agent_lifecycle where agent = ? and status = ? "
+                                          "and proposed_by != ?", [version.name, PENDING, FILES]))[0]["n"]
+            if waiting >= MAX_PENDING_PER_AGENT:  # a run cannot fill the catalog, nor bury the admin's list
+                raise CatalogError("too_many_proposals", f"{waiting} proposals for agent {version.name!r} already "
+                                   "wait for review: an admin reviews them before more are taken")
             current = self.get(version.name, live)
             widens = lifecycle.widenings(current.snapshot() if current else None, version.snapshot())
+            if current is not None and version.tenant != current.tenant:
+                raise CatalogError("invalid_request", f"a proposal keeps agent {version.name!r} in tenant "
+                                   f"{current.tenant!r}: moving an agent is an edit of the policy files")
             change = Change("propose", version.name, version.version, version.tenant, by, source=source, note=note,
-                            widens=tuple(widens))
+                            widens=tuple(widens), for_person=for_person)
             record(change)
             self.record([version], "")
             with self._db.conn:
@@ -367,8 +391,9 @@ class AgentCatalog:
             if row is None or row["status"] != PENDING:
                 raise CatalogError("not_pending", f"version {version[:40]!r} of {agent[:100]!r} does not wait for review"
                                    + (f" (it is {row['status']})" if row else ""))
-            if row["proposed_by"] == by:
-                raise CatalogError("caller_not_permitted", f"{by!r} proposed this version: another admin must review it")
+            if by in (row["proposed_by"], row.get("proposed_for") or ""):
+                raise CatalogError("caller_not_permitted", f"{by!r} proposed this version (or is accountable for the "
+                                   "run that did): another admin must review it")
             found = self.get(agent, version)
             assert found is not None
             live = self.live_version(agent) or ""

@@ -138,6 +138,7 @@ class EntryChange:
     note: str = ""
     replaces: str = ""
     agent: None = None  # not an agent's change: the record names no agent
+    for_person: str = ""  # an agent's proposal: the person accountable for its run, who may not review it
 
     @property
     def label(self) -> str:
@@ -183,6 +184,8 @@ class EntryCatalog:
             {"kind": str, "tenant": str, "name": str, "version": str, "status": str, "source": str,
              "proposed_by": str, "proposed_at": str, "note": str, "decided_by": str, "decided_at": str,
              "decision_note": str}, pk=_PK, if_not_exists=True)
+        if "proposed_for" not in self._db.table("entry_lifecycle").columns_dict:  # older catalogs
+            self._db.table("entry_lifecycle").add_column("proposed_for", str)
         # per entry: its live version ("" when none) and the version its policy file last defined
         self._db.table("entry_live").create(
             {"kind": str, "tenant": str, "name": str, "version": str, "file_version": str},
@@ -343,7 +346,8 @@ class EntryCatalog:
                 done.append(EntryChange("withdraw", *key, old["version"], FILES, note=f"replaced by {change.version}"))
         if change.act in ("propose", "apply"):
             lc.upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version, "status": PENDING,
-                       "source": change.source, "proposed_by": change.by, "proposed_at": now, "note": change.note,
+                       "source": change.source, "proposed_by": change.by, "proposed_for": change.for_person,
+                       "proposed_at": now, "note": change.note,
                        "decided_by": "", "decided_at": "", "decision_note": ""}, pk=_PK)
         row = self._live_row(key)
         previous = row["version"] if row else ""
@@ -374,7 +378,8 @@ class EntryCatalog:
 
     # -- acts through the API: check, record(change), then write -----------------------------------
 
-    def propose(self, entry: Entry, *, by: str, source: str, note: str, record: Recorder = _no_record) -> EntryChange:
+    def propose(self, entry: Entry, *, by: str, source: str, note: str, for_person: str = "",
+                record: Recorder = _no_record) -> EntryChange:
         """A person's save or an agent's proposal: it waits for a tenant admin, whatever it says."""
         with self._lock:
             self._writable()
@@ -390,7 +395,7 @@ class EntryCatalog:
                 raise EntryError("no_change", f"version {entry.version} of {entry.kind} {entry.name!r} already "
                                  "waits for review")
             change = EntryChange("propose", entry.kind, entry.tenant, entry.name, entry.version, by, source=source,
-                                 note=note, replaces=live.version if live else "")
+                                 note=note, replaces=live.version if live else "", for_person=for_person)
             record(change)
             with self._db.conn:
                 self._store([entry])
@@ -406,8 +411,9 @@ class EntryCatalog:
             if not rows or rows[0]["status"] != PENDING:
                 raise EntryError("not_pending", f"version {version[:40]!r} of {kind} {name[:100]!r} does not wait "
                                  "for review" + (f" (it is {rows[0]['status']})" if rows else ""))
-            if rows[0]["proposed_by"] == by:
-                raise EntryError("caller_not_permitted", f"{by!r} proposed this version: another admin must review it")
+            if by in (rows[0]["proposed_by"], rows[0].get("proposed_for") or ""):
+                raise EntryError("caller_not_permitted", f"{by!r} proposed this version (or is accountable for the "
+                                 "run that did): another admin must review it")
             live = self.live(kind, tenant, name)
             change = EntryChange("approve" if approve else "reject", kind, tenant, name, version, by, note=note,
                                  source=rows[0]["source"], replaces=live.version if live and approve else "")

@@ -45,6 +45,7 @@ SOURCES = ("breaker", "run_failed", "task_failed", "agent")
 STALE_AFTER_DAYS = 90
 MAX_TEXT = 2000
 KEEP_PROVENANCE = 10  # the first occurrence and the latest nine
+MAX_PROPOSED_PER_AGENT = 50  # proposals waiting for review, per agent
 TRIGGER_FLUSH_SECONDS = 60.0  # how often a trigger's time is written (staleness counts in days)
 SWEEPER = "learnings-sweep"  # who moves an untriggered learning to stale
 
@@ -203,6 +204,11 @@ class LearningStore:
                         "occurrences": row["occurrences"] + 1, "last_occurrence_at": now,
                         "provenance": json.dumps(provenance)})
                 return change, self._get_locked(row["id"])
+            waiting = self._db.execute("select count(*) from learnings where tenant = ? and agent = ? and status = ?",
+                                       [p.tenant, p.agent, PROPOSED]).fetchone()[0]
+            if waiting >= MAX_PROPOSED_PER_AGENT:  # a run cannot fill the store, nor bury the admin's list
+                raise LearningError("too_many_proposals", f"{waiting} learnings of agent {p.agent!r} already wait for "
+                                    "review: an admin reviews them before more are taken")
             learning_id = "lrn-" + secrets.token_hex(5)
             capped = p.severity == ERROR
             change = LearningChange("propose", learning_id, p.tenant, p.agent, p.agent_version, p.by, {

@@ -19,6 +19,7 @@ from checkpoint.audit.stats import AgentStats, VersionStats
 from checkpoint.engine import codes
 from checkpoint.policy import lifecycle
 from checkpoint.policy.principals import caller_name
+from checkpoint.server.catalog_acts import owning_tenant
 from checkpoint.server.errors import PermissionDenied
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -38,7 +39,7 @@ class AgentStatsReads:
         policies = self.service._policies()
         catalog = policies.catalog
         history = catalog.history(request.agent) if request.agent else []
-        tenant = history[-1]["snapshot"]["tenant"] if history else ""
+        tenant = owning_tenant(policies, request.agent, history) if history else ""
         if request.agent and not history:  # a version the catalog no longer has: the log says whose
             tenant = next((v.tenant for v in self.stats.current(request.agent)[1]), "")
         if not tenant or not self.service.catalog._may_read(policies, caller, tenant):

@@ -52,6 +52,15 @@ def version_info(policies: PolicySet, row: dict[str, Any], agent: str) -> pb.Age
     return info
 
 
+def owning_tenant(policies: PolicySet, agent: str, rows: list[dict[str, Any]]) -> str:
+    """The tenant an agent belongs to: its live version's, else its first version's. Never a pending
+    proposal's: a proposal must not move who may read or review the agent."""
+    live = policies.agents.get(agent)
+    if live is not None:
+        return live.tenant
+    return str(rows[0]["snapshot"]["tenant"]) if rows else ""
+
+
 class _NotRecorded(Exception):
     """The decision log refused an act's record: the act is not done."""
 
@@ -76,7 +85,7 @@ class CatalogActs:
             rows = catalog.history(name)
             if not rows:
                 continue
-            tenant = rows[-1]["snapshot"]["tenant"]
+            tenant = owning_tenant(policies, name, rows)
             if (request.tenant and tenant != request.tenant) or not self._may_read(policies, caller, tenant):
                 continue
             out.agents.add(agent=name, tenant=tenant, live_version=catalog.live_version(name) or "",
@@ -86,7 +95,7 @@ class CatalogActs:
     def agent_history(self, request: pb.AgentHistoryRequest, caller: str) -> pb.AgentHistoryResponse:
         policies = self.service._policies()
         rows = policies.catalog.history(request.agent) if request.agent else []
-        if not rows or not self._may_read(policies, caller, rows[-1]["snapshot"]["tenant"]):
+        if not rows or not self._may_read(policies, caller, owning_tenant(policies, request.agent, rows)):
             # the same answer for an agent that does not exist and one the caller may not see
             raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
                                    f"no agent {request.agent[:100]!r} that {caller_name(caller)!r} may read", "agent")
@@ -104,6 +113,10 @@ class CatalogActs:
                               "in the policy files", "catalog.agent")
             fields.update(tenant=live.tenant, agent=live.name)
             if request.HasField("run"):
+                if request.WhichOneof("change") != "changes":  # an agent changes fields, nothing else
+                    raise Refused(codes.INVALID_REQUEST, "an agent proposes changed fields ("
+                                  f"{', '.join(sorted(CHANGEABLE))}), never a whole definition or a rollback",
+                                  "catalog.change")
                 by, source = self._proposing_agent(policies, request, principal, caller, live.tenant, fields)
             else:
                 by = self._person(policies, principal, caller, live.tenant, "operator")
@@ -115,7 +128,8 @@ class CatalogActs:
             if request.rollback_to:
                 source = f"rollback to {request.rollback_to[:40]} by {by}"
             fields["agent_version"] = version.version
-            return policies.catalog.propose(version, by=by, source=source, note=request.note[:1000], record=record)
+            return policies.catalog.propose(version, by=by, source=source, note=request.note[:1000],
+                                            for_person=fields.get("accountable_person") or "", record=record)
 
         return self._act("propose", act, codes.PROPOSED, caller)
 
@@ -123,7 +137,7 @@ class CatalogActs:
         def act(policies: PolicySet, principal: Principal, record: Any, fields: dict[str, Any]) -> Change:
             tenant = self._tenant_of(policies, request.agent, request.version)
             fields.update(tenant=tenant, agent=request.agent[:100], agent_version=request.version[:40])
-            by = self._person(policies, principal, caller, tenant, "admin")
+            by = self._admin_of_both(policies, principal, caller, request.agent, request.version)
             return policies.catalog.decide(request.agent, request.version, approve=request.approve, by=by,
                                            note=request.note[:1000], record=record)
 
@@ -133,7 +147,7 @@ class CatalogActs:
         def act(policies: PolicySet, principal: Principal, record: Any, fields: dict[str, Any]) -> Change:
             tenant = self._tenant_of(policies, request.agent, request.version)
             fields.update(tenant=tenant, agent=request.agent[:100], agent_version=request.version[:40])
-            by = self._person(policies, principal, caller, tenant, "admin")
+            by = self._admin_of_both(policies, principal, caller, request.agent, request.version)
             return policies.catalog.retire(request.agent, request.version, by=by, note=request.note[:1000],
                                            record=record)
 
@@ -265,8 +279,20 @@ class CatalogActs:
 
     @staticmethod
     def _tenant_of(policies: PolicySet, agent: str, version: str) -> str:
+        """The tenant that owns the agent (its live version's); the version named must exist."""
         found = policies.catalog.get(agent, version) if agent and version else None
         if found is None:
             raise Refused(codes.UNKNOWN_AGENT_VERSION, f"agent {agent[:100]!r} has no version {version[:40]!r}",
                           "catalog.version")
-        return found.tenant
+        live = policies.agents.get(agent)
+        return live.tenant if live is not None else found.tenant
+
+    def _admin_of_both(self, policies: PolicySet, principal: Principal, caller: str, agent: str, version: str) -> str:
+        """An admin of the tenant that owns the agent, and of the version's tenant when a policy file
+        moves the agent: neither tenant's agents change without its own admin."""
+        found = policies.catalog.get(agent, version)
+        tenants = {self._tenant_of(policies, agent, version), found.tenant if found is not None else ""} - {""}
+        by = ""
+        for tenant in sorted(tenants):
+            by = self._person(policies, principal, caller, tenant, "admin")
+        return by

@@ -208,6 +208,7 @@ class EntryActs:
             if request.HasField("from_call"):
                 source += f" from call {request.from_call.decision_id[:64]} of run {request.from_call.run_id[:64]}"
             return policies.catalog.entries.propose(entry, by=by, source=source, note=request.note[:1000],
+                                                    for_person=fields.get("accountable_person") or "",
                                                     record=record)
 
         return self._act("propose", act, codes.PROPOSED, caller)

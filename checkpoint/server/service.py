@@ -436,7 +436,7 @@ class CheckpointService:
             agent=last.get("id"),
             agent_version=last.get("agent_version"),
             action=request.act if request.act in RUN_ACTS else "none",
-            arguments={"person": request.person[:128], "note": request.note[:1000], "details": details},
+            arguments={"person": request.person[:128], "note": request.note[:1000], "details": _bounded(details)},
         )
         if established is None:
             record = bound_refusal(record)
@@ -755,6 +755,19 @@ def _act_record(response: pb.CheckResponse, stamped: str, policies: PolicySet, c
         "principal": principal.name if principal is not None else None,
         **fields,
     }
+
+
+MAX_ACT_DETAILS_BYTES = 4096
+
+
+def _bounded(details: dict[str, Any]) -> dict[str, Any]:
+    """An act's details as recorded: whole when small (what was raised, the goal version), else
+    their hash and size, so no caller can make one record (and the log) as large as a request."""
+    try:
+        size = len(canonical.dumps(details))
+    except (ValueError, TypeError) as exc:
+        return {"unrecordable": str(exc)[:200]}
+    return details if size <= MAX_ACT_DETAILS_BYTES else {"sha256": canonical.sha256_hex(details), "bytes": size}
 
 
 def _forget_claimed_run(request: Any) -> str:

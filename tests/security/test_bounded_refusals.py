@@ -208,3 +208,18 @@ def test_the_toolrunner_and_driver_stores_are_private(tmp_path, open_umask):
                 assert _mode(p) == 0o600, p
         finally:
             store.close()
+
+
+def test_an_act_s_details_are_recorded_whole_only_when_small(checkpoint):
+    """A person's act is recorded with what it changes; a caller cannot make that record as large as
+    a request (found in review, session 4): past 4 KiB the record keeps the details' hash and size."""
+    started = checkpoint.start_run("recon", person="alice")
+    small, large = pb.RecordActRequest(run=pb.RunContext(run_token=started.run_token), act="amend", person="alice"), \
+        pb.RecordActRequest(run=pb.RunContext(run_token=started.run_token), act="amend", person="alice")
+    small.details.update({"goal_version": 2})
+    large.details.update({"padding": "x" * 50_000})
+    for request in (small, large):
+        assert checkpoint.stub().RecordAct(request, timeout=5).decision.code == "recorded"
+    acts = [r for r in checkpoint.records() if r["action"] == "amend"]
+    assert acts[0]["arguments"]["details"] == {"goal_version": 2}
+    assert set(acts[1]["arguments"]["details"]) == {"sha256", "bytes"} and acts[1]["arguments"]["details"]["bytes"] > 50_000

@@ -320,3 +320,53 @@ def test_two_admins_approving_at_once_make_one_change(running):
     approvals = [r for r in catalog_records(running) if r["arguments"]["act"] == "approve"
                  and r["code"] == "catalog_changed"]
     assert len(approvals) == 1 and live(running) == version
+
+
+# -- found in review (session 4): self-approval through one's own run, moving an agent's tenant ----
+
+
+def test_an_admin_cannot_approve_what_the_agent_of_their_own_run_proposed(running):
+    started = running.start_run("triage", live(running), person="carol")  # carol: an admin who runs agents
+    assert started.run_token, started.decision
+    response = running.stub().ProposeAgentChange(pb.ProposeAgentChangeRequest(
+        agent="triage", changes=changes(scope={"access": ["read"], "subjects": ["*"]}),
+        run=pb.RunContext(run_token=started.run_token)), timeout=10)
+    assert response.decision.code == "proposed"
+    own = review(running, "carol", response.version.version)
+    assert own.decision.code == "caller_not_permitted" and "accountable for the run" in own.decision.reason
+    assert review(running, "dave", response.version.version).decision.code == "catalog_changed"
+
+
+def test_a_proposal_cannot_move_an_agent_to_another_tenant(running):
+    moved = propose(running, "erin", definition_yaml=(
+        "kind: Agent\nname: triage\ntenant: default\npersona: Reads.\nallowlist: [get_task]\n"
+        "scope: {access: [read], subjects: ['*']}\n"))
+    assert moved.decision.code == "invalid_request" and "moving an agent" in moved.decision.reason
+
+
+def test_an_agent_proposes_changed_fields_only(running):
+    started = running.start_run("triage", live(running))
+    for change in ({"definition_yaml": "kind: Agent\nname: triage\npersona: x\n"}, {"rollback_to": live(running)}):
+        refused = running.stub().ProposeAgentChange(pb.ProposeAgentChangeRequest(
+            agent="triage", run=pb.RunContext(run_token=started.run_token), **change), timeout=10)
+        assert refused.decision.code == "invalid_request" and "changed fields" in refused.decision.reason
+
+
+def test_a_file_edit_moving_an_agent_out_of_a_reviewing_tenant_waits_for_review(running):
+    before = live(running)
+    path = running.policies / "agents" / "triage.yaml"
+    path.write_text(path.read_text().replace("tenant: acme", "tenant: default"))  # default reviews nothing
+    assert running.server.store.reload()
+    assert live(running) == before  # acme, which it leaves, reviews changes: the move waits
+
+
+def test_proposals_waiting_for_review_are_capped_per_agent(running):
+    from checkpoint.policy.catalog import MAX_PENDING_PER_AGENT
+
+    for i in range(MAX_PENDING_PER_AGENT):
+        assert propose(running, "erin", changes=changes(persona=f"P{i}.")).decision.code == "proposed"
+    refused = propose(running, "erin", changes=changes(persona="One more."))
+    assert refused.decision.code == "too_many_proposals"
+    [summary] = [a for a in as_(running, "carol").ListAgents(pb.ListAgentsRequest(), timeout=5).agents
+                 if a.agent == "triage"]
+    assert len(summary.pending_versions) == MAX_PENDING_PER_AGENT
