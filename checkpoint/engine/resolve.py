@@ -26,7 +26,8 @@ def resolve_agent(policies: PolicySet, name: str, version: str = "", *, to_pin: 
         retired = (agent.name, agent.version) in policies.retired
         raise InvalidRequest(codes.AGENT_VERSION_RETIRED if retired else codes.AGENT_VERSION_NOT_APPROVED,
                              f"version {agent.version} of agent {agent.name!r} "
-                             + ("was retired" if retired else "was never approved") + ": a new run may not pin it",
+                             + ("was retired" if retired else "is not approved for new runs (pending, rejected, "
+                                "withdrawn, or narrowed away by a later edit)") + ": a new run may not pin it",
                              "agent_version")
     budget = pb.Budget()
     for field, value in agent.budget.model_dump(exclude_none=True).items():

@@ -26,7 +26,16 @@ import sqlite_utils
 
 from checkpoint.policy import lifecycle, model
 from checkpoint.policy.entries import EntryCatalog
-from checkpoint.policy.lifecycle import LIVE, PENDING, REJECTED, RETIRED, SUPERSEDED, UNPINNABLE, WITHDRAWN
+from checkpoint.policy.lifecycle import (
+    LIVE,
+    NARROWED,
+    PENDING,
+    REJECTED,
+    RETIRED,
+    SUPERSEDED,
+    UNPINNABLE,
+    WITHDRAWN,
+)
 from checkpoint.policy.policyset import AgentVersion
 from warden.private import private_sqlite
 
@@ -67,6 +76,7 @@ class Change:
 
 Recorder = Callable[[Change], None]
 FILES = "policy-files"
+NARROWS = "narrows"  # the note of a file edit applied because it only narrows
 MAX_PENDING_PER_AGENT = 20  # proposals (not the files') waiting for review, per agent  # who proposed a version the policy files define
 
 
@@ -307,7 +317,7 @@ class AgentCatalog:
         args = (file_version.name, file_version.version, file_version.tenant, FILES)
         if reviewed and widens:
             return Change("propose", *args, source=source, widens=tuple(widens))
-        why = ("narrows" if current is not None and not widens else
+        why = (NARROWS if current is not None and not widens else
                "first install" if reviews else "the tenant does not review changes")
         return Change("apply", *args, source=source, note=why, replaces=current.version if current else "",
                       widens=tuple(widens))
@@ -333,7 +343,9 @@ class AgentCatalog:
         if change.act in ("apply", "approve"):
             previous = self._live_row(change.agent)
             if previous and previous["version"] and previous["version"] != change.version:
-                lc.upsert({"agent": change.agent, "version": previous["version"], "status": SUPERSEDED},
+                # replaced by an edit that only narrows: pinning the old one would undo the edit
+                replaced = NARROWED if change.act == "apply" and change.note == NARROWS else SUPERSEDED
+                lc.upsert({"agent": change.agent, "version": previous["version"], "status": replaced},
                           pk=("agent", "version"))
             lc.update((change.agent, change.version), {"status": LIVE, "decided_by": change.by, "decided_at": now,
                                                        "decision_note": change.note})

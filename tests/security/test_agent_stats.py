@@ -92,7 +92,7 @@ def test_a_person_with_a_role_reads_both_versions_side_by_side_and_a_restart_rec
     answer = stats(running)
     assert (answer.agent, answer.tenant, answer.live_version) == ("recon", "acme", new)
     assert [v.version for v in answer.versions] == [old, new]  # oldest first
-    expected = {old: ("superseded", False, 3, 1, 1, 1, 0, 1, {"tokens": 1}, 66.7),
+    expected = {old: ("narrowed", False, 3, 1, 1, 1, 0, 1, {"tokens": 1}, 66.7),
                 new: ("live", True, 2, 1, 0, 0, 0, 1, {}, 10.0)}
     assert figures(answer) == expected
     assert figures(stats(running, "bob")) == expected
@@ -160,7 +160,7 @@ def test_the_command_line_prints_one_row_per_version_and_json_for_tools(running,
     assert lines[0].startswith("recon (tenant acme): 2 version(s)")
     assert lines[1].split() == ["VERSION", "STATUS", "RUNS", "SUCCEEDED", "PAUSED", "FAILED", "CANCELLED", "OPEN",
                                 "breaker_tokens", "AVG", "TOKENS"]
-    assert lines[2].split() == [old, "superseded", "3", "1", "1", "1", "0", "1", "1", "67"]
+    assert lines[2].split() == [old, "narrowed", "3", "1", "1", "1", "0", "1", "1", "67"]
     assert lines[3].split() == ["*", new, "live", "2", "1", "0", "0", "0", "1", "0", "10"]
     code, out = agents(capsys, running, "carol", "stats", "recon", "--json")
     assert code == 0, out

@@ -124,8 +124,9 @@ def test_agent_edit_makes_a_new_version_and_pinned_runs_keep_the_old(checkpoint)
     fresh_request.run.CopyFrom(pb.RunContext(run_token=started.run_token))
     fresh = stub.Check(fresh_request, timeout=5)
     assert (fresh.verdict, fresh.code, fresh.agent_version) == (pb.VERDICT_DENY, "tool_not_allowed", new_version)
-    # the old version stays startable by name: a run may still pin it explicitly
-    repinned = checkpoint.with_run(tool_call("recon", old_version, "get_task", {"task_id": "task-1"}))
-    assert stub.Check(repinned, timeout=5).agent_version == old_version
+    # the edit only narrowed: a new run may not pin the old version by name (that would give back
+    # what the edit took away; docs/catalog.md, "narrowed"), though it can still be read
+    refused = checkpoint.start_run("recon", old_version)
+    assert (refused.decision.verdict, refused.decision.code) == (pb.VERDICT_DENY, "agent_version_not_approved")
     resolved = stub.ResolveAgent(pb.ResolveAgentRequest(agent="recon", agent_version=old_version), timeout=5)
     assert resolved.agent_version == old_version
