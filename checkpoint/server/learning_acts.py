@@ -146,6 +146,11 @@ class LearningActs:
                 raise Refused(codes.INVALID_REQUEST, f"the text is longer than {MAX_TEXT} characters", "learning.text")
             if request.severity and request.severity not in SEVERITIES:
                 raise Refused(codes.INVALID_REQUEST, f"severity must be {' or '.join(SEVERITIES)}", "learning.severity")
+            if request.decision_id and not any(r["decision_id"] == request.decision_id
+                                               for r in self.service.log.read(run_id=run.run_id)):
+                # provenance is the checkpoint's own record of this run, never a decision the caller names
+                raise Refused(codes.INVALID_REQUEST, f"decision {request.decision_id[:64]!r} is not a decision of "
+                              f"run {run.run_id!r}", "learning.decision_id")
             by = (f"agent:{acting['id']}@{acting.get('agent_version', '')}" if source == "agent"
                   else caller_name(caller))
             tool = request.tool[:100]

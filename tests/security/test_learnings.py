@@ -128,6 +128,21 @@ def test_the_driver_reports_a_failed_run_and_a_failed_task(running):
     assert sorted(x.source for x in learnings(running)) == ["run_failed", "task_failed"]
 
 
+def test_provenance_names_only_a_decision_of_the_proposing_run(running):
+    """Found in review (session 4): a caller could cite any decision, another run's or tenant's."""
+    other = running.start_run("recon")
+    started = running.start_run("recon")
+    refused = running.stub().ProposeLearning(pb.ProposeLearningRequest(
+        run=pb.RunContext(run_token=started.run_token), source=pb.LEARNING_SOURCE_TASK_FAILED, code="exit_2",
+        tool="get_task", text="failed", decision_id=other.decision.decision_id), timeout=10)
+    assert refused.decision.code == "invalid_request" and "is not a decision of run" in refused.decision.reason
+    own = running.stub().ProposeLearning(pb.ProposeLearningRequest(
+        run=pb.RunContext(run_token=started.run_token), source=pb.LEARNING_SOURCE_TASK_FAILED, code="exit_2",
+        tool="get_task", text="failed", decision_id=started.decision.decision_id), timeout=10)
+    assert own.decision.code == "learning_proposed"
+    assert own.learning.provenance[0].decision_id == started.decision.decision_id
+
+
 # -- who may act --------------------------------------------------------------------------------
 
 
