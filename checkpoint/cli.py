@@ -47,6 +47,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     schema.add_argument("--output", type=Path, help="write to this file instead of stdout")
     schema.set_defaults(func=cmd_policy_schema)
 
+    pdiff = policy_sub.add_parser(
+        "diff", help="replay recorded decisions and the policy tests against a candidate folder",
+        description="List every recorded decision (and policy test) whose verdict or code the candidate folder "
+        "would change, grouped by rule and agent. Counters are not recorded: a replay decides as at the start of "
+        "a fresh run (breakers do not trip). Exit codes: 0 nothing would change, 1 some decision would change, "
+        "2 usage (no log or export, no catalog in --data), 3 a policy folder or the tests do not load.",
+    )
+    pdiff.add_argument("candidate", type=Path, help="the candidate policy folder")
+    pdiff.add_argument("--against", required=True, type=Path, metavar="LOG_OR_EXPORT",
+                       help="a data folder (its decisions.db), a decision log file, or a `warden audit export` JSONL file")
+    pdiff.add_argument("--policies", type=Path, metavar="CURRENT_DIR",
+                       help="the current folder: compare with its replay instead of the recorded answers")
+    pdiff.add_argument("--data", type=Path, help="data folder whose agent catalog resolves pinned old versions")
+    pdiff.add_argument("--versions", choices=("current", "pinned"), default="current",
+                       help="agents at the candidate's current versions (default) or at the versions records pinned")
+    pdiff.add_argument("--no-tests", action="store_true", help="replay the records only, not the policy tests")
+    pdiff.add_argument("--format", choices=("text", "json"), default="text")
+    pdiff.add_argument("--limit", type=int, default=20, help="decisions listed per group in text (default 20)")
+    pdiff.add_argument("--cel-engine", choices=("native", "python"), default="native")
+    pdiff.set_defaults(func=cmd_policy_diff)
+
     one = subparsers.add_parser(
         "check", help="decide one request (proto3 JSON CheckRequest) and print the CheckResponse",
         description="Exit codes: 0 decided (any verdict), 1 the request is invalid, 2 usage (e.g. --data "
@@ -138,6 +159,55 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return EXIT_OK if all(r.ok for *_, r in ran) else EXIT_FAILED
+
+
+def cmd_policy_diff(args: argparse.Namespace) -> int:
+    from checkpoint.policy import AgentCatalog, PolicyLoadError
+    from checkpoint.policytest import find_test_files, load_cases
+    from checkpoint.replay import ReplaySourceError, diff, read_records, render
+
+    try:
+        catalog = AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
+    except (FileNotFoundError, ValueError, sqlite3.Error) as exc:
+        print(f"warden policy diff: {args.data / 'catalog.db'}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    against = args.against / "decisions.db" if args.against.is_dir() else args.against
+    if not against.is_file():
+        print(f"warden policy diff: no decision log or export at {against}", file=sys.stderr)
+        return EXIT_USAGE
+    candidate = _load(args.candidate, args.cel_engine, catalog)
+    if candidate is None:
+        return EXIT_LOAD
+    current = None
+    if args.policies is not None:
+        current = _load(args.policies, args.cel_engine, catalog)
+        if current is None:
+            return EXIT_LOAD
+    cases = []
+    if not args.no_tests:
+        folders = [args.candidate] + ([args.policies] if args.policies is not None else [])
+        try:
+            for folder in folders:
+                for path in find_test_files(folder):
+                    suite, found = load_cases(path, str(path))
+                    cases += [(f"{suite} / {case.name}", case) for _line, case in found]
+        except PolicyLoadError as exc:
+            _print_errors(exc)
+            return EXIT_LOAD
+        if args.policies is not None:  # a suite in both folders is replayed once
+            seen: set[str] = set()
+            cases = [c for c in cases if not (c[0] in seen or seen.add(c[0]))]  # type: ignore[func-returns-value]
+    try:
+        report = diff(read_records(against), candidate, current=current, tests=cases, versions=args.versions,
+                      facts_from=read_records(against))
+    except ReplaySourceError as exc:
+        print(f"warden policy diff: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.format == "json":
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(render(report, limit=args.limit))
+    return EXIT_FAILED if report.flips else EXIT_OK
 
 
 def cmd_policy_test_schema(args: argparse.Namespace) -> int:
