@@ -164,7 +164,7 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
 def cmd_policy_diff(args: argparse.Namespace) -> int:
     from checkpoint.policy import AgentCatalog, PolicyLoadError
     from checkpoint.policytest import find_test_files, load_cases
-    from checkpoint.replay import ReplaySourceError, diff, read_records, render
+    from checkpoint.replay import ReplaySourceError, diff, read_facts, read_records, render
 
     try:
         catalog = AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
@@ -199,7 +199,7 @@ def cmd_policy_diff(args: argparse.Namespace) -> int:
             cases = [c for c in cases if not (c[0] in seen or seen.add(c[0]))]  # type: ignore[func-returns-value]
     try:
         report = diff(read_records(against), candidate, current=current, tests=cases, versions=args.versions,
-                      facts_from=read_records(against))
+                      facts_from=read_facts(against))
     except ReplaySourceError as exc:
         print(f"warden policy diff: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -26,6 +26,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,7 +49,9 @@ _MODES = {"interactive": pb.RUN_MODE_INTERACTIVE, "background": pb.RUN_MODE_BACK
 ASSUMPTIONS = (
     "counters are not recorded: each decision is replayed as at the start of a fresh run (counters zero), "
     "so breakers do not trip",
+    "rules that read `now` see the time of the record",
 )
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class ReplaySourceError(Exception):
@@ -129,7 +132,22 @@ def read_records(source: Path) -> Iterator[dict[str, Any]]:
         yield from _read_jsonl(path)
 
 
-def _read_log(path: Path) -> Iterator[dict[str, Any]]:
+def read_facts(source: Path) -> Iterator[dict[str, Any]]:
+    """The records a replay learns runs' modes and approvals from (start_run, REQUIRE_APPROVAL):
+    from a log, only those are read; from an export, every line."""
+    path = source / "decisions.db" if source.is_dir() else source
+    if not path.is_file():
+        raise ReplaySourceError(f"no decision log or export at {path}")
+    with path.open("rb") as f:
+        magic = f.read(16)
+    if magic == b"SQLite format 3\x00":
+        yield from _read_log(path, action="start_run")
+        yield from _read_log(path, verdict="REQUIRE_APPROVAL")
+    else:
+        yield from _read_jsonl(path)
+
+
+def _read_log(path: Path, **filters: Any) -> Iterator[dict[str, Any]]:
     from checkpoint.audit import store
     from checkpoint.audit.errors import AuditUnavailable
     from checkpoint.audit.record import from_row
@@ -139,7 +157,7 @@ def _read_log(path: Path) -> Iterator[dict[str, Any]]:
     except AuditUnavailable as exc:
         raise ReplaySourceError(f"{path}: {exc}") from None
     try:
-        for row in store.select(conn):
+        for row in store.select(conn, **filters):
             yield from_row(row)
     finally:
         conn.close()
@@ -260,12 +278,44 @@ def _approval(record: dict[str, Any], facts: _RunFacts) -> tuple[str, frozenset[
     return (match.group(1) if match else "approver"), frozenset(r.removeprefix("rule:") for r in asked)
 
 
-def _answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str]) -> Answer:
+class _Answers:
+    """decide() for one policy set, memoised: the decision function is pure, and a log repeats
+    the same call often (a run polling a task). The key is the whole request as bytes (run ids
+    included), the approval, and the time only when some rule reads `now`."""
+
+    MAX = 100_000
+
+    def __init__(self, policies: PolicySet):
+        self.policies = policies
+        self.reads_now = any("now" in rule.reads for rule in policies.rules)
+        self.memo: dict[tuple[Any, ...], Answer] = {}
+
+    def __call__(self, request: pb.CheckRequest, approver: str, approved: frozenset[str],
+                 now: datetime | None) -> Answer:
+        key = (request.SerializeToString(deterministic=True), approver, approved, now if self.reads_now else None)
+        found = self.memo.get(key)
+        if found is None:
+            found = _answer(self.policies, request, approver, approved, now)
+            if len(self.memo) >= self.MAX:
+                self.memo.clear()
+            self.memo[key] = found
+        return found
+
+
+def _answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
+            now: datetime | None) -> Answer:
     try:
-        response = decide(policies, request, approver=approver, approved_rules=approved)
+        response = decide(policies, request, approver=approver, approved_rules=approved, now=now or _EPOCH)
     except InvalidRequest as exc:
         return Answer("DENY", exc.code, "request")
     return Answer(_VERDICT_NAMES[response.verdict], response.code, response.rule)
+
+
+def _time(record: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(record["time"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # -- the diff --------------------------------------------------------------------------------
@@ -288,16 +338,18 @@ def diff(records: Iterable[dict[str, Any]] | None, candidate: PolicySet, *, curr
             facts_from = records
         for record in facts_from:
             facts.learn(record)
+        answers = (_Answers(candidate), _Answers(current) if current is not None else None)
         for record in records:
             report.records += 1
-            _replay_one(record, candidate, current, facts, versions, report)
+            _replay_one(record, answers, facts, versions, report)
     for shown, case in tests:
         _replay_case(shown, case, candidate, current, report)
     return report
 
 
-def _replay_one(record: dict[str, Any], candidate: PolicySet, current: PolicySet | None, facts: _RunFacts,
+def _replay_one(record: dict[str, Any], answers: tuple[_Answers, _Answers | None], facts: _RunFacts,
                 versions: Versions, report: DiffReport) -> None:
+    candidate, current = answers
     action = record.get("action") or "none"
     if action not in REPLAYED_ACTIONS:
         if action == "plan":
@@ -307,15 +359,16 @@ def _replay_one(record: dict[str, Any], candidate: PolicySet, current: PolicySet
         return
     try:
         approver, approved = _approval(record, facts)
-        after_request = rebuild(record, candidate, facts, versions)
+        after_request = rebuild(record, candidate.policies, facts, versions)
         if current is not None:
-            before_request = rebuild(record, current, facts, versions)
+            before_request = rebuild(record, current.policies, facts, versions)
     except NotReplayable as reason:
         report.not_replayable[str(reason)] += 1
         return
-    after = _answer(candidate, after_request, approver, approved)
+    now = _time(record)
+    after = candidate(after_request, approver, approved, now)
     if current is not None:
-        before = _answer(current, before_request, approver, approved)
+        before = current(before_request, approver, approved, now)
     else:
         before = Answer(record.get("verdict") or "", record.get("code") or "", record.get("rule") or "")
     report.replayed += 1
