@@ -44,6 +44,11 @@ INPUT_FIELDS: tuple[str, ...] = (
     "caller",
     "call_digest",
     "approval_rules",
+    # schema 3: the answer with the policy files' `mode: shadow` rules enforced, beside the
+    # enforced one (null when the loaded files have no shadow rule)
+    "shadow_verdict",
+    "shadow_code",
+    "shadow_rule",
 )
 # What the hash covers: everything stored except the two chain columns themselves.
 HASHED_FIELDS: tuple[str, ...] = ("seq", *INPUT_FIELDS)
@@ -110,8 +115,8 @@ def now() -> str:
     return format_time_ns(time.time_ns())
 
 
-_ACTOR, _ARGS, _LATENCY, _ACTION, _VERDICT = (
-    INPUT_FIELDS.index(name) for name in ("actor_chain", "arguments", "latency_us", "action", "verdict")
+_ACTOR, _ARGS, _LATENCY, _ACTION, _VERDICT, _SHADOW_VERDICT = (
+    INPUT_FIELDS.index(name) for name in ("actor_chain", "arguments", "latency_us", "action", "verdict", "shadow_verdict")
 )
 _TEXT_FIELDS = tuple(
     (i, name) for i, name in enumerate(INPUT_FIELDS) if name not in _JSON_FIELDS | _INT_FIELDS | {"time"}
@@ -147,6 +152,9 @@ def to_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
         raise InvalidAuditRecord(f"action must be one of {sorted(ACTIONS)}, got {values[_ACTION]!r}")
     if values[_VERDICT] not in VERDICTS:
         raise InvalidAuditRecord(f"verdict must be one of {sorted(VERDICTS)}, got {values[_VERDICT]!r}")
+    if values[_SHADOW_VERDICT] is not None and values[_SHADOW_VERDICT] not in VERDICTS:
+        raise InvalidAuditRecord(f"shadow_verdict must be one of {sorted(VERDICTS)} or null, "
+                                 f"got {values[_SHADOW_VERDICT]!r}")
     return tuple(values)
 
 

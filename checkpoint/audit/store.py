@@ -18,7 +18,7 @@ from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.record import COLUMNS
 
 TABLE = "decisions"
-SCHEMA_VERSION = 2  # 2: principal, caller, call_digest, approval_rules
+SCHEMA_VERSION = 3  # 2: principal, caller, call_digest, approval_rules; 3: shadow_verdict, shadow_code, shadow_rule
 # Each index is one more B-tree page written per commit. run_id and agent pick out few records of
 # many; verdict (four values) and code (a few dozen) would not narrow a search much, so queries
 # on those walk the table in seq order instead (logs made before kept their old indexes).
