@@ -77,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     filters.add_argument("--approver", help="only the approvals and rejections this person made")
     filters.add_argument("--subject", "--text", dest="text", metavar="TEXT",
                          help="only records whose arguments or reason contain TEXT (a subject, a host, an id)")
+    filters.add_argument("--shadow-flips", action="store_true",
+                         help="only records whose shadow answer (`mode: shadow` rules enforced) differs from the "
+                         "enforced one, in verdict or code")
 
     tail = commands.add_parser(
         "tail", parents=[where, filters], help="the last records; --follow for new ones"
@@ -204,6 +207,7 @@ def _filters(args: argparse.Namespace) -> Filters:
         "principal": args.principal,
         "approver": args.approver,
         "text": args.text,
+        "shadow_flips": args.shadow_flips or None,
         "since": getattr(args, "since", None),  # query and export only
         "until": getattr(args, "until", None),
     }
@@ -239,7 +243,7 @@ def _query(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         _write_csv(records, sys.stdout)
     else:
-        _print_table(records)
+        _print_table(records, shadow=args.shadow_flips)
     if cut:
         print(f"warden audit query: showing the first {limit} records; more match (--limit N, --all, "
               f"or --after {records[-1]['seq']} for the next page)", file=sys.stderr)
@@ -320,6 +324,9 @@ def _line(record: dict[str, Any]) -> str:
     for label, name in (("tool", "tool"), ("agent", "agent"), ("run", "run_id"), ("rule", "rule")):
         if record.get(name):
             parts.append(f"{label}={record[name]}")
+    shadow = record.get("shadow_verdict")
+    if shadow and (shadow, record.get("shadow_code")) != (record["verdict"], record["code"]):
+        parts.append(f"shadow={shadow}/{record.get('shadow_code')}/{record.get('shadow_rule')}")
     return " ".join(parts)
 
 
@@ -332,16 +339,19 @@ def _print_stream(records: Iterable[dict[str, Any]], fmt: str, out: IO[str]) -> 
         out.flush()  # a follower is read live, often through a pipe
 
 
-def _print_table(records: Iterable[dict[str, Any]]) -> None:
+def _print_table(records: Iterable[dict[str, Any]], *, shadow: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(show_lines=False, header_style="bold")
-    for name in ("seq", "time", "verdict", "code", "action", "tool", "agent", "run", "rule", "reason"):
+    columns = ["seq", "time", "verdict", "code", "action", "tool", "agent", "run", "rule", "reason"]
+    if shadow:  # --shadow-flips: the shadow answer beside the enforced one
+        columns[4:4] = ["shadow verdict", "shadow code", "shadow rule"]
+    for name in columns:
         table.add_column(name, overflow="fold", justify="right" if name == "seq" else "left")
     count = 0
     for r in records:
-        table.add_row(
+        cells = [
             str(r["seq"]),
             r["time"],
             r["verdict"],
@@ -352,7 +362,10 @@ def _print_table(records: Iterable[dict[str, Any]]) -> None:
             r["run_id"] or "",
             r["rule"] or "",
             r["reason"] or "",
-        )
+        ]
+        if shadow:
+            cells[4:4] = [r.get("shadow_verdict") or "", r.get("shadow_code") or "", r.get("shadow_rule") or ""]
+        table.add_row(*cells)
         count += 1
     # Piped output gets a wide fixed width, so a grep of the table does not see folded cells.
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)

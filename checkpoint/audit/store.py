@@ -53,6 +53,7 @@ class Filters(TypedDict, total=False):
     principal: str | None
     approver: str | None  # approvals and rejections this person made
     text: str | None  # a substring of the arguments or the reason (a subject, a host, an id)
+    shadow_flips: bool | None  # only records whose shadow answer (verdict or code) differs from the enforced one
 
 
 FILTER_NAMES = frozenset(Filters.__optional_keys__)
@@ -177,6 +178,8 @@ def select(
     if text is not None:
         where.append("(instr(arguments, ?) > 0 OR instr(reason, ?) > 0)")
         params += [text, text]
+    if filters.get("shadow_flips"):
+        where.append("shadow_verdict IS NOT NULL AND (shadow_verdict != verdict OR shadow_code IS NOT code)")
     tenants = filters.get("tenants")
     if tenants is not None:
         where.append(f"tenant IN ({', '.join('?' * len(tenants))})" if tenants else "0")

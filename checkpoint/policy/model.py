@@ -156,6 +156,9 @@ class Rule(Strict):
     actions: list[ActionKind] = Field(default_factory=lambda: list[ActionKind](["tool_call"]))
     tools: list[Name] = Field(default_factory=list, description="only these tools; empty means every tool")
     agents: list[Name] = Field(default_factory=list, description="only these agents; empty means every agent")
+    mode: Literal["enforce", "shadow"] = Field(
+        "enforce", description="shadow: evaluated and recorded (shadow_verdict) beside the enforced answer, never "
+                               "enforced; promote it by removing this line")
 
     def effective_code(self) -> str:
         defaults = {Effect.DENY_IF: "rule_denied", Effect.APPROVE_IF: "approval_required", Effect.HANDOFF_IF: "handoff"}

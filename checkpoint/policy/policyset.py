@@ -159,23 +159,37 @@ class PolicySet:
     # the active learnings, compiled (docs/learnings.md): advice that may add a warning to a tool
     # call's answer or turn it into a DENY, never more. Set by the policy store after every change.
     learnings: LearningIndex = NO_LEARNINGS
+    # the set whose `mode: shadow` rules are enforced too (`shadow()`): never the one that answers
+    enforce_shadow: bool = False
     # indexes built in __post_init__
     rules_by_tool: dict[str, RuleGroup] = field(init=False)  # every tool of `tools` has an entry
     rules_by_action: dict[str, RuleGroup] = field(init=False)  # model_call, delegation, plan
+    has_shadow: bool = field(init=False)  # some rule is `mode: shadow`
     # derived values keyed by what they depend on (e.g. effective ceilings per chain); a new
     # policy set starts empty, so nothing outlives the policies it came from
     memo: dict[Any, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        tool_rules = [r for r in self.rules if "tool_call" in r.spec.actions]
+        # shadow rules are indexed only in the shadow view: the enforced answer never reads them
+        live = [r for r in self.rules if self.enforce_shadow or r.spec.mode == "enforce"]
+        self.has_shadow = any(r.spec.mode == "shadow" for r in self.rules)
+        tool_rules = [r for r in live if "tool_call" in r.spec.actions]
         self.rules_by_tool = {
             name: RuleGroup.of(r for r in tool_rules if not r.spec.tools or name in r.spec.tools)
             for name in self.tools
         }
         self.rules_by_action = {
-            action: RuleGroup.of(r for r in self.rules if action in r.spec.actions)
+            action: RuleGroup.of(r for r in live if action in r.spec.actions)
             for action in ("model_call", "delegation", "plan")
         }
+
+    def shadow(self) -> PolicySet:
+        """This set with its `mode: shadow` rules enforced too: what the shadow answer is decided
+        on (docs/policies.md, "Shadow mode"). Built once per set."""
+        found = self.memo.get("shadow-view")
+        if found is None:
+            found = self.memo["shadow-view"] = replace(self, enforce_shadow=True)
+        return found
 
     def with_catalog(self, live: dict[str, AgentVersion], changes: Iterable[Any] = ()) -> PolicySet:
         """This set with the catalog's live versions and blocked versions as they are now."""

@@ -108,6 +108,7 @@ class CheckpointService:
         approval = None
         established = None
         filled = False
+        shadow: tuple[str, str, str] | None = None
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
@@ -134,6 +135,8 @@ class CheckpointService:
                                                      now=now), established.revision)
             if action == "delegation":
                 response = _delegation_needs_operator(policies, request, response)
+            if policies.has_shadow:  # recorded beside the answer, never enforced
+                shadow = _shadow_answer(policies, request, approver, approved, now)
         except Refused as refused:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
@@ -189,6 +192,8 @@ class CheckpointService:
         record["principal"] = principal.name if principal is not None else None
         record["call_digest"] = digest
         record["approval_rules"] = ",".join(response.approval_rules) or None
+        if shadow is not None:
+            record["shadow_verdict"], record["shadow_code"], record["shadow_rule"] = shadow
         if established is None:  # every string of it came from a caller nobody vouched for
             record = bound_refusal(record)
         self._append_or_deny(record, response)
@@ -803,6 +808,20 @@ def _require_role(policies: PolicySet, tenant: str, person: str, role: str) -> N
     refusal = role_refusal(policies.tenants, tenant, person, role)
     if refusal is not None:
         raise Refused(codes.ROLE_REQUIRED, refusal, f"role:{role}")
+
+
+def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
+                   now: Any) -> tuple[str, str, str]:
+    """The answer with the `mode: shadow` rules enforced too: (verdict, code, rule) for the record.
+    It never changes the enforced answer: any failure here is recorded as the shadow's own."""
+    try:
+        shadow = decide(policies.shadow(), request, approver=approver, approved_rules=approved, now=now)
+        if request.WhichOneof("action") == "delegation":
+            shadow = _delegation_needs_operator(policies, request, shadow)
+        return convert.verdict_name(shadow.verdict), shadow.code, shadow.rule
+    except Exception as exc:  # noqa: BLE001 - a shadow failure is evidence, not an outage
+        log.warning("shadow evaluation failed: %s", exc)
+        return "DENY", "policy_error", "engine"
 
 
 def _delegation_needs_operator(policies: PolicySet, request: pb.CheckRequest,
