@@ -42,6 +42,7 @@ REPLAYED_ACTIONS = frozenset({"tool_call", "model_call", "delegation"})
 # (the decision function's own start `request.`, `roles`: those are replayed)
 _OUTSIDE = frozenset({"principal", "run_token", "request", "audit", "engine", "grant", "skill", "act"})
 _OUTSIDE_PREFIXES = ("role:", "catalog", "start_run")
+_STEP_INDEX = re.compile(r"\[\d+\]")
 _APPROVED_BY = re.compile(r"^approved by (.{1,100}?) \(decision")
 _VERDICT_NAMES = {v: pb.Verdict.Name(v).removeprefix("VERDICT_") for v in pb.Verdict.values()}
 _KINDS = {"person": pb.ACTOR_KIND_PERSON, "agent": pb.ACTOR_KIND_AGENT}
@@ -79,8 +80,10 @@ class Flip:
 
     @property
     def rule(self) -> str:
-        """The rule the change is filed under: the one that decides now, or decided before."""
-        return self.after.rule if self.after.verdict != "ALLOW" else self.before.rule
+        """The rule the change is filed under: the one that decides now, or decided before (a plan's
+        `plan.step[N]` as `plan.step`, so one edit's plan refusals form one group)."""
+        rule = self.after.rule if self.after.verdict != "ALLOW" else self.before.rule
+        return _STEP_INDEX.sub("", rule)
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "agent": self.agent, "action": self.action, "tool": self.tool,
