@@ -193,6 +193,7 @@ class _RunFacts:
     modes: dict[str, str] = field(default_factory=dict)  # run id -> interactive/background
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     asked: dict[str, list[str]] = field(default_factory=dict)  # call digest -> approve-if rules
+    contexts: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # built run contexts (or why not)
 
     def learn(self, record: dict[str, Any]) -> None:
         action = record.get("action")
@@ -218,22 +219,7 @@ def rebuild(record: dict[str, Any], policies: PolicySet, facts: _RunFacts, versi
         raise NotReplayable("decided by a breaker over counters the log does not keep")
     if rule in _OUTSIDE or rule.startswith(_OUTSIDE_PREFIXES):
         raise NotReplayable(f"refused outside the policy rules ({rule.split('.')[0]})")
-    root = record.get("root_run_id") or record.get("run_id") or ""
-    mode = facts.modes.get(root)
-    if mode not in _MODES:
-        raise NotReplayable("the run's mode is not known (its start_run record is not in the input)")
-    run = pb.RunContext(run_id=record.get("run_id") or "", root_run_id=root, parent_run_id=record.get("parent_run_id") or "",
-                        tenant=record.get("tenant") or "", mode=_MODES[mode])  # type: ignore[arg-type]
-    if root in facts.inputs:
-        run.inputs.update(facts.inputs[root])
-    for actor in record.get("actor_chain") or []:
-        kind = _KINDS.get(actor.get("kind", ""))
-        if kind is None:
-            raise NotReplayable(f"actor of unknown kind {actor.get('kind')!r}")
-        out = run.actor_chain.add(kind=kind, id=actor.get("id", ""), run_id=actor.get("run_id", ""))
-        if kind == pb.ACTOR_KIND_AGENT:
-            out.agent_version = _version(policies, actor.get("id", ""), actor.get("agent_version", ""), versions)
-    request = pb.CheckRequest(run=run)
+    request = pb.CheckRequest(run=_run_context(record, policies, facts, versions))
     args = record.get("arguments")
     if action == "tool_call":
         tool = record.get("tool") or ""
@@ -259,6 +245,49 @@ def rebuild(record: dict[str, Any], policies: PolicySet, facts: _RunFacts, versi
         json_format.ParseDict(d.get("narrowing") or {}, request.delegation.narrowing)
         json_format.ParseDict(d.get("budget") or {}, request.delegation.budget)
     return request
+
+
+def _run_context(record: dict[str, Any], policies: PolicySet, facts: _RunFacts, versions: Versions) -> pb.RunContext:
+    """The run context of a record, built once per run, chain and policy set (a run's records share it)."""
+    chain = record.get("actor_chain") or []
+    key = (id(policies), versions, record.get("run_id"), record.get("root_run_id"), record.get("parent_run_id"),
+           record.get("tenant"), tuple((a.get("kind"), a.get("id"), a.get("agent_version"), a.get("run_id"))
+                                       for a in chain))
+    found = facts.contexts.get(key)
+    if found is not None:
+        if isinstance(found, NotReplayable):
+            raise found
+        return found
+    try:
+        found = _build_run_context(record, chain, policies, facts, versions)
+    except NotReplayable as reason:
+        found = reason
+        raise
+    finally:
+        if len(facts.contexts) >= 10_000:
+            facts.contexts.clear()
+        facts.contexts[key] = found
+    return found
+
+
+def _build_run_context(record: dict[str, Any], chain: list[dict[str, Any]], policies: PolicySet, facts: _RunFacts,
+                       versions: Versions) -> pb.RunContext:
+    root = record.get("root_run_id") or record.get("run_id") or ""
+    mode = facts.modes.get(root)
+    if mode not in _MODES:
+        raise NotReplayable("the run's mode is not known (its start_run record is not in the input)")
+    run = pb.RunContext(run_id=record.get("run_id") or "", root_run_id=root, parent_run_id=record.get("parent_run_id") or "",
+                        tenant=record.get("tenant") or "", mode=_MODES[mode])  # type: ignore[arg-type]
+    if root in facts.inputs:
+        run.inputs.update(facts.inputs[root])
+    for actor in chain:
+        kind = _KINDS.get(actor.get("kind", ""))
+        if kind is None:
+            raise NotReplayable(f"actor of unknown kind {actor.get('kind')!r}")
+        out = run.actor_chain.add(kind=kind, id=actor.get("id", ""), run_id=actor.get("run_id", ""))
+        if kind == pb.ACTOR_KIND_AGENT:
+            out.agent_version = _version(policies, actor.get("id", ""), actor.get("agent_version", ""), versions)
+    return run
 
 
 def _version(policies: PolicySet, name: str, pinned: str, versions: Versions) -> str:
