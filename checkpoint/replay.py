@@ -217,6 +217,8 @@ def rebuild(record: dict[str, Any], policies: PolicySet, facts: _RunFacts, versi
     rule = record.get("rule") or ""
     if rule.startswith("breaker."):
         raise NotReplayable("decided by a breaker over counters the log does not keep")
+    if rule.startswith("learning:"):
+        raise NotReplayable("decided by a learning (the learning store's data, not the policy files)")
     if rule in _OUTSIDE or rule.startswith(_OUTSIDE_PREFIXES):
         raise NotReplayable(f"refused outside the policy rules ({rule.split('.')[0]})")
     request = pb.CheckRequest(run=_run_context(record, policies, facts, versions))

@@ -39,6 +39,7 @@ def test_what_cannot_be_rebuilt_is_counted_with_its_reason():
         call("h", "get_task", {"task_id": "task-1"}, "HALT", "breaker_tool_calls", "breaker.tool_calls"),
         call("x", "get_task", {"sha256": "ab" * 32, "bytes": 40}, "DENY", "unknown_tool", "request.tool"),
         call("t", "get_task", {"task_id": "task-1"}, "DENY", "run_token_invalid", "run_token"),
+        call("l", "get_task", {"task_id": "task-1"}, "DENY", "learning_blocked", "learning:l-1"),
         {**call("o", "get_task", {"task_id": "task-1"}), "run_id": "r2", "root_run_id": "r2"},  # no start_run
         {**START, "action": "plan", "decision_id": "p", "arguments": {"steps": [{"id": "1", "tool": "get_task"}]}},
     ]
@@ -48,6 +49,7 @@ def test_what_cannot_be_rebuilt_is_counted_with_its_reason():
         "decided by a breaker over counters the log does not keep": 1,
         "the arguments were kept only as a hash (unknown tool or over the size cap)": 1,
         "refused outside the policy rules (run_token)": 1,
+        "decided by a learning (the learning store's data, not the policy files)": 1,
         "the run's mode is not known (its start_run record is not in the input)": 1,
         "a plan's steps are recorded without their arguments": 1,
     }
