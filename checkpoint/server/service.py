@@ -130,13 +130,20 @@ class CheckpointService:
             pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
             now = self.clock()  # one instant for both decisions
             response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
+            pinned_answer = None
             if pinned is not policies:
-                response = stricter(response, decide(pinned, request, approver=approver, approved_rules=approved,
-                                                     now=now), established.revision)
+                pinned_answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
+                if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
+                    pinned_answer, kept = pb.CheckResponse(), pinned_answer
+                    pinned_answer.CopyFrom(kept)
+                    response = stricter(response, kept, established.revision)
+                else:
+                    response = stricter(response, pinned_answer, established.revision)
             if action == "delegation":
                 response = _delegation_needs_operator(policies, request, response)
             if policies.has_shadow:  # recorded beside the answer, never enforced
-                shadow = _shadow_answer(policies, request, approver, approved, now)
+                shadow = _shadow_answer(policies, request, approver, approved, now, pinned_answer,
+                                        established.revision)
         except Refused as refused:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
@@ -811,11 +818,14 @@ def _require_role(policies: PolicySet, tenant: str, person: str, role: str) -> N
 
 
 def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
-                   now: Any) -> tuple[str, str, str]:
-    """The answer with the `mode: shadow` rules enforced too: (verdict, code, rule) for the record.
-    It never changes the enforced answer: any failure here is recorded as the shadow's own."""
+                   now: Any, pinned_answer: pb.CheckResponse | None, revision: str) -> tuple[str, str, str]:
+    """The answer with the `mode: shadow` rules enforced too: (verdict, code, rule) for the record,
+    held to a pinned revision's answer as the enforced one is. It never changes the enforced
+    answer: any failure here is recorded as the shadow's own."""
     try:
         shadow = decide(policies.shadow(), request, approver=approver, approved_rules=approved, now=now)
+        if pinned_answer is not None:
+            shadow = stricter(shadow, pinned_answer, revision)
         if request.WhichOneof("action") == "delegation":
             shadow = _delegation_needs_operator(policies, request, shadow)
         return convert.verdict_name(shadow.verdict), shadow.code, shadow.rule

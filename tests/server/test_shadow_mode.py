@@ -88,3 +88,16 @@ def test_shadow_rules_never_enforce_and_promoting_is_an_edit(shadowed):
     assert not promoted.has_shadow
     got = decide(promoted, tool_call("recon", promoted.agents["recon"].version, "get_task", {"task_id": "task-1"}))
     assert (got.verdict, got.code) == (pb.VERDICT_DENY, "rule_denied")
+
+
+def test_the_shadow_answer_is_held_to_a_pinned_revision_like_the_enforced_one(shadowed):
+    from checkpoint.server.service import _shadow_answer
+
+    policies = load_policy_dir(shadowed)
+    version = policies.agents["recon"].version
+    request = tool_call("recon", version, "list_templates", {})
+    assert _shadow_answer(policies, request, "", frozenset(), None, None, "rev") == ("ALLOW", "allowed", "allow")
+    # the run is pinned to a revision that refused this call: the shadow answer does not widen it
+    pinned = pb.CheckResponse(verdict=pb.VERDICT_DENY, code="tool_not_allowed", rule="allowlist")
+    assert _shadow_answer(policies, request, "", frozenset(), None, pinned, "rev") == (
+        "DENY", "tool_not_allowed", "allowlist")
