@@ -138,6 +138,8 @@ def test_exit_codes_for_usage_and_load_errors(recorded, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     assert main(["policy", "diff", "--against", str(bad), str(candidate)]) == 2
+    assert main(["policy", "diff", "--against", str(recorded.data), "--data", str(tmp_path / "nodata"),
+                 str(candidate)]) == 2  # --data holds no agent catalog
     (candidate / "agents" / "recon.yaml").write_text("kind: Agent\nname: [\n")
     assert main(["policy", "diff", "--against", str(recorded.data), str(candidate)]) == 3
     with pytest.raises(SystemExit) as exited:
