@@ -163,13 +163,17 @@ def verify(
     expires = grant.expires_at.seconds + grant.expires_at.nanos / 1e9
     if (time.time() if now is None else now) >= expires:
         raise GrantError("grant_expired", f"the grant expired at {grant.expires_at.ToJsonString()}")
+    try:
+        arguments_sha256 = canonical.sha256_hex(arguments)
+    except (ValueError, TypeError) as exc:  # no canonical form (NaN, an integer beyond 2**53): no grant covers it
+        raise GrantError("grant_mismatch", f"the call's arguments have no canonical form: {exc}") from None
     mismatches = [
         name
         for name, got, want in (
             ("run_id", grant.run_id, run_id),
             ("agent_version", grant.agent_version, agent_version),
             ("tool", grant.tool, tool),
-            ("arguments", grant.arguments_sha256, canonical.sha256_hex(arguments)),
+            ("arguments", grant.arguments_sha256, arguments_sha256),
         )
         if got != want
     ]

@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import Any
 
 from checkpoint.audit.errors import InvalidAuditRecord
+from warden import canonical
 
 # Fields a caller may give, in stored column order. `decision_id` and `time` are filled in when
 # absent; every other field defaults to null.
@@ -73,17 +74,13 @@ _INPUT_SET = frozenset(INPUT_FIELDS)
 _TIME_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 # Integers beyond 2**53 would be rounded by JSON tools that read numbers as doubles (and by
 # RFC 8785 canonicalisers), so an auditor's recomputed hash could differ from ours.
-_MAX_SAFE_INT = 2**53 - 1
-
-# One encoder for every canonical form: sorted keys, no whitespace, UTF-8 text kept as is, no
-# NaN/Infinity (not JSON). For the values a hashed record holds (strings, safe integers, null)
-# this output is exactly RFC 8785 (JCS).
-_CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
+_MAX_SAFE_INT = canonical.MAX_SAFE_INTEGER
 
 
 def canonical_json(value: Any) -> str:
+    """RFC 8785 text of a value (warden.canonical): the form the JSON columns are stored in."""
     try:
-        return _CANONICAL.encode(value)
+        return canonical.dumps_text(value)
     except (TypeError, ValueError) as exc:
         raise InvalidAuditRecord(f"value is not canonical JSON: {exc}") from exc
 
@@ -197,8 +194,6 @@ def _time_field(value: Any) -> str:
 
 _SORTED_FIELDS = tuple(sorted(HASHED_FIELDS))
 _in_sorted_order = itemgetter(*(HASHED_FIELDS.index(name) for name in _SORTED_FIELDS))
-# Same output as _CANONICAL for a dict whose keys are already in sorted order, minus the sort.
-_PRESORTED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def record_hash(prev_hash: str, hashed_values: tuple[Any, ...]) -> str:
@@ -207,9 +202,10 @@ def record_hash(prev_hash: str, hashed_values: tuple[Any, ...]) -> str:
     ``hashed_values`` are the values of HASHED_FIELDS, in that order.
     """
     values = _in_sorted_order(hashed_values)
-    # The object is written piece by piece: the same bytes the encoder makes (strings through
-    # the encoder's own escaping function, integers in decimal, null), at half the cost. Any
-    # other type, or an integer subclass, goes through the encoder itself.
+    # The object is written piece by piece: the same bytes as RFC 8785 (strings through the C
+    # encoder's own escaping function, which escapes exactly what RFC 8785 does; integers in
+    # decimal; null), at half the cost. Any other type, or an integer subclass, goes through
+    # warden.canonical itself.
     parts = [prev_hash]
     for prefix, value in zip(_KEY_PREFIXES, values, strict=True):
         kind = type(value)
@@ -220,8 +216,8 @@ def record_hash(prev_hash: str, hashed_values: tuple[Any, ...]) -> str:
         elif kind is int:
             parts.append(prefix + int.__repr__(value))
         else:
-            canonical = _PRESORTED.encode(dict(zip(_SORTED_FIELDS, values, strict=True)))
-            return hashlib.sha256((prev_hash + canonical).encode("utf-8")).hexdigest()
+            text = canonical.dumps_text(dict(zip(_SORTED_FIELDS, values, strict=True)))
+            return hashlib.sha256((prev_hash + text).encode("utf-8")).hexdigest()
     parts.append("}")
     return hashlib.sha256("".join(parts).encode("utf-8")).hexdigest()
 

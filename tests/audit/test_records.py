@@ -62,3 +62,52 @@ def test_arguments_are_stored_canonically(log, log_path, make_record):
     [(text,)] = conn.execute("SELECT arguments FROM decisions")
     conn.close()
     assert text == '{"a":{"y":[1,2.5],"z":"é"},"b":1}'
+
+
+def test_arguments_are_stored_as_rfc8785(log, log_path, make_record):
+    """1e-7 as RFC 8785 (and Node) write it, not Python's 1e-07; keys in UTF-16 order."""
+    import sqlite3
+
+    import rfc8785
+
+    arguments = {"small": 1e-7, "big": 1e21, "whole": 5.0, "\uffff": "bmp", "\U0001f600": "astral 😀"}
+    log.append(make_record(arguments=arguments))
+    conn = sqlite3.connect(log_path)
+    [(text,)] = conn.execute("SELECT arguments FROM decisions")
+    conn.close()
+    assert text.encode() == rfc8785.dumps(arguments)
+    assert '"small":1e-7' in text and '"big":1e+21' in text and '"whole":5' in text
+    assert text.index("\U0001f600") < text.index("\uffff")
+
+
+def test_arguments_without_an_exact_json_number_are_refused(log, make_record):
+    with pytest.raises(InvalidAuditRecord, match="2\\*\\*53"):
+        log.append(make_record(arguments={"id": 2**60}))
+
+
+def test_a_row_written_with_the_old_recipe_still_verifies(log, log_path, make_record):
+    """Before RFC 8785 the arguments column held Python's number forms (`1e-07`, `5.0`). The
+    record hash covers the column's text as stored, so such rows verify unchanged."""
+    import sqlite3
+
+    from checkpoint.audit import DecisionLog
+    from checkpoint.audit.record import HASHED_FIELDS, record_hash
+
+    log.append(make_record())
+    conn = sqlite3.connect(log_path)
+    conn.row_factory = sqlite3.Row
+    row = dict(conn.execute("SELECT * FROM decisions WHERE seq = 1").fetchone())
+    row["arguments"] = '{"amount":5.0,"ratio":1e-07}'  # what the old encoder wrote
+    new_hash = record_hash(row["prev_hash"], tuple(row[name] for name in HASHED_FIELDS))
+    with conn:
+        conn.execute("UPDATE decisions SET arguments = ?, hash = ? WHERE seq = 1", (row["arguments"], new_hash))
+    conn.close()
+    log.close()
+    reopened = DecisionLog(log_path)
+    try:
+        reopened.append(make_record())
+        report = reopened.verify()
+        assert report.ok and report.checked == 2, report.summary()
+        assert next(iter(reopened.read()))["arguments"] == {"amount": 5.0, "ratio": 1e-07}
+    finally:
+        reopened.close()
