@@ -108,7 +108,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="check the hash chain; exit 1 naming the first broken record",
         description="Recompute every record's hash and link. Exit 0 when the chain is whole, 1 when it is "
         "broken (the first broken record is named), 2 when the log cannot be read. Records deleted "
-        "from the end leave a shorter whole chain: pass a head recorded earlier with --expect-head.",
+        "from the end leave a shorter whole chain: pass signed heads kept elsewhere with --anchors "
+        "(`warden audit anchors`), or a head recorded earlier with --expect-head.",
     )
     verify.add_argument(
         "--expect-head",
@@ -116,7 +117,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SEQ:HASH",
         help="a head from `warden audit head`, kept elsewhere",
     )
+    verify.add_argument(
+        "--anchors",
+        metavar="FILE",
+        help="signed heads from `warden audit anchors`, kept elsewhere: each signature is checked, then "
+        "that the log still holds each anchored record (no rewrite, no truncation since)",
+    )
+    verify.add_argument(
+        "--pubkey",
+        metavar="PEM",
+        help="the head-signing public key (`warden audit pubkey`), your own copy; default: the data "
+        "folder's key, which whoever can rewrite the log may have replaced",
+    )
     verify.set_defaults(func=_verify)
+
+    pubkey = commands.add_parser(
+        "pubkey", parents=[where], help="print the public key the checkpoint signs heads with (PEM)"
+    )
+    pubkey.set_defaults(func=_pubkey)
+
+    anchors = commands.add_parser(
+        "anchors", parents=[where], help="print the signed heads (JSON lines), to keep elsewhere"
+    )
+    anchors.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    anchors.add_argument("--after", type=int, default=0, metavar="SEQ", help="only heads after this seq")
+    anchors.set_defaults(func=_anchors)
 
     head = commands.add_parser(
         "head", parents=[where], help="print the last seq and hash, to keep elsewhere as an anchor"
@@ -250,13 +275,81 @@ def _query(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _log_path(args: argparse.Namespace) -> Path:
+    return Path(args.log) if args.log else Path(args.data) / "decisions.db"
+
+
 def _verify(args: argparse.Namespace) -> int:
     reader = _reader(args)
     if reader is None:
         return EXIT_USAGE
-    report = reader.verify(expect_head=args.expect_head)
-    print(report.summary(), file=sys.stdout if report.ok else sys.stderr)
+    anchors = []
+    if args.anchors:
+        from checkpoint.audit import heads
+
+        try:
+            signed = heads.read_heads(Path(args.anchors))
+            public = heads.load_public_key(Path(args.pubkey) if args.pubkey else heads.key_path(_log_path(args)))
+        except (OSError, ValueError) as exc:
+            print(f"warden audit verify: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if not args.pubkey:
+            print("warden audit verify: checking the anchors with the data folder's own key; pass your copy "
+                  "with --pubkey to rule out a replaced key", file=sys.stderr)
+        for number, head in enumerate(signed, 1):
+            name = f"anchor {number} of {args.anchors}"
+            if not head.verifies(public):
+                print(f"BROKEN: {name} (seq {head.seq}, signed {head.time}): its signature does not verify with "
+                      f"key {heads.key_id(public)} (the anchor was altered, or another key signed it)",
+                      file=sys.stderr)
+                return EXIT_BROKEN
+            anchors.append(head.anchor(name))
+    report = reader.verify(expect_head=args.expect_head, anchors=anchors)
+    summary = report.summary()
+    if report.ok and anchors:
+        summary += f"; {len(anchors)} signed anchor(s) hold, the last at seq {max(a.seq for a in anchors)}"
+    print(summary, file=sys.stdout if report.ok else sys.stderr)
     return EXIT_OK if report.ok else EXIT_BROKEN
+
+
+def _pubkey(args: argparse.Namespace) -> int:
+    from checkpoint.audit import heads
+
+    if _reader(args) is None:  # a wrong folder is an error, whatever the command reads
+        return EXIT_USAGE
+
+    path = heads.key_path(_log_path(args))
+    try:
+        public = heads.load_public_key(path)
+    except (OSError, ValueError) as exc:
+        print(f"warden audit pubkey: no head-signing key ({exc}); the checkpoint makes one when it starts",
+              file=sys.stderr)
+        return EXIT_USAGE
+    sys.stdout.write(heads.public_pem(public))
+    print(f"key_id {heads.key_id(public)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _anchors(args: argparse.Namespace) -> int:
+    from checkpoint.audit import heads
+
+    if _reader(args) is None:  # a wrong folder is an error, whatever the command reads
+        return EXIT_USAGE
+
+    path = heads.heads_path(_log_path(args))
+    try:
+        found = [h for h in heads.read_heads(path) if h.seq > args.after]
+    except (OSError, ValueError) as exc:
+        print(f"warden audit anchors: no signed heads ({exc}); the checkpoint signs its head every minute "
+              "and when it stops", file=sys.stderr)
+        return EXIT_USAGE
+    text = "".join(head.line() + "\n" for head in found)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {len(found)} signed heads to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
 
 
 def _head(args: argparse.Namespace) -> int:

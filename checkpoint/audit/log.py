@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -38,7 +38,7 @@ from checkpoint.audit import store
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import GENESIS_HASH, record_hash, to_row
-from checkpoint.audit.verify import VerifyReport
+from checkpoint.audit.verify import Anchor, VerifyReport
 from warden.private import private_sqlite
 
 log = logging.getLogger(__name__)
@@ -320,8 +320,10 @@ class DecisionLog:
     def tail(self, n: int, **filters: Unpack[store.Filters]) -> list[dict[str, Any]]:
         return self._reader.tail(n, **filters)
 
-    def verify(self, *, expect_head: tuple[int, str] | None = None) -> VerifyReport:
-        return self._reader.verify(expect_head=expect_head)
+    def verify(
+        self, *, expect_head: tuple[int, str] | None = None, anchors: Iterable[Anchor] = ()
+    ) -> VerifyReport:
+        return self._reader.verify(expect_head=expect_head, anchors=anchors)
 
     def follow(
         self,

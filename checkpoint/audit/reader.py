@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Unpack
 
 from checkpoint.audit import store
 from checkpoint.audit.record import from_row
 from checkpoint.audit.store import Filters
-from checkpoint.audit.verify import VerifyReport, verify_rows
+from checkpoint.audit.verify import Anchor, VerifyReport, verify_rows
 
 PAGE = 500
 # wait(pos, timeout): block until records after `pos` may exist, the follower should stop, or
@@ -61,11 +61,13 @@ class DecisionReader:
         finally:
             conn.close()
 
-    def verify(self, *, expect_head: tuple[int, str] | None = None) -> VerifyReport:
+    def verify(
+        self, *, expect_head: tuple[int, str] | None = None, anchors: Iterable[Anchor] = ()
+    ) -> VerifyReport:
         conn = self._connect()
         try:
             # One cursor, one read transaction: the whole chain is checked as of one moment.
-            return verify_rows(store.select(conn), expect_head=expect_head)
+            return verify_rows(store.select(conn), expect_head=expect_head, anchors=anchors)
         finally:
             conn.close()
 

@@ -32,16 +32,32 @@ class VerifyReport:
         return f"BROKEN at seq {self.broken_seq}: {self.reason}: {self.detail} ({self.checked} records ok before it)"
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A head (seq, hash) recorded outside the log earlier; `label` names it in a report."""
+
+    seq: int
+    hash: str
+    label: str = "the expected head"
+
+
 def verify_rows(
-    rows: Iterable[Mapping[str, Any]], *, expect_head: tuple[int, str] | None = None
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    expect_head: tuple[int, str] | None = None,
+    anchors: Iterable[Anchor] = (),
 ) -> VerifyReport:
     """Check rows (in seq order, JSON columns as stored text) from seq 1 onwards.
 
-    ``expect_head`` is a (seq, hash) pair recorded outside the database earlier; it is the only
-    way to notice records deleted from the end, which leave a shorter chain that is still whole.
+    ``expect_head`` and ``anchors`` are heads recorded outside the database earlier (signed heads,
+    docs/audit.md); they are the only way to notice records deleted from the end, which leave a
+    shorter chain that is still whole, and a chain rewritten and rehashed from some record on.
+    Every record at an anchor's seq must have the anchor's hash; the log must reach every anchor.
     """
+    wanted: dict[int, list[Anchor]] = {}
+    for anchor in [*anchors, *([Anchor(*expect_head)] if expect_head is not None else [])]:
+        wanted.setdefault(anchor.seq, []).append(anchor)
     expected_seq, prev, checked = 1, GENESIS_HASH, 0
-    anchor_hash: str | None = None
 
     def broken(seq: int, reason: str, detail: str) -> VerifyReport:
         return VerifyReport(False, checked, expected_seq - 1, prev, seq, reason, detail)
@@ -62,24 +78,25 @@ def verify_rows(
             return broken(seq, HASH_MISMATCH, f"fields cannot be hashed: {exc}")
         if computed != row["hash"]:
             return broken(seq, HASH_MISMATCH, f"stored hash {row['hash']}, fields hash to {computed}")
+        for anchor in wanted.get(seq, ()):
+            if anchor.hash != computed:
+                return broken(
+                    seq,
+                    HEAD_MISMATCH,
+                    f"seq {seq} hashes to {computed}, but {anchor.label} says {anchor.hash}: the log was "
+                    "rewritten at or before this record since the anchor",
+                )
         prev = row["hash"]
         checked += 1
         expected_seq += 1
-        if expect_head is not None and seq == expect_head[0]:
-            anchor_hash = prev
 
-    if expect_head is not None:
-        anchor_seq, expected_hash = expect_head
-        if checked < anchor_seq:
-            return broken(
-                checked + 1,
-                TRUNCATED,
-                f"the log ends at seq {checked} but seq {anchor_seq} was recorded as head",
-            )
-        if anchor_hash != expected_hash:
-            return broken(
-                anchor_seq,
-                HEAD_MISMATCH,
-                f"seq {anchor_seq} hashes to {anchor_hash}, anchor says {expected_hash}",
-            )
+    beyond = [anchor for seq, found in wanted.items() if seq > checked for anchor in found]
+    if beyond:
+        last = max(beyond, key=lambda a: a.seq)
+        return broken(
+            checked + 1,
+            TRUNCATED,
+            f"the log ends at seq {checked} but {last.label} says seq {last.seq} had hash {last.hash}: "
+            "records were deleted from the end",
+        )
     return VerifyReport(True, checked, checked, prev)

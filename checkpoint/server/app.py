@@ -21,6 +21,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from checkpoint.audit import DecisionLog
+from checkpoint.audit.heads import DEFAULT_INTERVAL_SECONDS as DEFAULT_HEAD_INTERVAL
+from checkpoint.audit.heads import HeadSigner
 from checkpoint.policy import AgentCatalog
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
@@ -66,8 +68,10 @@ class CheckpointServer:
         health_servicer: health.HealthServicer,
         metrics_server: MetricsServer | None,
         uds_path: Path | None,
+        head_signer: HeadSigner | None = None,
     ):
         self.grpc_server = grpc_server
+        self.head_signer = head_signer
         self.service = service
         self.store = store
         self.watcher = watcher
@@ -85,6 +89,8 @@ class CheckpointServer:
         self.service.learnings.start()  # learnings nothing triggered for 90 days go stale
         if self.metrics_server is not None:
             self.metrics_server.start()
+        if self.head_signer is not None:
+            self.head_signer.start()
         return self
 
     def stop(self, grace: float | None = 2.0) -> None:
@@ -99,6 +105,8 @@ class CheckpointServer:
         self.service.learnings.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
+        if self.head_signer is not None:
+            self.head_signer.close()  # the last head signed, before the log closes
         self.log.close()
         if self.uds_path is not None:
             try:
@@ -141,6 +149,7 @@ def create_server(
     max_watchers: int = 16,
     log_synchronous: str = "NORMAL",
     refusal_limiter: PeerLimiter | None = None,
+    head_interval: float | None = DEFAULT_HEAD_INTERVAL,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -151,6 +160,8 @@ def create_server(
     that long; `reload_polling` polls the folder instead of waiting for file events.
     `refusal_limiter`: how many unauthenticated refusals each peer may have recorded (the rest
     are counted only); the default is 10 a second, bursts of 20.
+    `head_interval`: seconds between signed heads of the decision log (docs/audit.md, "Signed
+    heads"); the head is signed on shutdown too. None or 0: only on shutdown.
     """
     data = Path(data_dir)
     private_folder(data)
@@ -177,6 +188,11 @@ def create_server(
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
+    try:
+        head_signer = HeadSigner(decisions.head, data / "decisions.db", interval=head_interval)
+    except BaseException:
+        decisions.close()
+        raise
     service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"),
                                 learnings=LearningStore(data / "learnings.db"))
     store.reload()  # after the service: what the first load changes in the catalog is recorded
@@ -212,7 +228,7 @@ def create_server(
         else None
     )
     checkpoint = CheckpointServer(
-        server, service, store, watcher, decisions, health_servicer, metrics_server, uds
+        server, service, store, watcher, decisions, health_servicer, metrics_server, uds, head_signer
     )
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details

@@ -40,7 +40,7 @@ def _jsonl(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line]
 
 
-@pytest.mark.parametrize("sub", ["tail", "query", "verify", "export", "head"])
+@pytest.mark.parametrize("sub", ["tail", "query", "verify", "export", "head", "pubkey", "anchors"])
 def test_every_subcommand_has_help(sub, capsys):
     with pytest.raises(SystemExit) as done:
         main(["audit", sub, "--help"])
@@ -143,7 +143,7 @@ def test_export_to_file_and_stdout(data_dir, tmp_path, capsys):
     assert [r["seq"] for r in _jsonl(capsys.readouterr().out)] == [3]
 
 
-@pytest.mark.parametrize("sub", ["tail", "query", "verify", "export", "head"])
+@pytest.mark.parametrize("sub", ["tail", "query", "verify", "export", "head", "pubkey", "anchors"])
 def test_missing_log_is_an_error_and_is_not_created(sub, tmp_path, capsys):
     assert main(["audit", sub, "--data", str(tmp_path / "nowhere")]) == 2
     assert "no decision log" in capsys.readouterr().err
