@@ -4,6 +4,7 @@
 //
 //   node verify.js records EXPORT.jsonl        # `warden audit export` output: every record's hash and link
 //   node verify.js grant GRANT.json KEY.json   # a grant's HMAC and the hash of the arguments it binds
+//   node verify.js heads ANCHORS.jsonl PUB.pem # signed heads (`warden audit anchors`, `warden audit pubkey`)
 //
 // GRANT.json: {"grant": {decision_id, run_id, agent, agent_version, tool, arguments_sha256,
 // policy_revision, expires_at_ms, key_id, signature (hex)}, "arguments": {...the call's arguments}}.
@@ -90,13 +91,30 @@ function verifyGrant(file, keyFile) {
   };
 }
 
+// A signed head: Ed25519 over RFC8785({v, seq, hash, time, key_id}); key_id is the first 16 hex
+// digits of sha256 of the raw 32-byte public key.
+function verifyHeads(file, pubFile) {
+  const publicKey = crypto.createPublicKey(fs.readFileSync(pubFile, 'utf8'));
+  const raw = publicKey.export({ format: 'der', type: 'spki' }).subarray(-32);
+  const keyId = crypto.createHash('sha256').update(raw).digest('hex').slice(0, 16);
+  const heads = fs.readFileSync(file, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+  for (const [i, head] of heads.entries()) {
+    const signed = canonicalize({ v: head.v, seq: head.seq, hash: head.hash, time: head.time, key_id: head.key_id });
+    const ok = head.key_id === keyId
+      && crypto.verify(null, Buffer.from(signed, 'utf8'), publicKey, Buffer.from(head.signature, 'hex'));
+    if (!ok) return { ok: false, anchor: i + 1, seq: head.seq, reason: 'signature' };
+  }
+  return { ok: true, heads: heads.length, key_id: keyId, last_seq: heads.length ? heads[heads.length - 1].seq : 0 };
+}
+
 function main(argv) {
   const [command, ...rest] = argv;
   let result;
   if (command === 'records' && rest.length === 1) result = verifyRecords(rest[0]);
   else if (command === 'grant' && rest.length === 2) result = verifyGrant(rest[0], rest[1]);
+  else if (command === 'heads' && rest.length === 2) result = verifyHeads(rest[0], rest[1]);
   else {
-    process.stderr.write('usage: node verify.js records EXPORT.jsonl | grant GRANT.json KEY.json\n');
+    process.stderr.write('usage: node verify.js records EXPORT.jsonl | grant GRANT.json KEY.json | heads ANCHORS.jsonl PUB.pem\n');
     return 2;
   }
   console.log(JSON.stringify(result));

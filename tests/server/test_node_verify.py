@@ -115,6 +115,34 @@ def test_node_verifies_a_grant_signature_and_its_arguments_hash(node, tmp_path):
     assert code == 1 and not out["signature"]
 
 
+def test_node_verifies_signed_heads_with_the_public_key(node, tmp_path, capsys):
+    from checkpoint.audit.heads import HeadSigner
+
+    path = tmp_path / "data" / "decisions.db"
+    log = DecisionLog(path)
+    signer = HeadSigner(log.head, path, interval=None)
+    try:
+        for i in range(3):
+            log.append({"action": "tool_call", "verdict": "ALLOW", "arguments": {"i": i, "x": 1e-7}})
+            signer.sign_now()
+    finally:
+        signer.close()
+        log.close()
+    pub, anchors = tmp_path / "audit.pub", tmp_path / "anchors.jsonl"
+    assert warden(["audit", "pubkey", "--log", str(path)]) == 0
+    pub.write_text(capsys.readouterr().out)
+    assert warden(["audit", "anchors", "--log", str(path), "--output", str(anchors)]) == 0
+
+    code, out = _node(node, "heads", anchors, pub)
+    assert code == 0 and out["ok"] and out["heads"] == 3 and out["last_seq"] == 3, out
+    lines = anchors.read_text().split("\n")
+    moved = json.loads(lines[1])
+    moved["seq"] = 1
+    anchors.write_text("\n".join([lines[0], json.dumps(moved), *lines[2:]]))
+    code, out = _node(node, "heads", anchors, pub)
+    assert code == 1 and (out["anchor"], out["reason"]) == (2, "signature")
+
+
 def test_verify_js_needs_no_npm_packages():
     assert "require('crypto')" in VERIFY.read_text() and "@grpc" not in VERIFY.read_text()
     assert Path(VERIFY).stat().st_size < 8000
