@@ -9,11 +9,12 @@ decision log all use it (docs/audit.md, "Canonical JSON").
 
 Two paths, one output. `rfc8785` (the reference for the bytes) is pure Python and costs several
 times the standard library's C encoder, on the hot path of every decision. So values made only
-of strings, integers within +-(2**53 - 1), booleans, null, lists and objects whose keys have no
-character above U+FFFF go through `json`'s C encoder, whose output for exactly those values is
-RFC 8785's byte for byte (tests/contracts/test_canonical.py proves it against `rfc8785.dumps` with
-generated values); anything else (floats, tuples, subclasses, astral keys) goes through the
-library.
+of strings, integers within +-(2**53 - 1), booleans, null, fractional floats from 1e-4 to 1e16 in
+magnitude, lists and objects whose keys have no character above U+FFFF go through `json`'s C
+encoder, whose output for exactly those values is RFC 8785's byte for byte
+(tests/contracts/test_canonical.py proves it against `rfc8785.dumps` with generated values);
+anything else (whole floats, exponent-sized floats, tuples, subclasses, astral keys) goes
+through the library.
 
 Numbers outside JSON's interoperable range are refused with ValueError, never rounded:
 NaN and infinities (not JSON), and integers beyond +-(2**53 - 1) (RFC 8785 and I-JSON: a double
@@ -50,6 +51,11 @@ def _is_fast(value: Any) -> bool:
         return True
     if kind is int:
         return _MIN_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if kind is float:
+        # The C encoder writes repr(): the shortest round-trip digits, as ECMAScript does, in fixed
+        # notation for 1e-4 <= |x| < 1e16, where ECMAScript's is fixed too (1e-6 .. 1e21). Whole
+        # floats (repr "5.0", RFC 8785 "5"), NaN and everything with an exponent take the library.
+        return 1e-4 <= abs(value) < 1e16 and not value.is_integer()
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str or not _is_fast(item):

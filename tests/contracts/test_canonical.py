@@ -29,9 +29,12 @@ _json = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=5),
     max_leaves=20,
 )
-# Only what the fast path takes: no floats.
+# What the fast path takes, floats at the edges of its range among them.
+_fast_floats = st.floats(min_value=1e-4, max_value=1e16, exclude_max=True) | st.sampled_from(
+    [1e-4, 0.5, 12.5, 123456.789, 0.1 + 0.2, 4503599627370495.5, 9999999999999998.0, 1.0000000000000002]
+)
 _fast_json = st.recursive(
-    st.none() | st.booleans() | _ints | _text,
+    st.none() | st.booleans() | _ints | _text | _fast_floats | _fast_floats.map(lambda f: -f),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=5),
     max_leaves=20,
 )
@@ -47,7 +50,7 @@ def test_any_json_value_is_rfc8785(value):
 @settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
 @given(_fast_json)
 def test_fast_path_is_byte_identical_to_rfc8785(value):
-    if canonical._is_fast(value):  # astral keys leave it; everything else here takes it
+    if canonical._is_fast(value):  # astral keys and whole floats leave it
         assert canonical._encode(value).encode() == rfc8785.dumps(value)
     assert canonical.dumps(value) == rfc8785.dumps(value)
 
@@ -58,6 +61,12 @@ def test_the_numbers_python_and_rfc8785_write_differently():
     assert canonical.dumps([5.0, -0.0, 0.5]) == b"[5,0,0.5]"  # whole floats as integers, as before
     assert canonical.dumps(2.0**60) == b"1152921504606847000"  # a double is written as ECMAScript does
     assert canonical.dumps(SAFE) == b"9007199254740991"
+
+
+def test_which_floats_take_the_fast_path():
+    fast = [0.5, -12.5, 1e-4, 123456.789, 4503599627370495.5]
+    slow = [5.0, 9.99e-5, 1e-7, 1e16, 1e21, 2.0**60, -0.0, 0.0, float("nan"), float("inf")]
+    assert all(canonical._is_fast(x) for x in fast) and not any(canonical._is_fast(x) for x in slow)
 
 
 def test_keys_sort_by_utf16_code_units():
