@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from warden import canonical
+
 ACTIONS = ("tool_call", "final", "handoff")
 CUT_OFF_STOP_REASONS = frozenset({"max_tokens", "refusal", "model_context_window_exceeded"})
 
@@ -209,6 +211,14 @@ def decide(reply: ProviderReply, contract: Iterable[str]) -> Decision:
         if call_id in seen:
             return Rejection(code=MALFORMED_RESPONSE, detail=f"call id {call_id!r} used twice")
         seen.add(call_id)
+        try:  # what the grant will bind: a number no double holds exactly would be run rounded
+            canonical.dumps(c.arguments)
+        except (ValueError, TypeError) as exc:
+            return Rejection(
+                code=MALFORMED_RESPONSE,
+                detail=f"call {call_id!r}: the arguments have no exact JSON form ({exc}); write such numbers as strings",
+                call_ids=_call_ids(actions),
+            )
         proposals.append(
             ToolCallProposal(
                 call_id=call_id, tool=c.tool, arguments=copy.deepcopy(c.arguments), plan_step=c.plan_step

@@ -72,7 +72,9 @@ def _is_fast(value: Any) -> bool:
 
 
 def normalise(value: Any) -> Any:
-    """Plain JSON types (lists, str keys, exact int/float/bool); out-of-range numbers refused."""
+    """Plain JSON types (lists, str keys, exact int/float/bool), whole floats within +-2**53 as
+    ints (the toolrunner hands tools this: `3`, not the `3.0` a Struct carries); numbers with no
+    exact JSON form refused. The canonical bytes are the same either way."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -84,7 +86,7 @@ def normalise(value: Any) -> Any:
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError("non-finite number")
-        return float(value)
+        return int(value) if value.is_integer() and abs(value) < 2**53 else float(value)
     if isinstance(value, dict):
         return {str(k): normalise(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -104,6 +104,11 @@ def test_subclasses_and_tuples_are_written_as_their_plain_values():
     assert canonical.dumps({"c": Colour.RED, "n": Count(3), "t": (1, True)}) == b'{"c":"red","n":3,"t":[1,true]}'
 
 
+def test_normalise_gives_tools_whole_numbers_as_integers():
+    assert canonical.normalise({"n": 3.0, "x": 0.5, "big": 2.0**60, "t": (1,)}) == {"n": 3, "x": 0.5, "big": 2.0**60, "t": [1]}
+    assert type(canonical.normalise(3.0)) is int and type(canonical.normalise(2.0**60)) is float
+
+
 def test_not_json_is_a_type_error():
     with pytest.raises(TypeError):
         canonical.dumps({"x": object()})

@@ -39,6 +39,9 @@ CASES = [
     ("malformed_response", reply({"action": "final", "outcomes": []}, {"action": "handoff"})),
     ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "id": "x"},
                                  {"action": "tool_call", "tool": "get_task", "id": "x"})),
+    # no exact JSON number (RFC 8785): the grant could only bind it rounded
+    ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "arguments": {"id": 2**60 + 1}})),
+    ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "arguments": {"x": float("nan")}})),
 ]
 
 
