@@ -88,6 +88,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--durability", choices=["NORMAL", "FULL"], default="NORMAL",
                        help="log commits survive a killed process (NORMAL) or also power loss (FULL, fsync per batch)")  # fmt: skip
+    serve.add_argument("--head-interval", type=float, default=60.0, metavar="SECONDS",
+                       help="sign the decision log's head this often when it moved, and at shutdown; 0: only at "
+                       "shutdown (docs/audit.md, 'Signed heads')")  # fmt: skip
     serve.add_argument("-v", "--verbose", action="store_true")
     serve.set_defaults(func=_serve)
 
@@ -201,6 +204,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_request_bytes=args.max_request_bytes,
             max_workers=args.workers,
             log_synchronous=args.durability,
+            head_interval=args.head_interval or None,
         )
     except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)
