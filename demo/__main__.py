@@ -44,13 +44,16 @@ def main() -> int:
     if os.environ.get("WARDEN_DEMO_SKIP_DOCKER") != "1" and not ensure_docker():
         return 1
     from demo.scenario import play
-    from driver.up import Stack, free_port
+    from driver.up import CHECKPOINT_TOKENS_FILE, Stack, ensure_person_checkpoint_token, free_port
 
     data = Path(os.environ.get("WARDEN_DEMO_DATA") or ROOT / ".warden" / "demo")
     shutil.rmtree(data, ignore_errors=True)  # a fresh run store and decision log every time
     stack = Stack(data, ROOT / "policies", free_port(), free_port(), free_port())
     _step("starting checkpoint, toolrunner and driver")
     try:
+        # dana, acme's second admin, reviews what alice's run proposes (nobody reviews their own)
+        stack.prepare()
+        ensure_person_checkpoint_token(data / "dana", "dana", stack.checkpoint_data / CHECKPOINT_TOKENS_FILE)
         stack.start()
     except RuntimeError as exc:
         print(f"demo: {exc}", file=sys.stderr)

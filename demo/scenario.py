@@ -76,19 +76,21 @@ class Scenario:
         """The agent proposed a change to itself: a tenant admin reads it and approves it. New runs
         pin the new version; this run keeps the one it pinned."""
         agent, version = str(data.get("agent")), str(data.get("version"))
+        # dana, the tenant's second admin: alice is accountable for the run that proposed it
+        admin_token = (self.stack.data / "dana" / PERSON_CHECKPOINT_TOKEN_FILE).read_text().strip()
         with grpc.insecure_channel(f"127.0.0.1:{self.stack.checkpoint_port}") as ch:
             stub = cp_grpc.CheckpointServiceStub(ch)
-            md = [("authorization", f"Bearer {self.person_token}")]
+            md = [("authorization", f"Bearer {admin_token}")]
             pending = next(v for v in stub.AgentHistory(cp.AgentHistoryRequest(agent=agent), metadata=md,
                                                          timeout=30).versions if v.version == version)
-            print(f"\n== the agent proposed a change to {agent} ({pending.source}); it waits for a tenant admin, "
-                  f"who reads it:\n   widens: {'; '.join(pending.widens) or 'nothing'}"
+            print(f"\n== the agent proposed a change to {agent} ({pending.source}); it waits for a tenant admin "
+                  f"other than the run's person, who reads it:\n   widens: {'; '.join(pending.widens) or 'nothing'}"
                   + "".join(f"\n   {line}" for line in pending.diff), flush=True)
             answer = stub.ReviewAgentChange(cp.ReviewAgentChangeRequest(
                 agent=agent, version=version, approve=True, note="a larger tool-call budget is fine"),
                 metadata=md, timeout=30)
         run = self.driver.GetRun(pb.GetRunRequest(run_id=run_id), metadata=self.md).run
-        print(f"== the admin approved it ({answer.decision.code}): {agent} {answer.version.version} is "
+        print(f"== dana, an admin, approved it ({answer.decision.code}): {agent} {answer.version.version} is "
               f"{answer.version.status} for new runs; this run keeps {run.agent_version}", flush=True)
         if answer.version.status == "live" and run.agent_version != version:
             self.seen.add(PROPOSAL)
