@@ -38,6 +38,7 @@ from checkpoint.policy.lifecycle import RETIRED
 from checkpoint.policy.loader import load_entry_definition
 from checkpoint.policy.policyset import AgentVersion
 from checkpoint.policy.principals import Principal, caller_name
+from checkpoint.policy.roles import has_role
 from checkpoint.server import convert
 from checkpoint.server.catalog_acts import MAX_DEFINITION_BYTES, CatalogActs
 from checkpoint.server.errors import InvalidArgument, PermissionDenied
@@ -193,7 +194,7 @@ class EntryActs:
             run_tenant = ""
             if request.HasField("run"):
                 run_tenant = self._proposing_run(policies, request, principal, caller, fields)
-            entry = self._proposed(policies, request, kind, fields, run_tenant)
+            entry = self._proposed(policies, request, kind, fields, run_tenant, caller)
             fields["tenant"] = entry.tenant
             if request.HasField("run"):
                 if entry.tenant != run_tenant:
@@ -322,7 +323,7 @@ class EntryActs:
         return run.tenant
 
     def _proposed(self, policies: PolicySet, request: pb.ProposeCatalogEntryRequest, kind: str,
-                  fields: dict[str, Any], run_tenant: str) -> Entry:
+                  fields: dict[str, Any], run_tenant: str, caller: str) -> Entry:
         which = request.WhichOneof("source")
         shown = f"<proposal for {kind} {request.name[:100] or '?'}>"
         if which == "definition_yaml":
@@ -337,11 +338,11 @@ class EntryActs:
         if which == "from_call":
             if kind != TEMPLATE:
                 raise Refused(codes.INVALID_REQUEST, "only a template is saved from a call", "catalog.from_call")
-            return self._from_call(policies, request, fields, run_tenant)
+            return self._from_call(policies, request, fields, run_tenant, caller)
         raise Refused(codes.INVALID_REQUEST, "a proposal carries a definition or the call to save", "catalog.source")
 
     def _from_call(self, policies: PolicySet, request: pb.ProposeCatalogEntryRequest, fields: dict[str, Any],
-                   run_tenant: str) -> Entry:
+                   run_tenant: str, caller: str) -> Entry:
         """A template from a call the checkpoint allowed: its resolved spec, the target put back as
         TARGET. The decision log is the source, never the caller's account of the call."""
         ref = request.from_call
@@ -350,6 +351,9 @@ class EntryActs:
                           "catalog.from_call")
         found = next((r for r in self.service.log.read(run_id=ref.run_id[:128], verdict="ALLOW")
                       if r.get("decision_id") == ref.decision_id), None) if ref.run_id and ref.decision_id else None
+        if found is not None and not run_tenant and not has_role(
+                policies.tenants.get(found.get("tenant") or "default"), caller_name(caller), "operator"):
+            found = None  # another tenant's call: the same answer as none, so nothing about it leaks
         tool = policies.tools.get(found.get("tool") or "") if found else None
         args = found.get("arguments") if found else None
         if found is None or found.get("action") != "tool_call" or tool is None or tool.spec.templates != "resolve" \

@@ -240,6 +240,12 @@ def test_a_person_saves_the_spec_of_a_call_that_worked_with_target_put_back(runn
         refused = as_(running, "erin").ProposeCatalogEntry(pb.ProposeCatalogEntryRequest(
             kind="template", name="x", from_call=pb.DecisionRef(run_id=run.run_id, decision_id=decision)), timeout=10)
         assert verdict(refused.decision) == ("DENY", "invalid_request")
+    # a person with no role in the call's tenant learns nothing about it: the answer a call that
+    # does not exist gets (found in review, session 4: the refusal named the tenant)
+    outsider = as_(running, "frank").ProposeCatalogEntry(pb.ProposeCatalogEntryRequest(
+        kind="template", name="x", from_call=pb.DecisionRef(run_id=run.run_id, decision_id=worked.decision_id)),
+        timeout=10)
+    assert verdict(outsider.decision) == ("DENY", "invalid_request") and "acme" not in outsider.decision.reason
 
 
 def test_an_agent_proposes_a_template_from_its_own_call_and_it_waits(running):
