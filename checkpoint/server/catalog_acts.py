@@ -11,19 +11,19 @@ refusal is recorded too. After an act the policy store's live versions are refre
 from __future__ import annotations
 
 import json
-import logging
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 
 from checkpoint.engine import codes
-from checkpoint.policy import PolicyLoadError, PolicySet, lifecycle
+from checkpoint.policy import PolicySet, lifecycle
 from checkpoint.policy.catalog import CatalogError, Change
 from checkpoint.policy.loader import load_agent_definition
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
 from checkpoint.server.errors import PermissionDenied
+from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from checkpoint.server.service import CheckpointService
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
-log = logging.getLogger("warden.checkpoint.catalog")
 CHANGEABLE = frozenset({"allowlist", "scope", "budget", "persona", "description", "delegates"})
 MAX_DEFINITION_BYTES = 64 * 1024
 
@@ -59,10 +58,6 @@ def owning_tenant(policies: PolicySet, agent: str, rows: list[dict[str, Any]]) -
     if live is not None:
         return live.tenant
     return str(rows[0]["snapshot"]["tenant"]) if rows else ""
-
-
-class _NotRecorded(Exception):
-    """The decision log refused an act's record: the act is not done."""
 
 
 class CatalogActs:
@@ -155,56 +150,26 @@ class CatalogActs:
 
     def _act(self, name: str, act: Any, code: str, caller: str) -> pb.CatalogActResponse:
         """Check and do one act; record it (ALLOW) before it is written, or record its refusal."""
-        service = self.service
-        policies = service._policies()
-        principal = policies.principals.of(caller)
-        response = pb.CheckResponse(verdict=DENY, rule="catalog", policy_revision=policies.revision)
-        fields: dict[str, Any] = {}
-        recorded: list[dict[str, Any]] = []
 
-        def record(change: Change) -> None:
-            response.verdict, response.code = ALLOW, code
+        def answer(response: pb.CheckResponse, change: Change) -> None:
+            response.code = code
             response.reason = f"{change.act} {change.agent} {change.version} by {change.by}" + (
                 f": {change.note[:300]}" if change.note else "")
-            entry = self._record(response, policies, caller, principal, fields, change.details())
-            try:
-                service.log.append(entry)
-            except Exception as exc:  # the log cannot take it: the act does not happen
-                raise _NotRecorded(type(exc).__name__) from exc
-            recorded.append(entry)
 
-        change = None
-        try:
-            if principal is None:
-                raise Refused(codes.CALLER_NOT_PERMITTED, f"the credential {caller_name(caller)[:100]!r} names no "
-                              "principal in the policy files", "principal")
-            change = act(policies, principal, record, fields)
-        except Refused as refused:
-            response.verdict, response.code, response.rule, response.reason = DENY, refused.code, refused.rule, refused.reason
-        except CatalogError as exc:
-            response.verdict, response.code, response.reason = DENY, exc.code, exc.message
-        except PolicyLoadError as exc:
-            response.verdict, response.code, response.reason = DENY, codes.INVALID_REQUEST, str(exc)[:2000]
-        except _NotRecorded as exc:
-            service.metrics.audit_failures.inc()
-            response.verdict, response.code, response.reason = DENY, codes.AUDIT_UNAVAILABLE, (
-                f"the {name} could not be recorded, so it was not done: {exc}")
-            recorded.append({})  # the log cannot take the refusal either
-        except Exception:  # a bug must not become a change, nor an unrecorded error
-            log.exception("catalog %s failed", name)
-            response.verdict, response.code, response.rule = DENY, codes.POLICY_ERROR, "catalog"
-            response.reason = f"the {name} failed inside the checkpoint; nothing was changed"
-            recorded.clear()
-        if not recorded:  # a refusal: on the record too
-            service._append_or_deny(self._record(response, policies, caller, principal, fields,
-                                                 {"act": name}), response)
-        service._count(response.verdict, response.code)
-        out = pb.CatalogActResponse(decision=response)
-        if change is not None and response.verdict == ALLOW:
-            service.store.refresh()
-            rows = [r for r in policies.catalog.history(change.agent) if r["version"] == change.version]
+        def record_of(response: pb.CheckResponse, policies: PolicySet, principal: Principal | None,
+                      fields: dict[str, Any], change: Change | None) -> dict[str, Any]:
+            details = change.details() if change is not None else {"act": name}
+            return self._record(response, policies, caller, principal, fields, details)
+
+        done = perform(self.service, caller, name, "catalog", act, answer=answer, record_of=record_of,
+                       store_errors=(CatalogError,))
+        out = pb.CatalogActResponse(decision=done.response)
+        change = done.result
+        if change is not None:
+            self.service.store.refresh()
+            rows = [r for r in done.policies.catalog.history(change.agent) if r["version"] == change.version]
             if rows:
-                out.version.CopyFrom(version_info(policies, rows[0], change.agent))
+                out.version.CopyFrom(version_info(done.policies, rows[0], change.agent))
         return out
 
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,

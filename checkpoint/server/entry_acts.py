@@ -11,7 +11,6 @@ rules as any argument, and the grant covers exactly what the toolrunner runs.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from pydantic import ValidationError
 
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.engine import codes
-from checkpoint.policy import PolicyLoadError, PolicySet, model
+from checkpoint.policy import PolicySet, model
 from checkpoint.policy.entries import (
     FILLED,
     KINDS,
@@ -42,6 +41,7 @@ from checkpoint.policy.roles import has_role
 from checkpoint.server import convert
 from checkpoint.server.catalog_acts import MAX_DEFINITION_BYTES, CatalogActs
 from checkpoint.server.errors import InvalidArgument, PermissionDenied
+from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from checkpoint.server.service import CheckpointService
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
-log = logging.getLogger("warden.checkpoint.entries")
 
 
 # -- what a run may load, and what a `templates:` call is given -----------------------------------
@@ -238,56 +237,25 @@ class EntryActs:
         return self._act("retire", act, codes.CATALOG_CHANGED, caller)
 
     def _act(self, name: str, act: Act, code: str, caller: str) -> pb.CatalogEntryActResponse:
-        """Check and do one act; record it (ALLOW) before it is written, or record its refusal.
-        The shape of CatalogActs._act: a log that cannot take the record means the act is not done."""
-        service = self.service
-        policies = service._policies()
-        principal = policies.principals.of(caller)
-        response = pb.CheckResponse(verdict=DENY, rule="catalog", policy_revision=policies.revision)
-        fields: dict[str, Any] = {}
-        recorded: list[dict[str, Any]] = []
+        """Check and do one act; record it (ALLOW) before it is written, or record its refusal."""
 
-        def record(change: EntryChange) -> None:
-            response.verdict, response.code = ALLOW, code
+        def answer(response: pb.CheckResponse, change: EntryChange) -> None:
+            response.code = code
             response.reason = f"{change.act} {change.label} {change.version} by {change.by}" + (
                 f": {change.note[:300]}" if change.note else "")
-            entry = self._record(response, policies, caller, principal, fields, change.details())
-            try:
-                service.log.append(entry)
-            except Exception as exc:  # the log cannot take it: the act does not happen
-                raise _NotRecorded(type(exc).__name__) from exc
-            recorded.append(entry)
 
-        change = None
-        try:
-            if principal is None:
-                raise Refused(codes.CALLER_NOT_PERMITTED, f"the credential {caller_name(caller)[:100]!r} names no "
-                              "principal in the policy files", "principal")
-            change = act(policies, principal, record, fields)
-        except Refused as refused:
-            response.verdict, response.code, response.rule, response.reason = (
-                DENY, refused.code, refused.rule, refused.reason)
-        except EntryError as exc:
-            response.verdict, response.code, response.reason = DENY, exc.code, exc.message
-        except PolicyLoadError as exc:
-            response.verdict, response.code, response.reason = DENY, codes.INVALID_REQUEST, str(exc)[:2000]
-        except _NotRecorded as exc:
-            service.metrics.audit_failures.inc()
-            response.verdict, response.code, response.reason = DENY, codes.AUDIT_UNAVAILABLE, (
-                f"the {name} could not be recorded, so it was not done: {exc}")
-            recorded.append({})  # the log cannot take the refusal either
-        except Exception:  # a bug must not become a change, nor an unrecorded error
-            log.exception("catalog %s failed", name)
-            response.verdict, response.code, response.rule = DENY, codes.POLICY_ERROR, "catalog"
-            response.reason = f"the {name} failed inside the checkpoint; nothing was changed"
-            recorded.clear()
-        if not recorded:  # a refusal: on the record too
-            details = {"act": name, **({"kind": fields["kind"]} if fields.get("kind") else {})}
-            service._append_or_deny(self._record(response, policies, caller, principal, fields, details), response)
-        service._count(response.verdict, response.code)
-        out = pb.CatalogEntryActResponse(decision=response)
-        if change is not None and response.verdict == ALLOW:
-            rows = [r for r in policies.catalog.entries.history(change.kind, change.tenant, change.name)
+        def record_of(response: pb.CheckResponse, policies: PolicySet, principal: Principal | None,
+                      fields: dict[str, Any], change: EntryChange | None) -> dict[str, Any]:
+            details = change.details() if change is not None else {
+                "act": name, **({"kind": fields["kind"]} if fields.get("kind") else {})}
+            return self._record(response, policies, caller, principal, fields, details)
+
+        done = perform(self.service, caller, name, "catalog", act, answer=answer, record_of=record_of,
+                       store_errors=(EntryError,))
+        out = pb.CatalogEntryActResponse(decision=done.response)
+        change = done.result
+        if change is not None:
+            rows = [r for r in done.policies.catalog.entries.history(change.kind, change.tenant, change.name)
                     if r["version"] == change.version]
             if rows:
                 out.entry.CopyFrom(entry_info(rows[0], change.kind, change.tenant, change.name))
@@ -458,5 +426,3 @@ class EntryActs:
         return out
 
 
-class _NotRecorded(Exception):
-    """The decision log refused an act's record: the act is not done."""

@@ -36,6 +36,7 @@ from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
 from checkpoint.server.errors import InvalidArgument, PermissionDenied
+from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -68,10 +69,6 @@ def learning_info(row: dict[str, Any]) -> pb.LearningInfo:
 def suggested_match(policies: PolicySet, tool: str) -> str:
     """A starting point for the admin: the tool the occurrence concerned, when the policies know it."""
     return f"tool.name == {json.dumps(tool)}" if tool and tool in policies.tools else ""
-
-
-class _NotRecorded(Exception):
-    """The decision log refused an act's record: the act is not done."""
 
 
 class LearningActs:
@@ -264,55 +261,27 @@ class LearningActs:
 
     def _act(self, name: str, act: Any, code: str, caller: str) -> pb.LearningActResponse:
         """Check and do one act; record it (ALLOW) before it is written, or record its refusal."""
-        service = self.service
-        policies = service._policies()
-        principal = policies.principals.of(caller)
-        response = pb.CheckResponse(verdict=DENY, rule="learning", policy_revision=policies.revision)
-        fields: dict[str, Any] = {}
-        recorded: list[dict[str, Any]] = []
 
-        def record(change: LearningChange) -> None:
-            answer = _answer(change, code)
-            response.verdict, response.code, response.reason = answer.verdict, answer.code, answer.reason
-            entry = self._record(response, policies, caller_name(caller), principal, change, fields)
-            try:
-                service.log.append(entry)
-            except Exception as exc:  # the log cannot take it: the act does not happen
-                raise _NotRecorded(type(exc).__name__) from exc
-            recorded.append(entry)
+        def answer(response: pb.CheckResponse, change: LearningChange) -> None:
+            words = _answer(change, code)
+            response.verdict, response.code, response.reason = words.verdict, words.code, words.reason
 
-        row = None
-        try:
-            if principal is None:
-                raise Refused(codes.CALLER_NOT_PERMITTED, f"the credential {caller_name(caller)[:100]!r} names no "
-                              "principal in the policy files", "principal")
-            _change, row = act(policies, principal, record, fields)
-        except Refused as refused:
-            response.verdict, response.code, response.rule, response.reason = DENY, refused.code, refused.rule, refused.reason
-        except LearningError as exc:
-            response.verdict, response.code, response.reason = DENY, exc.code, exc.message
-        except _NotRecorded as exc:
-            service.metrics.audit_failures.inc()
-            response.verdict, response.code, response.reason = DENY, codes.AUDIT_UNAVAILABLE, (
-                f"the {name} could not be recorded, so it was not done: {exc}")
-            recorded.append({})  # the log cannot take the refusal either
-        except Exception:  # a bug must not become a change, nor an unrecorded error
-            log.exception("learning %s failed", name)
-            response.verdict, response.code, response.rule = DENY, codes.POLICY_ERROR, "learning"
-            response.reason = f"the {name} failed inside the checkpoint; nothing was changed"
-            recorded.clear()
-            row = None
-        if not recorded:  # a refusal: on the record too
-            refusal = LearningChange(name, fields.get("learning", ""), fields.get("tenant", ""),
-                                     fields.get("agent", ""), fields.get("agent_version", ""), caller_name(caller))
-            service._append_or_deny(self._record(response, policies, caller_name(caller), principal, refusal,
-                                                 fields), response)
-        service._count(response.verdict, response.code)
-        out = pb.LearningActResponse(decision=response)
-        if row is not None and response.verdict == ALLOW:
-            if name != "propose":  # what acts changed: the next Check decides with it
-                service.store.refresh()
-            out.learning.CopyFrom(learning_info(row))
+        def record_of(response: pb.CheckResponse, policies: PolicySet, principal: Principal | None,
+                      fields: dict[str, Any], change: LearningChange | None) -> dict[str, Any]:
+            if change is None:  # a refusal, filed under what the act had found out
+                change = LearningChange(name, fields.get("learning", ""), fields.get("tenant", ""),
+                                        fields.get("agent", ""), fields.get("agent_version", ""), caller_name(caller))
+            return self._record(response, policies, caller_name(caller), principal, change, fields)
+
+        done = perform(self.service, caller, name, "learning", act, answer=answer, record_of=record_of,
+                       store_errors=(LearningError,))
+        out = pb.LearningActResponse(decision=done.response)
+        if done.result is not None:
+            _change, row = done.result
+            if row is not None:
+                if name != "propose":  # what acts changed: the next Check decides with it
+                    self.service.store.refresh()
+                out.learning.CopyFrom(learning_info(row))
         return out
 
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
