@@ -253,9 +253,10 @@ class AgentCatalog:
                 "l.note, l.decided_by, l.decided_at, l.decision_note from agent_versions v "
                 "left join agent_lifecycle l on l.agent = v.agent and l.version = v.version "
                 "where v.agent = ? order by v.first_seen, v.rowid", [agent]))
-        for r in rows:
+        live = self.live_version(agent)
+        for r in rows:  # a version from before the lifecycle was kept has no status of its own
             r["snapshot"] = json.loads(r["snapshot"])
-            r["status"] = r["status"] or LIVE if r["version"] == self.live_version(agent) else r["status"] or SUPERSEDED
+            r["status"] = r["status"] or (LIVE if r["version"] == live else SUPERSEDED)
         return rows
 
     def first_install(self) -> bool:
