@@ -217,6 +217,7 @@ def test_every_act_and_every_refusal_is_recorded_with_the_person(running):
     ({"definition_yaml": "kind: Agent\nname: recon\npersona: x\n"}, "names agent 'recon'"),
     ({"rollback_to": "0" * 20}, "has no version"),
     ({}, "carries a definition"),
+    ({"definition_yaml": "kind: Agent\nname: triage\npersona: x\n#" + "x" * 70_000}, "larger than 65536 bytes"),
 ])
 def test_a_bad_proposal_is_refused_with_where_and_why(running, change, needle):
     refused = propose(running, "erin", **change)
