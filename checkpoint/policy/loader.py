@@ -150,6 +150,9 @@ def load_agent_definition(text: str, shown: str, policies: PolicySet) -> AgentVe
     docs = _parse_file(text.encode("utf-8"), shown, errors)
     if not errors and (len(docs) != 1 or docs[0].spec.kind != "Agent"):
         errors.append(PolicyError(shown, 1, "a proposal is exactly one Agent document"))
+    elif not errors and docs[0].spec.mode != "enforce":
+        errors.append(PolicyError(shown, 1, "a proposal is a definition to enforce: `mode: shadow` belongs in the "
+                                            "policy files"))
     if errors:
         raise PolicyLoadError(errors)
     doc = docs[0]
@@ -282,6 +285,8 @@ class _Compiler:
         by_kind: dict[str, list[_Doc]] = {k: [] for k in model.KINDS}
         for d in docs:
             by_kind[d.spec.kind].append(d)
+        candidates = [d for d in by_kind["Agent"] if d.spec.mode == "shadow"]
+        by_kind["Agent"] = [d for d in by_kind["Agent"] if d.spec.mode == "enforce"]
         named = {k: self._unique(by_kind[k]) for k in ("Agent", "Tool", "Rule", "Tenant", "Principal")}
 
         instance = self._instance(by_kind["Instance"])
@@ -296,6 +301,7 @@ class _Compiler:
         self.defined = self._entries([*by_kind["Skill"], *by_kind["Template"]], tenants)
         for d in named["Agent"].values():
             self._agent_skills(d, self.defined, catalog)
+        shadow_agents = self._shadow_agents(candidates, named["Tool"], named["Agent"], tenants, catalog)
         rules = [self._rule(d, named["Tool"], named["Agent"]) for d in named["Rule"].values()]
         off_limits = OffLimits(self._off_limits(by_kind["OffLimits"]))
         principals = self._principals(named["Principal"], tenants, named["Agent"])
@@ -308,6 +314,7 @@ class _Compiler:
             directory=directory,
             tools={k: v for k, v in tools.items() if v is not None},
             agents={k: v for k, v in agents.items() if v is not None},
+            shadow_agents=shadow_agents,
             rules=[r for r in rules if r is not None],
             off_limits=off_limits,
             tenants=tenants,
@@ -376,6 +383,28 @@ class _Compiler:
                 except SubjectError as exc:
                     self.error(d, ("subjects", i, "pattern"), f"off-limits subject: {exc}")
         return entries
+
+    def _shadow_agents(self, docs: list[_Doc], tools: Mapping[str, Any], agents: Mapping[str, _Doc],
+                       tenants: dict[str, model.Tenant], catalog: AgentCatalog) -> dict[str, AgentVersion]:
+        """`mode: shadow` Agent documents: each a candidate for the live agent of its name, in its
+        tenant (a shadow never moves an agent: that is an edit reviewed like any other)."""
+        found: dict[str, AgentVersion] = {}
+        for d in self._unique(docs).values():
+            spec: model.Agent = d.spec
+            live = agents.get(spec.name)
+            if live is None:
+                self.error(d, ("mode",), f"shadow agent {spec.name!r} has no live agent of that name to stand beside "
+                           "(a shadow is a candidate for an agent the files define in mode enforce)")
+                continue
+            if spec.tenant != live.spec.tenant:
+                self.error(d, ("tenant",), f"shadow agent {spec.name!r} names tenant {spec.tenant!r}; the live agent's "
+                           f"is {live.spec.tenant!r} ({live.file})")
+                continue
+            self._agent_skills(d, self.defined, catalog)
+            version = self._agent(d, tools, agents, tenants)
+            if version is not None:
+                found[spec.name] = version
+        return found
 
     def _unique(self, docs: list[_Doc]) -> dict[str, _Doc]:
         seen: dict[str, _Doc] = {}

@@ -58,6 +58,10 @@ class Agent(Strict):
         default_factory=list,
         description="skills of its tenant its model may load by name (docs/skills.md): read as data, never authority",
     )
+    mode: Literal["enforce", "shadow"] = Field(
+        "enforce", description="shadow: a candidate definition of the live agent of the same name, decided beside it "
+                               "and recorded (shadow_verdict), never enforced, pinned or versioned; promote it by "
+                               "replacing the live file's content with it")
 
     @field_validator("allowlist")
     @classmethod

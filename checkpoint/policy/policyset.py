@@ -159,12 +159,15 @@ class PolicySet:
     # the active learnings, compiled (docs/learnings.md): advice that may add a warning to a tool
     # call's answer or turn it into a DENY, never more. Set by the policy store after every change.
     learnings: LearningIndex = NO_LEARNINGS
-    # the set whose `mode: shadow` rules are enforced too (`shadow()`): never the one that answers
+    # `mode: shadow` Agent documents: a candidate definition per live agent, decided only in the
+    # shadow view (never pinned, versioned in the catalog, nor read by the enforced answer)
+    shadow_agents: dict[str, AgentVersion] = field(default_factory=dict)
+    # the set whose `mode: shadow` rules and agents are enforced too (`shadow()`): never the one that answers
     enforce_shadow: bool = False
     # indexes built in __post_init__
     rules_by_tool: dict[str, RuleGroup] = field(init=False)  # every tool of `tools` has an entry
     rules_by_action: dict[str, RuleGroup] = field(init=False)  # model_call, delegation, plan
-    has_shadow: bool = field(init=False)  # some rule is `mode: shadow`
+    has_shadow: bool = field(init=False)  # some rule or agent is `mode: shadow`
     # derived values keyed by what they depend on (e.g. effective ceilings per chain); a new
     # policy set starts empty, so nothing outlives the policies it came from
     memo: dict[Any, Any] = field(init=False, default_factory=dict)
@@ -172,7 +175,7 @@ class PolicySet:
     def __post_init__(self) -> None:
         # shadow rules are indexed only in the shadow view: the enforced answer never reads them
         live = [r for r in self.rules if self.enforce_shadow or r.spec.mode == "enforce"]
-        self.has_shadow = any(r.spec.mode == "shadow" for r in self.rules)
+        self.has_shadow = bool(self.shadow_agents) or any(r.spec.mode == "shadow" for r in self.rules)
         tool_rules = [r for r in live if "tool_call" in r.spec.actions]
         self.rules_by_tool = {
             name: RuleGroup.of(r for r in tool_rules if not r.spec.tools or name in r.spec.tools)
@@ -184,11 +187,13 @@ class PolicySet:
         }
 
     def shadow(self) -> PolicySet:
-        """This set with its `mode: shadow` rules enforced too: what the shadow answer is decided
-        on (docs/policies.md, "Shadow mode"). Built once per set."""
+        """This set with its `mode: shadow` rules enforced and its shadow agents standing in for
+        the live ones: what the shadow answer is decided on (docs/policies.md, "Shadow mode").
+        Built once per set."""
         found = self.memo.get("shadow-view")
         if found is None:
-            found = self.memo["shadow-view"] = replace(self, enforce_shadow=True)
+            found = self.memo["shadow-view"] = replace(self, enforce_shadow=True,
+                                                       agents={**self.agents, **self.shadow_agents})
         return found
 
     def with_catalog(self, live: dict[str, AgentVersion], changes: Iterable[Any] = ()) -> PolicySet:
@@ -212,6 +217,10 @@ class PolicySet:
         return replace(self, learnings=learnings)
 
     def agent_version(self, name: str, version: str) -> AgentVersion | None:
+        if self.enforce_shadow and name in self.shadow_agents and (name, version) not in self.retired:
+            # the question the shadow answers: what if the candidate were this agent, whatever
+            # version the run pinned
+            return self.shadow_agents[name]
         current = self.agents.get(name)
         if current is not None and current.version == version:
             return current
