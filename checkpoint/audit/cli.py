@@ -161,6 +161,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     export.set_defaults(func=_export)
 
+    from checkpoint.audit import ship_cli  # its own module: argparse only, the shipping loads when it runs
+
+    ship_cli.register(commands, where, _reader)
+
 
 # -- argument types -----------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ def _jsonl(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line]
 
 
-@pytest.mark.parametrize("sub", ["tail", "query", "verify", "export", "head", "pubkey", "anchors"])
+@pytest.mark.parametrize("sub", ["tail", "query", "verify", "export", "head", "pubkey", "anchors", "ship"])
 def test_every_subcommand_has_help(sub, capsys):
     with pytest.raises(SystemExit) as done:
         main(["audit", sub, "--help"])
