@@ -203,7 +203,10 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _send_json(self, status: HTTPStatus, body: dict[str, Any], extra: dict[str, str] | None = None) -> None:
-        data = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
+        text = json.dumps(body, ensure_ascii=True, separators=(",", ":"))
+        # < > & only ever stand inside JSON strings: escaped, no answer reads as markup to anything
+        # that sniffs, whatever a record holds.
+        data = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
         self._headers(status, "application/json", len(data), {"Cache-Control": "no-store", **(extra or {})})
         if not self._head_only():
             self.wfile.write(data)
