@@ -76,6 +76,13 @@ class AuditWebServer(ThreadingHTTPServer):
     def port(self) -> int:
         return int(self.server_address[1])
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a browser that moved on (a new filter aborts the poll it had open): not an error
+        super().handle_error(request, client_address)
+
     def shutdown(self) -> None:
         self.stopping.set()  # long polls answer at once
         super().shutdown()

@@ -124,7 +124,9 @@ function filters() {
 
 function recordRow(r) {
   const runCell = r.run_id
-    ? el("button", { type: "button", class: "link run-link", onclick: () => openRun(r.run_id) }, short(r.run_id, 16))
+    // run ids share their time-ordered head: the tail tells them apart; the whole id is the title
+    ? el("button", { type: "button", class: "link run-link", title: r.run_id, onclick: () => openRun(r.run_id) },
+      r.run_id.length > 16 ? "…" + r.run_id.slice(-12) : r.run_id)
     : "";
   return el("tr", { "data-seq": r.seq },
     el("td", {}, r.seq), el("td", {}, r.time),
@@ -280,7 +282,8 @@ async function checkChain() {
 
 function startChain() {
   if (chainTimer) clearTimeout(chainTimer);
-  const every = Math.max(1, (me && me.verify_interval) || 5) * 1000;
+  // as often as the server walks the chain again, and at least once a second
+  const every = Math.max(1, me && typeof me.verify_interval === "number" ? me.verify_interval : 5) * 1000;
   const tick = async () => {
     await checkChain();
     if (token) chainTimer = setTimeout(tick, every);
