@@ -93,6 +93,9 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "warden-audit"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    # A connection that sends nothing for this long is closed: idle or slow clients cannot hold
+    # threads for ever (a long poll answers within MAX_WAIT, well inside it).
+    timeout = 60
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.info("%s %s", self.address_string(), format % args)
