@@ -183,6 +183,30 @@ def test_the_chain_status_turns_broken_when_a_record_is_edited(world):
     assert "nothing to see" not in json.dumps(broken)  # seq and hashes, no record content
 
 
+def test_records_deleted_from_the_end_show_against_the_signed_heads(world):
+    web, cp = world.web, world.checkpoint
+    cp.stop()  # the checkpoint signs its head as it stops
+    whole = web.json("/api/verify")
+    assert whole["ok"] and whole["anchors"] >= 1 and "own key" in whole["anchors_note"]
+    last = whole["head_seq"]
+    with sqlite3.connect(cp.log_path) as db:
+        db.execute("DELETE FROM decisions WHERE seq = ?", (last,))
+    cut = web.json("/api/verify")
+    # a shorter chain is still whole: only the signed head tells
+    assert (cut["ok"], cut["reason"], cut["broken_seq"]) == (False, "truncated", last)
+
+
+def test_a_signed_head_that_was_altered_breaks_the_status(world):
+    web, cp = world.web, world.checkpoint
+    cp.stop()
+    heads = cp.data / "decisions.heads.jsonl"
+    line = json.loads(heads.read_text().splitlines()[-1])
+    line["seq"] -= 1  # an anchor moved back, to hide what came after it
+    heads.write_text(heads.read_text() + json.dumps(line) + "\n")
+    status = web.json("/api/verify")
+    assert (status["ok"], status["reason"]) == (False, "anchor_signature") and "does not verify" in status["detail"]
+
+
 def test_a_revoked_token_or_role_is_refused_without_a_restart(world):
     web = world.web
     assert web.get("/api/me", "carol")[0] == 200

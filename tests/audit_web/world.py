@@ -82,6 +82,7 @@ class Checkpoint:
     port: int
     data: Path
     channels: list[grpc.Channel] = field(default_factory=list)
+    stopped: bool = False
 
     @property
     def log_path(self) -> Path:
@@ -112,6 +113,10 @@ class Checkpoint:
         assert got.decision.code == "recorded", got.decision
 
     def stop(self) -> None:
+        """Stops the checkpoint, which signs the log's head as it goes; once."""
+        if self.stopped:
+            return
+        self.stopped = True
         for channel in self.channels:
             channel.close()
         self.server.stop(grace=0.5)
