@@ -178,6 +178,8 @@ def test_the_chain_status_turns_broken_when_a_record_is_edited(world):
     assert ok["ok"] and ok["checked"] == cp.server.service.log.head()[0]
     with sqlite3.connect(cp.log_path) as db:
         db.execute("UPDATE decisions SET reason = 'nothing to see' WHERE seq = 5")
+    # the status is walked again once the last walk is ten of its own durations old
+    assert _eventually(lambda: not web.json("/api/verify")["ok"])
     broken = web.json("/api/verify")
     assert (broken["ok"], broken["broken_seq"], broken["reason"]) == (False, 5, "hash_mismatch")
     assert "nothing to see" not in json.dumps(broken)  # seq and hashes, no record content
@@ -191,6 +193,7 @@ def test_records_deleted_from_the_end_show_against_the_signed_heads(world):
     last = whole["head_seq"]
     with sqlite3.connect(cp.log_path) as db:
         db.execute("DELETE FROM decisions WHERE seq = ?", (last,))
+    assert _eventually(lambda: not web.json("/api/verify")["ok"])
     cut = web.json("/api/verify")
     # a shorter chain is still whole: only the signed head tells
     assert (cut["ok"], cut["reason"], cut["broken_seq"]) == (False, "truncated", last)
@@ -245,3 +248,15 @@ def _eventually(check, seconds: float = 10.0) -> bool:
         time.sleep(0.05)
     return False
 
+
+
+def test_the_chain_is_walked_at_most_once_an_interval_and_shared(world):
+    from checkpoint.audit.web.views import DecisionViews
+
+    views = DecisionViews(world.checkpoint.log_path, verify_interval=3600)
+    first = views.verify()
+    assert first["ok"] and first["walk_seconds"] >= 0
+    with sqlite3.connect(world.checkpoint.log_path) as db:
+        db.execute("UPDATE decisions SET reason = 'edited' WHERE seq = 2")
+    assert views.verify() is first  # within the interval: the last walk's status, not another walk
+    assert DecisionViews(world.checkpoint.log_path, verify_interval=3600).verify()["reason"] == "hash_mismatch"

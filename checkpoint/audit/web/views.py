@@ -121,14 +121,27 @@ class DecisionViews:
     # -- the chain ------------------------------------------------------------------------
 
     def verify(self) -> dict[str, Any]:
-        """The chain's verification status: computed at most every `verify_interval` seconds
-        (a walk of the whole log) and shared by every reader meanwhile."""
-        with self._verify_lock:
-            if self._verified is not None and time.monotonic() - self._verified[0] < self.verify_interval:
-                return self._verified[1]
+        """The chain's verification status, shared by every reader: a walk of the whole log at
+        most every `verify_interval` seconds, and at most a tenth of the time (after a walk of
+        T seconds the next waits 10 T at least), so open pages never keep a core walking a
+        large log. While a walk is under way, readers get the last status."""
+        verified = self._verified
+        if verified is not None and time.monotonic() < verified[0]:
+            return verified[1]
+        if not self._verify_lock.acquire(blocking=verified is None):
+            return verified[1] if verified is not None else self.verify()
+        try:
+            verified = self._verified
+            if verified is not None and time.monotonic() < verified[0]:
+                return verified[1]  # another reader walked while this one waited
+            started = time.monotonic()
             status = self._verify_now()
-            self._verified = (time.monotonic(), status)
+            took = time.monotonic() - started
+            status["walk_seconds"] = round(took, 3)
+            self._verified = (time.monotonic() + max(self.verify_interval, 10 * took), status)
             return status
+        finally:
+            self._verify_lock.release()
 
     def _verify_now(self) -> dict[str, Any]:
         from checkpoint.audit.reader import DecisionReader
