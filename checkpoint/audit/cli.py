@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/c
     from checkpoint.audit.store import Filters
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
+DEFAULT_WEB_ADDRESS = "127.0.0.1:7405"
 DEFAULT_LIMIT = 1000  # a query prints at most this many unless told otherwise (--limit, --all)
 _RELATIVE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -161,9 +162,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     export.set_defaults(func=_export)
 
+<<<<<<< HEAD
     from checkpoint.audit import ship_cli  # its own module: argparse only, the shipping loads when it runs
 
     ship_cli.register(commands, where, _reader)
+=======
+    serve = commands.add_parser(
+        "serve",
+        parents=[where],
+        help="a read-only web view of the log for auditors, behind their checkpoint credential",
+        description="Serve a read-only web page and JSON API (/api/...) over the decision log: the live "
+        "decision stream with filters, a run's timeline with its delegation tree, breaker trips and "
+        "approvals, the chain's verification status, and each agent version's figures as a chart. An "
+        "auditor logs in with their own checkpoint token (a line `NAME TOKEN` of the checkpoint's token "
+        "file); the policy folder's principals (`audit.tenants`) and tenant roles (`auditor`) decide "
+        "whose records they see, as for WatchDecisions. No endpoint writes. See docs/audit.md.",
+    )
+    serve.add_argument("--address", default=DEFAULT_WEB_ADDRESS, metavar="HOST:PORT",
+                       help=f"where to listen (default {DEFAULT_WEB_ADDRESS}; port 0 picks a free one). "
+                       "An address other than loopback needs --tls-cert and --tls-key: tokens travel in "
+                       "every request")
+    serve.add_argument("--policies", default="policies", metavar="DIR",
+                       help="the checkpoint's policy folder: principals and tenant roles (default ./policies)")
+    serve.add_argument("--tokens", metavar="FILE",
+                       help="the checkpoint's token file, `NAME TOKEN` lines (default DATA/checkpoint.tokens)")
+    serve.add_argument("--anchors", metavar="FILE",
+                       help="signed heads kept elsewhere to verify against (default: the data folder's "
+                       "decisions.heads.jsonl when it exists)")
+    serve.add_argument("--pubkey", metavar="PEM",
+                       help="your copy of the head-signing public key (default: the data folder's key)")
+    serve.add_argument("--verify-interval", type=float, default=5.0, metavar="SECONDS",
+                       help="walk the chain again at most this often; readers share the result (default 5)")
+    serve.add_argument("--reload-interval", type=float, default=5.0, metavar="SECONDS",
+                       help="look for policy edits this often (default 5); the token file is looked at "
+                       "on every request")
+    serve.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    serve.add_argument("--tls-key", metavar="FILE", help="and this private key (PEM)")
+    serve.add_argument("-v", "--verbose", action="store_true", help="log every request")
+    serve.set_defaults(func=_serve)
+>>>>>>> audit-web
 
 
 # -- argument types -----------------------------------------------------------------------
@@ -376,6 +413,78 @@ def _export(args: argparse.Namespace) -> int:
         print(f"exported {count} records to {args.output}", file=sys.stderr)
     else:
         _write_jsonl(records, sys.stdout)
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import ipaddress
+    import logging
+    import ssl
+
+    from checkpoint.audit.web.access import Gate
+    from checkpoint.audit.web.server import make_server
+    from checkpoint.audit.web.views import DecisionViews
+    from checkpoint.policy.errors import PolicyLoadError
+    from checkpoint.server.auth import TokenFileError
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if _reader(args) is None:
+        return EXIT_USAGE
+    host, _, port_text = args.address.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_text.isdigit():
+        print(f"warden audit serve: --address is HOST:PORT, not {args.address!r}", file=sys.stderr)
+        return EXIT_USAGE
+    tls = (args.tls_cert, args.tls_key)
+    if any(tls) and not all(tls):
+        print("warden audit serve: --tls-cert and --tls-key go together", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not all(tls):
+        print(f"warden audit serve: {host} is not a loopback address: auditors' tokens would cross the network "
+              "in the clear; give --tls-cert and --tls-key", file=sys.stderr)
+        return EXIT_USAGE
+    log_path = _log_path(args)
+    tokens = Path(args.tokens) if args.tokens else log_path.parent / "checkpoint.tokens"
+    try:
+        gate = Gate(tokens, Path(args.policies), reload_interval=args.reload_interval)
+    except (OSError, TokenFileError, PolicyLoadError) as exc:
+        print(f"warden audit serve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    views = DecisionViews(log_path, verify_interval=args.verify_interval,
+                          anchors_path=Path(args.anchors) if args.anchors else None,
+                          pubkey_path=Path(args.pubkey) if args.pubkey else None)
+    try:
+        server = make_server(host, int(port_text), gate, views)
+    except OSError as exc:
+        print(f"warden audit serve: cannot listen on {args.address}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    scheme = "http"
+    if all(tls):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            print(f"warden audit serve: {exc}", file=sys.stderr)
+            server.server_close()
+            return EXIT_USAGE
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    shown = f"[{host}]" if ":" in host else host
+    print(f"warden audit serve: {scheme}://{shown}:{server.port}/ (log {log_path}, policies {args.policies}, "
+          f"tokens {tokens}); Ctrl-C stops", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stopping.set()
+        server.server_close()
     return EXIT_OK
 
 

@@ -28,9 +28,10 @@ from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
 from checkpoint.engine.context import MODES
 from checkpoint.policy import PolicySet
+from checkpoint.policy.audit_scope import AuditRefused, readable_tenants
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.policy.principals import Principal, caller_name
-from checkpoint.policy.roles import auditor_tenants, role_refusal, roles_by_tenant
+from checkpoint.policy.roles import role_refusal, roles_by_tenant
 from checkpoint.server import convert
 from checkpoint.server.agent_stats import AgentStatsReads
 from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
@@ -651,27 +652,13 @@ class CheckpointService:
 
     def watch_tenants(self, caller: str) -> list[str] | None:
         """The tenants whose records the caller may read (None: every record, those naming no
-        tenant too); raises PermissionDenied when it may read none.
-
-        `audit: ["*"]` is the whole log, a right for a process (a log shipper): the tenants' roles
-        do not narrow it, and only it reads records that name no tenant. A principal that lists
-        tenants reads, of those, the ones whose roles make the caller (its credential's name) an
-        auditor; a tenant without roles leaves that to the principal."""
+        tenant too); raises PermissionDenied when it may read none. The rule is
+        `checkpoint.policy.audit_scope.readable_tenants`, which the auditor's web view asks too."""
         policies = self._policies()
-        principal = policies.principals.of(caller)
-        tenants = principal.audit_tenants() if principal is not None else []
-        if tenants == []:
-            raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
-                                   f"{caller_name(caller)!r} may not read the decision log (audit)")
-        if tenants is None:
-            return None
-        person = caller_name(caller)
-        readable = auditor_tenants(policies.tenants, person, tenants)
-        if not readable:
-            raise PermissionDenied(codes.ROLE_REQUIRED,
-                                   f"person {person[:128]!r} is an auditor of none of the tenants "
-                                   f"{', '.join(sorted(tenants))} (their principal may read those)")
-        return readable
+        try:
+            return readable_tenants(policies.principals, policies.tenants, caller)
+        except AuditRefused as refused:
+            raise PermissionDenied(refused.code, refused.message) from None
 
     # -- roles -----------------------------------------------------------------------------
 
