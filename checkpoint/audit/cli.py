@@ -162,11 +162,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     export.set_defaults(func=_export)
 
-<<<<<<< HEAD
     from checkpoint.audit import ship_cli  # its own module: argparse only, the shipping loads when it runs
 
     ship_cli.register(commands, where, _reader)
-=======
+
     serve = commands.add_parser(
         "serve",
         parents=[where],
@@ -200,7 +199,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--tls-key", metavar="FILE", help="and this private key (PEM)")
     serve.add_argument("-v", "--verbose", action="store_true", help="log every request")
     serve.set_defaults(func=_serve)
->>>>>>> audit-web
 
 
 # -- argument types -----------------------------------------------------------------------
