@@ -14,9 +14,10 @@ from typing import Any
 
 from warden.budget_fields import FIELDS as BUDGET_FIELDS
 
-DEFAULT_DATA = os.environ.get("WARDEN_DATA", ".warden")
-DEFAULT_DRIVER = os.environ.get("WARDEN_DRIVER", "127.0.0.1:7403")
-DEFAULT_CHECKPOINT = os.environ.get("WARDEN_CHECKPOINT", "127.0.0.1:7401")
+# WARDEN_DATA, WARDEN_DRIVER, WARDEN_CHECKPOINT, ... reach every command through warden/config.py
+DEFAULT_DATA = ".warden"
+DEFAULT_DRIVER = "127.0.0.1:7403"
+DEFAULT_CHECKPOINT = "127.0.0.1:7401"
 BUDGET_KEYS = tuple(f for f in BUDGET_FIELDS if f != "turns_total")  # what a resume may raise
 
 
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--provider", default="anthropic", choices=("scripted", "anthropic"),
                        help="provider of runs that name none (default %(default)s; the scripted model only when "
                             "a run asks for it)")
-    serve.add_argument("--model", default=os.environ.get("WARDEN_MODEL", "claude-sonnet-4-5"),
+    serve.add_argument("--model", default="claude-sonnet-4-5",
                        help="default model for the anthropic provider")
     serve.add_argument("--anthropic-base-url", default=os.environ.get("ANTHROPIC_BASE_URL"),
                        help="Messages API base URL (key from ANTHROPIC_API_KEY)")

@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "driver.agents_cli",  # agents list/show/history/diff/propose/review/approve/reject/retire/rollback
     "driver.entries_cli",  # skills and templates: list/show/history/propose|save/approve/reject/retire
     "driver.learnings_cli",  # learnings list/show/promote/review/reject/retire
+    "warden.config_cli",  # config show
 )
 
 
@@ -57,12 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(subparsers)
+    from warden.config import add_config_flag
+
+    add_config_flag(parser)  # after every module: a flag added anywhere is a setting too
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from warden.config import ConfigError, parse
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        # flags over WARDEN_* variables over the TOML file over defaults, for every command
+        args = parse(parser, sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f"warden: config: {exc}", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
