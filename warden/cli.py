@@ -44,6 +44,23 @@ def optional_file(given: str | Path | None, default: Path) -> Path | None:
     return default if default.exists() else None
 
 
+DEFAULT_GRACE = 30.0  # seconds; Kubernetes' default terminationGracePeriodSeconds is 30 too
+
+
+def add_grace_flag(parser: argparse.ArgumentParser) -> None:
+    """`--grace` of every server: how a SIGTERM drains (docs/operations.md)."""
+    parser.add_argument(
+        "--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
+        help=f"on SIGTERM: health goes NOT_SERVING, new calls are refused, calls in flight get this long to "
+        f"finish (default {DEFAULT_GRACE:g}), then the rest are cancelled and the log closes",
+    )
+
+
+def add_metrics_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-address", metavar="HOST:PORT",
+                        help="serve Prometheus /metrics and /healthz over HTTP here (default off)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="warden",
