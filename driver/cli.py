@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from warden.budget_fields import FIELDS as BUDGET_FIELDS
+from warden.cli import add_grace_flag, add_metrics_flag
 
 # WARDEN_DATA, WARDEN_DRIVER, WARDEN_CHECKPOINT, ... reach every command through warden/config.py
 DEFAULT_DATA = ".warden"
@@ -44,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="default model for the anthropic provider")
     serve.add_argument("--anthropic-base-url", default=os.environ.get("ANTHROPIC_BASE_URL"),
                        help="Messages API base URL (key from ANTHROPIC_API_KEY)")
+    add_metrics_flag(serve)
+    add_grace_flag(serve)
     serve.set_defaults(func=_serve)
     drv.set_defaults(func=lambda _a: (drv.print_help(), 2)[1])
 
@@ -189,13 +192,13 @@ def _serve(args: argparse.Namespace) -> int:
     driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner, token=runner_token),
                     provider_factory, prices=Prices.from_policy_dir(args.policies),
                     default_provider=args.provider, default_model=args.model)
-    running, port = create_server(args.address, driver, operators)
+    running, port = create_server(args.address, driver, operators, metrics_address=args.metrics_address)
     print(f"driver listening on {args.address.rsplit(':', 1)[0]}:{port}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
-    running.stop()
+    running.stop(grace=args.grace)
     store.close()
     return 0
 
