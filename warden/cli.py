@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # warden uses no pydantic plugins, and discovering them reads every installed package's
+    # metadata on the first model class: tens of milliseconds of every command's start
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from warden.config import ConfigError, parse
 
     parser = build_parser()
