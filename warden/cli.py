@@ -27,6 +27,22 @@ _COMMAND_MODULES = (
 )
 
 
+# Which module registers each top-level command: a command builds only its own part of the parser
+# (tens of milliseconds of every start). tests/contracts/test_cli_start.py holds this table to
+# what the modules register.
+COMMAND_OWNERS = {
+    **dict.fromkeys(("policy", "check", "checkpoint", "keys"), "checkpoint.cli"),
+    "audit": "checkpoint.audit.cli",
+    "toolrunner": "toolrunner.cli",
+    **dict.fromkeys(("driver", "up", "run", "runs", "watch", "approve", "reject", "pause", "resume", "cancel",
+                     "amend"), "driver.cli"),
+    "agents": "driver.agents_cli",
+    **dict.fromkeys(("skills", "templates"), "driver.entries_cli"),
+    "learnings": "driver.learnings_cli",
+    "config": "warden.config_cli",
+}
+
+
 def help_only(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     """The `func` of a command group run without its subcommand: print the group's help, exit 2."""
 
@@ -61,13 +77,13 @@ def add_metrics_flag(parser: argparse.ArgumentParser) -> None:
                         help="serve Prometheus /metrics and /healthz over HTTP here (default off)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: tuple[str, ...] = _COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="warden",
         description="warden governs AI agents: every step of the loop is a decision code takes, and is recorded.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -85,12 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     # warden uses no pydantic plugins, and discovering them reads every installed package's
     # metadata on the first model class: tens of milliseconds of every command's start
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    from warden.config import ConfigError, parse
+    from warden.config import ConfigError, find_config_file, parse
 
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    owner = COMMAND_OWNERS.get(argv[0]) if argv else None
     try:
+        # a config file is checked against every command, so it needs the whole tree
+        whole = owner is None or find_config_file(argv, os.environ)[0] is not None
+        parser = build_parser() if whole else build_parser((owner,))  # type: ignore[arg-type]
         # flags over WARDEN_* variables over the TOML file over defaults, for every command
-        args = parse(parser, sys.argv[1:] if argv is None else argv)
+        args = parse(parser, argv)
     except ConfigError as exc:
         print(f"warden: config: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,6 @@ import argparse
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,23 +39,24 @@ class ConfigError(Exception):
     """A setting that cannot be used; the message names where it came from (file:line or env NAME)."""
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: importing dataclasses (inspect, ...) would cost `warden --help`.
 class Source:
-    kind: str  # flag, env, file, default
-    where: str = ""  # WARDEN_DATA, or warden.toml:3
+    def __init__(self, kind: str, where: str = "") -> None:
+        self.kind = kind  # flag, env, file, default
+        self.where = where  # WARDEN_DATA, or warden.toml:3
 
     def __str__(self) -> str:
         return f"{self.kind} {self.where}".strip()
 
 
-@dataclass
 class Resolved:
     """What `config show` prints: each setting of one command, its value and where it came from."""
 
-    command: tuple[str, ...]
-    config_file: Path | None
-    config_file_from: str
-    settings: dict[str, tuple[Any, Source]] = field(default_factory=dict)  # key -> (value, source)
+    def __init__(self, command: tuple[str, ...], config_file: Path | None, config_file_from: str) -> None:
+        self.command = command
+        self.config_file = config_file
+        self.config_file_from = config_file_from
+        self.settings: dict[str, tuple[Any, Source]] = {}  # key -> (value, source)
 
 
 def key_of(action: argparse.Action) -> str | None:
@@ -210,11 +210,11 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
     return lines
 
 
-@dataclass
 class ConfigFile:
-    path: Path
-    data: dict[str, Any]
-    lines: dict[tuple[str, ...], int]
+    def __init__(self, path: Path, data: dict[str, Any], lines: dict[tuple[str, ...], int]) -> None:
+        self.path = path
+        self.data = data
+        self.lines = lines
 
     def where(self, path: tuple[str, ...]) -> str:
         for i in range(len(path), 0, -1):
