@@ -338,10 +338,32 @@ def parse(root: argparse.ArgumentParser, argv: Sequence[str], environ: Mapping[s
     """parse_args with env and file settings under the flags; the Resolved is `args.warden_config`."""
     environ = os.environ if environ is None else environ
     given = _track_given(root)
+    originals = {id(a): a.default for _p, parser in walk(root) for a in parser._actions}
     resolved, leaf = resolve(root, argv, environ)
     args = root.parse_args(list(argv))
-    for key, action in settings_of(leaf).items():
+    settings = settings_of(leaf)
+    for key, action in settings.items():
         if action.dest in given:
             resolved.settings[key] = (getattr(args, action.dest), Source("flag"))
+    _exclusive(leaf, settings, resolved, args, originals)
     args.warden_config = resolved
     return args
+
+
+def _exclusive(leaf: argparse.ArgumentParser, settings: dict[str, argparse.Action], resolved: Resolved,
+               args: argparse.Namespace, originals: dict[int, Any]) -> None:
+    """Flags argparse keeps apart (`--data` or `--log`) stay apart when the environment or a file
+    sets them: a flag given for one drops the others' env and file values (WARDEN_DATA set for
+    every command must not fight `--log`), and two of them from env or file are an error."""
+    keys = {id(a): k for k, a in settings.items()}
+    for group in leaf._mutually_exclusive_groups:
+        members = [(keys[id(a)], a) for a in group._group_actions if id(a) in keys]
+        from_flag = [k for k, _a in members if resolved.settings[k][1].kind == "flag"]
+        configured = [(k, a) for k, a in members if resolved.settings[k][1].kind in ("env", "file")]
+        if from_flag:
+            for key, action in configured:
+                setattr(args, action.dest, originals[id(action)])
+                resolved.settings[key] = (originals[id(action)], Source("default"))
+        elif len(configured) > 1:
+            shown = " and ".join(f"{k} ({resolved.settings[k][1]})" for k, _a in configured)
+            raise ConfigError(f"{shown} cannot be used together")

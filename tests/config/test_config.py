@@ -127,3 +127,15 @@ def test_key_lines_follow_tables_and_dotted_keys():
     lines = config.key_lines(text)
     assert lines[("a",)] == 1 and lines[("x", "y")] == 2 and lines[("x", "y", "b")] == 3
     assert lines[("x", "y", "c", "d")] == 4 and lines[("z", "e")] == 6
+
+
+def test_exclusive_flags_stay_apart(tmp_path, monkeypatch, capsys):
+    """`--data` or `--log`: WARDEN_DATA set for every command gives way to `--log`, and both from the
+    environment or a file are an error, not a silent pick."""
+    monkeypatch.setenv("WARDEN_DATA", "/somewhere")
+    rows = show(capsys, "audit", "query", "--log", "x.db")
+    assert rows["--log"] == ("x.db", "flag") and rows["--data"] == ("./.warden", "default")
+    monkeypatch.setenv("WARDEN_LOG", "y.db")
+    assert main(["config", "show", "audit", "query"]) == 2
+    err = capsys.readouterr().err
+    assert "data (env WARDEN_DATA) and log (env WARDEN_LOG) cannot be used together" in err
