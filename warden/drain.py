@@ -40,6 +40,7 @@ class Drain(grpc.ServerInterceptor):
         self._in_flight = 0
         self.draining = False
         self._on_refused = on_refused
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
         self.metrics = metrics
         self.per_call = per_call and metrics is not None
         if metrics is not None:
@@ -83,7 +84,11 @@ class Drain(grpc.ServerInterceptor):
         method = details.method  # type: ignore[attr-defined]
         if handler is None or method.startswith(_ALWAYS):
             return handler
-        return _wrap(handler, self, method)
+        # wrap each method's handler once, not on every call: this runs on the checkpoint's hot path
+        cached = self._wrapped.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = self._wrapped[method] = (handler, _wrap(handler, self, method))
+        return cached[1]
 
 
 def _wrap(handler: grpc.RpcMethodHandler, drain: Drain, method: str) -> grpc.RpcMethodHandler:
@@ -149,10 +154,13 @@ def drain(server: grpc.Server, health: Any, gate: Drain, grace: float, *, end_st
     if end_streams is not None:
         end_streams()  # watch streams never end by themselves
     log.info("%s draining: %d call(s) in flight, grace %.1fs", name, gate.in_flight, grace)
+    deadline = time.monotonic() + grace
     finished = gate.wait(grace)
     if not finished:
         log.warning("%s: %d call(s) still in flight after %.1fs: cancelled", name, gate.in_flight, grace)
-    server.stop(0).wait()
+    # A handler that returned has not necessarily sent its answer yet: grpc's own grace lets those
+    # answers go out (it ends as soon as they have), stop(0) here would cancel them on the wire.
+    server.stop(max(deadline - time.monotonic(), 1.0) if finished else 0).wait()
     if not finished:
         gate.wait(5.0)  # cancelled handlers notice between steps; the log must outlive them if it can
     return finished
