@@ -91,9 +91,6 @@ def build_parser(modules: tuple[str, ...] = _COMMAND_MODULES) -> argparse.Argume
                 continue
             raise
         module.register(subparsers)
-    from warden.config import add_config_flag
-
-    add_config_flag(parser)  # after every module: a flag added anywhere is a setting too
     return parser
 
 

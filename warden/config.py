@@ -113,16 +113,16 @@ def command_of(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[tu
     return path, parser
 
 
-def add_config_flag(root: argparse.ArgumentParser) -> None:
-    """Give every command that has settings a `--config FILE` flag, so its --help documents it."""
-    for _path, parser in walk(root):
-        if _subparsers(parser) is None and settings_of(parser) and CONFIG_FLAG not in parser._option_string_actions:
-            parser.add_argument(
-                CONFIG_FLAG, metavar="FILE",
-                help=f"TOML settings file (default ${CONFIG_ENV}, else ./{DEFAULT_CONFIG} when it exists); every "
-                f"flag is also a key (--max-request-bytes: max_request_bytes) and an environment variable "
-                f"({ENV_PREFIX}MAX_REQUEST_BYTES); precedence flag > env > file > default (docs/operations.md)",
-            )
+def add_config_flag(parser: argparse.ArgumentParser) -> None:
+    """Give the command about to run (the only parser whose help can be shown) a `--config FILE`
+    flag when it has settings; added there, not to all seventy, to keep every start short."""
+    if _subparsers(parser) is None and settings_of(parser) and CONFIG_FLAG not in parser._option_string_actions:
+        parser.add_argument(
+            CONFIG_FLAG, metavar="FILE",
+            help=f"TOML settings file (default ${CONFIG_ENV}, else ./{DEFAULT_CONFIG} when it exists); every "
+            f"flag is also a key (--max-request-bytes: max_request_bytes) and an environment variable "
+            f"({ENV_PREFIX}MAX_REQUEST_BYTES); precedence flag > env > file > default (docs/operations.md)",
+        )
 
 
 # ---- values ---------------------------------------------------------------------------------
@@ -312,6 +312,7 @@ def resolve(root: argparse.ArgumentParser, argv: Sequence[str], environ: Mapping
     """The env and file values of the command argv names, checked; set as that parser's defaults, so
     parsing argv afterwards lets a flag win. ConfigError when any of them is bad."""
     path, leaf = command_of(root, argv)
+    add_config_flag(leaf)
     cfg_path, cfg_from = find_config_file(argv, environ)
     resolved = Resolved(path, cfg_path, cfg_from)
     file_values = _file_values(root, read_file(cfg_path)).get(path, {}) if cfg_path else {}
