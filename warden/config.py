@@ -288,11 +288,11 @@ def find_config_file(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[P
 # ---- putting it together --------------------------------------------------------------------
 
 
-def _track_given(root: argparse.ArgumentParser) -> set[str]:
-    """Make every option record its dest when the command line uses it: that is how a setting is
-    told to come from a flag even when the flag repeats the env or file value."""
+def _track_given(leaf: argparse.ArgumentParser) -> set[str]:
+    """Make every option of the command record its dest when the command line uses it: that is how
+    a setting is told to come from a flag even when the flag repeats the env or file value."""
     given: set[str] = set()
-    for _path, parser in walk(root):
+    for parser in (leaf,):
         for action in parser._actions:
             if action.option_strings and not isinstance(action, _SKIPPED) and not hasattr(action, "_warden_given"):
                 cls = type(action)
@@ -338,8 +338,9 @@ def resolve(root: argparse.ArgumentParser, argv: Sequence[str], environ: Mapping
 def parse(root: argparse.ArgumentParser, argv: Sequence[str], environ: Mapping[str, str] | None = None) -> argparse.Namespace:
     """parse_args with env and file settings under the flags; the Resolved is `args.warden_config`."""
     environ = os.environ if environ is None else environ
-    given = _track_given(root)
-    originals = {id(a): a.default for _p, parser in walk(root) for a in parser._actions}
+    _path, leaf = command_of(root, argv)
+    given = _track_given(leaf)
+    originals = {id(a): a.default for a in leaf._actions}
     resolved, leaf = resolve(root, argv, environ)
     args = root.parse_args(list(argv))
     settings = settings_of(leaf)
