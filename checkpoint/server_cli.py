@@ -15,7 +15,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from warden.cli import help_only, optional_file
+from warden.cli import add_grace_flag, help_only, optional_file
 
 DEFAULT_DATA = "./.warden"
 DEFAULT_ADDRESS = "127.0.0.1:7401"
@@ -91,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--head-interval", type=float, default=60.0, metavar="SECONDS",
                        help="sign the decision log's head this often when it moved, and at shutdown; 0: only at "
                        "shutdown (docs/audit.md, 'Signed heads')")  # fmt: skip
+    add_grace_flag(serve)
     serve.add_argument("-v", "--verbose", action="store_true")
     serve.set_defaults(func=_serve)
 
@@ -205,6 +206,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_workers=args.workers,
             log_synchronous=args.durability,
             head_interval=args.head_interval or None,
+            grace=args.grace,
         )
     except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)

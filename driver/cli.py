@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from warden.budget_fields import FIELDS as BUDGET_FIELDS
+from warden.cli import add_grace_flag, add_metrics_flag
 
-DEFAULT_DATA = os.environ.get("WARDEN_DATA", ".warden")
-DEFAULT_DRIVER = os.environ.get("WARDEN_DRIVER", "127.0.0.1:7403")
-DEFAULT_CHECKPOINT = os.environ.get("WARDEN_CHECKPOINT", "127.0.0.1:7401")
+# WARDEN_DATA, WARDEN_DRIVER, WARDEN_CHECKPOINT, ... reach every command through warden/config.py
+DEFAULT_DATA = ".warden"
+DEFAULT_DRIVER = "127.0.0.1:7403"
+DEFAULT_CHECKPOINT = "127.0.0.1:7401"
 BUDGET_KEYS = tuple(f for f in BUDGET_FIELDS if f != "turns_total")  # what a resume may raise
 
 
@@ -39,10 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--provider", default="anthropic", choices=("scripted", "anthropic"),
                        help="provider of runs that name none (default %(default)s; the scripted model only when "
                             "a run asks for it)")
-    serve.add_argument("--model", default=os.environ.get("WARDEN_MODEL", "claude-sonnet-4-5"),
+    serve.add_argument("--model", default="claude-sonnet-4-5",
                        help="default model for the anthropic provider")
     serve.add_argument("--anthropic-base-url", default=os.environ.get("ANTHROPIC_BASE_URL"),
                        help="Messages API base URL (key from ANTHROPIC_API_KEY)")
+    add_metrics_flag(serve)
+    add_grace_flag(serve)
     serve.set_defaults(func=_serve)
     drv.set_defaults(func=lambda _a: (drv.print_help(), 2)[1])
 
@@ -188,13 +192,13 @@ def _serve(args: argparse.Namespace) -> int:
     driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner, token=runner_token),
                     provider_factory, prices=Prices.from_policy_dir(args.policies),
                     default_provider=args.provider, default_model=args.model)
-    running, port = create_server(args.address, driver, operators)
+    running, port = create_server(args.address, driver, operators, metrics_address=args.metrics_address)
     print(f"driver listening on {args.address.rsplit(':', 1)[0]}:{port}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
-    running.stop()
+    running.stop(grace=args.grace)
     store.close()
     return 0
 

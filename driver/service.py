@@ -34,8 +34,10 @@ from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
 from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
+from warden.drain import Drain, drain
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 
 log = logging.getLogger("warden.driver.service")
@@ -321,29 +323,45 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
 
 
 class RunningDriver:
-    def __init__(self, server: grpc.Server, servicer: DriverServicer, health_servicer: health.HealthServicer) -> None:
+    def __init__(self, server: grpc.Server, servicer: DriverServicer, health_servicer: health.HealthServicer,
+                 gate: Drain | None = None, metrics_server: MetricsServer | None = None) -> None:
         self.server = server
         self.servicer = servicer
         self.health = health_servicer
+        self.gate = gate or Drain()
+        self.metrics_server = metrics_server
 
     def stop(self, grace: float = 2.0) -> None:
-        self.health.enter_graceful_shutdown()
-        self.servicer.stopping.set()
+        """Drain: NOT_SERVING, new calls refused, WatchRun streams ended, other calls in flight get
+        `grace` seconds; then the run loops stop (a run's state is in driver.db: `recover` resumes it)."""
+        drain(self.server, self.health, self.gate, grace, end_streams=self.servicer.stopping.set, name="driver")
         self.servicer.driver.stop()
-        self.server.stop(grace).wait()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
 
 
 def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
-                  max_workers: int = 32) -> tuple[RunningDriver, int]:
+                  max_workers: int = 32, metrics_address: str | None = None) -> tuple[RunningDriver, int]:
     """Bind and start DriverService (port 0 picks a free one); recovers runs that were running."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="driver-rpc"))
+    registry = base_registry("driver")
+    gate = Drain(ServerMetrics(registry, "driver"))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="driver-rpc"),
+                         interceptors=[gate])
     servicer = DriverServicer(driver, operators)
     pb_grpc.add_DriverServiceServicer_to_server(servicer, server)
     health_servicer = add_health_and_reflection(server, SERVICE_NAME)
     port = bind_insecure(server, address)
+
+    def health_state() -> dict[str, Any]:
+        return {"status": "NOT_SERVING" if gate.draining else "SERVING", "draining": gate.draining}
+
+    metrics_server = MetricsServer(metrics_address, lambda: render(registry), health_state) if metrics_address else None
     server.start()
+    if metrics_server is not None:
+        metrics_server.start()
+        log.info("driver metrics on port %d", metrics_server.port)
     recovered = driver.recover()
     if recovered:
         log.info("recovered %d running run(s): %s", len(recovered), ", ".join(recovered))
     set_serving(health_servicer, SERVICE_NAME)
-    return RunningDriver(server, servicer, health_servicer), port
+    return RunningDriver(server, servicer, health_servicer, gate, metrics_server), port

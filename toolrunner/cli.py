@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from warden.cli import help_only, optional_file
+from warden.cli import add_grace_flag, add_metrics_flag, help_only, optional_file
 
 TOKENS_FILE = "toolrunner.tokens"
 
@@ -45,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--network", default="bridge", help="Docker network for tools with run.network (default %(default)s)")
     serve.add_argument("--runtime", default=None, help="default OCI runtime for every tool, e.g. runsc")
     serve.add_argument("--reap-interval", type=float, default=30.0, help="seconds between leftover sweeps")
+    add_metrics_flag(serve)
+    add_grace_flag(serve)
     serve.set_defaults(func=_serve)
     parser.set_defaults(func=help_only(parser))
 
@@ -88,6 +90,8 @@ def _serve(args: argparse.Namespace) -> int:
             secrets=secrets,
             config=config,
             reap_interval_seconds=args.reap_interval,
+            metrics_address=args.metrics_address,
+            grace=args.grace,
         )
     except PolicyLoadError as exc:  # raised before anything binds: every error at file:line
         print(f"warden toolrunner: policies in {args.policies} do not load:\n{exc}", file=sys.stderr)

@@ -25,6 +25,7 @@ from typing import Any
 import docker
 import grpc
 from grpc_health.v1 import health
+from prometheus_client import Gauge
 
 from checkpoint.server.auth import AuthPolicy
 from checkpoint.server.errors import ServiceError, to_status
@@ -34,6 +35,8 @@ from toolrunner.reaper import Reaper
 from toolrunner.runner import RunnerConfig, ToolRunner
 from toolrunner.store import ReceiptStore
 from warden import grants
+from warden.drain import DEFAULT_GRACE, Drain, drain
+from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
@@ -142,12 +145,21 @@ class RunningServer:
     runner: ToolRunner
     reaper: Reaper | None
     health: health.HealthServicer
+    gate: Drain | None = None
+    metrics_server: MetricsServer | None = None
 
     def stop(self, grace: float | None = 1.0) -> None:
-        self.health.enter_graceful_shutdown()
+        """Drain: NOT_SERVING, new calls refused, running tools get `grace` seconds to finish and
+        their receipts are stored; then the receipt store closes."""
+        if self.gate is not None:
+            drain(self.server, self.health, self.gate, grace or 0.0, name="toolrunner")
+        else:
+            self.health.enter_graceful_shutdown()
+            self.server.stop(grace).wait()
         if self.reaper:
             self.reaper.stop()
-        self.server.stop(grace).wait()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         self.runner.store.close()
 
 
@@ -165,6 +177,7 @@ def create_server(
     api: docker.APIClient | None = None,
     reap_interval_seconds: float = 30.0,
     max_workers: int = 32,
+    metrics_address: str | None = None,
 ) -> tuple[RunningServer, int]:
     """Build and start the server; returns it and the bound port (bind ``127.0.0.1:0`` in tests).
 
@@ -198,19 +211,33 @@ def create_server(
         else:
             log.warning("image %s is not present: its tools are refused until it is built", ref)
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="toolrunner"))
+    registry = base_registry("toolrunner")
+    gate = Drain(ServerMetrics(registry, "toolrunner"))
+    running = Gauge("warden_toolrunner_tool_calls_running", "Tool calls in their container now", registry=registry)
+    running.set_function(lambda: len(runner.running()))  # read at scrape
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="toolrunner"),
+                         interceptors=[gate])
     if not tokens:
         log.warning("no token file: Cancel and GetReceipt are refused for every caller")
     servicer = ToolRunnerServicer(runner, AuthPolicy(tokens=dict(tokens or {})))
     pb_grpc.add_ToolRunnerServiceServicer_to_server(servicer, server)
     health_servicer = add_health_and_reflection(server, SERVICE_NAME)
     port = bind_insecure(server, address)
+
+    def health_state() -> dict[str, Any]:
+        return {"status": "NOT_SERVING" if gate.draining else "SERVING", "draining": gate.draining,
+                "policy_revision": runner.policy_revision}
+
+    metrics_server = MetricsServer(metrics_address, lambda: render(registry), health_state) if metrics_address else None
     server.start()
+    if metrics_server is not None:
+        metrics_server.start()
+        log.info("toolrunner metrics on port %d", metrics_server.port)
     set_serving(health_servicer, SERVICE_NAME)
-    return RunningServer(server, port, runner, reaper, health_servicer), port
+    return RunningServer(server, port, runner, reaper, health_servicer, gate, metrics_server), port
 
 
-def serve(address: str, **kwargs) -> int:  # type: ignore[no-untyped-def]
+def serve(address: str, grace: float = DEFAULT_GRACE, **kwargs) -> int:  # type: ignore[no-untyped-def]
     running, port = create_server(address, **kwargs)
     log.info("toolrunner listening on port %d", port)
     print(f"toolrunner listening on {address.rsplit(':', 1)[0]}:{port}", flush=True)
@@ -218,5 +245,5 @@ def serve(address: str, **kwargs) -> int:  # type: ignore[no-untyped-def]
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
-    running.stop(grace=5.0)
+    running.stop(grace=grace)
     return 0

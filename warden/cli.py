@@ -23,7 +23,24 @@ _COMMAND_MODULES = (
     "driver.agents_cli",  # agents list/show/history/diff/propose/review/approve/reject/retire/rollback
     "driver.entries_cli",  # skills and templates: list/show/history/propose|save/approve/reject/retire
     "driver.learnings_cli",  # learnings list/show/promote/review/reject/retire
+    "warden.config_cli",  # config show
 )
+
+
+# Which module registers each top-level command: a command builds only its own part of the parser
+# (tens of milliseconds of every start). tests/contracts/test_cli_start.py holds this table to
+# what the modules register.
+COMMAND_OWNERS = {
+    **dict.fromkeys(("policy", "check", "checkpoint", "keys"), "checkpoint.cli"),
+    "audit": "checkpoint.audit.cli",
+    "toolrunner": "toolrunner.cli",
+    **dict.fromkeys(("driver", "up", "run", "runs", "watch", "approve", "reject", "pause", "resume", "cancel",
+                     "amend"), "driver.cli"),
+    "agents": "driver.agents_cli",
+    **dict.fromkeys(("skills", "templates"), "driver.entries_cli"),
+    "learnings": "driver.learnings_cli",
+    "config": "warden.config_cli",
+}
 
 
 def help_only(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -43,13 +60,30 @@ def optional_file(given: str | Path | None, default: Path) -> Path | None:
     return default if default.exists() else None
 
 
-def build_parser() -> argparse.ArgumentParser:
+DEFAULT_GRACE = 30.0  # seconds; Kubernetes' default terminationGracePeriodSeconds is 30 too
+
+
+def add_grace_flag(parser: argparse.ArgumentParser) -> None:
+    """`--grace` of every server: how a SIGTERM drains (docs/operations.md)."""
+    parser.add_argument(
+        "--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
+        help=f"on SIGTERM: health goes NOT_SERVING, new calls are refused, calls in flight get this long to "
+        f"finish (default {DEFAULT_GRACE:g}), then the rest are cancelled and the log closes",
+    )
+
+
+def add_metrics_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-address", metavar="HOST:PORT",
+                        help="serve Prometheus /metrics and /healthz over HTTP here (default off)")
+
+
+def build_parser(modules: tuple[str, ...] = _COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="warden",
         description="warden governs AI agents: every step of the loop is a decision code takes, and is recorded.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -61,8 +95,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    # warden uses no pydantic plugins, and discovering them reads every installed package's
+    # metadata on the first model class: tens of milliseconds of every command's start
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    from warden.config import ConfigError, find_config_file, parse
+
+    argv = sys.argv[1:] if argv is None else argv
+    owner = COMMAND_OWNERS.get(argv[0]) if argv else None
+    try:
+        # a config file is checked against every command, so it needs the whole tree
+        whole = owner is None or find_config_file(argv, os.environ)[0] is not None
+        parser = build_parser() if whole else build_parser((owner,))  # type: ignore[arg-type]
+        # flags over WARDEN_* variables over the TOML file over defaults, for every command
+        args = parse(parser, argv)
+    except ConfigError as exc:
+        print(f"warden: config: {exc}", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import datetime
 import math
+import sys
 from collections.abc import Mapping
 
-try:
-    # cel-python's BoolType subclasses int, not bool; recognise it without requiring celpy.
-    from celpy.celtypes import BoolType as _CelpyBool
+_BOOL_TYPES: tuple[type, ...] = (bool,)
 
-    _BOOL_TYPES: tuple[type, ...] = (bool, _CelpyBool)
-except ImportError:  # pragma: no cover
-    _BOOL_TYPES = (bool,)
+
+def _bool_types() -> tuple[type, ...]:
+    """bool, and cel-python's BoolType (it subclasses int, not bool) once celpy is loaded: a celpy
+    value exists only then, and importing celpy here would cost every `warden check` its start."""
+    global _BOOL_TYPES
+    if len(_BOOL_TYPES) == 1:
+        celtypes = sys.modules.get("celpy.celtypes")
+        if celtypes is not None:
+            _BOOL_TYPES = (bool, celtypes.BoolType)
+    return _BOOL_TYPES
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -37,7 +43,7 @@ def normalise(value: object) -> object:
     types) and on cel-expr-python's plain_value() output (bytearray for bytes)."""
     if value is None:
         return None
-    if isinstance(value, _BOOL_TYPES):
+    if isinstance(value, _bool_types()):
         return bool(value)
     if isinstance(value, int):
         return int(value)

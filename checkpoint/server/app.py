@@ -34,6 +34,7 @@ from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher,
 from checkpoint.server.service import CheckpointService
 from checkpoint.server.single_use import SingleUse
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.grants import SigningKey
 from warden.private import private_folder
 
@@ -69,8 +70,10 @@ class CheckpointServer:
         metrics_server: MetricsServer | None,
         uds_path: Path | None,
         head_signer: HeadSigner | None = None,
+        gate: Drain | None = None,
     ):
         self.grpc_server = grpc_server
+        self.gate = gate or Drain()
         self.head_signer = head_signer
         self.service = service
         self.store = store
@@ -94,14 +97,15 @@ class CheckpointServer:
         return self
 
     def stop(self, grace: float | None = 2.0) -> None:
+        """Drain (docs/operations.md): NOT_SERVING, new calls refused, the calls in flight finish
+        within `grace` seconds and are recorded; then the log closes, its last head signed."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         if self.watcher is not None:
             self.watcher.stop()
-        self.health.enter_graceful_shutdown()
-        self.service.stop_watchers()
-        self.grpc_server.stop(grace).wait()
+        drain(self.grpc_server, self.health, self.gate, grace or 0.0, end_streams=self.service.stop_watchers,
+              name="checkpoint")
         self.service.learnings.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
@@ -119,7 +123,9 @@ class CheckpointServer:
 
     def health_details(self) -> dict[str, Any]:
         status = self.store.status
-        out: dict[str, Any] = {"status": "SERVING" if status.loaded else "NOT_SERVING", **status.as_dict()}
+        serving = status.loaded and not self.gate.draining
+        out: dict[str, Any] = {"status": "SERVING" if serving else "NOT_SERVING", **status.as_dict()}
+        out["draining"] = self.gate.draining
         out["decision_log"] = self.log.stats() | {"closed": self.log.closed}
         return out
 
@@ -198,8 +204,10 @@ def create_server(
     store.reload()  # after the service: what the first load changes in the catalog is recorded
     metrics.registry.register(AgentStatsCollector(service.agent_stats.stats))  # computed on scrape
 
+    gate = Drain(metrics.server, per_call=False)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),
+        interceptors=[gate],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
@@ -228,7 +236,7 @@ def create_server(
         else None
     )
     checkpoint = CheckpointServer(
-        server, service, store, watcher, decisions, health_servicer, metrics_server, uds, head_signer
+        server, service, store, watcher, decisions, health_servicer, metrics_server, uds, head_signer, gate
     )
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
@@ -286,8 +294,8 @@ def _bind_unix_socket(server: grpc.Server, path: Path, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def serve(**kwargs: Any) -> int:
-    """Run until SIGTERM or SIGINT, then drain in-flight calls and close the log cleanly."""
+def serve(grace: float = DEFAULT_GRACE, **kwargs: Any) -> int:
+    """Run until SIGTERM or SIGINT, then drain in-flight calls (up to `grace` seconds) and close the log."""
     server, port = create_server(**kwargs)
     server.start()
     where = [f"tcp port {port}"] if port else []
@@ -310,5 +318,5 @@ def serve(**kwargs: Any) -> int:
     signal.signal(signal.SIGINT, stop)
     while not done.wait(1.0):
         pass
-    server.stop(grace=5.0)
+    server.stop(grace=grace)
     return 0

@@ -8,20 +8,18 @@ policy file needs to see which file and line.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
 )
+
+from warden.metrics import MetricsServer as _HttpServer
+from warden.metrics import ServerMetrics, base_registry
 
 # A decision takes tens of microseconds and a committed record about a millisecond: buckets from
 # 5 us up, so the histogram can tell the two apart.
@@ -33,8 +31,9 @@ LATENCY_BUCKETS = (
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = base_registry("checkpoint")
         r = self.registry
+        self.server = ServerMetrics(r, "checkpoint")
         self.decision_seconds = Histogram(
             "warden_checkpoint_decision_seconds",
             "Time in the decision function alone",
@@ -91,44 +90,9 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class MetricsServer:
-    """`/metrics` (Prometheus text) and `/healthz` (JSON) on their own address, off the gRPC port."""
+class MetricsServer(_HttpServer):
+    """The checkpoint's /metrics and /healthz (the shared server, fed by its `Metrics`)."""
 
     def __init__(self, address: str, metrics: Metrics, health: Callable[[], dict[str, Any]]):
-        host, _, port = address.rpartition(":")
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                if self.path == "/metrics":
-                    self._send(200, CONTENT_TYPE_LATEST, outer.metrics.render())
-                elif self.path == "/healthz":
-                    state = outer.health()
-                    code = 200 if state.get("status") == "SERVING" else 503
-                    self._send(code, "application/json", json.dumps(state, indent=2).encode() + b"\n")
-                else:
-                    self._send(404, "text/plain", b"not found\n")
-
-            def _send(self, code: int, ctype: str, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not news
-                return
-
+        super().__init__(address, metrics.render, health)
         self.metrics = metrics
-        self.health = health
-        self.httpd = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="metrics-http", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()

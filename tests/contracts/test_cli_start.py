@@ -29,3 +29,23 @@ def imported_by(*argv: str) -> set[str]:
 def test_help_imports_no_heavy_library(argv):
     heavy = sorted(n for n in imported_by(*argv) if n.split(".")[0] in HEAVY or n in HEAVY)
     assert heavy == [], f"`warden {' '.join(argv)}` imports {heavy[:8]}"
+
+
+def test_each_command_builds_only_its_owners_part_and_the_table_is_right():
+    """`warden check` builds only checkpoint.cli's parsers: COMMAND_OWNERS must name, for every
+    top-level command, the module that registers it, and name every command."""
+    import argparse
+
+    from warden import cli
+
+    registered = {}
+    for module in cli._COMMAND_MODULES:
+        parser = cli.build_parser((module,))
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        registered |= dict.fromkeys(sub.choices, module)
+    assert registered == cli.COMMAND_OWNERS
+
+
+def test_check_does_not_import_the_driver_or_toolrunner_cli():
+    names = imported_by("check", "--help")
+    assert not {"driver.cli", "toolrunner.cli", "checkpoint.audit.cli"} & names

@@ -1,0 +1,141 @@
+"""Settings from flags, WARDEN_* variables and a TOML file (warden/config.py), through the real `warden`
+entry point: precedence, file errors with file:line that change nothing, and commands that ignored
+WARDEN_DATA before."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from warden import config
+from warden.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.startswith("WARDEN_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # no ./warden.toml unless a test writes one
+
+
+def show(capsys, *argv: str) -> dict[str, tuple[str, str]]:
+    assert main(["config", "show", *argv]) == 0, capsys.readouterr().err
+    rows = {}
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("  --"):
+            flag, value, source = line.split(None, 2)
+            rows[flag] = (value, source)
+    return rows
+
+
+def test_precedence_flag_over_env_over_file_over_default(tmp_path, monkeypatch, capsys):
+    (tmp_path / "cp.toml").write_text(
+        '# the checkpoint\ndata = "/from/file"\nworkers = 3\n\n[checkpoint.serve]\naddress = "127.0.0.1:1"\n'
+        'policies = "/file/policies"\n')
+    monkeypatch.setenv("WARDEN_ADDRESS", "127.0.0.1:2")
+    monkeypatch.setenv("WARDEN_WORKERS", "5")
+    rows = show(capsys, "checkpoint", "serve", "--config", "cp.toml", "--workers", "9")
+    assert rows["--workers"] == ("9", "flag")
+    assert rows["--address"] == ("127.0.0.1:2", "env WARDEN_ADDRESS")
+    assert rows["--data"] == ("/from/file", "file cp.toml:2")
+    assert rows["--policies"] == ("/file/policies", "file cp.toml:7")
+    assert rows["--max-request-bytes"] == (str(1 << 20), "default")
+
+
+def test_a_command_table_wins_over_the_top_and_the_default_location_is_read(tmp_path, capsys):
+    (tmp_path / "warden.toml").write_text('data = "/top"\n[audit.verify]\ndata = "/verify"\n')
+    assert show(capsys, "audit", "verify")["--data"] == ("/verify", "file warden.toml:3")
+    assert show(capsys, "audit", "query")["--data"] == ("/top", "file warden.toml:1")
+
+
+def test_the_flag_replaces_a_list_from_the_environment(monkeypatch, capsys):
+    monkeypatch.setenv("WARDEN_KEY", "a.key,b.key")
+    assert show(capsys, "toolrunner", "serve")["--key"] == ("a.key,b.key", "env WARDEN_KEY")
+    assert show(capsys, "toolrunner", "serve", "--key", "c.key")["--key"] == ("c.key", "flag")
+
+
+@pytest.mark.parametrize(("text", "line", "says"), [
+    ('data = "x"\n\n[checkpoint.serve]\nworkrs = 4\n', 4, "unknown key 'workrs'"),
+    ('[checkpoint.srve]\naddress = "x"\n', 1, "unknown key 'srve'"),
+    ('[checkpoint.serve]\n\nworkers = "4"\n', 3, "'4' is not an integer"),
+    ('verbose = "yes"\n', 1, "is not true or false"),
+    ('[checkpoint.serve]\ndurability = "SOMETIMES"\n', 2, "not one of NORMAL, FULL"),
+    ('[checkpoint.serve]\nworkers = 4\nworkers = 5\n', 3, "not TOML"),
+])
+def test_a_bad_file_is_an_error_with_file_and_line_and_changes_nothing(tmp_path, capsys, text, line, says):
+    (tmp_path / "bad.toml").write_text(text)
+    data = tmp_path / "data"
+    assert main(["keys", "init", "--data", str(data), "--config", "bad.toml"]) == 2
+    err = capsys.readouterr().err
+    assert f"bad.toml:{line}:" in err and says in err, err
+    assert not data.exists()  # keys init did not run
+
+
+def test_a_bad_environment_value_names_the_variable_and_changes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WARDEN_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("WARDEN_CALLER", "")  # a string may be empty: no error
+    monkeypatch.setenv("WARDEN_VERBOSE", "maybe")
+    assert main(["checkpoint", "serve"]) == 2
+    assert "env WARDEN_VERBOSE: 'maybe'" in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()
+
+
+def test_warden_data_reaches_keys_init_and_audit_which_ignored_it(tmp_path):
+    """`warden keys init` and `warden audit verify` read only --data before; a real process now takes
+    WARDEN_DATA, and the file from WARDEN_CONFIG."""
+    data = tmp_path / "somewhere"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
+    env |= {"WARDEN_DATA": str(data), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "warden.cli", "keys", "init"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (data / "grant.key").is_file() and not (tmp_path / ".warden").exists()
+    done = subprocess.run([sys.executable, "-m", "warden.cli", "audit", "verify"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert str(data / "decisions.db") in done.stdout + done.stderr
+    (tmp_path / "ops.toml").write_text(f'[audit]\ndata = "{tmp_path / "elsewhere"}"\n')
+    env |= {"WARDEN_CONFIG": str(tmp_path / "ops.toml")}
+    del env["WARDEN_DATA"]
+    done = subprocess.run([sys.executable, "-m", "warden.cli", "audit", "verify"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert str(tmp_path / "elsewhere" / "decisions.db") in done.stdout + done.stderr
+
+
+def test_every_flag_of_every_command_is_a_setting(capsys):
+    """A flag added anywhere (by any module) gets a key and a variable; none makes `config show` fail."""
+    root = build_parser()
+    leaves = [path for path, parser in config.walk(root) if path and config._subparsers(parser) is None]
+    assert ("checkpoint", "serve") in leaves and ("config", "show") in leaves
+    for path in leaves:
+        if path == ("config", "show"):
+            continue
+        assert main(["config", "show", *path]) == 0, (path, capsys.readouterr().err)
+        out = capsys.readouterr().out
+        for key in config.settings_of(dict(config.walk(root))[path]):
+            assert f"--{key.replace('_', '-')} " in out, (path, key)
+
+
+def test_key_lines_follow_tables_and_dotted_keys():
+    text = 'a = 1\n[x.y]\n  "b" = 2\nc.d = 3 # c\n[[z]]\ne=1\n'
+    lines = config.key_lines(text)
+    assert lines[("a",)] == 1 and lines[("x", "y")] == 2 and lines[("x", "y", "b")] == 3
+    assert lines[("x", "y", "c", "d")] == 4 and lines[("z", "e")] == 6
+
+
+def test_exclusive_flags_stay_apart(tmp_path, monkeypatch, capsys):
+    """`--data` or `--log`: WARDEN_DATA set for every command gives way to `--log`, and both from the
+    environment or a file are an error, not a silent pick."""
+    monkeypatch.setenv("WARDEN_DATA", "/somewhere")
+    rows = show(capsys, "audit", "query", "--log", "x.db")
+    assert rows["--log"] == ("x.db", "flag") and rows["--data"] == ("./.warden", "default")
+    monkeypatch.setenv("WARDEN_LOG", "y.db")
+    assert main(["config", "show", "audit", "query"]) == 2
+    err = capsys.readouterr().err
+    assert "data (env WARDEN_DATA) and log (env WARDEN_LOG) cannot be used together" in err

@@ -1,0 +1,103 @@
+"""SIGTERM drains a real checkpoint process: health goes NOT_SERVING, a new call is refused, the calls
+in flight finish and are recorded, then the log closes and verifies.
+
+Calls are held in flight by holding the decision log's SQLite write lock from this test: the
+checkpoint's appends wait on it (busy timeout), exactly as under a slow disk."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from checkpoint.audit import DecisionReader
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
+
+from .conftest import REPO
+from .helpers import tool_call
+from .test_crash import _wait_serving, _warden
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
+
+
+def health(channel: grpc.Channel) -> int:
+    return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+
+
+def test_sigterm_lets_calls_in_flight_finish_and_refuses_new_ones(tmp_path, policy_dir):
+    data, sock, metrics_port = tmp_path / "data", tmp_path / "cp.sock", free_port()
+    assert _warden("keys", "init", "--data", str(data)).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(data), "--policies",
+         str(policy_dir), "--address", "", "--socket", str(sock), "--reload-interval", "0", "--head-interval", "0",
+         "--metrics-address", f"127.0.0.1:{metrics_port}", "--grace", "60"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    lock = None
+    try:
+        channel = _wait_serving(sock, proc)
+        stub = pb_grpc.CheckpointServiceStub(channel)
+        version = stub.ResolveAgent(pb.ResolveAgentRequest(agent="recon"), timeout=5).agent_version
+        started = stub.StartRun(pb.StartRunRequest(person="alice", agent="recon", agent_version=version,
+                                                   mode=pb.RUN_MODE_INTERACTIVE), timeout=5)
+
+        def check(n: int) -> pb.CheckRequest:
+            req = tool_call("recon", version, "get_task", {"task_id": f"task-{n}"})
+            req.run.CopyFrom(pb.RunContext(run_token=started.run_token))
+            return req
+
+        lock = sqlite3.connect(data / "decisions.db", isolation_level=None, timeout=10)
+        lock.execute("BEGIN IMMEDIATE")  # every append now waits
+        held = [stub.Check.future(check(n), timeout=60) for n in range(3)]
+        deadline = time.monotonic() + 30
+        while scrape(metrics_port).get("warden_checkpoint_grpc_calls_in_flight") != 3:
+            assert time.monotonic() < deadline, "the three calls never reached the server"
+            time.sleep(0.05)
+
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while health(channel) != health_pb2.HealthCheckResponse.NOT_SERVING:
+            assert time.monotonic() < deadline, "health never went NOT_SERVING"
+            time.sleep(0.05)
+        try:
+            stub.Check(check(99), timeout=10)
+            raise AssertionError("a call after SIGTERM was answered")
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE and "server_draining" in exc.details(), exc
+        assert not any(f.done() for f in held), "the calls in flight were cut off"
+        assert scrape(metrics_port)["warden_checkpoint_grpc_refused_draining_total"] == 1
+        assert proc.poll() is None  # still draining while a call is in flight
+
+        lock.execute("COMMIT")  # the disk is fast again
+        answers = [f.result(timeout=30) for f in held]
+        assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()
+        channel.close()
+    finally:
+        if lock is not None and lock.in_transaction:
+            lock.execute("ROLLBACK")
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert {(a.verdict, a.code) for a in answers} == {(pb.VERDICT_ALLOW, "allowed")}
+    logged = {r["decision_id"] for r in DecisionReader(Path(data) / "decisions.db").read()}
+    assert {a.decision_id for a in answers} <= logged
+    verify = _warden("audit", "verify", "--data", str(data))
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -1,0 +1,122 @@
+"""Metrics every warden server has: build info, process figures, gRPC calls by method and status.
+
+Each server owns its registry (never the process-wide default), so several servers in one test
+process never collide. `ServerMetrics` is fed by the `warden.drain.Drain` interceptor, which sees
+every call anyway; `MetricsServer` serves `/metrics` and `/healthz` on an address of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
+CALL_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                60.0, 300.0)
+
+
+def version() -> str:
+    try:
+        return metadata.version("warden")
+    except metadata.PackageNotFoundError:  # a checkout run without installing
+        return "unknown"
+
+
+def base_registry(process: str) -> CollectorRegistry:
+    """A registry with `warden_build_info`, the process collector (CPU, RSS, open fds, start time)
+    and the Python platform info."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    info = Gauge("warden_build_info", "Always 1; the labels say which build of which process runs",
+                 ["process", "version", "python", "grpc"], registry=registry)
+    try:
+        grpc_version = metadata.version("grpcio")
+    except metadata.PackageNotFoundError:
+        grpc_version = "unknown"
+    info.labels(process, version(), platform.python_version(), grpc_version).set(1)
+    return registry
+
+
+class ServerMetrics:
+    """gRPC calls of one server: finished calls by method and status code, their duration, the calls
+    in flight, and the calls refused while draining."""
+
+    def __init__(self, registry: CollectorRegistry, process: str) -> None:
+        self.calls = Counter(f"warden_{process}_grpc_calls", "gRPC calls finished, by method and status code",
+                             ["method", "code"], registry=registry)
+        self.seconds = Histogram(f"warden_{process}_grpc_call_seconds", "gRPC call duration in the handler, by method",
+                                 ["method"], registry=registry, buckets=CALL_BUCKETS)
+        self.in_flight = Gauge(f"warden_{process}_grpc_calls_in_flight", "gRPC calls being handled now",
+                               registry=registry)
+        self.draining = Gauge(f"warden_{process}_draining", "1 once a SIGTERM drain started", registry=registry)
+        self.refused_draining = Counter(f"warden_{process}_grpc_refused_draining",
+                                        "New calls refused because the server is draining", registry=registry)
+
+    def finished(self, method: str, code: str, seconds: float) -> None:
+        name = method.rsplit("/", 1)[-1]
+        self.calls.labels(name, code).inc()
+        self.seconds.labels(name).observe(seconds)
+
+
+class MetricsServer:
+    """`/metrics` (Prometheus text) and `/healthz` (JSON, 200 when status is SERVING, else 503)."""
+
+    def __init__(self, address: str, render: Callable[[], bytes], health: Callable[[], dict[str, Any]]):
+        host, _, port = address.rpartition(":")
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                if self.path == "/metrics":
+                    self._send(200, CONTENT_TYPE_LATEST, outer.render())
+                elif self.path == "/healthz":
+                    state = outer.health()
+                    code = 200 if state.get("status") == "SERVING" else 503
+                    self._send(code, "application/json", json.dumps(state, indent=2).encode() + b"\n")
+                else:
+                    self._send(404, "text/plain", b"not found\n")
+
+            def _send(self, code: int, ctype: str, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not news
+                return
+
+        self.render = render
+        self.health = health
+        self.httpd = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="metrics-http", daemon=True)
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
