@@ -74,7 +74,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     filters.add_argument("--person", help="only runs this person is accountable for")
     filters.add_argument("--caller", help="only requests made with this credential (its name)")
     filters.add_argument("--principal", help="only requests of this principal")
-    filters.add_argument("--approver", help="only the approvals and rejections this person made")
+    filters.add_argument("--approver", help="only the approvals and rejections this person made, and the calls "
+                         "their approvals let through")
+    filters.add_argument("--approval-id", metavar="DECISION_ID",
+                         help="only the approval record with this decision id and the call that spent it")
+    filters.add_argument("--trace-id", metavar="HEX32",
+                         help="only requests that carried this W3C trace id (traceparent), 32 lowercase hex digits")
     filters.add_argument("--subject", "--text", dest="text", metavar="TEXT",
                          help="only records whose arguments or reason contain TEXT (a subject, a host, an id)")
     filters.add_argument("--shadow-flips", action="store_true",
@@ -231,6 +236,8 @@ def _filters(args: argparse.Namespace) -> Filters:
         "caller": args.caller,
         "principal": args.principal,
         "approver": args.approver,
+        "approval_id": args.approval_id,
+        "trace_id": args.trace_id,
         "text": args.text,
         "shadow_flips": args.shadow_flips or None,
         "since": getattr(args, "since", None),  # query and export only
