@@ -90,7 +90,7 @@ class DecisionReader:
                 if problem is not None:
                     return problem
                 anchors += [Anchor(s.kept_seq, s.kept_hash, f"the live head signed when segment {s.number} was "
-                                   f"sealed ({s.sealed_at})") for s in manifest.seals]
+                                   f"sealed ({s.sealed_at})") for s in manifest.seals if s.kept_seq > manifest.start[0]]
                 check = ChainCheck(anchors, manifest.start)
                 for seal in manifest.present():
                     _verify_segment(spans, seal, check)
