@@ -223,6 +223,7 @@ def _write_segment(log_path: Path, conn: sqlite3.Connection, manifest: Manifest,
     _fsync_path(tmp)
     tmp.chmod(0o400)
     digest = file_sha256(tmp)
+    _step("segment_tmp")
     os.replace(tmp, final)
     _fsync_path(where)
     public_id = key_id(key.public_key())
