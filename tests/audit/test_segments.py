@@ -296,3 +296,23 @@ def test_rotate_and_prune_from_the_command_line(log, log_path, make_record, caps
     assert main(["audit", "prune", "--data", data, "--before", "yesterday"]) == 0
     assert "nothing to prune" in capsys.readouterr().err
     assert main(["audit", "rotate", "--data", str(log_path.parent / "nowhere")]) == 2
+
+
+def test_a_follower_misses_nothing_while_the_log_is_sealed(log, log_path, make_record):
+    """WatchDecisions and `audit tail -f` follow across seals: records moved out of the live file
+    while the follower pages through it are read from their new segment."""
+    stop = threading.Event()
+    seen: list[int] = []
+    follower = threading.Thread(target=lambda: seen.extend(
+        r["seq"] for r in log.follow(0, stop_event=stop, poll_interval=0.01)))
+    follower.start()
+    for _ in range(20):
+        _fill(log, make_record, 25)
+        rotate(log_path)
+    total = log.head()[0]
+    while len(seen) < total and follower.is_alive():
+        threading.Event().wait(0.05)
+    stop.set()
+    log.wake_followers()
+    follower.join(10)
+    assert seen == list(range(1, total + 1))
