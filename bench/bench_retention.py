@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checkpoint.audit import DecisionLog, DecisionReader  # noqa: E402
-from checkpoint.audit import segments  # noqa: E402
 from checkpoint.audit.rotate import rotate  # noqa: E402
+from checkpoint.audit.segments import folder  # noqa: E402
 
 
 def record(i: int) -> dict:
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
         seal = rotate(path)
         took = time.perf_counter() - t0
         assert seal is not None
-        segment = segments.folder(path) / seal.file
+        segment = folder(path) / seal.file
         size = segment.stat().st_size
         print(f"sealed {seal.records} records in {took:.2f} s ({seal.records / took:,.0f} records/s, chain checked); "
               f"segment {size / 1e6:.1f} MB = {size / seal.records:.0f} B/record")

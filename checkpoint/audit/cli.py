@@ -232,8 +232,10 @@ def _anchor(text: str) -> tuple[int, str]:
 # -- commands -----------------------------------------------------------------------------
 
 
-def _reader(args: argparse.Namespace) -> DecisionReader | None:
-    from checkpoint.audit import store
+def _reader(args: argparse.Namespace, *, manifest: bool = True) -> DecisionReader | None:
+    """The log's reader, or None (after saying why) when it cannot be read. `manifest`: also refuse
+    a sealed segments' manifest that cannot be read (verify reports that as a broken log instead)."""
+    from checkpoint.audit import segments, store
     from checkpoint.audit.errors import AuditUnavailable
     from checkpoint.audit.reader import DecisionReader
 
@@ -243,8 +245,11 @@ def _reader(args: argparse.Namespace) -> DecisionReader | None:
         return None
     try:
         store.open_reader(path).close()
-    except AuditUnavailable as exc:
-        print(f"warden audit: {path}: {exc}", file=sys.stderr)
+        if manifest:
+            segments.read_manifest(path)
+    except (AuditUnavailable, segments.ManifestError) as exc:
+        print(f"warden audit: {path}: {exc} (`warden audit verify` says more)" if manifest else
+              f"warden audit: {path}: {exc}", file=sys.stderr)
         return None
     return DecisionReader(path)
 
@@ -315,7 +320,7 @@ def _log_path(args: argparse.Namespace) -> Path:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    reader = _reader(args)
+    reader = _reader(args, manifest=False)
     if reader is None:
         return EXIT_USAGE
     anchors = []

@@ -94,7 +94,7 @@ class DecisionLog:
             private_sqlite(self.path)
             self._conn: sqlite3.Connection | None = self._open()
             last = self._head(self._conn)
-        except (OSError, sqlite3.Error) as exc:
+        except (OSError, sqlite3.Error, segments.ManifestError) as exc:
             raise AuditUnavailable(f"cannot open decision log {self.path}: {exc}") from exc
         self._committed_seq, self._committed_hash = last or (0, GENESIS_HASH)
         self._head_known = True  # _committed_* is the head on disk, as far as this writer knows

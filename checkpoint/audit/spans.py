@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from checkpoint.audit import segments, store
+from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.segments import Manifest, Seal
 
 log = logging.getLogger(__name__)
@@ -34,9 +35,16 @@ class Spans:
 
     def __init__(self, log_path: Path) -> None:
         self.log_path = Path(log_path)
-        self.live = store.open_reader(self.log_path)
         self._segments: dict[int, sqlite3.Connection] = {}
-        self.manifest = segments.read_manifest(self.log_path)
+        self.live = store.open_reader(self.log_path)
+        try:
+            self.manifest = segments.read_manifest(self.log_path)
+        except segments.ManifestError as exc:
+            # readers cannot tell what is sealed; verify reads the manifest itself and reports it
+            self.manifest_error: segments.ManifestError | None = exc
+            self.manifest = Manifest()
+        else:
+            self.manifest_error = None
 
     def reload(self) -> Manifest:
         self.manifest = segments.read_manifest(self.log_path)
@@ -71,12 +79,21 @@ class Spans:
     def head(self) -> tuple[int, str] | None:
         """The newest record's (seq, hash): the live file's, or the last sealed head when the live
         file holds none (a log whose live file was emptied)."""
-        return store.head(self.live) or self.reload().sealed_head
+        head = store.head(self.live)
+        if head is not None:
+            return head
+        try:
+            return self.reload().sealed_head
+        except segments.ManifestError as exc:
+            raise AuditUnavailable(f"the sealed segments' manifest cannot be read: {exc}") from exc
 
     def pages(self, after_seq: int, upto_seq: int | None, fetch: Fetch[Row], seq_of: Callable[[Row], int],
               page: int) -> Iterator[list[Row]]:
         """Pages of rows with after_seq < seq <= upto_seq, in seq order, across segments and the
-        live file. A page shorter than `page` means its file has no more (not that the log ends)."""
+        live file. A page shorter than `page` means its file has no more (not that the log ends).
+        Raises AuditUnavailable when the manifest cannot be read: what is sealed is unknown."""
+        if self.manifest_error is not None:
+            raise AuditUnavailable(f"the sealed segments' manifest cannot be read: {self.manifest_error}")
         pos = after_seq
         manifest = self.manifest
         while upto_seq is None or pos < upto_seq:
@@ -126,7 +143,10 @@ class Spans:
 
     def newest(self, n: int, **filters: Any) -> list[dict[str, Any]]:
         """The last n matching rows, newest first: the live file's, then back through the segments."""
-        manifest = self.reload()
+        try:
+            manifest = self.reload()
+        except segments.ManifestError as exc:
+            raise AuditUnavailable(f"the sealed segments' manifest cannot be read: {exc}") from exc
         found = list(store.select(self.live, after_seq=manifest.sealed_last, limit=n, newest_first=True, **filters))
         for seal in reversed(manifest.present()):
             if len(found) >= n:

@@ -316,3 +316,18 @@ def test_a_follower_misses_nothing_while_the_log_is_sealed(log, log_path, make_r
     log.wake_followers()
     follower.join(10)
     assert seen == list(range(1, total + 1))
+
+
+def test_an_unreadable_manifest_fails_reads_closed_and_breaks_verify(sealed, capsys):
+    path = seg.manifest_path(sealed)
+    path.write_text("not json\n" + path.read_text())
+    report = DecisionReader(sealed).verify()
+    assert (report.ok, report.reason) == (False, "manifest_invalid")
+    assert main(["audit", "verify", "--log", str(sealed)]) == 1
+    for command in ("query", "export", "tail"):
+        assert main(["audit", command, "--log", str(sealed)]) == 2, command
+        assert "manifest" in capsys.readouterr().err
+    from checkpoint.audit import AuditUnavailable
+
+    with pytest.raises(AuditUnavailable, match="manifest"):
+        list(DecisionReader(sealed).read())
