@@ -128,6 +128,8 @@ def recover(log_path: Path) -> Manifest:
 
 
 def _delete_sealed(conn: sqlite3.Connection, upto: int) -> int:
+    # before any seq is freed: no writer, however stale its head, may insert at or below the head
+    conn.execute(store.APPEND_ONLY_SQL)
     deleted = 0
     while True:
         conn.execute("BEGIN IMMEDIATE")

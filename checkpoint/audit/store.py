@@ -25,9 +25,10 @@ _SCHEMA_OF = {columns: version for version, columns in SCHEMA_COLUMNS.items()}
 # A record whose seq is not beyond the head is refused inside the INSERT itself. A primary key
 # collision already catches a writer that missed another's append, but once sealing has moved old
 # records out of this file (docs/audit.md, "Retention"), a writer in another process holding a
-# stale head could otherwise insert a seq that is free again. max(seq) is the rightmost leaf of
-# the table's B-tree, the page every append writes anyway.
-_APPEND_ONLY = (f"CREATE TRIGGER IF NOT EXISTS {TABLE}_beyond_head BEFORE INSERT ON {TABLE} "
+# stale head could otherwise insert a seq that is free again. Created by the first seal, before it
+# deletes anything (checkpoint/audit/rotate.py): a log that is never sealed does not pay its ~2 us
+# per append. max(seq) is the rightmost leaf of the table's B-tree, the page every append writes.
+APPEND_ONLY_SQL = (f"CREATE TRIGGER IF NOT EXISTS {TABLE}_beyond_head BEFORE INSERT ON {TABLE} "
                 f"WHEN NEW.seq <= (SELECT max(seq) FROM {TABLE}) "
                 "BEGIN SELECT RAISE(ABORT, 'seq is not beyond the head'); END")
 # Each index is one more B-tree page written per commit. run_id and agent pick out few records of
@@ -112,7 +113,6 @@ def _ensure_schema(db: sqlite_utils.Database) -> None:
     _check_columns(tuple(c.name for c in table.columns))
     for column in INDEXED:
         table.create_index([column], if_not_exists=True)
-    db.execute(_APPEND_ONLY)
 
 
 def _check_columns(columns: tuple[str, ...]) -> None:
