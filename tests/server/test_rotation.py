@@ -25,3 +25,20 @@ def test_a_serving_checkpoint_seals_its_log_by_size(start):
     assert set(answered) <= recorded  # every answer's record, sealed or live
     report = DecisionReader(path).verify()
     assert report.ok and report.segments >= 2, report.summary()
+
+
+def test_rotation_flags_take_sizes_and_ages_and_refuse_the_rest():
+    import argparse
+
+    import pytest
+
+    from checkpoint.server_cli import _duration, _megabytes
+
+    assert (_duration("90"), _duration("30m"), _duration("12h"), _duration("7d")) == (90, 1800, 43200, 604800)
+    assert _megabytes("0.5") == 0.5
+    for bad in ("0", "-1h", "nan", "soon", "5w", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _duration(bad)
+    for bad in ("0", "-3", "nan", "big"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _megabytes(bad)
