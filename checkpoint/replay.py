@@ -151,19 +151,13 @@ def read_facts(source: Path) -> Iterator[dict[str, Any]]:
 
 
 def _read_log(path: Path, **filters: Any) -> Iterator[dict[str, Any]]:
-    from checkpoint.audit import store
     from checkpoint.audit.errors import AuditUnavailable
-    from checkpoint.audit.record import from_row
+    from checkpoint.audit.reader import DecisionReader
 
-    try:
-        conn = store.open_reader(path)
+    try:  # across the log's sealed segments too
+        yield from DecisionReader(path).read(**filters)
     except AuditUnavailable as exc:
         raise ReplaySourceError(f"{path}: {exc}") from None
-    try:
-        for row in store.select(conn, **filters):
-            yield from_row(row)
-    finally:
-        conn.close()
 
 
 def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:

@@ -92,6 +92,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="sign the decision log's head this often when it moved, and at shutdown; 0: only at "
                        "shutdown (docs/audit.md, 'Signed heads')")  # fmt: skip
     add_grace_flag(serve)
+    serve.add_argument("--rotate-size", type=_megabytes, metavar="MB",
+                       help="seal the decision log into a read-only segment when its live file's records use this "
+                       "many megabytes; the chain continues (docs/audit.md, 'Retention')")
+    serve.add_argument("--rotate-age", type=_duration, metavar="AGE",
+                       help="seal the decision log when its oldest live record is this old: seconds, or 30m, 12h, 7d")
     serve.add_argument("-v", "--verbose", action="store_true")
     serve.set_defaults(func=_serve)
 
@@ -115,6 +120,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--caller", default="driver", help="name of the caller the token is for (default driver)"
     )
     init.set_defaults(func=_keys_init)
+
+
+def _duration(text: str) -> float:
+    """Seconds: a plain number, or a number with s, m, h or d."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    scale = units.get(text[-1:], None)
+    number = text[:-1] if scale else text
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration (seconds, or 30m, 12h, 7d): {text!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"a duration above zero, got {text!r}")
+    return seconds
+
+
+def _megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of megabytes: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a size above zero, got {text!r}")
+    return value
 
 
 def _data_file(given: str | None, data: Path, name: str) -> Path:
@@ -207,6 +237,8 @@ def _serve(args: argparse.Namespace) -> int:
             log_synchronous=args.durability,
             head_interval=args.head_interval or None,
             grace=args.grace,
+            rotate_bytes=int(args.rotate_size * 1_000_000) if args.rotate_size else None,
+            rotate_age=args.rotate_age,
         )
     except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)

@@ -75,7 +75,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     filters.add_argument("--person", help="only runs this person is accountable for")
     filters.add_argument("--caller", help="only requests made with this credential (its name)")
     filters.add_argument("--principal", help="only requests of this principal")
-    filters.add_argument("--approver", help="only the approvals and rejections this person made")
+    filters.add_argument("--approver", help="only the approvals and rejections this person made, and the calls "
+                         "their approvals let through")
+    filters.add_argument("--approval-id", metavar="DECISION_ID",
+                         help="only the approval record with this decision id and the call that spent it")
+    filters.add_argument("--trace-id", metavar="HEX32",
+                         help="only requests that carried this W3C trace id (traceparent), 32 lowercase hex digits")
     filters.add_argument("--subject", "--text", dest="text", metavar="TEXT",
                          help="only records whose arguments or reason contain TEXT (a subject, a host, an id)")
     filters.add_argument("--shadow-flips", action="store_true",
@@ -107,7 +112,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verify",
         parents=[where],
         help="check the hash chain; exit 1 naming the first broken record",
-        description="Recompute every record's hash and link. Exit 0 when the chain is whole, 1 when it is "
+        description="Recompute every record's hash and link, across the sealed segments (each file as sealed, "
+        "each manifest line signed) and the live file; a log whose oldest segments were pruned is proved from "
+        "the last pruned head. Exit 0 when the chain is whole, 1 when it is "
         "broken (the first broken record is named), 2 when the log cannot be read. Records deleted "
         "from the end leave a shorter whole chain: pass signed heads kept elsewhere with --anchors "
         "(`warden audit anchors`), or a head recorded earlier with --expect-head.",
@@ -127,8 +134,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument(
         "--pubkey",
         metavar="PEM",
-        help="the head-signing public key (`warden audit pubkey`), your own copy; default: the data "
-        "folder's key, which whoever can rewrite the log may have replaced",
+        help="the head-signing public key (`warden audit pubkey`), your own copy, for the anchors and the "
+        "sealed segments' manifest; default: the data folder's key, which whoever can rewrite the log may "
+        "have replaced",
     )
     verify.set_defaults(func=_verify)
 
@@ -148,6 +156,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "head", parents=[where], help="print the last seq and hash, to keep elsewhere as an anchor"
     )
     head.set_defaults(func=_head)
+
+    rotate = commands.add_parser(
+        "rotate",
+        parents=[where],
+        help="seal the live file's records into a read-only segment; the chain continues",
+        description="Move the live file's records (all but the newest, or up to --upto SEQ) into a new sealed, "
+        "read-only segment in DIR/decisions.d/, listed in its signed manifest; the live file's chain continues "
+        "from the sealed head. Safe while the checkpoint writes. See docs/audit.md, \"Retention\".",
+    )
+    rotate.add_argument("--upto", type=int, metavar="SEQ", help="seal records up to this seq (default: all but "
+                        "the newest, which stays in the live file)")
+    rotate.set_defaults(func=_rotate)
+
+    prune = commands.add_parser(
+        "prune",
+        parents=[where],
+        help="delete the oldest sealed segments; their sealed head stays, so the rest still verifies",
+        description="Delete whole sealed segments whose records all come before SEQ or TIME, oldest first. "
+        "The manifest keeps each pruned segment's signed seal line, so `verify` proves what remains from "
+        "the last pruned head. The live file is never pruned: `rotate` first.",
+    )
+    prune.add_argument("--before", required=True, metavar="SEQ|WHEN",
+                       help="a seq (segments whose last seq is below it) or a time as --since takes it "
+                       "(segments whose last record is older)")
+    prune.set_defaults(func=_prune)
 
     export = commands.add_parser(
         "export", parents=[where, filters, window], help="JSON lines for a SIEM, with hashes"
@@ -238,8 +271,10 @@ def _anchor(text: str) -> tuple[int, str]:
 # -- commands -----------------------------------------------------------------------------
 
 
-def _reader(args: argparse.Namespace) -> DecisionReader | None:
-    from checkpoint.audit import store
+def _reader(args: argparse.Namespace, *, manifest: bool = True) -> DecisionReader | None:
+    """The log's reader, or None (after saying why) when it cannot be read. `manifest`: also refuse
+    a sealed segments' manifest that cannot be read (verify reports that as a broken log instead)."""
+    from checkpoint.audit import segments, store
     from checkpoint.audit.errors import AuditUnavailable
     from checkpoint.audit.reader import DecisionReader
 
@@ -249,8 +284,11 @@ def _reader(args: argparse.Namespace) -> DecisionReader | None:
         return None
     try:
         store.open_reader(path).close()
-    except AuditUnavailable as exc:
-        print(f"warden audit: {path}: {exc}", file=sys.stderr)
+        if manifest:
+            segments.read_manifest(path)
+    except (AuditUnavailable, segments.ManifestError) as exc:
+        print(f"warden audit: {path}: {exc} (`warden audit verify` says more)" if manifest else
+              f"warden audit: {path}: {exc}", file=sys.stderr)
         return None
     return DecisionReader(path)
 
@@ -270,6 +308,8 @@ def _filters(args: argparse.Namespace) -> Filters:
         "caller": args.caller,
         "principal": args.principal,
         "approver": args.approver,
+        "approval_id": args.approval_id,
+        "trace_id": args.trace_id,
         "text": args.text,
         "shadow_flips": args.shadow_flips or None,
         "since": getattr(args, "since", None),  # query and export only
@@ -319,19 +359,24 @@ def _log_path(args: argparse.Namespace) -> Path:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    reader = _reader(args)
+    reader = _reader(args, manifest=False)
     if reader is None:
         return EXIT_USAGE
     anchors = []
-    if args.anchors:
-        from checkpoint.audit import heads
+    public = None
+    from checkpoint.audit import heads
 
-        try:
-            signed = heads.read_heads(Path(args.anchors))
-            public = heads.load_public_key(Path(args.pubkey) if args.pubkey else heads.key_path(_log_path(args)))
-        except (OSError, ValueError) as exc:
-            print(f"warden audit verify: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+    try:
+        signed = heads.read_heads(Path(args.anchors)) if args.anchors else []
+        if args.pubkey:  # the auditor's own copy: for the anchors and the manifest's seals
+            public = heads.load_public_key(Path(args.pubkey))
+        elif args.anchors:
+            public = heads.load_public_key(heads.key_path(_log_path(args)))
+    except (OSError, ValueError) as exc:
+        print(f"warden audit verify: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.anchors:
+        assert public is not None
         if not args.pubkey:
             print("warden audit verify: checking the anchors with the data folder's own key; pass your copy "
                   "with --pubkey to rule out a replaced key", file=sys.stderr)
@@ -343,12 +388,55 @@ def _verify(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return EXIT_BROKEN
             anchors.append(head.anchor(name))
-    report = reader.verify(expect_head=args.expect_head, anchors=anchors)
+    report = reader.verify(expect_head=args.expect_head, anchors=anchors, public_key=public)
     summary = report.summary()
     if report.ok and anchors:
         summary += f"; {len(anchors)} signed anchor(s) hold, the last at seq {max(a.seq for a in anchors)}"
     print(summary, file=sys.stdout if report.ok else sys.stderr)
     return EXIT_OK if report.ok else EXIT_BROKEN
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    from checkpoint.audit.rotate import RotateError, rotate
+    from checkpoint.audit.segments import ManifestError
+
+    if _reader(args) is None:
+        return EXIT_USAGE
+    try:
+        seal = rotate(_log_path(args), upto=args.upto)
+    except (RotateError, ManifestError) as exc:
+        print(f"warden audit rotate: {exc}", file=sys.stderr)
+        return EXIT_BROKEN
+    if seal is None:
+        print("nothing to seal (the newest record always stays in the live file)", file=sys.stderr)
+        return EXIT_OK
+    print(f"sealed seqs {seal.first_seq}..{seal.last_seq} ({seal.records} records) into {seal.file}, "
+          f"head {seal.last_seq}:{seal.last_hash}")
+    return EXIT_OK
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from checkpoint.audit.rotate import prune
+    from checkpoint.audit.segments import ManifestError
+
+    if _reader(args) is None:
+        return EXIT_USAGE
+    before_seq = int(args.before) if args.before.isdigit() else None
+    try:
+        before_time = None if before_seq is not None else _since(args.before)
+    except argparse.ArgumentTypeError as exc:
+        print(f"warden audit prune: --before: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        done = prune(_log_path(args), before_seq=before_seq, before_time=before_time)
+    except ManifestError as exc:
+        print(f"warden audit prune: {exc}", file=sys.stderr)
+        return EXIT_BROKEN
+    for seal in done:
+        print(f"pruned {seal.file}: seqs {seal.first_seq}..{seal.last_seq}, sealed head {seal.last_seq}:{seal.last_hash}")
+    if not done:
+        print("nothing to prune", file=sys.stderr)
+    return EXIT_OK
 
 
 def _pubkey(args: argparse.Namespace) -> int:

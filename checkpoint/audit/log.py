@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Unpack
 
-from checkpoint.audit import store
+from checkpoint.audit import segments, store
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import GENESIS_HASH, record_hash, to_row
@@ -93,8 +93,8 @@ class DecisionLog:
         try:
             private_sqlite(self.path)
             self._conn: sqlite3.Connection | None = self._open()
-            last = store.head(self._conn)
-        except (OSError, sqlite3.Error) as exc:
+            last = self._head(self._conn)
+        except (OSError, sqlite3.Error, segments.ManifestError) as exc:
             raise AuditUnavailable(f"cannot open decision log {self.path}: {exc}") from exc
         self._committed_seq, self._committed_hash = last or (0, GENESIS_HASH)
         self._head_known = True  # _committed_* is the head on disk, as far as this writer knows
@@ -115,6 +115,12 @@ class DecisionLog:
 
     def _open(self) -> sqlite3.Connection:
         return store.open_writer(self.path, self._synchronous, self._busy_timeout_ms)
+
+    def _head(self, conn: sqlite3.Connection) -> tuple[int, str] | None:
+        """The head to chain from: the live file's newest record (sealing always leaves one), or,
+        for a live file that holds none, the last sealed segment's head, so a chain never restarts
+        at seq 1 beside its segments (docs/audit.md, "Retention")."""
+        return store.head(conn) or segments.read_manifest(self.path).sealed_head
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -216,7 +222,7 @@ class DecisionLog:
                 self._head_known = False
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    head = store.head(conn) or (0, GENESIS_HASH)
+                    head = self._head(conn) or (0, GENESIS_HASH)
                     seq, prev = self._insert(conn, batch, *head, in_transaction=True)
                 except BaseException:
                     _rollback(conn)
@@ -321,9 +327,9 @@ class DecisionLog:
         return self._reader.tail(n, **filters)
 
     def verify(
-        self, *, expect_head: tuple[int, str] | None = None, anchors: Iterable[Anchor] = ()
+        self, *, expect_head: tuple[int, str] | None = None, anchors: Iterable[Anchor] = (), public_key: Any = None
     ) -> VerifyReport:
-        return self._reader.verify(expect_head=expect_head, anchors=anchors)
+        return self._reader.verify(expect_head=expect_head, anchors=anchors, public_key=public_key)
 
     def follow(
         self,

@@ -50,10 +50,32 @@ INPUT_FIELDS: tuple[str, ...] = (
     "shadow_verdict",
     "shadow_code",
     "shadow_rule",
+    # schema 4: who approved (on an approval or rejection, and on the call an approval let
+    # through), the decision id of the approval record that call spent, and the W3C trace id
+    # the request carried in its `traceparent` metadata
+    "approver",
+    "approval_id",
+    "trace_id",
 )
 # What the hash covers: everything stored except the two chain columns themselves.
 HASHED_FIELDS: tuple[str, ...] = ("seq", *INPUT_FIELDS)
 COLUMNS: tuple[str, ...] = (*HASHED_FIELDS, "prev_hash", "hash")
+CHAIN_COLUMNS = ("prev_hash", "hash")
+
+# The columns each schema version stored, so a log (or a sealed segment) written by an older
+# warden keeps verifying: its records hash exactly the fields its own file has (docs/audit.md,
+# "Hash chain"). A version is the one before plus the columns it added, appended at the end.
+_ADDED = {
+    2: ("principal", "caller", "call_digest", "approval_rules"),
+    3: ("shadow_verdict", "shadow_code", "shadow_rule"),
+    4: ("approver", "approval_id", "trace_id"),
+}
+_V1 = tuple(name for name in HASHED_FIELDS if not any(name in added for added in _ADDED.values()))
+SCHEMA_HASHED: dict[int, tuple[str, ...]] = {1: _V1}
+for _version in sorted(_ADDED):
+    SCHEMA_HASHED[_version] = (*SCHEMA_HASHED[_version - 1], *_ADDED[_version])
+SCHEMA_COLUMNS: dict[int, tuple[str, ...]] = {v: (*f, *CHAIN_COLUMNS) for v, f in SCHEMA_HASHED.items()}
+assert SCHEMA_HASHED[max(SCHEMA_HASHED)] == HASHED_FIELDS
 
 # "none": a request refused before it named an action (unparseable, unauthenticated ResolveAgent,
 # no action at all). Nothing decided goes unrecorded, refusals included.
@@ -192,22 +214,43 @@ def _time_field(value: Any) -> str:
     raise InvalidAuditRecord(f"time must be RFC 3339 UTC with microseconds, got {value!r}")
 
 
-_SORTED_FIELDS = tuple(sorted(HASHED_FIELDS))
-_in_sorted_order = itemgetter(*(HASHED_FIELDS.index(name) for name in _SORTED_FIELDS))
+class _Recipe:
+    """How the hashed fields of one schema are laid out in the canonical object."""
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.sorted_fields = tuple(sorted(fields))
+        self.in_sorted_order = itemgetter(*(fields.index(name) for name in self.sorted_fields))
+        # '{"accountable_person":', ',"action":', ... : what precedes each value in the canonical object.
+        self.key_prefixes = tuple(("{" if i == 0 else ",") + f'"{name}":' for i, name in enumerate(self.sorted_fields))
 
 
-def record_hash(prev_hash: str, hashed_values: tuple[Any, ...]) -> str:
+_RECIPES: dict[tuple[str, ...], _Recipe] = {}
+
+
+def _recipe(fields: tuple[str, ...]) -> _Recipe:
+    recipe = _RECIPES.get(fields)
+    if recipe is None:
+        recipe = _RECIPES[fields] = _Recipe(fields)
+    return recipe
+
+
+_CURRENT = _recipe(HASHED_FIELDS)
+
+
+def record_hash(prev_hash: str, hashed_values: tuple[Any, ...], fields: tuple[str, ...] | None = None) -> str:
     """sha256( prev_hash as 64 ASCII hex digits || canonical JSON of the hashed fields, UTF-8 ).
 
-    ``hashed_values`` are the values of HASHED_FIELDS, in that order.
+    ``hashed_values`` are the values of ``fields`` (default HASHED_FIELDS, this schema's), in that
+    order; a record of an older schema hashes the fields its own file has (SCHEMA_HASHED).
     """
-    values = _in_sorted_order(hashed_values)
+    recipe = _CURRENT if fields is None else _recipe(fields)
+    values = recipe.in_sorted_order(hashed_values)
     # The object is written piece by piece: the same bytes as RFC 8785 (strings through the C
     # encoder's own escaping function, which escapes exactly what RFC 8785 does; integers in
     # decimal; null), at half the cost. Any other type, or an integer subclass, goes through
     # warden.canonical itself.
     parts = [prev_hash]
-    for prefix, value in zip(_KEY_PREFIXES, values, strict=True):
+    for prefix, value in zip(recipe.key_prefixes, values, strict=True):
         kind = type(value)
         if kind is str:
             parts.append(prefix + _encode_string(value))
@@ -216,14 +259,12 @@ def record_hash(prev_hash: str, hashed_values: tuple[Any, ...]) -> str:
         elif kind is int:
             parts.append(prefix + int.__repr__(value))
         else:
-            text = canonical.dumps_text(dict(zip(_SORTED_FIELDS, values, strict=True)))
+            text = canonical.dumps_text(dict(zip(recipe.sorted_fields, values, strict=True)))
             return hashlib.sha256((prev_hash + text).encode("utf-8")).hexdigest()
     parts.append("}")
     return hashlib.sha256("".join(parts).encode("utf-8")).hexdigest()
 
 
-# '{"accountable_person":', ',"action":', ... : what precedes each value in the canonical object.
-_KEY_PREFIXES = tuple(("{" if i == 0 else ",") + f'"{name}":' for i, name in enumerate(_SORTED_FIELDS))
 _encode_string = json.encoder.encode_basestring  # what an ensure_ascii=False encoder uses
 
 

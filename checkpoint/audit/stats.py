@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint.audit import store
+from checkpoint.audit.spans import Spans
 
 END_ACT = "end"
 PAUSED = "paused"
@@ -46,7 +47,8 @@ _PAGE = 5000
 # move every tool call's arguments out of SQLite.
 _SELECT = (f"SELECT seq, tenant, run_id, agent, agent_version, action, verdict, code, "
            f"CASE WHEN action = '{END_ACT}' THEN arguments END FROM {store.TABLE} "
-           "WHERE seq > ? ORDER BY seq LIMIT ?")
+           "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?")
+_NO_END = 2**62
 
 
 class EndInvalid(ValueError):
@@ -222,16 +224,15 @@ def fold(rows: Iterable[Row]) -> StatsFold:
     return out
 
 
-def read_rows(conn: sqlite3.Connection, after_seq: int = 0) -> Iterator[Row]:
-    """The columns the fold reads, of every record after `after_seq`, in pages (no read
-    transaction stays open while the caller folds)."""
-    pos = after_seq
-    while True:
-        rows = conn.execute(_SELECT, (pos, _PAGE)).fetchall()
+def _fetch(conn: sqlite3.Connection, after: int, upto: int | None, limit: int) -> list[Row]:
+    return conn.execute(_SELECT, (after, _NO_END if upto is None else upto, limit)).fetchall()
+
+
+def read_rows(spans: Spans, after_seq: int = 0) -> Iterator[Row]:
+    """The columns the fold reads, of every record after `after_seq`, across the sealed segments
+    and the live file, in pages (no read transaction stays open while the caller folds)."""
+    for rows in spans.pages(after_seq, None, _fetch, lambda row: row[0], _PAGE):
         yield from rows
-        if len(rows) < _PAGE:
-            return
-        pos = rows[-1][0]
 
 
 class AgentStats:
@@ -258,13 +259,10 @@ class AgentStats:
             return self._fold.seq, self._fold.versions(agent)
 
     def _catch_up(self) -> None:
-        conn = store.open_reader(self.path)
-        try:
-            head = store.head(conn)
+        with Spans(self.path) as spans:
+            head = spans.head()
             if head is None or head[0] < self._fold.seq:
                 # an empty log, or another one than before (moved aside and started anew)
                 self._fold = StatsFold()
-            for row in read_rows(conn, self._fold.seq):
+            for row in read_rows(spans, self._fold.seq):
                 self._fold.add(row)
-        finally:
-            conn.close()

@@ -15,10 +15,22 @@ from urllib.parse import quote
 import sqlite_utils
 
 from checkpoint.audit.errors import AuditUnavailable
-from checkpoint.audit.record import COLUMNS
+from checkpoint.audit.record import COLUMNS, SCHEMA_COLUMNS, SCHEMA_HASHED
 
 TABLE = "decisions"
-SCHEMA_VERSION = 3  # 2: principal, caller, call_digest, approval_rules; 3: shadow_verdict, shadow_code, shadow_rule
+# 2: principal, caller, call_digest, approval_rules; 3: shadow_verdict, shadow_code, shadow_rule;
+# 4: approver, approval_id, trace_id
+SCHEMA_VERSION = 4
+_SCHEMA_OF = {columns: version for version, columns in SCHEMA_COLUMNS.items()}
+# A record whose seq is not beyond the head is refused inside the INSERT itself. A primary key
+# collision already catches a writer that missed another's append, but once sealing has moved old
+# records out of this file (docs/audit.md, "Retention"), a writer in another process holding a
+# stale head could otherwise insert a seq that is free again. Created by the first seal, before it
+# deletes anything (checkpoint/audit/rotate.py): a log that is never sealed does not pay its ~2 us
+# per append. max(seq) is the rightmost leaf of the table's B-tree, the page every append writes.
+APPEND_ONLY_SQL = (f"CREATE TRIGGER IF NOT EXISTS {TABLE}_beyond_head BEFORE INSERT ON {TABLE} "
+                f"WHEN NEW.seq <= (SELECT max(seq) FROM {TABLE}) "
+                "BEGIN SELECT RAISE(ABORT, 'seq is not beyond the head'); END")
 # Each index is one more B-tree page written per commit. run_id and agent pick out few records of
 # many; verdict (four values) and code (a few dozen) would not narrow a search much, so queries
 # on those walk the table in seq order instead (logs made before kept their old indexes).
@@ -51,7 +63,9 @@ class Filters(TypedDict, total=False):
     person: str | None  # the accountable person
     caller: str | None  # the credential's own name (a person acting with their own, or a process)
     principal: str | None
-    approver: str | None  # approvals and rejections this person made
+    approver: str | None  # approvals and rejections this person made, and the calls their approvals let through
+    approval_id: str | None  # the approval record's decision id, and the call that spent it
+    trace_id: str | None  # the W3C trace id the request carried
     text: str | None  # a substring of the arguments or the reason (a subject, a host, an id)
     shadow_flips: bool | None  # only records whose shadow answer (verdict or code) differs from the enforced one
 
@@ -103,26 +117,50 @@ def _ensure_schema(db: sqlite_utils.Database) -> None:
 
 def _check_columns(columns: tuple[str, ...]) -> None:
     if columns != COLUMNS:
+        older = _SCHEMA_OF.get(columns)
         raise AuditUnavailable(
-            f"decision log schema mismatch: columns {columns}, expected {COLUMNS} (a log written by an "
-            "older warden: move it aside, it stays readable by the version that wrote it, and start a new one)"
+            f"decision log schema mismatch: columns {columns}, expected {COLUMNS} (" + (
+                f"a log of schema {older}, written by an older warden: this version reads and verifies it but "
+                "does not append to it; move it aside and start a new one" if older else
+                "not a warden decision log of any known schema: move it aside and start a new one") + ")"
         )
 
 
-def open_reader(path: Path) -> sqlite3.Connection:
+def schema_of(conn: sqlite3.Connection) -> int:
+    """The schema version of a log (or sealed segment) by its columns; AuditUnavailable for one no
+    warden wrote. 0 for a file whose table is not created yet."""
+    columns = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})"))
+    if not columns:
+        return 0
+    version = _SCHEMA_OF.get(columns)
+    if version is None:
+        raise AuditUnavailable(
+            f"decision log schema mismatch: columns {columns} are no warden schema's (expected {COLUMNS}): "
+            "move it aside and start a new one"
+        )
+    return version
+
+
+def hashed_fields(version: int) -> tuple[str, ...]:
+    """What a record of that schema version hashes (0, a table not made yet: this version's)."""
+    return SCHEMA_HASHED[version or SCHEMA_VERSION]
+
+
+def open_reader(path: Path, *, immutable: bool = False) -> sqlite3.Connection:
     """A read-only connection. Never creates the file: a missing log is an error, not an empty one;
-    a log of another schema is refused with what to do (AuditUnavailable)."""
+    a log of an older schema is read as it is (its records verify with the fields they have), one
+    of no known schema is refused with what to do (AuditUnavailable). `immutable`: a sealed
+    segment, which nothing writes, is read without locks."""
     if not path.exists():
         raise FileNotFoundError(f"no decision log at {path}")
-    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout=5000")
-    columns = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})"))
-    if columns:  # a log being created has no table yet: readers wait for its first record
-        try:
-            _check_columns(columns)
-        except AuditUnavailable:
-            conn.close()
-            raise
+    mode = "mode=ro&immutable=1" if immutable else "mode=ro"
+    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?{mode}", uri=True, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout=5000")
+        schema_of(conn)  # a log being created has no table yet: readers wait for its first record
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -146,6 +184,13 @@ def select(
     not indexed, to keep commits cheap: such a query walks the log in seq order."""
     if not filters.keys() <= FILTER_NAMES:  # a misspelt filter must not widen the query silently
         raise TypeError(f"unknown filter(s): {', '.join(sorted(filters.keys() - FILTER_NAMES))}")
+    version = schema_of(conn)
+    current = version in (0, SCHEMA_VERSION)
+    if current:
+        source = TABLE
+    else:  # an older schema's file: the columns it lacks read as null
+        have = SCHEMA_COLUMNS[version]
+        source = f"(SELECT {', '.join(c if c in have else f'NULL AS {c}' for c in COLUMNS)} FROM {TABLE})"
     where = ["seq > ?"]
     params: list[Any] = [after_seq]
     if upto_seq is not None:
@@ -156,7 +201,8 @@ def select(
         # A root recorded before roots were normalised (no root_run_id) is still its own tree's root.
         where.append("(root_run_id = ? OR (root_run_id IS NULL AND run_id = ?))")
         params += [root_run_id, root_run_id]
-    for column in ("run_id", "agent", "verdict", "tenant", "tool", "action", "rule", "caller", "principal"):
+    for column in ("run_id", "agent", "verdict", "tenant", "tool", "action", "rule", "caller", "principal",
+                   "approval_id", "trace_id"):
         value = filters.get(column)
         if value is not None:
             where.append(f"{column} = ?")
@@ -172,7 +218,10 @@ def select(
         params.append(person)
     approver = filters.get("approver")
     if approver is not None:
-        where.append("action IN ('approval', 'rejection') AND caller = ?")
+        if current or "approver" in SCHEMA_COLUMNS[version]:
+            where.append("approver = ?")
+        else:  # before schema 4 the approver was only the caller of an approval or rejection
+            where.append("action IN ('approval', 'rejection') AND caller = ?")
         params.append(approver)
     text = filters.get("text")
     if text is not None:
@@ -192,7 +241,7 @@ def select(
     if until is not None:
         where.append("time < ?")
         params.append(until)
-    sql = f"SELECT {', '.join(COLUMNS)} FROM {TABLE} WHERE {' AND '.join(where)} ORDER BY seq"
+    sql = f"SELECT {', '.join(COLUMNS)} FROM {source} WHERE {' AND '.join(where)} ORDER BY seq"
     if newest_first:
         sql += " DESC"
     if limit is not None:

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from checkpoint.audit import DecisionLog
 from checkpoint.audit.heads import DEFAULT_INTERVAL_SECONDS as DEFAULT_HEAD_INTERVAL
 from checkpoint.audit.heads import HeadSigner
+from checkpoint.audit.rotate import AutoRotate
 from checkpoint.policy import AgentCatalog
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
@@ -71,9 +72,11 @@ class CheckpointServer:
         uds_path: Path | None,
         head_signer: HeadSigner | None = None,
         gate: Drain | None = None,
+        rotator: AutoRotate | None = None,
     ):
         self.grpc_server = grpc_server
         self.gate = gate or Drain()
+        self.rotator = rotator
         self.head_signer = head_signer
         self.service = service
         self.store = store
@@ -94,6 +97,8 @@ class CheckpointServer:
             self.metrics_server.start()
         if self.head_signer is not None:
             self.head_signer.start()
+        if self.rotator is not None:
+            self.rotator.start()
         return self
 
     def stop(self, grace: float | None = 2.0) -> None:
@@ -109,6 +114,8 @@ class CheckpointServer:
         self.service.learnings.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
+        if self.rotator is not None:
+            self.rotator.close()
         if self.head_signer is not None:
             self.head_signer.close()  # the last head signed, before the log closes
         self.log.close()
@@ -156,6 +163,9 @@ def create_server(
     log_synchronous: str = "NORMAL",
     refusal_limiter: PeerLimiter | None = None,
     head_interval: float | None = DEFAULT_HEAD_INTERVAL,
+    rotate_bytes: int | None = None,
+    rotate_age: float | None = None,
+    rotate_interval: float = 30.0,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -168,6 +178,9 @@ def create_server(
     are counted only); the default is 10 a second, bursts of 20.
     `head_interval`: seconds between signed heads of the decision log (docs/audit.md, "Signed
     heads"); the head is signed on shutdown too. None or 0: only on shutdown.
+    `rotate_bytes`, `rotate_age`: seal the decision log into a segment when its live file's records
+    use that many bytes, or its oldest record is that many seconds old, looked at every
+    `rotate_interval` seconds (docs/audit.md, "Retention"); None: only `warden audit rotate`.
     """
     data = Path(data_dir)
     private_folder(data)
@@ -235,8 +248,10 @@ def create_server(
         if watch_interval
         else None
     )
+    rotator = (AutoRotate(data / "decisions.db", rotate_bytes, rotate_age, rotate_interval)
+               if rotate_bytes or rotate_age else None)
     checkpoint = CheckpointServer(
-        server, service, store, watcher, decisions, health_servicer, metrics_server, uds, head_signer, gate
+        server, service, store, watcher, decisions, health_servicer, metrics_server, uds, head_signer, gate, rotator
     )
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details

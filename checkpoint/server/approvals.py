@@ -35,6 +35,7 @@ class VerifiedApproval:
     call_digest: str
     approver: str
     rules: frozenset[str]  # the approve-if rules (names) the approver was allowed to answer
+    approval_id: str = ""  # the decision id of the approval record that issued the token
 
 
 def asked_rules(asked: Mapping[str, Any]) -> list[str]:
@@ -108,6 +109,7 @@ class Approvals:
                 call_digest=str(claims["call_digest"]),
                 approver=str(claims["approver"]),
                 rules=frozenset(str(r) for r in claims["rules"]),
+                approval_id=str(claims.get("approval_id") or ""),
             )
         except (TokenInvalid, KeyError, TypeError) as exc:
             reason = str(exc) if isinstance(exc, TokenInvalid) else "claims are not well formed"

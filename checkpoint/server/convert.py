@@ -111,6 +111,12 @@ def record_to_proto(record: dict[str, Any]) -> pb.DecisionRecord:
         principal=record.get("principal") or "",
         caller=record.get("caller") or "",
         approval_rules=record.get("approval_rules") or "",
+        shadow_verdict=verdict_value(record.get("shadow_verdict") or ""),  # type: ignore[arg-type]
+        shadow_code=record.get("shadow_code") or "",
+        shadow_rule=record.get("shadow_rule") or "",
+        approver=record.get("approver") or "",
+        approval_id=record.get("approval_id") or "",
+        trace_id=record.get("trace_id") or "",
     )
     if record.get("time"):
         out.time.FromJsonString(record["time"])

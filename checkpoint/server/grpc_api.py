@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from checkpoint.server import wire
+from checkpoint.server import tracing, wire
 from checkpoint.server.auth import AuthPolicy, OnRefused
 from checkpoint.server.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
 from checkpoint.server.service import CheckpointService
@@ -69,6 +69,8 @@ def _unary(
 ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         started = time.perf_counter()
+        # the one header read for the record: the caller's trace id, if it sent a valid one
+        traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
         try:
             caller = auth.identity(context)
             if caller is None:
@@ -81,6 +83,7 @@ def _unary(
         except ServiceError as exc:
             abort(context, exc)
         finally:
+            tracing.current.reset(traced)
             latency.observe(time.perf_counter() - started)
 
     return handle
@@ -109,7 +112,11 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
         try:
             caller = auth.identity(context)
             if caller is None:
-                on_unauthenticated("/" + SERVICE_NAME + "/WatchDecisions", request, context)
+                traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
+                try:  # the refusal is the one record a stream makes
+                    on_unauthenticated("/" + SERVICE_NAME + "/WatchDecisions", request, context)
+                finally:
+                    tracing.current.reset(traced)
                 raise UNAUTHENTICATED
             _well_formed(request)
             tenants = service.watch_tenants(caller)

@@ -299,7 +299,7 @@ class LearningActs:
 
     def _write(self, entry: dict[str, Any], *, raise_on_failure: bool) -> None:
         try:
-            self.service.log.append(entry)
+            self.service.append(entry)
         except Exception as exc:
             self.service.metrics.audit_failures.inc()
             if raise_on_failure:

@@ -61,7 +61,7 @@ def perform(service: CheckpointService, caller: str, name: str, rule: str, act: 
         answer(response, change)
         entry = record_of(response, policies, principal, fields, change)
         try:
-            service.log.append(entry)
+            service.append(entry)
         except Exception as exc:  # the log cannot take it: the act does not happen
             raise _NotRecorded(type(exc).__name__) from exc
         recorded.append(True)

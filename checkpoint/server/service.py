@@ -32,7 +32,7 @@ from checkpoint.policy.audit_scope import AuditRefused, readable_tenants
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_by_tenant
-from checkpoint.server import convert
+from checkpoint.server import convert, tracing
 from checkpoint.server.agent_stats import AgentStatsReads
 from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
 from checkpoint.server.catalog_acts import CatalogActs
@@ -202,6 +202,8 @@ class CheckpointService:
         record["approval_rules"] = ",".join(response.approval_rules) or None
         if shadow is not None:
             record["shadow_verdict"], record["shadow_code"], record["shadow_rule"] = shadow
+        if approval is not None:  # a verified approval: who approved, and which approval record (spent on an ALLOW)
+            record["approver"], record["approval_id"] = approval.approver, approval.approval_id or None
         if established is None:  # every string of it came from a caller nobody vouched for
             record = bound_refusal(record)
         self._append_or_deny(record, response)
@@ -231,10 +233,17 @@ class CheckpointService:
             return response
         return _fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
 
+    def append(self, record: dict[str, Any]) -> int:
+        """Append a record to the decision log, with the trace id of the call being served (the
+        `traceparent` its caller sent, read once per RPC by the gRPC layer: checkpoint/server/tracing.py)."""
+        if "trace_id" not in record:
+            record["trace_id"] = tracing.current.get()
+        return self.log.append(record)
+
     def _append_or_deny(self, record: dict[str, Any], response: Any) -> None:
         """Record before answering: when the log cannot take the record, the answer is a DENY."""
         try:
-            self.log.append(record)
+            self.append(record)
         except Exception as exc:  # AuditUnavailable, or anything else: no answer without its record
             self.metrics.audit_failures.inc()
             log.error("decision %s not recorded, denying: %s", response.decision_id, exc)
@@ -522,6 +531,8 @@ class CheckpointService:
             rule=asked.get("rule") if response.verdict == ALLOW else response.rule,
             call_digest=asked.get("call_digest"),
             approval_rules=asked.get("approval_rules"),
+            # the person's act: its approver is the person, whether they could act or were refused
+            approver=person,
         )
         self._append_or_deny(record, response)
         if response.verdict != ALLOW:
@@ -541,7 +552,7 @@ class CheckpointService:
                                  agent=change.agent, agent_version=change.version, action="catalog",
                                  arguments=change.details())
             try:
-                self.log.append(record)
+                self.append(record)
             except Exception as exc:  # noqa: BLE001
                 self.metrics.audit_failures.inc()
                 log.error("catalog change %s %s %s not recorded: %s", change.act, change.agent, change.version, exc)
@@ -628,7 +639,7 @@ class CheckpointService:
         record["caller"] = caller_name(caller) if caller else None
         record["principal"] = principal.name if principal is not None else None
         try:
-            self.log.append(bound_refusal(record))  # capped: a refused caller chose these values
+            self.append(bound_refusal(record))  # capped: a refused caller chose these values
         except AuditUnavailable as exc:
             self.metrics.audit_failures.inc()
             log.error("refusal (%s) not recorded: %s", code, exc)

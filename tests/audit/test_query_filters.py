@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOW = datetime.now(UTC)
 YESTERDAY = format_time(NOW.replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=1))
 TODAY = format_time(NOW)
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 @pytest.fixture
@@ -28,12 +29,12 @@ def data(tmp_path, make_record) -> Path:
     data = tmp_path / ".warden"
     with DecisionLog(data / "decisions.db") as log:
         log.append(make_record(time=YESTERDAY, tool="lookup_order", accountable_person="ann", caller="driver",
-                               principal="driver"))
+                               principal="driver", approver="carol", approval_id="dec-approval-1"))
         log.append(make_record(time=TODAY, tenant="globex", tool="refund", accountable_person="bob",
-                               verdict="DENY", code="rule_denied", rule="rule:refund-cap",
+                               verdict="DENY", code="rule_denied", rule="rule:refund-cap", trace_id=TRACE,
                                arguments={"customer": "customer:c-42", "amount": 900}))
         log.append(make_record(time=TODAY, action="approval", tool="refund", verdict="ALLOW", code="approved",
-                               rule="approval", caller="carol", principal="people",
+                               rule="approval", caller="carol", principal="people", approver="carol",
                                arguments={"decision_id": "dec-x", "note": "fine"}))
         log.append(make_record(time=TODAY, action="plan", tool=None, verdict="DENY", code="plan_step_not_allowed",
                                rule="plan.step[1]", reason="step 2 (scan) is refused: subject_off_limits: ...",
@@ -57,7 +58,10 @@ def query(capsys, data: Path, *argv: str) -> list[dict]:
     (["--action", "approval"], ["approved"]),
     (["--caller", "carol"], ["approved"]),
     (["--principal", "driver"], ["allowed"]),
-    (["--approver", "carol"], ["approved"]),
+    (["--approver", "carol"], ["allowed", "approved"]),  # the approval, and the call it let through
+    (["--approval-id", "dec-approval-1"], ["allowed"]),
+    (["--trace-id", TRACE], ["rule_denied"]),
+    (["--trace-id", TRACE.upper()], []),  # stored as W3C writes it, lowercase
     (["--approver", "ann"], []),
     (["--subject", "customer:c-42"], ["rule_denied"]),
     (["--subject", "payments.lab.example.com"], ["plan_step_not_allowed"]),

@@ -260,3 +260,21 @@ def test_the_chain_is_walked_at_most_once_an_interval_and_shared(world):
         db.execute("UPDATE decisions SET reason = 'edited' WHERE seq = 2")
     assert views.verify() is first  # within the interval: the last walk's status, not another walk
     assert DecisionViews(world.checkpoint.log_path, verify_interval=3600).verify()["reason"] == "hash_mismatch"
+
+
+def test_the_page_reads_across_sealed_segments(world):
+    """After `warden audit rotate` the records live in a sealed segment: the stream, a run's tree
+    and the chain status read them there as before."""
+    from warden.cli import main
+
+    web, story, cp = world.web, world.story, world.checkpoint
+    before = web.json("/api/decisions?limit=500")["records"]
+    tree = web.json(f"/api/runs/{story.parent}")["tree"]
+    assert main(["audit", "rotate", "--log", str(cp.log_path)]) == 0
+    assert any((cp.log_path.parent / "decisions.d").glob("segment-*.db"))
+    after = web.json("/api/decisions?limit=500")["records"]
+    assert [r["seq"] for r in after] == [r["seq"] for r in before] and len(after) > 5
+    assert web.json(f"/api/runs/{story.parent}")["tree"] == tree
+    runs = web.json("/api/runs")["runs"]
+    assert story.parent in {r["run_id"] for r in runs}
+    assert _eventually(lambda: web.json("/api/verify")["ok"])

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 from typing import Any, Unpack
 
-from checkpoint.audit import heads, store
+from checkpoint.audit import heads
 from checkpoint.audit.record import from_row
+from checkpoint.audit.spans import Spans
 from checkpoint.audit.stats import BREAKER_PREFIX, END_ACT, AgentStats
 from checkpoint.audit.store import Filters
 from checkpoint.audit.verify import Anchor
@@ -66,44 +67,44 @@ class DecisionViews:
         return answer
 
     def _decisions(self, after: int | None, limit: int, filters: Filters) -> dict[str, Any]:
-        with self._reader() as conn:
-            head = store.head(conn)
+        with self._reader() as spans:
+            head = spans.head()
             upto = head[0] if head else 0
             if after is None:
-                rows = list(store.select(conn, upto_seq=upto, limit=limit + 1, newest_first=True, **filters))
+                rows = spans.newest(limit + 1, **filters)
                 more = len(rows) > limit
                 rows = list(reversed(rows[:limit]))
-                cursor = upto
+                # a record committed after `head` may be among the newest: go on after it
+                cursor = max(upto, rows[-1]["seq"] if rows else 0)
             else:
-                rows = list(store.select(conn, after_seq=after, upto_seq=upto, limit=limit + 1, **filters))
+                rows = list(islice(spans.rows(after, upto, **filters), limit + 1))
                 more = len(rows) > limit
                 rows = rows[:limit]
                 cursor = rows[-1]["seq"] if more else max(upto, after)
         return {"records": [from_row(r) for r in rows], "cursor": cursor, "more": more}
 
     def _head_seq(self) -> int:
-        with self._reader() as conn:
-            head = store.head(conn)
+        with self._reader() as spans:
+            head = spans.head()
         return head[0] if head else 0
 
     # -- runs -----------------------------------------------------------------------------
 
     def runs(self, limit: int, tenants: list[str] | None) -> dict[str, Any]:
         """The runs most recently started (their `start_run` records that were allowed)."""
-        with self._reader() as conn:
-            rows = list(store.select(conn, action="start_run", verdict="ALLOW", limit=limit, newest_first=True,
-                                     tenants=tenants))
+        with self._reader() as spans:
+            rows = spans.newest(limit, action="start_run", verdict="ALLOW", tenants=tenants)
         return {"runs": [_run_summary(from_row(r)) for r in rows]}
 
     def run(self, run_id: str, tenants: list[str] | None) -> dict[str, Any] | None:
         """A run's delegation tree and its own timeline, breaker trips and approvals; None when
         no record of it is readable (another tenant's run is as absent as a made-up id)."""
-        with self._reader() as conn:
-            first = next(store.select(conn, run_id=run_id, limit=1, tenants=tenants), None)
+        with self._reader() as spans:
+            first = next(spans.rows(page=1, run_id=run_id, tenants=tenants), None)
             if first is None:
                 return None
             root = first["root_run_id"] or run_id
-            rows = list(store.select(conn, root_run_id=root, limit=TREE_LIMIT + 1, tenants=tenants))
+            rows = list(islice(spans.rows(root_run_id=root, tenants=tenants), TREE_LIMIT + 1))
         truncated = len(rows) > TREE_LIMIT
         records = [from_row(r) for r in rows[:TREE_LIMIT]]
         mine = [r for r in records if r["run_id"] == run_id]
@@ -192,22 +193,9 @@ class DecisionViews:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _reader(self) -> _Conn:
-        return _Conn(lambda: store.open_reader(self.log_path))
-
-
-class _Conn:
-    """A read-only connection for one answer, closed whatever happens."""
-
-    def __init__(self, opener: Callable[[], Any]) -> None:
-        self._opener = opener
-
-    def __enter__(self) -> Any:
-        self._conn = self._opener()
-        return self._conn
-
-    def __exit__(self, *_exc: object) -> None:
-        self._conn.close()
+    def _reader(self) -> Spans:
+        """The log's segments and live file, read-only, for one answer (closed by `with`)."""
+        return Spans(self.log_path)
 
 
 def _is_breaker_trip(record: dict[str, Any]) -> bool:

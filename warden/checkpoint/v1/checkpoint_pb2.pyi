@@ -481,7 +481,7 @@ class ToolSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., access: _Optional[str] = ..., templates: _Optional[str] = ...) -> None: ...
 
 class DecisionRecord(_message.Message):
-    __slots__ = ("seq", "decision_id", "time", "tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "accountable_person", "agent", "agent_version", "action", "tool", "arguments", "verdict", "code", "rule", "reason", "policy_revision", "latency_us", "prev_hash", "hash", "principal", "caller", "approval_rules")
+    __slots__ = ("seq", "decision_id", "time", "tenant", "run_id", "root_run_id", "parent_run_id", "actor_chain", "accountable_person", "agent", "agent_version", "action", "tool", "arguments", "verdict", "code", "rule", "reason", "policy_revision", "latency_us", "prev_hash", "hash", "principal", "caller", "approval_rules", "shadow_verdict", "shadow_code", "shadow_rule", "approver", "approval_id", "trace_id")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -507,6 +507,12 @@ class DecisionRecord(_message.Message):
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_RULES_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_CODE_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_RULE_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     seq: int
     decision_id: str
     time: _timestamp_pb2.Timestamp
@@ -532,7 +538,13 @@ class DecisionRecord(_message.Message):
     principal: str
     caller: str
     approval_rules: str
-    def __init__(self, seq: _Optional[int] = ..., decision_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., accountable_person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., action: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., policy_revision: _Optional[str] = ..., latency_us: _Optional[int] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ..., principal: _Optional[str] = ..., caller: _Optional[str] = ..., approval_rules: _Optional[str] = ...) -> None: ...
+    shadow_verdict: Verdict
+    shadow_code: str
+    shadow_rule: str
+    approver: str
+    approval_id: str
+    trace_id: str
+    def __init__(self, seq: _Optional[int] = ..., decision_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., actor_chain: _Optional[_Iterable[_Union[Actor, _Mapping]]] = ..., accountable_person: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., action: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., policy_revision: _Optional[str] = ..., latency_us: _Optional[int] = ..., prev_hash: _Optional[str] = ..., hash: _Optional[str] = ..., principal: _Optional[str] = ..., caller: _Optional[str] = ..., approval_rules: _Optional[str] = ..., shadow_verdict: _Optional[_Union[Verdict, str]] = ..., shadow_code: _Optional[str] = ..., shadow_rule: _Optional[str] = ..., approver: _Optional[str] = ..., approval_id: _Optional[str] = ..., trace_id: _Optional[str] = ...) -> None: ...
 
 class WatchDecisionsRequest(_message.Message):
     __slots__ = ("after_seq", "run_id", "agent", "verdict", "code", "no_follow", "root_run_id")
