@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
+from warden import observability
 from warden.cli import help_only, optional_file
 
 TOKENS_FILE = "toolrunner.tokens"
@@ -45,12 +45,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--network", default="bridge", help="Docker network for tools with run.network (default %(default)s)")
     serve.add_argument("--runtime", default=None, help="default OCI runtime for every tool, e.g. runsc")
     serve.add_argument("--reap-interval", type=float, default=30.0, help="seconds between leftover sweeps")
+    observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
     parser.set_defaults(func=help_only(parser))
 
 
 def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from warden import tracing
+
+    problem = observability.start(args, "warden-toolrunner")
+    if problem:
+        print(f"warden toolrunner: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return _serve_configured(args)
+    finally:
+        tracing.shutdown()  # the spans still buffered go out before the process ends
+
+
+def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.policy import PolicyLoadError
     from checkpoint.server.auth import TokenFileError, load_tokens
     from toolrunner.errors import RunnerError

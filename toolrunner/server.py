@@ -33,7 +33,7 @@ from toolrunner.policies import PolicySource
 from toolrunner.reaper import Reaper
 from toolrunner.runner import RunnerConfig, ToolRunner
 from toolrunner.store import ReceiptStore
-from warden import grants
+from warden import grants, tracing
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
@@ -111,7 +111,8 @@ class ToolRunnerServicer(pb_grpc.ToolRunnerServiceServicer):
 
         # The call runs to its receipt even if the client goes away: the grant is spent once
         # the container starts, and GetReceipt returns the result later.
-        threading.Thread(target=work, name="execute-stream", daemon=True).start()
+        # The work thread continues the RPC's span, so the container's span is its child.
+        threading.Thread(target=tracing.in_thread_context(work), name="execute-stream", daemon=True).start()
         while True:
             event = events.get()
             if event is None:
@@ -198,7 +199,8 @@ def create_server(
         else:
             log.warning("image %s is not present: its tools are refused until it is built", ref)
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="toolrunner"))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="toolrunner"),
+                         interceptors=tracing.server_interceptors())  # none when tracing is off
     if not tokens:
         log.warning("no token file: Cancel and GetReceipt are refused for every caller")
     servicer = ToolRunnerServicer(runner, AuthPolicy(tokens=dict(tokens or {})))

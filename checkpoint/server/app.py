@@ -33,6 +33,7 @@ from checkpoint.server.ratelimit import PeerLimiter
 from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
 from checkpoint.server.service import CheckpointService
 from checkpoint.server.single_use import SingleUse
+from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.grants import SigningKey
 from warden.private import private_folder
@@ -206,6 +207,8 @@ def create_server(
             # Two checkpoints on one port would split traffic silently; fail the second bind instead.
             ("grpc.so_reuseport", 0),
         ],
+        # none when tracing is off: Check() runs no tracing code at all then
+        interceptors=tracing.server_interceptors(),
     )
     on_unauthenticated = _record_unauthenticated(service, refusal_limiter or PeerLimiter())
     server.add_generic_rpc_handlers((handlers(service, auth, on_unauthenticated, max_watchers=max_watchers),))
