@@ -269,6 +269,11 @@ class ToolRunner:
                 outcome = container.run()
                 tracing.set_attributes(warden__exit_code=outcome.exit_code, warden__timed_out=outcome.timed_out,
                                        warden__cancelled=outcome.cancelled, warden__oom_killed=outcome.oom_killed)
+                # One event per call that ran, with its fields (structured in --log-format json).
+                log.info("%s ran for decision %s: exit %d", tool, grant.decision_id, outcome.exit_code, extra={
+                    "tool": tool, "decision_id": grant.decision_id, "run_id": grant.run_id,
+                    "exit_code": outcome.exit_code, "timed_out": outcome.timed_out, "cancelled": outcome.cancelled,
+                    "duration_seconds": round(outcome.finished_at - outcome.started_at, 3)})
         except docker.errors.APIError as exc:
             # Could not create or start it (a bad runtime, a removed image): the call ran and
             # failed; a receipt says so rather than leaving the claim dangling.
