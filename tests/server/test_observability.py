@@ -99,3 +99,62 @@ print(tracing.endpoint_from(None), tracing.endpoint_from("http://127.0.0.1:9"))
     assert traces_first.stdout.split()[0] == "http://b:2"
     off = _run(code, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4317", OTEL_SDK_DISABLED="true")
     assert off.stdout.split() == ["None", "None"]
+
+
+def test_a_traced_checkpoint_continues_a_valid_traceparent_and_shrugs_off_forged_ones(tmp_path):
+    """Whatever a caller puts in `traceparent`, the answer is the same; only a well-formed one is
+    continued, and a refused call's span says how it ended."""
+    code = f"""
+import hashlib, json
+import grpc
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from checkpoint.server.app import create_server
+from checkpoint.server.auth import AuthPolicy
+from warden import tracing
+from warden.checkpoint.v1 import checkpoint_pb2 as pb, checkpoint_pb2_grpc as pb_grpc
+from warden.grants import SigningKey
+
+tracing.configure("warden-checkpoint", None, always=True)
+memory = InMemorySpanExporter()
+tracing._provider.add_span_processor(SimpleSpanProcessor(memory))
+server, port = create_server("127.0.0.1:0", policy_dir="policies", data_dir={str(tmp_path / 'd')!r},
+                             key=SigningKey.generate(), watch_interval=None,
+                             auth=AuthPolicy(tokens={{hashlib.sha256(b"t" * 20).digest(): "driver"}}))
+server.start()
+stub = pb_grpc.CheckpointServiceStub(grpc.insecure_channel(f"127.0.0.1:{{port}}"))
+auth = ("authorization", "Bearer " + "t" * 20)
+good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+token = stub.StartRun(pb.StartRunRequest(agent="recon", person="alice", mode=pb.RUN_MODE_INTERACTIVE),
+                      metadata=[auth, ("traceparent", good)]).run_token
+request = pb.CheckRequest(run=pb.RunContext(run_token=token), tool_call=pb.ToolCall(tool="get_task"),
+                          counters=pb.Counters(stretch_turns=1, total_turns=1))
+request.tool_call.arguments.update({{"task_id": "task-42"}})
+forged = ["00-00000000000000000000000000000000-b7ad6b7169203331-01", "zz-" + "q" * 6000, "00-0af7651916cd43dd",
+          "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", good + "-extra"]
+verdicts = [stub.Check(request, metadata=[auth, ("traceparent", t)]).verdict for t in forged]
+try:
+    stub.Check(request, metadata=[("traceparent", good)])  # no credential
+except grpc.RpcError as err:
+    refused = err.code().name
+server.stop(0)
+spans = [dict(name=s.name, trace=format(s.context.trace_id, "032x"),
+              parent=format(s.parent.span_id, "016x") if s.parent else "", status=s.status.status_code.name,
+              code=s.attributes.get("rpc.grpc.status_code"), verdict=s.attributes.get("warden.verdict"))
+         for s in memory.get_finished_spans()]
+print(json.dumps(dict(verdicts=verdicts, refused=refused, spans=spans)))
+"""
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["verdicts"] == [1] * 5  # VERDICT_ALLOW every time
+    assert got["refused"] == "UNAUTHENTICATED"
+    start, *checks, refused = got["spans"]
+    assert start["name"].endswith("/StartRun") and start["trace"] == "0af7651916cd43dd8448eb211c80319c"
+    assert start["parent"] == "b7ad6b7169203331"  # the caller's span
+    assert len(checks) == 5 and all(c["name"].endswith("/Check") and c["verdict"] == "VERDICT_ALLOW" for c in checks)
+    # An all-zero trace id, 6,000 bytes of junk, a truncated header, version ff, version 00 with
+    # more fields: none is continued, each Check starts a trace of its own.
+    assert all(c["parent"] == "" and c["trace"] != start["trace"] for c in checks), checks
+    assert len({c["trace"] for c in checks}) == 5
+    assert refused["trace"] == start["trace"] and refused["status"] == "ERROR" and refused["code"] == 16
