@@ -173,3 +173,45 @@ def chain_ids(span: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> list[st
         ids.append(span["span_id"])
         span = by_id.get(span["parent"])
     return ids
+
+
+def test_the_driver_sends_traceparent_on_every_checkpoint_rpc_even_when_it_exports_nothing(
+        tmp_path, policy_dir, tool_images, receiver, monkeypatch):
+    """Only the checkpoint exports here: each of its server spans still continues a trace the
+    driver started (a remote parent), which is what the decision record's trace id reads."""
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SERVICE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+
+    class CheckpointExportsOnly(Stack):
+        def plan(self):  # type: ignore[no-untyped-def]
+            children = super().plan()
+            children[0].argv += ["--otlp-endpoint", receiver.endpoint]
+            return children
+
+    stack = CheckpointExportsOnly(tmp_path / "data", policy_dir, free_port(), free_port(), free_port())
+    stack.start(timeout=90)
+    try:
+        script = tmp_path / "script.yaml"
+        script.write_text(yaml.safe_dump({"responses": [
+            PLAN, call("get_task", task_id="task-abc123"), {"action": "handoff", "reason": "read it"}]}))
+        env = {**os.environ, "WARDEN_DRIVER": stack.driver_address, "WARDEN_DATA": str(stack.data)}
+        out = subprocess.run([sys.executable, "-m", "warden.cli", "run", "recon", "--goal",
+                              str(ROOT / "goals" / "recon-lab-scan.yaml"), "--script", str(script), "--follow"],
+                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=180)
+        assert out.returncode == 0, out.stderr
+    finally:
+        stack.stop()
+    assert [c.proc.returncode for c in stack.children] == [0, 0, 0]
+    spans = list(receiver.spans)
+    assert {s["service"] for s in spans} == {"warden-checkpoint"}  # the others exported nothing
+    served = [s for s in spans if s["kind"] == SERVER]
+    assert {"StartRun", "Check", "RecordAct"} <= {s["name"].rsplit("/", 1)[1] for s in served}
+    own = {s["span_id"] for s in spans}
+    for s in served:
+        assert s["parent"] and s["parent"] not in own, s  # continued from the driver's context
+    # the run's checks share the trace of their run span; the StartRun before it has its own
+    checks = [s for s in served if s["name"].endswith("/Check")]
+    assert len({s["trace_id"] for s in checks}) == 1
+    start = next(s for s in served if s["name"].endswith("/StartRun"))
+    assert start["trace_id"] != checks[0]["trace_id"]
