@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--person", default=None,
                     help="the person at the keyboard, when DATA has no operators file yet (default: env "
                          "WARDEN_PERSON, else alice, the sample tenant's admin); they need a role in the tenant")
-    observability.add_arguments(up)  # passed on to all three processes
+    observability.add_arguments(up, passed_on=True)
     up.set_defaults(func=_up)
 
     def client_args(p: argparse.ArgumentParser) -> None:

@@ -12,16 +12,18 @@ import logging
 from warden import logsetup, tracing
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, *, passed_on: bool = False) -> None:
+    """`passed_on`: the command (`warden up`) gives both flags to the processes it starts."""
+    where = "; given to all three processes" if passed_on else ""
     parser.add_argument(
         "--log-format", choices=logsetup.FORMATS, default="text",
         help="text (default) or json: one JSON object per line with time, level, logger, message, trace_id "
-        "and span_id inside a span, and any structured fields (docs/observability.md)",
+        f"and span_id inside a span, and any structured fields (docs/observability.md){where}",
     )
     parser.add_argument(
         "--otlp-endpoint", metavar="URL", default=None,
         help="export OpenTelemetry traces over OTLP/gRPC to URL (http://host:4317 plain, https:// TLS); "
-        "default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no export",
+        f"default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no export{where}",
     )
 
 

@@ -158,3 +158,21 @@ print(json.dumps(dict(verdicts=verdicts, refused=refused, spans=spans)))
     assert all(c["parent"] == "" and c["trace"] != start["trace"] for c in checks), checks
     assert len({c["trace"] for c in checks}) == 5
     assert refused["trace"] == start["trace"] and refused["status"] == "ERROR" and refused["code"] == 16
+
+
+def test_asking_for_traces_without_the_sdk_stops_the_start_with_the_extra_to_install(tmp_path):
+    code = f"""
+import sys
+class NoSdk:  # this install lacks the `tracing` extra
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter")):
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, NoSdk())
+from warden.cli import main
+sys.exit(main(["checkpoint", "serve", "--data", {str(tmp_path)!r}, "--address", "",
+               "--otlp-endpoint", "http://127.0.0.1:9"]))
+"""
+    out = _run(code)
+    assert out.returncode == 2
+    assert "pip install 'warden[tracing]'" in out.stderr and "http://127.0.0.1:9" in out.stderr
+    assert not (tmp_path / "decisions.db").exists()  # nothing started
