@@ -32,6 +32,7 @@ from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStat
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
+from warden import tracing
 from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.driver.v1 import driver_pb2 as pb
@@ -336,7 +337,9 @@ class RunningDriver:
 def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
                   max_workers: int = 32) -> tuple[RunningDriver, int]:
     """Bind and start DriverService (port 0 picks a free one); recovers runs that were running."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="driver-rpc"))
+    # A caller that sends `traceparent` (an orchestrator starting runs) gets the run's start in its trace.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="driver-rpc"),
+                         interceptors=tracing.server_interceptors())
     servicer = DriverServicer(driver, operators)
     pb_grpc.add_DriverServiceServicer_to_server(servicer, server)
     health_servicer = add_health_and_reflection(server, SERVICE_NAME)

@@ -215,3 +215,38 @@ def test_the_driver_sends_traceparent_on_every_checkpoint_rpc_even_when_it_expor
     assert len({s["trace_id"] for s in checks}) == 1
     start = next(s for s in served if s["name"].endswith("/StartRun"))
     assert start["trace_id"] != checks[0]["trace_id"]
+
+
+def test_a_caller_of_the_driver_that_sends_traceparent_gets_the_run_start_in_its_trace(
+        tmp_path, policy_dir, tool_images, receiver, monkeypatch):
+    import grpc
+
+    from driver.cli import _goal_proto
+    from warden.driver.v1 import driver_pb2 as dpb
+    from warden.driver.v1 import driver_pb2_grpc as dpb_grpc
+
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    stack = Stack(tmp_path / "data", policy_dir, free_port(), free_port(), free_port(),
+                  serve_args=["--otlp-endpoint", receiver.endpoint])
+    stack.start(timeout=90)
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    try:
+        operator = (stack.data / "operator.token").read_text().strip()
+        stub = dpb_grpc.DriverServiceStub(grpc.insecure_channel(stack.driver_address))
+        request = dpb.StartRunRequest(agent="recon", provider="scripted", goal=_goal_proto(
+            ROOT / "goals" / "recon-lab-scan.yaml"), script_yaml=yaml.safe_dump(
+            {"responses": [{"action": "handoff", "reason": "stop here"}]}))
+        stub.StartRun(request, metadata=[("authorization", f"Bearer {operator}"),
+                                         ("traceparent", f"00-{caller_trace}-{caller_span}-01")], timeout=60)
+    finally:
+        stack.stop()
+    spans = [s for s in receiver.spans if s["trace_id"] == caller_trace]
+    by_id = {s["span_id"]: s for s in spans}
+    served = next(s for s in spans if s["name"] == "warden.driver.v1.DriverService/StartRun")
+    assert served["service"] == "warden-driver" and served["kind"] == SERVER and served["parent"] == caller_span
+    checkpoint_start = next(s for s in spans if s["service"] == "warden-checkpoint"
+                            and s["name"] == f"{CHECKPOINT_SERVICE}/StartRun")
+    client = by_id[checkpoint_start["parent"]]
+    assert by_id[client["parent"]]["name"] == "warden.run.start"
+    assert by_id[client["parent"]]["parent"] == served["span_id"]
