@@ -15,6 +15,7 @@ import secrets
 import sys
 from pathlib import Path
 
+from warden import observability
 from warden.cli import add_grace_flag, help_only, optional_file
 
 DEFAULT_DATA = "./.warden"
@@ -98,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--rotate-age", type=_duration, metavar="AGE",
                        help="seal the decision log when its oldest live record is this old: seconds, or 30m, 12h, 7d")
     serve.add_argument("-v", "--verbose", action="store_true")
+    observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
 
     keys = subparsers.add_parser(
@@ -179,16 +181,24 @@ def _keys_init(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from warden import tracing
+
+    problem = observability.start(args, "warden-checkpoint", level=logging.DEBUG if args.verbose else logging.INFO)
+    if problem:
+        print(f"warden: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return _serve_configured(args)
+    finally:
+        tracing.shutdown()  # the spans still buffered go out before the process ends
+
+
+def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.audit import AuditUnavailable
     from checkpoint.server import AuthPolicy, TlsConfig, load_tokens, serve
     from checkpoint.server.auth import TokenFileError
     from warden.grants import SigningKey
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     data = Path(args.data)
     key_path = _data_file(args.key, data, KEY_FILE)
     try:

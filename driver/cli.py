@@ -5,13 +5,13 @@ from DATA/operator.token (created by `warden up`)."""
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from warden import observability
 from warden.budget_fields import FIELDS as BUDGET_FIELDS
 from warden.cli import add_grace_flag, add_metrics_flag
 
@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="Messages API base URL (key from ANTHROPIC_API_KEY)")
     add_metrics_flag(serve)
     add_grace_flag(serve)
+    observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
     drv.set_defaults(func=lambda _a: (drv.print_help(), 2)[1])
 
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--person", default=None,
                     help="the person at the keyboard, when DATA has no operators file yet (default: env "
                          "WARDEN_PERSON, else alice, the sample tenant's admin); they need a role in the tenant")
+    observability.add_arguments(up, passed_on=True)
     up.set_defaults(func=_up)
 
     def client_args(p: argparse.ArgumentParser) -> None:
@@ -151,7 +153,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from warden import tracing
+
+    # always_trace: the driver's calls carry a trace id even when no span is exported, so every
+    # decision record can name the trace of the run step that asked for it.
+    problem = observability.start(args, "warden-driver", always_trace=True)
+    if problem:
+        print(f"warden driver: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return _serve_configured(args)
+    finally:
+        tracing.shutdown()  # the spans still buffered go out before the process ends
+
+
+def _serve_configured(args: argparse.Namespace) -> int:
     import signal
     import threading
 
@@ -211,8 +227,9 @@ def _up(args: argparse.Namespace) -> int:
     except ValueError:
         print("warden up: --ports takes three ports, e.g. 7401,7402,7403", file=sys.stderr)
         return 2
+    serve_args = ["--log-format", args.log_format] + (["--otlp-endpoint", args.otlp_endpoint] if args.otlp_endpoint else [])
     return run_up(Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
-                        person=args.person))
+                        person=args.person, serve_args=serve_args))
 
 
 # -- client side ----------------------------------------------------------------------------

@@ -16,11 +16,14 @@ from google.protobuf import struct_pb2
 
 from checkpoint.server.errors import error_detail_of
 from driver.errors import DependencyUnavailable, DriverError
+from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as tr_grpc
 
+CHECKPOINT_SERVICE = cp.DESCRIPTOR.services_by_name["CheckpointService"].full_name
+TOOLRUNNER_SERVICE = tr.DESCRIPTOR.services_by_name["ToolRunnerService"].full_name
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 
 
@@ -61,20 +64,24 @@ def _map(err: grpc.RpcError, who: str) -> DriverError:
 class _Client:
     """A channel to one peer; every unary call's gRPC failure is mapped by `_map`."""
 
-    def __init__(self, who: str, address: str, stub: Callable[[grpc.Channel], Any], token: str | None,
-                 timeout: float) -> None:
+    def __init__(self, who: str, address: str, stub: Callable[[grpc.Channel], Any], service: str,
+                 token: str | None, timeout: float) -> None:
         self.address = address
         self._who = who
+        self._service = service
         self._channel = grpc.insecure_channel(address)
         self._stub = stub(self._channel)
         self._md = [("authorization", f"Bearer {token}")] if token else []
         self.timeout = timeout
 
-    def _call(self, method: Callable[..., Any], request: Any, timeout: float | None = None) -> Any:
-        try:
-            return method(request, timeout=self.timeout if timeout is None else timeout, metadata=self._md)
-        except grpc.RpcError as err:
-            raise _map(err, self._who) from None
+    def _call(self, name: str, request: Any, timeout: float | None = None) -> Any:
+        """One unary call of method `name`; `traceparent` goes with it whenever tracing is on."""
+        with tracing.client_call(f"{self._service}/{name}") as trace_md:
+            try:
+                return getattr(self._stub, name)(request, timeout=self.timeout if timeout is None else timeout,
+                                                 metadata=self._md + trace_md)
+            except grpc.RpcError as err:
+                raise _map(err, self._who) from None
 
     def close(self) -> None:
         self._channel.close()
@@ -82,76 +89,77 @@ class _Client:
 
 class CheckpointClient(_Client):
     def __init__(self, address: str, *, token: str | None = None, timeout: float = 10.0) -> None:
-        super().__init__("checkpoint", address, cp_grpc.CheckpointServiceStub, token, timeout)
+        super().__init__("checkpoint", address, cp_grpc.CheckpointServiceStub, CHECKPOINT_SERVICE, token, timeout)
 
     def check(self, request: cp.CheckRequest) -> cp.CheckResponse:
-        return self._call(self._stub.Check, request)
+        return self._call("Check", request)
 
     def check_plan(self, request: cp.CheckPlanRequest) -> cp.CheckResponse:
-        return self._call(self._stub.CheckPlan, request).decision
+        return self._call("CheckPlan", request).decision
 
     def resolve_agent(self, agent: str, version: str = "") -> cp.ResolveAgentResponse:
-        return self._call(self._stub.ResolveAgent, cp.ResolveAgentRequest(agent=agent, agent_version=version))
+        return self._call("ResolveAgent", cp.ResolveAgentRequest(agent=agent, agent_version=version))
 
     def start_run(self, request: cp.StartRunRequest) -> cp.StartRunResponse:
-        return self._call(self._stub.StartRun, request)
+        return self._call("StartRun", request)
 
     def record_act(self, request: cp.RecordActRequest) -> cp.CheckResponse:
-        return self._call(self._stub.RecordAct, request).decision
+        return self._call("RecordAct", request).decision
 
     def propose_agent_change(self, request: cp.ProposeAgentChangeRequest) -> cp.CatalogActResponse:
-        return self._call(self._stub.ProposeAgentChange, request)
+        return self._call("ProposeAgentChange", request)
 
     # skills and templates (docs/skills.md)
     def run_skills(self, run_token: str) -> cp.RunSkillsResponse:
-        return self._call(self._stub.RunSkills, cp.RunSkillsRequest(run=cp.RunContext(run_token=run_token)))
+        return self._call("RunSkills", cp.RunSkillsRequest(run=cp.RunContext(run_token=run_token)))
 
     def load_skill(self, request: cp.LoadSkillRequest) -> cp.LoadSkillResponse:
-        return self._call(self._stub.LoadSkill, request)
+        return self._call("LoadSkill", request)
 
     def propose_catalog_entry(self, request: cp.ProposeCatalogEntryRequest) -> cp.CatalogEntryActResponse:
-        return self._call(self._stub.ProposeCatalogEntry, request)
+        return self._call("ProposeCatalogEntry", request)
 
     def roles(self, person: str) -> dict[str, frozenset[str]]:
         """tenant -> the roles the checkpoint says `person` holds there (tenants with none left out)."""
-        answer = self._call(self._stub.Roles, cp.RolesRequest(person=person))
+        answer = self._call("Roles", cp.RolesRequest(person=person))
         return {t.tenant: frozenset(t.roles) for t in answer.tenants}
 
     # learnings (docs/learnings.md): a run's proposals and the lessons about its agent
     def propose_learning(self, request: cp.ProposeLearningRequest) -> cp.LearningActResponse:
-        return self._call(self._stub.ProposeLearning, request)
+        return self._call("ProposeLearning", request)
 
     def run_lessons(self, run: cp.RunContext) -> list[cp.LearningInfo]:
-        return list(self._call(self._stub.RunLessons, cp.RunLessonsRequest(run=run)).lessons)
+        return list(self._call("RunLessons", cp.RunLessonsRequest(run=run)).lessons)
 
     # a person's own acts, made with the person's own checkpoint credential (never the driver's)
     def approve(self, run_id: str, decision_id: str, note: str = "") -> cp.ApproveResponse:
-        return self._call(self._stub.Approve, cp.ApproveRequest(run_id=run_id, decision_id=decision_id, note=note))
+        return self._call("Approve", cp.ApproveRequest(run_id=run_id, decision_id=decision_id, note=note))
 
     def reject(self, run_id: str, decision_id: str, note: str = "") -> cp.RejectResponse:
-        return self._call(self._stub.Reject, cp.RejectRequest(run_id=run_id, decision_id=decision_id, note=note))
+        return self._call("Reject", cp.RejectRequest(run_id=run_id, decision_id=decision_id, note=note))
 
 
 class ToolRunnerClient(_Client):
     def __init__(self, address: str, *, token: str | None = None, timeout: float = 600.0) -> None:
-        super().__init__("toolrunner", address, tr_grpc.ToolRunnerServiceStub, token, timeout)
+        super().__init__("toolrunner", address, tr_grpc.ToolRunnerServiceStub, TOOLRUNNER_SERVICE, token, timeout)
 
     def execute(self, request: tr.ExecuteRequest,
                 on_output: Callable[[str, str], None] | None = None) -> tr.Receipt:
         """Run a granted call and return its receipt. With `on_output(stream, text)`, the scrubbed
         output arrives while the tool writes it (ExecuteStream); without, one Execute."""
         if on_output is None:
-            return self._call(self._stub.Execute, request).receipt
-        try:
-            for event in self._stub.ExecuteStream(request, timeout=self.timeout, metadata=self._md):
-                if event.HasField("receipt"):
-                    return event.receipt
-                on_output(event.chunk.stream, event.chunk.data)
-        except grpc.RpcError as err:
-            raise _map(err, "toolrunner") from None
+            return self._call("Execute", request).receipt
+        with tracing.client_call(f"{self._service}/ExecuteStream") as trace_md:
+            try:
+                for event in self._stub.ExecuteStream(request, timeout=self.timeout, metadata=self._md + trace_md):
+                    if event.HasField("receipt"):
+                        return event.receipt
+                    on_output(event.chunk.stream, event.chunk.data)
+            except grpc.RpcError as err:
+                raise _map(err, "toolrunner") from None
         # The call may still have run: the same grant, sent again, answers with its stored receipt.
         raise DependencyUnavailable("toolrunner: the output stream ended without a receipt",
                                     code="toolrunner_unavailable")
 
     def cancel(self, run_id: str) -> int:
-        return self._call(self._stub.Cancel, tr.CancelRequest(run_id=run_id), timeout=10).cancelled
+        return self._call("Cancel", tr.CancelRequest(run_id=run_id), timeout=10).cancelled

@@ -70,7 +70,7 @@ from driver.store import (
     now,
 )
 from driver.verify import Unresolved, Verification, call_arguments, verify_outcomes
-from warden import canonical
+from warden import canonical, tracing
 from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
@@ -217,6 +217,14 @@ class Driver:
                   provider: str = "scripted", model: str = "", provider_options: dict[str, Any] | None = None,
                   agent_version: str = "", spawn: bool = True,
                   inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+        with tracing.span("warden.run.start", {"warden.agent": agent, "warden.mode": mode}):
+            return self._start_run(agent, goal, owner=owner, mode=mode, provider=provider, model=model,
+                                   provider_options=provider_options, agent_version=agent_version, spawn=spawn,
+                                   inputs=inputs)
+
+    def _start_run(self, agent: str, goal: Goal, *, owner: str, mode: str, provider: str, model: str,
+                   provider_options: dict[str, Any] | None, agent_version: str, spawn: bool,
+                   inputs: dict[str, Any] | None) -> dict[str, Any]:
         # The checkpoint begins the run: it records the decision, pins the version, mints the run id
         # and the run token every later check presents. A refusal starts nothing.
         request = cp.StartRunRequest(agent=agent, agent_version=agent_version, person=owner,
@@ -558,21 +566,27 @@ class Driver:
             t.join(10)
 
     def run_until_stopped(self, run_id: str, max_steps: int = 10_000) -> dict[str, Any]:
-        """Advance a run until it leaves `running` (or the driver stops)."""
-        for _ in range(max_steps):
-            run = self.store.run(run_id)
-            if run["status"] != RUNNING or self._stopping.is_set():
-                return run
-            try:
-                if self._open_calls(run):
-                    self._process_calls(run)
-                elif run["final"]:
-                    self._conclude(run)  # its verification calls are done
-                else:
-                    self._model_turn(run)
-            except DependencyUnavailable as exc:
-                self._pause(self.store.run(run_id), exc.code, exc.message)
-        return self.store.run(run_id)
+        """Advance a run until it leaves `running` (or the driver stops).
+
+        One trace per stretch of work: a `warden.run` span, and under it one span per step."""
+        with tracing.span("warden.run", {"warden.run_id": run_id}):
+            for _ in range(max_steps):
+                run = self.store.run(run_id)
+                if run["status"] != RUNNING or self._stopping.is_set():
+                    return run
+                try:
+                    if self._open_calls(run):
+                        with tracing.span("warden.run.step", {"warden.step": "tool_calls", "warden.turn": run["turn"]}):
+                            self._process_calls(run)
+                    elif run["final"]:
+                        with tracing.span("warden.run.step", {"warden.step": "conclude", "warden.turn": run["turn"]}):
+                            self._conclude(run)  # its verification calls are done
+                    else:
+                        with tracing.span("warden.run.step", {"warden.step": "model_turn", "warden.turn": run["turn"]}):
+                            self._model_turn(run)
+                except DependencyUnavailable as exc:
+                    self._pause(self.store.run(run_id), exc.code, exc.message)
+            return self.store.run(run_id)
 
     # -- the pieces of a turn ---------------------------------------------------------------
 
@@ -708,8 +722,10 @@ class Driver:
         attempt = run["model_attempts"]
         self.store.add_to_run(run_id, model_attempts=1)
         try:
-            reply = provider.complete(ModelRequest(run_id=run_id, attempt=attempt, system=system,
-                                                   transcript=transcript, tools=tools, max_tokens=MAX_TOKENS))
+            with tracing.span("warden.model.call", {"gen_ai.system": run["provider"], "gen_ai.request.model": run["model"],
+                                                    "warden.attempt": attempt}):
+                reply = provider.complete(ModelRequest(run_id=run_id, attempt=attempt, system=system,
+                                                       transcript=transcript, tools=tools, max_tokens=MAX_TOKENS))
         except ProviderError as exc:
             # credit, quota and auth refusals do not heal by retrying: the checkpoint trips the
             # provider breaker on the next check, whatever the count
@@ -819,21 +835,24 @@ class Driver:
         for call in self.store.calls(run_id, run["turn"]):
             if call["status"] == "done":
                 continue
-            run = self.store.run(run_id)
-            if run["status"] != RUNNING:
-                return
-            if call["status"] == "awaiting_approval":
-                self.store.transition(run_id, RUNNING, AWAITING_APPROVAL, call["code"], "waiting for a person")
-                return
-            if call["status"] == "awaiting_child":
-                if not self._child_done(run, call):
+            with tracing.span("warden.tool.call", {"warden.tool": call["tool"], "warden.call.status": call["status"]}):
+                if not self._process_call(run_id, call):
                     return
-                continue
-            if call["status"] == "executing":
-                self._execute(run, call)
-                continue
-            if not self._decide_call(run, call):
-                return
+
+    def _process_call(self, run_id: str, call: dict[str, Any]) -> bool:
+        """Take one open call a step further; False when the run must stop here for now."""
+        run = self.store.run(run_id)
+        if run["status"] != RUNNING:
+            return False
+        if call["status"] == "awaiting_approval":
+            self.store.transition(run_id, RUNNING, AWAITING_APPROVAL, call["code"], "waiting for a person")
+            return False
+        if call["status"] == "awaiting_child":
+            return self._child_done(run, call)
+        if call["status"] == "executing":
+            self._execute(run, call)
+            return True
+        return self._decide_call(run, call)
 
     def _child_done(self, run: dict[str, Any], call: dict[str, Any]) -> bool:
         """A delegation call whose child was started: False while the run must wait for the child."""

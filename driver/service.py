@@ -32,6 +32,7 @@ from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStat
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
+from warden import tracing
 from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.drain import Drain, drain
@@ -345,8 +346,9 @@ def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
     """Bind and start DriverService (port 0 picks a free one); recovers runs that were running."""
     registry = base_registry("driver")
     gate = Drain(ServerMetrics(registry, "driver"))
+    # A caller that sends `traceparent` (an orchestrator starting runs) gets the run's start in its trace.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="driver-rpc"),
-                         interceptors=[gate])
+                         interceptors=[gate, *tracing.server_interceptors()])
     servicer = DriverServicer(driver, operators)
     pb_grpc.add_DriverServiceServicer_to_server(servicer, server)
     health_servicer = add_health_and_reflection(server, SERVICE_NAME)

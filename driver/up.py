@@ -229,6 +229,7 @@ class Stack:
     driver_port: int = 7403
     driver_args: list[str] = field(default_factory=list)
     person: str | None = None  # the person at the keyboard when DATA has no operators file yet
+    serve_args: list[str] = field(default_factory=list)  # given to all three, e.g. --log-format json
     children: list[Child] = field(default_factory=list)
 
     @property
@@ -289,14 +290,17 @@ class Stack:
         logs = self.data / "logs"
         return [
             Child("checkpoint", cp, self._warden("checkpoint", "serve", "--address", cp, "--policies", str(self.policies),
-                                                 "--data", str(self.checkpoint_data)), logs / "checkpoint.log"),
+                                                 "--data", str(self.checkpoint_data), *self.serve_args),
+                  logs / "checkpoint.log"),
             Child("toolrunner", tr, self._warden(
                 "toolrunner", "serve", "--address", tr, "--policies", str(self.policies),
                 "--data", str(self.toolrunner_data), "--key", str(self.grant_key),
-                "--tokens", str(self.toolrunner_data / TOOLRUNNER_TOKENS_FILE)), logs / "toolrunner.log"),
+                "--tokens", str(self.toolrunner_data / TOOLRUNNER_TOKENS_FILE), *self.serve_args),
+                logs / "toolrunner.log"),
             Child("driver", self.driver_address, self._warden(
                 "driver", "serve", "--address", self.driver_address, "--policies", str(self.policies),
-                "--data", str(self.driver_data), "--checkpoint", cp, "--toolrunner", tr, *self.driver_args),
+                "--data", str(self.driver_data), "--checkpoint", cp, "--toolrunner", tr, *self.driver_args,
+                *self.serve_args),
                 logs / "driver.log"),
         ]
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
+from warden import observability
 from warden.cli import add_grace_flag, add_metrics_flag, help_only, optional_file
 
 TOKENS_FILE = "toolrunner.tokens"
@@ -47,12 +47,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--reap-interval", type=float, default=30.0, help="seconds between leftover sweeps")
     add_metrics_flag(serve)
     add_grace_flag(serve)
+    observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
     parser.set_defaults(func=help_only(parser))
 
 
 def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from warden import tracing
+
+    problem = observability.start(args, "warden-toolrunner")
+    if problem:
+        print(f"warden toolrunner: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return _serve_configured(args)
+    finally:
+        tracing.shutdown()  # the spans still buffered go out before the process ends
+
+
+def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.policy import PolicyLoadError
     from checkpoint.server.auth import TokenFileError, load_tokens
     from toolrunner.errors import RunnerError

@@ -50,7 +50,7 @@ from toolrunner.output import CappedOutput, RawDigest
 from toolrunner.policies import PolicySource, tool_specs
 from toolrunner.scrub import Scrubber, StreamScrubber
 from toolrunner.store import ReceiptStore
-from warden import canonical, grants
+from warden import canonical, grants, tracing
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -262,7 +262,18 @@ class ToolRunner:
         if entry.cancelled:
             container.cancel()
         try:
-            outcome = container.run()
+            with tracing.span("toolrunner.container.run", {
+                "warden.tool": tool, "warden.decision_id": grant.decision_id, "warden.run_id": grant.run_id,
+                "container.image.id": spec.image_id,
+            }):
+                outcome = container.run()
+                tracing.set_attributes(warden__exit_code=outcome.exit_code, warden__timed_out=outcome.timed_out,
+                                       warden__cancelled=outcome.cancelled, warden__oom_killed=outcome.oom_killed)
+                # One event per call that ran, with its fields (structured in --log-format json).
+                log.info("%s ran for decision %s: exit %d", tool, grant.decision_id, outcome.exit_code, extra={
+                    "tool": tool, "decision_id": grant.decision_id, "run_id": grant.run_id,
+                    "exit_code": outcome.exit_code, "timed_out": outcome.timed_out, "cancelled": outcome.cancelled,
+                    "duration_seconds": round(outcome.finished_at - outcome.started_at, 3)})
         except docker.errors.APIError as exc:
             # Could not create or start it (a bad runtime, a removed image): the call ran and
             # failed; a receipt says so rather than leaving the claim dangling.

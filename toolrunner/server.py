@@ -34,7 +34,7 @@ from toolrunner.policies import PolicySource
 from toolrunner.reaper import Reaper
 from toolrunner.runner import RunnerConfig, ToolRunner
 from toolrunner.store import ReceiptStore
-from warden import grants
+from warden import grants, tracing
 from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
@@ -114,7 +114,8 @@ class ToolRunnerServicer(pb_grpc.ToolRunnerServiceServicer):
 
         # The call runs to its receipt even if the client goes away: the grant is spent once
         # the container starts, and GetReceipt returns the result later.
-        threading.Thread(target=work, name="execute-stream", daemon=True).start()
+        # The work thread continues the RPC's span, so the container's span is its child.
+        threading.Thread(target=tracing.in_thread_context(work), name="execute-stream", daemon=True).start()
         while True:
             event = events.get()
             if event is None:
@@ -216,7 +217,7 @@ def create_server(
     running = Gauge("warden_toolrunner_tool_calls_running", "Tool calls in their container now", registry=registry)
     running.set_function(lambda: len(runner.running()))  # read at scrape
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="toolrunner"),
-                         interceptors=[gate])
+                         interceptors=[gate, *tracing.server_interceptors()])  # tracing: none when off
     if not tokens:
         log.warning("no token file: Cancel and GetReceipt are refused for every caller")
     servicer = ToolRunnerServicer(runner, AuthPolicy(tokens=dict(tokens or {})))

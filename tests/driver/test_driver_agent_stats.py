@@ -28,7 +28,7 @@ def stats(address: str) -> pb.AgentStatsResponse:
     """What bob (an operator of acme, with his own credential) reads."""
     person = CheckpointClient(address, timeout=10, token=PERSON_TOKEN)
     try:
-        return person._call(person._stub.AgentStats, pb.AgentStatsRequest(agent="recon"))
+        return person._call("AgentStats", pb.AgentStatsRequest(agent="recon"))
     finally:
         person.close()
 
