@@ -215,6 +215,14 @@ def test_the_driver_sends_traceparent_on_every_checkpoint_rpc_even_when_it_expor
     assert len({s["trace_id"] for s in checks}) == 1
     start = next(s for s in served if s["name"].endswith("/StartRun"))
     assert start["trace_id"] != checks[0]["trace_id"]
+    # the decision records carry the trace their RPC continued (the log's trace_id column)
+    from checkpoint.audit.reader import DecisionReader
+
+    records = list(DecisionReader(stack.data / "checkpoint" / "decisions.db").read())
+    by_decision = {s["attributes"].get("warden.decision_id"): s["trace_id"] for s in checks}
+    calls = [r for r in records if r["action"] == "tool_call"]
+    assert calls and all(r["trace_id"] == by_decision[r["decision_id"]] for r in calls)
+    assert next(r for r in records if r["action"] == "start_run")["trace_id"] == start["trace_id"]
 
 
 def test_a_caller_of_the_driver_that_sends_traceparent_gets_the_run_start_in_its_trace(
