@@ -37,6 +37,7 @@ from checkpoint.policy.lifecycle import (
     WITHDRAWN,
 )
 from checkpoint.policy.policyset import AgentVersion
+from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
 
@@ -118,6 +119,8 @@ class AgentCatalog:
             return
         if path is not None:
             private_sqlite(path)
+            # several checkpoint workers share the file: an act's check and write hold across them
+            self._lock = SharedLock(f"{path}.lock")  # type: ignore[assignment]
         # the server reads the catalog from gRPC worker threads and the reload watcher; the
         # lock serialises every use of the one connection
         self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))

@@ -36,6 +36,7 @@ from typing import Any
 import sqlite_utils
 
 from checkpoint.policy.learning_index import ERROR, SEVERITIES, WARNING
+from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
 PROPOSED, ACTIVE, STALE, REJECTED, RETIRED = "proposed", "active", "stale", "rejected", "retired"
@@ -121,6 +122,8 @@ class LearningStore:
         self._last_flush = time.monotonic()
         if path is not None:
             private_sqlite(path)
+            # several checkpoint workers share the file: an act's check and write hold across them
+            self._lock = SharedLock(f"{path}.lock")  # type: ignore[assignment]
         self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
         if path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")
