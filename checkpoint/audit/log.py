@@ -34,6 +34,7 @@ request threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -99,17 +100,20 @@ class DecisionLog:
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._append_timeout = append_timeout
+        # other processes append to this file too: take turns (see the module docstring)
+        self._shared = SharedLock(self.path.with_name(self.path.name + ".write-lock")) if shared else None
         try:
             private_sqlite(self.path)
-            self._conn: sqlite3.Connection | None = self._open()
-            last = store.head(self._conn)
+            # workers starting together would race to make the schema and switch to WAL, which
+            # SQLite answers "database is locked" without waiting: one at a time
+            with self._shared or contextlib.nullcontext():
+                self._conn: sqlite3.Connection | None = self._open()
+                last = store.head(self._conn)
         except (OSError, sqlite3.Error) as exc:
             raise AuditUnavailable(f"cannot open decision log {self.path}: {exc}") from exc
         self._committed_seq, self._committed_hash = last or (0, GENESIS_HASH)
         self._head_known = True  # _committed_* is the head on disk, as far as this writer knows
         self._reader = DecisionReader(self.path)
-        # other processes append to this file too: take turns (see the module docstring)
-        self._shared = SharedLock(self.path.with_name(self.path.name + ".write-lock")) if shared else None
 
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # writer waits here for records

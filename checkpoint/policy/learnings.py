@@ -124,18 +124,20 @@ class LearningStore:
             private_sqlite(path)
             # several checkpoint workers share the file: an act's check and write hold across them
             self._lock = SharedLock(f"{path}.lock")  # type: ignore[assignment]
-        self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
-        if path is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.table("learnings").create(
-            {"id": str, "tenant": str, "agent": str, "agent_version": str, "tool": str, "status": str,
-             "source": str, "code": str, "text": str, "severity": str, "severity_capped": int, "match": str,
-             "suggested_match": str, "proposed_by": str, "proposed_at": float, "reviewed_by": str,
-             "reviewed_at": float, "review_note": str, "occurrences": int, "last_occurrence_at": float,
-             "triggers": int, "last_triggered_at": float, "stale_at": float, "provenance": str, "dedup": str},
-            pk="id", if_not_exists=True, not_null={"id", "tenant", "status"},
-        )
-        self._db.execute("create index if not exists learnings_dedup on learnings (dedup, status)")
+        # workers opening a new file together race to make the schema and switch to WAL: one at a time
+        with self._lock:
+            self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
+            if path is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.table("learnings").create(
+                {"id": str, "tenant": str, "agent": str, "agent_version": str, "tool": str, "status": str,
+                 "source": str, "code": str, "text": str, "severity": str, "severity_capped": int, "match": str,
+                 "suggested_match": str, "proposed_by": str, "proposed_at": float, "reviewed_by": str,
+                 "reviewed_at": float, "review_note": str, "occurrences": int, "last_occurrence_at": float,
+                 "triggers": int, "last_triggered_at": float, "stale_at": float, "provenance": str, "dedup": str},
+                pk="id", if_not_exists=True, not_null={"id", "tenant", "status"},
+            )
+            self._db.execute("create index if not exists learnings_dedup on learnings (dedup, status)")
 
     # -- reads -------------------------------------------------------------------------------
 
