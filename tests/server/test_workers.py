@@ -196,9 +196,11 @@ def test_two_workers_one_port_one_log_that_verifies(tmp_path, policy_dir):
         assert all(c > 0 for c in counted), counted
         assert {(pb.VERDICT_ALLOW, "allowed"), (pb.VERDICT_DENY, "tool_not_allowed")} <= load.verdicts
         assert load.errors == 0
+        workers = _children(cluster.proc.pid)
     finally:
         code = cluster.stop()
     assert code == 0, cluster.proc.stderr.read().decode() if cluster.proc.stderr else ""
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "SIGTERM left a worker running"
     _assert_logged_and_verified(cluster.data, load.received)
     # the supervisor signed the last head after both workers stopped: it is the log's head
     heads = read_heads(heads_path(cluster.data / "decisions.db"))
@@ -242,3 +244,15 @@ def test_a_port_already_served_is_refused(tmp_path, policy_dir):
 def test_bad_worker_counts_are_refused(tmp_path, value):
     got = _warden("checkpoint", "serve", "--data", str(tmp_path / "d"), "--workers", value)
     assert got.returncode == 2 and "--workers" in got.stderr, got.stderr
+
+
+def test_workers_that_keep_failing_at_start_stop_the_checkpoint(tmp_path, policy_dir):
+    """A broken data folder must not become a restart loop: the supervisor stops all, exit 2."""
+    data = tmp_path / "data"
+    assert _warden("keys", "init", "--data", str(data)).returncode == 0
+    (data / "checkpoint.tokens").write_text(f"driver {TOKEN}\n")
+    (data / "decisions.db").write_bytes(b"this is not a SQLite database" * 100)
+    got = _warden("checkpoint", "serve", "--data", str(data), "--policies", str(policy_dir),
+                  "--address", f"127.0.0.1:{_free_port()}", "--socket", "", "--workers", "2")
+    assert got.returncode == 2, got.stderr
+    assert "times in a row: stopping" in got.stderr, got.stderr
