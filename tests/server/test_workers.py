@@ -63,7 +63,7 @@ def _children(pid: int) -> set[int]:
 
 
 class Cluster:
-    def __init__(self, tmp: Path, policies: Path, workers: str = "2"):
+    def __init__(self, tmp: Path, policies: Path, workers: str = "2", reload: str = "0"):
         self.data = tmp / "data"
         assert _warden("keys", "init", "--data", str(self.data)).returncode == 0
         (self.data / "checkpoint.tokens").write_text(f"driver {TOKEN}\n")
@@ -71,7 +71,7 @@ class Cluster:
         self.metrics = _two_free_ports()
         cmd = [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(self.data),
                "--policies", str(policies), "--address", f"127.0.0.1:{self.port}", "--socket", "",
-               "--reload-interval", "0", "--workers", workers, "--metrics-address", f"127.0.0.1:{self.metrics}"]  # fmt: skip
+               "--reload-interval", reload, "--reload-settle", "0.2", "--workers", workers, "--metrics-address", f"127.0.0.1:{self.metrics}"]  # fmt: skip
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.channels: list[grpc.Channel] = []
 
@@ -256,3 +256,23 @@ def test_workers_that_keep_failing_at_start_stop_the_checkpoint(tmp_path, policy
                   "--address", f"127.0.0.1:{_free_port()}", "--socket", "", "--workers", "2")
     assert got.returncode == 2, got.stderr
     assert "times in a row: stopping" in got.stderr, got.stderr
+
+
+@pytest.mark.timeout(240)
+def test_a_policy_edit_reaches_every_worker(tmp_path, policy_dir):
+    cluster = Cluster(tmp_path, policy_dir, reload="0.5")
+    try:
+        cluster.wait_serving()
+        before = {cluster.healthz(i)["policy_revision"] for i in range(2)}
+        assert len(before) == 1 and "" not in before
+        tool = policy_dir / "tools" / "get_task.yaml"
+        tool.write_text(tool.read_text().replace("Read a task's status and result.", "Read a task."))
+        deadline = time.monotonic() + 60
+        while True:
+            now = [cluster.healthz(i)["policy_revision"] for i in range(2)]
+            if len(set(now)) == 1 and set(now) != before:
+                break
+            assert time.monotonic() < deadline, f"revisions {now}, before {before}"
+            time.sleep(0.2)
+    finally:
+        assert cluster.stop() == 0
