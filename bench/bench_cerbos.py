@@ -8,7 +8,8 @@ skips. bench/cerbos/ holds its policy, an equivalent of the shipped recon agent,
 1. Equivalence: eight sample calls go to both. Cerbos answers ALLOW or DENY only; warden's
    REQUIRE_APPROVAL and HALT are "not now", so the two must agree on which calls may run now,
    and the bench lists every answer side by side.
-2. Throughput and latency, alternating servers round by round: warden with 1 worker and with
+2. Throughput and latency, alternating servers round by round: a no-op grpcio server answering
+   with the bytes of warden's answer (the floor of Python gRPC here), warden with 1 worker and with
    `--workers auto` (log on, record before answer, fail closed) against Cerbos with its audit off
    and with its `local` audit backend (which answers before its record is durable). Clients: the
    same Python grpc.aio client (one connection at c=1; 8 connections at c=32, since SO_REUSEPORT
@@ -109,6 +110,7 @@ class Server:
     metadata: tuple[tuple[str, str], ...] = ()
     workers: bool = False  # a supervisor: the servers are its children
     results: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    shares: list[list[float]] = field(default_factory=list)  # each worker's share of the CPU, per c=32 run
 
     def pids(self) -> list[int]:
         if not self.workers:
@@ -167,6 +169,21 @@ def start_warden(tmp: Path, workers: str, env: dict[str, str]) -> tuple[Server, 
             time.sleep(0.2)
         time.sleep(2.0)
     return server, token, run_token
+
+
+def start_noop(warden: Server, tmp: Path, env: dict[str, str]) -> Server:
+    """bench_grpc's no-op grpcio server answering warden's method with the bytes of a real answer
+    (grant included): the floor of the Python gRPC stack on this machine, in this run."""
+    with grpc.insecure_channel(warden.target) as channel:
+        answer = channel.unary_unary(warden.method)(warden.request, metadata=warden.metadata, timeout=10)
+    (tmp / "noop-answer.bin").write_bytes(answer)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bench_grpc.py"), "--noop-server", str(port),
+                             str(tmp / "noop-answer.bin")], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    target = f"127.0.0.1:{port}"
+    _wait_ready(target, warden.request, "unused", proc)
+    return Server("no-op grpcio server", target, proc, WARDEN_METHOD, warden.request, warden.metadata)
 
 
 def warden_request(run_token: str, tool: str, args: dict[str, Any], turn_tool_calls: int = 0) -> bytes:
@@ -289,10 +306,14 @@ async def python_load(server: Server, concurrency: int, seconds: float) -> dict[
                 latencies.append(time.perf_counter_ns() - t0)
 
         cpu = server.cpu()
+        per_worker = {pid: _cpu_seconds(pid) for pid in server.worker_pids()}
         started = time.perf_counter()
         await asyncio.gather(*(client(calls[i % len(calls)]) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
         cpu = server.cpu() - cpu
+        used = [_cpu_seconds(pid) - before for pid, before in per_worker.items()]
+        if concurrency > 1:  # how evenly the connections spread over the workers
+            server.shares.append([u / max(sum(used), 1e-9) for u in used])
     finally:
         for ch in channels:
             await ch.close()
@@ -357,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     servers: list[Server] = []
     try:
         one, _, run_token = start_warden(tmp, "1", env)
+        servers.append(start_noop(one, tmp, env))
         servers.append(one)
         auto, _, _ = start_warden(tmp, "auto", env)
         servers.append(auto)
@@ -405,6 +427,11 @@ def report(servers: list[Server], clients: list[str], auto: Server, local: Serve
         for s in servers:
             print(f"{s.name:<24} {_med(s, f'{client}/1', 'rps'):>12.0f} {_med(s, f'{client}/1', lat_field):>12.0f}"
                   f" {_med(s, f'{client}/32', 'rps'):>13.0f} {_med(s, f'{client}/32', 'cpu_us'):>17.0f}")
+        if client == "python" and auto.shares:
+            spread = [max(s) for s in auto.shares if len(s) > 1]
+            if spread:
+                print(f"{auto.name}: the busiest worker's share of the workers' CPU, per run: "
+                      + ", ".join(f"{x:.0%}" for x in spread) + " (SO_REUSEPORT hashes connections)")
         c32 = _med(auto, f"{client}/32", "rps") / _med(local, f"{client}/32", "rps")
         p50 = _med(auto, f"{client}/1", lat_field) / _med(local, f"{client}/1", lat_field)
         c1 = _med(auto, f"{client}/1", "rps") / _med(local, f"{client}/1", "rps")
