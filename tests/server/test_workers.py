@@ -276,3 +276,36 @@ def test_a_policy_edit_reaches_every_worker(tmp_path, policy_dir):
             time.sleep(0.2)
     finally:
         assert cluster.stop() == 0
+
+
+@pytest.mark.timeout(240)
+def test_workers_stop_when_the_supervisor_is_killed(tmp_path, policy_dir):
+    """No orphans serving on after a SIGKILL of the supervisor (nobody would restart or sign)."""
+    cluster = Cluster(tmp_path, policy_dir)
+    workers: set[int] = set()
+    try:
+        cluster.wait_serving()
+        workers = _children(cluster.proc.pid)
+        assert len(workers) == 2
+        os.kill(cluster.proc.pid, signal.SIGKILL)
+        cluster.proc.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while [pid for pid in workers if _running(pid)]:
+            assert time.monotonic() < deadline, "workers outlived their supervisor"
+            time.sleep(0.2)
+    finally:
+        cluster.stop()
+        for pid in workers:
+            if _running(pid):  # the test failed: leave no orphan behind
+                os.kill(pid, signal.SIGKILL)
+    verify = _warden("audit", "verify", "--data", str(cluster.data))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
