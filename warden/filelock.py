@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import weakref
 from pathlib import Path
 from types import TracebackType
 
@@ -28,6 +29,8 @@ class SharedLock:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         self._thread_lock = threading.RLock()
         self._depth = 0
+        # stores that own a lock have no close of their own: the descriptor goes with the lock
+        self._closer = weakref.finalize(self, _close_quietly, self._fd)
 
     def acquire(self) -> None:
         self._thread_lock.acquire()
@@ -53,7 +56,11 @@ class SharedLock:
         self.release()
 
     def close(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        self._closer()
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
