@@ -240,6 +240,10 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
                      metrics_address=_metrics_for(metrics_address, index), data_dir=data_dir,
                      head_interval=None, shared=True, **kwargs)
 
+    cpus = len(os.sched_getaffinity(0))
+    if count > cpus:  # `--workers` counted gRPC threads before it counted processes
+        log.warning("%d workers on %d CPUs: more processes than CPUs only adds memory and switching "
+                    "(gRPC threads per worker are --threads)", count, cpus)
     log.info("checkpoint serving on %s with %d workers", address, count)
     print(f"checkpoint: serving on {address} with {count} workers", file=sys.stderr, flush=True)
     return Supervisor(count, run_worker, sign_head=signer.sign_now, head_interval=head_interval).run()
