@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     checkpoint = subprocess.Popen(
         [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(data), "--policies", str(ROOT / "policies"),
-         "--address", f"127.0.0.1:{cp_port}", "--socket", "", "--reload-interval", "0", "--workers", str(WORKERS)],
+         "--address", f"127.0.0.1:{cp_port}", "--socket", "", "--reload-interval", "0", "--threads", str(WORKERS)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         preexec_fn=pin_server,
     )  # fmt: skip

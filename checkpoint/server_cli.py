@@ -9,6 +9,7 @@ socket `checkpoint.sock`.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import secrets
@@ -72,8 +73,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-request-bytes", type=int, default=1 << 20, help="largest request accepted (default 1 MiB)"
     )
     serve.add_argument(
-        "--workers", type=int, default=32,
-        help="gRPC worker threads (default 32; up to 16 of them may hold WatchDecisions streams)",
+        "--workers", type=_workers, default="1", metavar="N|auto",
+        help="checkpoint processes serving the one TCP port (SO_REUSEPORT), each with its own gRPC threads, "
+        "sharing the data folder and the decision log; 'auto': one per CPU (default 1). A supervisor restarts "
+        "a worker that dies and stops them all on SIGTERM. Worker i serves metrics on the metrics port + i; "
+        "the Unix socket is worker 0's (docs/checkpoint-service.md, 'Workers')",
+    )
+    serve.add_argument(
+        "--threads", type=int, default=32,
+        help="gRPC threads per worker (default 32; up to 16 of them may hold WatchDecisions streams)",
     )
     serve.add_argument(
         "--reload-interval", type=float, default=5.0,
@@ -139,6 +147,16 @@ def _duration(text: str) -> float:
     return seconds
 
 
+def _workers(text: str) -> str:
+    from checkpoint.server.workers import worker_count
+
+    try:
+        worker_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--workers: ")) from None
+    return text
+
+
 def _megabytes(text: str) -> float:
     try:
         value = float(text)
@@ -197,8 +215,14 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.audit import AuditUnavailable
     from checkpoint.server import AuthPolicy, TlsConfig, load_tokens, serve
     from checkpoint.server.auth import TokenFileError
+    from checkpoint.server.workers import serve_workers, worker_count
     from warden.grants import SigningKey
 
+    try:
+        workers = worker_count(args.workers)
+    except ValueError as exc:
+        print(f"warden: {exc}", file=sys.stderr)
+        return 2
     data = Path(args.data)
     key_path = _data_file(args.key, data, KEY_FILE)
     try:
@@ -228,8 +252,9 @@ def _serve_configured(args: argparse.Namespace) -> int:
     )
     auth = AuthPolicy(tokens=tokens, mtls=tls is not None)
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
+    run = serve if workers == 1 else functools.partial(serve_workers, workers)
     try:
-        return serve(
+        return run(
             address=args.address or None,
             uds_path=socket or None,
             uds_mode=int(args.socket_mode, 8),
@@ -243,7 +268,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
             settle=args.reload_settle,
             reload_polling=args.reload_polling,
             max_request_bytes=args.max_request_bytes,
-            max_workers=args.workers,
+            max_workers=args.threads,
             log_synchronous=args.durability,
             head_interval=args.head_interval or None,
             grace=args.grace,

@@ -144,7 +144,11 @@ def _convert_one(parser: argparse.ArgumentParser, action: argparse.Action, value
         if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ValueError(f"{value!r} is not a number")
         if kind not in (int, float) and not isinstance(value, str):
-            raise ValueError(f"{value!r} is not a string")
+            # a flag that parses its own text (N|auto, a size, a duration) takes a TOML number as that text
+            plain = kind in (None, str, parser._registry_get("type", None, None))
+            if plain or isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{value!r} is not a string")
+            value = str(value)
     if kind is not None:
         try:
             value = kind(value)

@@ -19,6 +19,13 @@ and it is retried once after reading the head under BEGIN IMMEDIATE. A failed tr
 forgets the kept head, so the next one reads it from what is committed, never from what was
 hoped to be. That also makes a restart resume the chain with no extra step.
 
+Several processes (`serve --workers N`). With ``shared=True`` every transaction first takes an
+exclusive ``flock`` on ``<log>.write-lock`` and reads the head under it, so the workers' commits
+take turns with no collision to roll back. SQLite's own busy handler would serve too, but it
+sleeps 1, 2, 5, 10... ms between tries, where a file lock hands over as soon as it is released.
+The kernel drops the lock of a killed process; SQLite drops its uncommitted frames. The seq
+check above stays as the backstop for any writer that does not take the lock.
+
 Cost. A lone record is one INSERT in autocommit mode (a transaction of its own), one statement
 where BEGIN / SELECT head / INSERT / COMMIT took four; a batch is BEGIN / INSERTs / COMMIT. Each
 statement releases and retakes the GIL, and on a busy server every retake is a wait behind the
@@ -27,6 +34,7 @@ request threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -39,6 +47,7 @@ from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import GENESIS_HASH, record_hash, to_row
 from checkpoint.audit.verify import Anchor, VerifyReport
+from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
 log = logging.getLogger(__name__)
@@ -85,15 +94,21 @@ class DecisionLog:
         synchronous: store.Synchronous = "NORMAL",
         append_timeout: float = 10.0,
         busy_timeout_ms: int = 5000,
+        shared: bool = False,
     ) -> None:
         self.path = Path(path)
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._append_timeout = append_timeout
+        # other processes append to this file too: take turns (see the module docstring)
+        self._shared = SharedLock(self.path.with_name(self.path.name + ".write-lock")) if shared else None
         try:
             private_sqlite(self.path)
-            self._conn: sqlite3.Connection | None = self._open()
-            last = self._head(self._conn)
+            # workers starting together would race to make the schema and switch to WAL, which
+            # SQLite answers "database is locked" without waiting: one at a time
+            with self._shared or contextlib.nullcontext():
+                self._conn: sqlite3.Connection | None = self._open()
+                last = self._head(self._conn)
         except (OSError, sqlite3.Error, segments.ManifestError) as exc:
             raise AuditUnavailable(f"cannot open decision log {self.path}: {exc}") from exc
         self._committed_seq, self._committed_hash = last or (0, GENESIS_HASH)
@@ -208,13 +223,22 @@ class DecisionLog:
 
     def _commit(self, batch: list[tuple[Any, ...]]) -> int:
         """Chain and insert ``batch`` in one transaction; return the first seq. Caller holds busy."""
+        if self._shared is None:
+            return self._commit_chained(batch)
+        with self._shared:
+            self._head_known = False  # another worker may have appended since our last commit
+            return self._commit_chained(batch)
+
+    def _commit_chained(self, batch: list[tuple[Any, ...]]) -> int:
         try:
             if self._conn is None:
                 self._conn = self._open()
             conn = self._conn
             try:
-                if not self._head_known:
+                if not self._head_known and self._shared is None:
                     raise _HeadUnknown
+                if not self._head_known:  # under the shared lock: what is committed is the head
+                    self._committed_seq, self._committed_hash = self._head(conn) or (0, GENESIS_HASH)
                 seq, prev = self._insert(conn, batch, self._committed_seq, self._committed_hash)
             except (_HeadUnknown, sqlite3.IntegrityError):
                 # Another writer appended (seq taken), or the head is unknown: read it under the
@@ -288,6 +312,8 @@ class DecisionLog:
         self._writer.join(timeout)
         if not self._writer.is_alive():
             self._discard_connection()
+            if self._shared is not None:
+                self._shared.close()
 
     def __enter__(self) -> DecisionLog:
         return self

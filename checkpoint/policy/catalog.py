@@ -37,6 +37,7 @@ from checkpoint.policy.lifecycle import (
     WITHDRAWN,
 )
 from checkpoint.policy.policyset import AgentVersion
+from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
 
@@ -118,28 +119,32 @@ class AgentCatalog:
             return
         if path is not None:
             private_sqlite(path)
+            # several checkpoint workers share the file: an act's check and write hold across them
+            self._lock = SharedLock(f"{path}.lock")  # type: ignore[assignment]
         # the server reads the catalog from gRPC worker threads and the reload watcher; the
         # lock serialises every use of the one connection
-        self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
-        if path is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.table("agent_versions").create(
-            {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
-            pk=("agent", "version"), if_not_exists=True,
-        )
-        self._db.table("policy_revisions").create(
-            {"revision": str, "files": str, "first_seen": str}, pk="revision", if_not_exists=True
-        )
-        self._db.table("agent_lifecycle").create(
-            {"agent": str, "version": str, "status": str, "source": str, "proposed_by": str, "proposed_at": str,
-             "note": str, "decided_by": str, "decided_at": str, "decision_note": str},
-            pk=("agent", "version"), if_not_exists=True,
-        )
-        _ensure_column(self._db.table("agent_lifecycle"), "proposed_for")
-        # per agent: the live version, and the version its policy file last defined
-        self._db.table("agent_live").create(
-            {"agent": str, "version": str, "file_version": str}, pk="agent", if_not_exists=True
-        )
+        # workers opening a new file together race to make the schema and switch to WAL: one at a time
+        with self._lock:
+            self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
+            if path is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.table("agent_versions").create(
+                {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
+                pk=("agent", "version"), if_not_exists=True,
+            )
+            self._db.table("policy_revisions").create(
+                {"revision": str, "files": str, "first_seen": str}, pk="revision", if_not_exists=True
+            )
+            self._db.table("agent_lifecycle").create(
+                {"agent": str, "version": str, "status": str, "source": str, "proposed_by": str, "proposed_at": str,
+                 "note": str, "decided_by": str, "decided_at": str, "decision_note": str},
+                pk=("agent", "version"), if_not_exists=True,
+            )
+            _ensure_column(self._db.table("agent_lifecycle"), "proposed_for")
+            # per agent: the live version, and the version its policy file last defined
+            self._db.table("agent_live").create(
+                {"agent": str, "version": str, "file_version": str}, pk="agent", if_not_exists=True
+            )
         # the skills and templates (entries.py): the same database, the same lock
         self.entries = EntryCatalog(self._db, self._lock)
 

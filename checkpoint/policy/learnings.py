@@ -36,6 +36,7 @@ from typing import Any
 import sqlite_utils
 
 from checkpoint.policy.learning_index import ERROR, SEVERITIES, WARNING
+from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
 PROPOSED, ACTIVE, STALE, REJECTED, RETIRED = "proposed", "active", "stale", "rejected", "retired"
@@ -121,18 +122,22 @@ class LearningStore:
         self._last_flush = time.monotonic()
         if path is not None:
             private_sqlite(path)
-        self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
-        if path is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.table("learnings").create(
-            {"id": str, "tenant": str, "agent": str, "agent_version": str, "tool": str, "status": str,
-             "source": str, "code": str, "text": str, "severity": str, "severity_capped": int, "match": str,
-             "suggested_match": str, "proposed_by": str, "proposed_at": float, "reviewed_by": str,
-             "reviewed_at": float, "review_note": str, "occurrences": int, "last_occurrence_at": float,
-             "triggers": int, "last_triggered_at": float, "stale_at": float, "provenance": str, "dedup": str},
-            pk="id", if_not_exists=True, not_null={"id", "tenant", "status"},
-        )
-        self._db.execute("create index if not exists learnings_dedup on learnings (dedup, status)")
+            # several checkpoint workers share the file: an act's check and write hold across them
+            self._lock = SharedLock(f"{path}.lock")  # type: ignore[assignment]
+        # workers opening a new file together race to make the schema and switch to WAL: one at a time
+        with self._lock:
+            self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
+            if path is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.table("learnings").create(
+                {"id": str, "tenant": str, "agent": str, "agent_version": str, "tool": str, "status": str,
+                 "source": str, "code": str, "text": str, "severity": str, "severity_capped": int, "match": str,
+                 "suggested_match": str, "proposed_by": str, "proposed_at": float, "reviewed_by": str,
+                 "reviewed_at": float, "review_note": str, "occurrences": int, "last_occurrence_at": float,
+                 "triggers": int, "last_triggered_at": float, "stale_at": float, "provenance": str, "dedup": str},
+                pk="id", if_not_exists=True, not_null={"id", "tenant", "status"},
+            )
+            self._db.execute("create index if not exists learnings_dedup on learnings (dedup, status)")
 
     # -- reads -------------------------------------------------------------------------------
 

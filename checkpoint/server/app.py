@@ -33,6 +33,7 @@ from checkpoint.server.metrics import Metrics, MetricsServer
 from checkpoint.server.ratelimit import PeerLimiter
 from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
 from checkpoint.server.service import CheckpointService
+from checkpoint.server.shared_state import SharedStateWatch
 from checkpoint.server.single_use import SingleUse
 from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -167,6 +168,7 @@ def create_server(
     rotate_bytes: int | None = None,
     rotate_age: float | None = None,
     rotate_interval: float = 30.0,
+    shared: bool = False,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -182,6 +184,10 @@ def create_server(
     `rotate_bytes`, `rotate_age`: seal the decision log into a segment when its live file's records
     use that many bytes, or its oldest record is that many seconds old, looked at every
     `rotate_interval` seconds (docs/audit.md, "Retention"); None: only `warden audit rotate`.
+    `shared`: one worker of several (`serve --workers N`, workers.py) on the same port and data
+    folder: the port is bound with SO_REUSEPORT, the log takes turns with the other writers,
+    other workers' catalog and learning acts are picked up before each decision, and heads are
+    left to the supervisor, which signs them for all.
     """
     data = Path(data_dir)
     private_folder(data)
@@ -207,14 +213,16 @@ def create_server(
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
-    decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous)  # type: ignore[arg-type]
+    decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous, shared=shared)  # type: ignore[arg-type]
     try:
-        head_signer = HeadSigner(decisions.head, data / "decisions.db", interval=head_interval)
+        head_signer = None if shared else HeadSigner(decisions.head, data / "decisions.db", interval=head_interval)
     except BaseException:
         decisions.close()
         raise
     service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"),
                                 learnings=LearningStore(data / "learnings.db"))
+    if shared:
+        service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], store.refresh).sync
     store.reload()  # after the service: what the first load changes in the catalog is recorded
     metrics.registry.register(AgentStatsCollector(service.agent_stats.stats))  # computed on scrape
 
@@ -228,7 +236,8 @@ def create_server(
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
             # Two checkpoints on one port would split traffic silently; fail the second bind instead.
-            ("grpc.so_reuseport", 0),
+            # Workers of one checkpoint share it on purpose (the supervisor checked it was free).
+            ("grpc.so_reuseport", 1 if shared else 0),
         ],
     )
     on_unauthenticated = _record_unauthenticated(service, refusal_limiter or PeerLimiter())

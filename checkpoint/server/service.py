@@ -82,6 +82,8 @@ class CheckpointService:
         self._watch_stops: set[threading.Event] = set()
         self._watch_lock = threading.Lock()
         self._decision_counters: dict[tuple[int, str], Any] = {}
+        # set when other processes share the data folder (`serve --workers N`): see shared_state.py
+        self.sync_shared: Callable[[], None] | None = None
         self.catalog = CatalogActs(self)
         self.agent_stats = AgentStatsReads(self)
         # the time rules read as `now`: the checkpoint's own clock, never a caller's (tests fix it)
@@ -94,6 +96,8 @@ class CheckpointService:
     # -- decisions -------------------------------------------------------------------------
 
     def _policies(self) -> PolicySet:
+        if self.sync_shared is not None:
+            self.sync_shared()  # another worker's catalog or learning act counts from now on
         policies = self.store.current
         if policies is None:
             raise Unavailable("policy_error", "no policy set is loaded; see the checkpoint's health details")

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from checkpoint.audit.record import now
+from warden.filelock import SharedLock
 
 
 class SingleUse:
@@ -24,10 +25,17 @@ class SingleUse:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # never readable by others
         os.close(fd)
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS used (key TEXT PRIMARY KEY, used_by TEXT NOT NULL, at TEXT NOT NULL)"
-        )
+        # workers opening a new file together race to make the table and switch to WAL, which SQLite
+        # answers "database is locked" without waiting: one at a time
+        opening = SharedLock(f"{self.path}.lock")
+        try:
+            with opening:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS used (key TEXT PRIMARY KEY, used_by TEXT NOT NULL, at TEXT NOT NULL)"
+                )
+        finally:
+            opening.close()
         self._lock = threading.Lock()
 
     def claim(self, key: str, used_by: str) -> str | None:

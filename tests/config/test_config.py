@@ -49,6 +49,14 @@ def test_precedence_flag_over_env_over_file_over_default(tmp_path, monkeypatch, 
     assert rows["--max-request-bytes"] == (str(1 << 20), "default")
 
 
+def test_a_toml_number_reaches_a_flag_that_parses_its_own_text(tmp_path, capsys):
+    """`workers = 3`, `rotate_size = 64`: a number in TOML is what an operator writes for N|auto or MB."""
+    (tmp_path / "cp.toml").write_text('[checkpoint.serve]\nworkers = 3\nrotate_size = 64\n')
+    rows = show(capsys, "checkpoint", "serve", "--config", "cp.toml")
+    assert rows["--workers"] == ("3", "file cp.toml:2")
+    assert rows["--rotate-size"] == ("64.0", "file cp.toml:3")
+
+
 def test_a_command_table_wins_over_the_top_and_the_default_location_is_read(tmp_path, capsys):
     (tmp_path / "warden.toml").write_text('data = "/top"\n[audit.verify]\ndata = "/verify"\n')
     assert show(capsys, "audit", "verify")["--data"] == ("/verify", "file warden.toml:3")
@@ -64,7 +72,10 @@ def test_the_flag_replaces_a_list_from_the_environment(monkeypatch, capsys):
 @pytest.mark.parametrize(("text", "line", "says"), [
     ('data = "x"\n\n[checkpoint.serve]\nworkrs = 4\n', 4, "unknown key 'workrs'"),
     ('[checkpoint.srve]\naddress = "x"\n', 1, "unknown key 'srve'"),
-    ('[checkpoint.serve]\n\nworkers = "4"\n', 3, "'4' is not an integer"),
+    ('[checkpoint.serve]\n\nthreads = "4"\n', 3, "'4' is not an integer"),
+    ('[checkpoint.serve]\n\nworkers = "many"\n', 3, "expected a number or 'auto'"),
+    ('[checkpoint.serve]\nworkers = true\n', 2, "True is not a string"),
+    ('[checkpoint.serve]\naddress = 5\n', 2, "5 is not a string"),
     ('verbose = "yes"\n', 1, "is not true or false"),
     ('[checkpoint.serve]\ndurability = "SOMETIMES"\n', 2, "not one of NORMAL, FULL"),
     ('[checkpoint.serve]\nworkers = 4\nworkers = 5\n', 3, "not TOML"),

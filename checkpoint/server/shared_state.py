@@ -1,0 +1,47 @@
+"""What other workers changed in the shared stores, seen before the next decision (`--workers N`).
+
+A worker that approves, retires or promotes refreshes its own policy set at once; the others
+must not go on deciding under the old catalog or learnings. SQLite's `PRAGMA data_version`
+changes on a connection whenever another connection committed to the file, and costs a few
+microseconds, so each request asks it (on a read-only connection of its own per store) and
+refreshes the policy set first when either store moved. Requests wait for that refresh: an
+act another worker has answered binds every decision that starts after the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+log = logging.getLogger("warden.checkpoint.shared")
+
+
+class SharedStateWatch:
+    def __init__(self, paths: list[Path], refresh: Callable[[], None]):
+        self._conns = [
+            sqlite3.connect(f"file:{quote(str(p.resolve()))}?mode=ro", uri=True, check_same_thread=False)
+            for p in paths
+        ]
+        self._refresh = refresh
+        self._lock = threading.Lock()
+        self._versions = self._read()
+
+    def _read(self) -> list[int]:
+        return [conn.execute("PRAGMA data_version").fetchone()[0] for conn in self._conns]
+
+    def sync(self) -> None:
+        with self._lock:
+            versions = self._read()
+            if versions != self._versions:
+                self._refresh()
+                # taken after the refresh succeeded: a failed one is tried again by the next request
+                self._versions = versions
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._conns:
+                conn.close()

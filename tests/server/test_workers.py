@@ -1,0 +1,311 @@
+"""`serve --workers 2`: two processes on one port, one decision log that takes both and verifies.
+
+Real parts throughout: the CLI's supervisor forks real workers on a real TCP port, clients on
+several connections (the kernel spreads connections, not calls, over SO_REUSEPORT sockets), and
+the log is read back from its SQLite file and checked with `warden audit verify`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from checkpoint.audit import DecisionReader
+from checkpoint.audit.heads import heads_path, read_heads
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
+
+from .conftest import REPO, TOKEN
+from .helpers import BearerAuth, tool_call
+
+CONNECTIONS = 8
+
+
+def _two_free_ports() -> int:
+    """A port p with p+1 free too (worker 1's metrics port is the base + 1)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no two adjacent free ports")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _warden(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "warden.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _children(pid: int) -> set[int]:
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+class Cluster:
+    def __init__(self, tmp: Path, policies: Path, workers: str = "2", reload: str = "0"):
+        self.data = tmp / "data"
+        assert _warden("keys", "init", "--data", str(self.data)).returncode == 0
+        (self.data / "checkpoint.tokens").write_text(f"driver {TOKEN}\n")
+        self.port = _free_port()
+        self.metrics = _two_free_ports()
+        cmd = [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(self.data),
+               "--policies", str(policies), "--address", f"127.0.0.1:{self.port}", "--socket", "",
+               "--reload-interval", reload, "--reload-settle", "0.2", "--workers", workers, "--metrics-address", f"127.0.0.1:{self.metrics}"]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.channels: list[grpc.Channel] = []
+
+    def stub(self) -> pb_grpc.CheckpointServiceStub:
+        # a channel of its own is a connection of its own: the kernel picks its worker
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.port}", options=[("grpc.use_local_subchannel_pool", 1)])
+        self.channels.append(channel)
+        return pb_grpc.CheckpointServiceStub(grpc.intercept_channel(channel, BearerAuth(TOKEN)))
+
+    def wait_serving(self, workers: int = 2) -> str:
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.proc.poll() is None, self.proc.stderr.read().decode() if self.proc.stderr else ""
+            try:
+                if all(self.healthz(i)["status"] == "SERVING" for i in range(workers)):
+                    return self.stub().ResolveAgent(pb.ResolveAgentRequest(agent="recon"), timeout=5).agent_version
+            except (OSError, grpc.RpcError):
+                pass
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.2)
+
+    def healthz(self, worker: int) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics + worker}/healthz", timeout=2) as got:
+            return json.loads(got.read())
+
+    def decisions_counted(self, worker: int) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics + worker}/metrics", timeout=2) as got:
+            text = got.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("warden_checkpoint_decisions_total{"))
+
+    def stop(self) -> int:
+        for channel in self.channels:
+            channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+
+class Load:
+    """Clients on CONNECTIONS connections, each starting a run and checking until stopped. Every
+    answer received is kept: those are the decisions the log must hold."""
+
+    def __init__(self, cluster: Cluster, version: str):
+        self.cluster, self.version = cluster, version
+        self.received: list[str] = []
+        self.verdicts: set[tuple[int, str]] = set()
+        self.errors = 0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._client, args=(n,)) for n in range(CONNECTIONS)]
+
+    def _client(self, n: int) -> None:
+        token = ""
+        i = 0
+        while not self.stop.is_set():
+            stub = self.cluster.stub()
+            try:
+                if not token:
+                    started = stub.StartRun(pb.StartRunRequest(person="alice", agent="recon", agent_version=self.version,
+                                                               mode=pb.RUN_MODE_INTERACTIVE), timeout=10)
+                    with self.lock:
+                        self.received.append(started.decision.decision_id)
+                    token = started.run_token
+                    assert token, started.decision
+                while not self.stop.is_set():
+                    i += 1
+                    req = tool_call("recon", self.version, "get_task" if i % 3 else "cancel_task",
+                                    {"task_id": f"task-{n}x{i}"})
+                    req.run.CopyFrom(pb.RunContext(run_token=token))
+                    resp = stub.Check(req, timeout=10)
+                    with self.lock:
+                        self.received.append(resp.decision_id)
+                        self.verdicts.add((resp.verdict, resp.code))
+            except grpc.RpcError:
+                with self.lock:
+                    self.errors += 1  # the worker behind this connection died: a new connection
+                time.sleep(0.05)
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def wait_for(self, n: int, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        start = len(self.received)
+        while len(self.received) - start < n:
+            assert time.monotonic() < deadline, f"only {len(self.received) - start} of {n} answers"
+            time.sleep(0.05)
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+
+def _assert_logged_and_verified(data: Path, received: list[str]) -> None:
+    verify = _warden("audit", "verify", "--data", str(data))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    logged = [r["decision_id"] for r in DecisionReader(data / "decisions.db").read()]
+    assert len(logged) == len(set(logged)), "a decision recorded twice"
+    missing = set(received) - set(logged)
+    assert not missing, f"{len(missing)} of {len(received)} answered decisions are not in the log"
+
+
+@pytest.mark.timeout(240)
+def test_two_workers_one_port_one_log_that_verifies(tmp_path, policy_dir):
+    cluster = Cluster(tmp_path, policy_dir)
+    try:
+        version = cluster.wait_serving()
+        assert len(_children(cluster.proc.pid)) == 2
+        with Load(cluster, version) as load:
+            load.wait_for(1500)
+        # both workers decided (each counts its own), and both kinds of answer came back
+        counted = [cluster.decisions_counted(i) for i in range(2)]
+        assert all(c > 0 for c in counted), counted
+        assert {(pb.VERDICT_ALLOW, "allowed"), (pb.VERDICT_DENY, "tool_not_allowed")} <= load.verdicts
+        assert load.errors == 0
+        workers = _children(cluster.proc.pid)
+    finally:
+        code = cluster.stop()
+    assert code == 0, cluster.proc.stderr.read().decode() if cluster.proc.stderr else ""
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "SIGTERM left a worker running"
+    _assert_logged_and_verified(cluster.data, load.received)
+    # the supervisor signed the last head after both workers stopped: it is the log's head
+    heads = read_heads(heads_path(cluster.data / "decisions.db"))
+    assert heads and (heads[-1].seq, heads[-1].hash) == DecisionReader(cluster.data / "decisions.db").head()
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_of_one_worker_under_load_loses_no_answered_record(tmp_path, policy_dir):
+    cluster = Cluster(tmp_path, policy_dir)
+    try:
+        version = cluster.wait_serving()
+        with Load(cluster, version) as load:
+            load.wait_for(800)
+            victim = min(_children(cluster.proc.pid))
+            os.kill(victim, signal.SIGKILL)
+            load.wait_for(800)  # the other worker (and the restarted one) go on answering
+            deadline = time.monotonic() + 60
+            while len(_children(cluster.proc.pid) - {victim}) < 2:  # the supervisor started a new one
+                assert time.monotonic() < deadline, "the killed worker was not restarted"
+                time.sleep(0.2)
+        assert load.errors > 0, "no call was cut by the kill: the test proved nothing"
+    finally:
+        code = cluster.stop()
+    assert code == 0
+    _assert_logged_and_verified(cluster.data, load.received)
+
+
+def test_a_port_already_served_is_refused(tmp_path, policy_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        data = tmp_path / "data"
+        assert _warden("keys", "init", "--data", str(data)).returncode == 0
+        got = _warden("checkpoint", "serve", "--data", str(data), "--policies", str(policy_dir),
+                      "--address", f"127.0.0.1:{port}", "--socket", "", "--workers", "2")
+    assert got.returncode == 2 and "cannot serve" in got.stderr, got.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "65", "many", "-1"])
+def test_bad_worker_counts_are_refused(tmp_path, value):
+    got = _warden("checkpoint", "serve", "--data", str(tmp_path / "d"), "--workers", value)
+    assert got.returncode == 2 and "--workers" in got.stderr, got.stderr
+
+
+def test_workers_that_keep_failing_at_start_stop_the_checkpoint(tmp_path, policy_dir):
+    """A broken data folder must not become a restart loop: the supervisor stops all, exit 2."""
+    data = tmp_path / "data"
+    assert _warden("keys", "init", "--data", str(data)).returncode == 0
+    (data / "checkpoint.tokens").write_text(f"driver {TOKEN}\n")
+    (data / "decisions.db").write_bytes(b"this is not a SQLite database" * 100)
+    got = _warden("checkpoint", "serve", "--data", str(data), "--policies", str(policy_dir),
+                  "--address", f"127.0.0.1:{_free_port()}", "--socket", "", "--workers", "2")
+    assert got.returncode == 2, got.stderr
+    assert "times in a row: stopping" in got.stderr, got.stderr
+
+
+@pytest.mark.timeout(240)
+def test_a_policy_edit_reaches_every_worker(tmp_path, policy_dir):
+    cluster = Cluster(tmp_path, policy_dir, reload="0.5")
+    try:
+        cluster.wait_serving()
+        before = {cluster.healthz(i)["policy_revision"] for i in range(2)}
+        assert len(before) == 1 and "" not in before
+        tool = policy_dir / "tools" / "get_task.yaml"
+        tool.write_text(tool.read_text().replace("Read a task's status and result.", "Read a task."))
+        deadline = time.monotonic() + 60
+        while True:
+            now = [cluster.healthz(i)["policy_revision"] for i in range(2)]
+            if len(set(now)) == 1 and set(now) != before:
+                break
+            assert time.monotonic() < deadline, f"revisions {now}, before {before}"
+            time.sleep(0.2)
+    finally:
+        assert cluster.stop() == 0
+
+
+@pytest.mark.timeout(240)
+def test_workers_stop_when_the_supervisor_is_killed(tmp_path, policy_dir):
+    """No orphans serving on after a SIGKILL of the supervisor (nobody would restart or sign)."""
+    cluster = Cluster(tmp_path, policy_dir)
+    workers: set[int] = set()
+    try:
+        cluster.wait_serving()
+        workers = _children(cluster.proc.pid)
+        assert len(workers) == 2
+        os.kill(cluster.proc.pid, signal.SIGKILL)
+        cluster.proc.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while [pid for pid in workers if _running(pid)]:
+            assert time.monotonic() < deadline, "workers outlived their supervisor"
+            time.sleep(0.2)
+    finally:
+        cluster.stop()
+        for pid in workers:
+            if _running(pid):  # the test failed: leave no orphan behind
+                os.kill(pid, signal.SIGKILL)
+    verify = _warden("audit", "verify", "--data", str(cluster.data))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
