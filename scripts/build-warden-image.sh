@@ -62,7 +62,7 @@ fi
 # --- the base: Debian packages only -------------------------------------------------------------
 # essential (not minbase): no apt in the runtime; path-exclude keeps docs, man pages and locales
 # out but every package's copyright file in. The merged-/usr hook avoids pulling usrmerge and perl.
-base_args="--variant=essential --include=python3,tini
+base_args="--variant=essential --include=python3,tini,libstdc++6
 --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
 --dpkgopt=path-exclude=/usr/share/doc/*
 --dpkgopt=path-include=/usr/share/doc/*/copyright
