@@ -57,6 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--person", default=None,
                     help="the person at the keyboard, when DATA has no operators file yet (default: env "
                          "WARDEN_PERSON, else alice, the sample tenant's admin); they need a role in the tenant")
+    up.add_argument("--prepare-only", action="store_true",
+                    help="create the key material under DATA (checkpoint/, toolrunner/ with its own copy of the "
+                         "grant key, driver/) and exit without starting anything: for a container per process "
+                         "(deploy/compose.yaml, docs/deploy.md)")
     up.set_defaults(func=_up)
 
     def client_args(p: argparse.ArgumentParser) -> None:
@@ -207,8 +211,13 @@ def _up(args: argparse.Namespace) -> int:
     except ValueError:
         print("warden up: --ports takes three ports, e.g. 7401,7402,7403", file=sys.stderr)
         return 2
-    return run_up(Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
-                        person=args.person))
+    stack = Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
+                  person=args.person)
+    if args.prepare_only:
+        from driver.up import prepare_only
+
+        return prepare_only(stack)
+    return run_up(stack)
 
 
 # -- client side ----------------------------------------------------------------------------
