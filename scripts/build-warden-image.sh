@@ -29,6 +29,8 @@ TAG_ALL=${TAG_ALL:-warden-all:local}
 PIP_VERSION=24.3.1
 
 say() { echo "build-warden-image: $*" >&2; }
+t0=$(date +%s)
+took() { echo "$(($(date +%s) - t0))s"; }
 
 usage() {
 	cat <<'HELP'
@@ -103,7 +105,7 @@ else
 		--change 'CMD ["python3"]' \
 		"$stage/base.tar" "$BASE_TAG" >/dev/null
 	rm -f "$stage/base.tar"
-	say "built $BASE_TAG ($(image_id "$BASE_TAG"))"
+	say "built $BASE_TAG ($(image_id "$BASE_TAG")) at $(took)"
 fi
 
 # --- warden on it -------------------------------------------------------------------------------
@@ -141,7 +143,7 @@ make_wheels() {
 		fi
 		mv "$stage"/pipdl/pip-*.whl "$stage/ctx/pip/pip.whl"
 	fi
-	say "wheels for warden[$extras] with $PYTHON -m pip"
+	say "wheels for warden[$extras] with $PYTHON -m pip (at $(took))"
 	rm -rf "$stage/ctx/deps-$extras" "$stage/ctx/warden"
 	mkdir -p "$stage/ctx/warden"
 	# pip's output goes to a file, shown only when it fails (a pip.conf naming absent local
@@ -164,7 +166,7 @@ build() {
 		return 0
 	fi
 	make_wheels "$extras"
-	say "building $tag (warden[$extras])"
+	say "building $tag (warden[$extras]) at $(took)"
 	# The classic builder's deprecation notice goes to the log too; the log is shown on failure.
 	if ! docker build \
 		--file "$here/deploy/Dockerfile" \
@@ -178,7 +180,7 @@ build() {
 		say "docker build of $tag failed"
 		exit 1
 	fi
-	say "built $tag ($(image_id "$tag"), $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
+	say "built $tag ($(image_id "$tag"), $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}')) at $(took)"
 }
 
 for target in $targets; do
