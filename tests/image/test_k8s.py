@@ -1,5 +1,6 @@
-"""deploy/k8s/driver-with-checkpoint.yaml, read as the API server would get it (no cluster here,
-no kubectl from Debian's mirror): the checkpoint is a native sidecar probed over gRPC on the port
+"""deploy/k8s/driver-with-checkpoint.yaml, validated against Kubernetes' OpenAPI schemas of the
+oldest version it claims (1.29, native sidecars) and the newest the validator knows, strictly (an
+unknown field is an error), then read for what it promises (no cluster here): the checkpoint is a native sidecar probed over gRPC on the port
 it serves, drains on preStop within the grace period, runs as the image's non-root user, and is
 reachable from its own pod only; the driver never mounts the grant key."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -17,6 +19,20 @@ MANIFEST = ROOT / "deploy" / "k8s" / "driver-with-checkpoint.yaml"
 @pytest.fixture(scope="module")
 def docs() -> dict[str, dict]:
     return {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text()) if d}
+
+
+@pytest.mark.parametrize("version", ["1.29.0", kubernetes_validate.latest_version()])
+def test_every_resource_is_valid_for_kubernetes(version):
+    for doc in yaml.safe_load_all(MANIFEST.read_text()):
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_validator_refuses_a_misspelled_probe():
+    [stateful] = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d["kind"] == "StatefulSet"]
+    sidecar = next(c for c in stateful["spec"]["template"]["spec"]["initContainers"] if c["name"] == "checkpoint")
+    sidecar["readinesProbe"] = sidecar.pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(stateful, "1.29.0", strict=True)
 
 
 def _arg(args: list[str], flag: str) -> str:
