@@ -9,7 +9,7 @@ import json
 
 import grpc
 import pytest
-from conftest import DRIVER_TOKEN, TAG, UID, docker
+from image_harness import DRIVER_TOKEN, TAG, UID, docker
 
 from checkpoint.audit import DecisionReader
 from driver.clients import CheckpointClient
