@@ -6,10 +6,13 @@ open on TCP without a credential."""
 from __future__ import annotations
 
 import json
+import shutil
+import time
+import uuid
 
 import grpc
 import pytest
-from image_harness import DRIVER_TOKEN, TAG, UID, docker
+from image_harness import DRIVER_TOKEN, LABEL, ROOT, TAG, UID, docker, prepare_data
 
 from checkpoint.audit import DecisionReader
 from driver.clients import CheckpointClient
@@ -117,3 +120,30 @@ def test_the_runtime_has_no_installer_compiler_or_package_manager(image):
     assert config["User"] == f"{UID}:{UID}"
     assert config["Healthcheck"]["Test"][1:] == ["/opt/warden/bin/python", "-m", "warden.healthcheck"]
     assert config["Entrypoint"] == ["/usr/bin/tini", "--", "warden"]
+
+
+def test_a_checkpoint_without_a_loaded_policy_set_is_reported_unhealthy(image, tmp_path):
+    """The image's health check is no liveness ping: NOT_SERVING (no policy set loaded) makes
+    the container unhealthy, so an orchestrator routes nothing to a checkpoint that can only refuse."""
+    prepare_data(tmp_path / "data")
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies)
+    (policies / "agents" / "broken.yaml").write_text("kind: Agent\nname: [not, a, name\n")
+    name = f"warden-image-test-{uuid.uuid4().hex[:10]}"
+    docker("run", "-d", "--name", name, "--label", LABEL,
+           "--volume", f"{tmp_path / 'data'}:/var/lib/warden", "--volume", f"{policies}:/etc/warden/policies:ro",
+           "--health-interval", "1s", "--health-start-period", "0s", "--health-retries", "2", image)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            state = json.loads(docker("inspect", "--format", "{{json .State}}", name).stdout)
+            health = state.get("Health") or {}
+            if health.get("Status") == "unhealthy" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert state["Running"], "the checkpoint keeps running, waiting for an edit that loads"
+        assert health.get("Status") == "unhealthy", health
+        last = health["Log"][-1]
+        assert last["ExitCode"] == 1 and "NOT_SERVING" in last["Output"], last
+    finally:
+        docker("rm", "-f", name, check=False)
