@@ -18,7 +18,13 @@
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-PYTHON=${PYTHON:-python3}
+# The host interpreter whose pip makes the wheels: PYTHON, else python3, else the project's .venv.
+if [ -z "${PYTHON:-}" ]; then
+	PYTHON=python3
+	if ! python3 -m pip --version >/dev/null 2>&1 && [ -x "$here/.venv/bin/python" ]; then
+		PYTHON=$here/.venv/bin/python
+	fi
+fi
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 BASE_TAG=${BASE_TAG:-warden-base:local}
@@ -120,12 +126,16 @@ source_inputs=$(
 	} | sha256sum | cut -d' ' -f1
 )
 
-host_py=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # The wheels of one extras set: deps/EXTRAS holds every dependency, warden/ warden's own wheel, so
 # a change to warden's code leaves the builder's dependency layer cached.
 make_wheels() {
 	extras=$1
 	if [ ! -d "$stage/src" ]; then
+		if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+			say "$PYTHON has no pip: set PYTHON to a Python 3.11 with pip (e.g. PYTHON=.venv/bin/python after make install)"
+			exit 1
+		fi
+		host_py=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 		base_py=$(docker run --rm --network none "$BASE_TAG" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 		if [ "$host_py" != "$base_py" ]; then
 			say "$PYTHON is Python $host_py but the image's is $base_py: the wheels must match; set PYTHON=python$base_py"
