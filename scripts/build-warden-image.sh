@@ -1,7 +1,7 @@
 #!/bin/sh
 # Build warden's own container images with no image registry (none is reachable here):
 #
-#   warden-base:local  Debian bookworm's python3 and tini, made from Debian packages with mmdebstrap
+#   warden-base:local  Debian bookworm's python3, tini and libstdc++6, made from Debian packages with mmdebstrap
 #                      (variant essential: no apt, no compiler) and loaded with `docker import`
 #   warden:local       the checkpoint: a venv of warden[checkpoint] on that base (deploy/Dockerfile)
 #   warden-all:local   the same with warden[all], for the driver and the toolrunner (only when asked:
@@ -45,7 +45,7 @@ usage: scripts/build-warden-image.sh [checkpoint] [all]
 Build warden's container images locally, with no image registry:
   checkpoint  warden:local      warden[checkpoint]: `warden checkpoint serve` (the default)
   all         warden-all:local  warden[all]: also `warden driver serve` and `warden toolrunner serve`
-Both rest on warden-base:local (Debian bookworm python3 + tini, made with mmdebstrap).
+Both rest on warden-base:local (Debian bookworm python3, tini, libstdc++6; made with mmdebstrap).
 An image whose inputs did not change is skipped; FORCE=1 rebuilds everything, FORCE_BASE=1 the base.
 Needs: a Docker engine (scripts/ensure-docker.sh), mmdebstrap (apt-get install mmdebstrap),
 a host Python 3.11 with pip that reaches PyPI (PYTHON=...). See docs/deploy.md.
