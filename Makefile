@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install gen lint test demo bench images clean
+.PHONY: all install gen lint test demo bench images image clean
 
 all: test
 
@@ -28,6 +28,11 @@ lint: $(STAMP)
 # tests and the demo run real containers; without an engine this fails saying how to get one.
 images:
 	scripts/ensure-docker.sh && scripts/build-images.sh
+
+# warden's own container images (warden:local, warden-all:local) from Debian packages and PyPI
+# wheels, no registry (docs/deploy.md); skipped when up to date.
+image:
+	scripts/ensure-docker.sh && scripts/build-warden-image.sh checkpoint all
 
 # One command runs every check: ruff, mypy, then the whole suite.
 test: lint images

@@ -63,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="the person at the keyboard, when DATA has no operators file yet (default: env "
                          "WARDEN_PERSON, else alice, the sample tenant's admin); they need a role in the tenant")
     observability.add_arguments(up, passed_on=True)
+    up.add_argument("--prepare-only", action="store_true",
+                    help="create the key material under DATA (checkpoint/, toolrunner/ with its own copy of the "
+                         "grant key, driver/) and exit without starting anything: for a container per process "
+                         "(deploy/compose.yaml, docs/deploy.md)")
     up.set_defaults(func=_up)
 
     def client_args(p: argparse.ArgumentParser) -> None:
@@ -228,8 +232,13 @@ def _up(args: argparse.Namespace) -> int:
         print("warden up: --ports takes three ports, e.g. 7401,7402,7403", file=sys.stderr)
         return 2
     serve_args = ["--log-format", args.log_format] + (["--otlp-endpoint", args.otlp_endpoint] if args.otlp_endpoint else [])
-    return run_up(Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
-                        person=args.person, serve_args=serve_args))
+    stack = Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
+                  person=args.person, serve_args=serve_args)
+    if args.prepare_only:
+        from driver.up import prepare_only
+
+        return prepare_only(stack)
+    return run_up(stack)
 
 
 # -- client side ----------------------------------------------------------------------------

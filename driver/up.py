@@ -342,6 +342,22 @@ class Stack:
         return next((c for c in self.children if c.proc is not None and c.proc.poll() is not None), None)
 
 
+def prepare_only(stack: Stack, out=sys.stdout) -> int:  # type: ignore[no-untyped-def]
+    """`warden up --prepare-only`: the key material `prepare` makes, laid out for processes that
+    each run in a container of their own (deploy/compose.yaml), and nothing started. Each
+    container mounts only its own folder, so the toolrunner's gets its own copy of the grant key;
+    the driver's never holds one."""
+    stack.prepare()
+    copy = stack.toolrunner_data / GRANT_KEY_FILE
+    key = stack.grant_key.read_text()
+    if not copy.exists() or copy.read_text() != key:
+        copy.unlink(missing_ok=True)
+        _write_private(copy, key)
+    for folder in (stack.checkpoint_data, stack.toolrunner_data, stack.driver_data):
+        print(f"{folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}", file=out, flush=True)
+    return 0
+
+
 def run_up(stack: Stack) -> int:
     print(f"warden up: data in {stack.data}, policies from {stack.policies}", flush=True)
     try:

@@ -39,6 +39,11 @@ if [ ! -x /usr/bin/busybox ] && command -v apt-get >/dev/null 2>&1; then
 		say "could not install busybox-static (needed by scripts/build-images.sh)"
 fi
 
+if ! command -v mmdebstrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+	apt_get install -y mmdebstrap ||
+		say "could not install mmdebstrap (needed by scripts/build-warden-image.sh for warden's own image)"
+fi
+
 note_runsc() {
 	if command -v runsc >/dev/null 2>&1 && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
 		say "note: runsc is installed but this engine has no 'runsc' runtime (add it to daemon.json to use gVisor)"
