@@ -13,7 +13,9 @@ from typing import Any
 
 from warden import observability
 from warden.budget_fields import FIELDS as BUDGET_FIELDS
-from warden.cli import add_grace_flag, add_metrics_flag
+from warden.cli import STOP_MARGIN, add_grace_flag, add_metrics_flag
+
+UP_GRACE = 10.0  # a stack on a laptop: Ctrl-C should not take 30 s
 
 # WARDEN_DATA, WARDEN_DRIVER, WARDEN_CHECKPOINT, ... reach every command through warden/config.py
 DEFAULT_DATA = ".warden"
@@ -63,6 +65,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="the person at the keyboard, when DATA has no operators file yet (default: env "
                          "WARDEN_PERSON, else alice, the sample tenant's admin); they need a role in the tenant")
     observability.add_arguments(up, passed_on=True)
+    up.add_argument("--grace", type=float, default=UP_GRACE, metavar="SECONDS",
+                    help=f"passed on to all three: on Ctrl-C or SIGTERM calls in flight get this long to finish "
+                         f"(default {UP_GRACE:g}; a served process alone defaults to 30); a child still running "
+                         f"{STOP_MARGIN:g} s after that is killed")
     up.add_argument("--prepare-only", action="store_true",
                     help="create the key material under DATA (checkpoint/, toolrunner/ with its own copy of the "
                          "grant key, driver/) and exit without starting anything: for a container per process "
@@ -231,9 +237,10 @@ def _up(args: argparse.Namespace) -> int:
     except ValueError:
         print("warden up: --ports takes three ports, e.g. 7401,7402,7403", file=sys.stderr)
         return 2
-    serve_args = ["--log-format", args.log_format] + (["--otlp-endpoint", args.otlp_endpoint] if args.otlp_endpoint else [])
+    serve_args = ["--log-format", args.log_format, "--grace", f"{args.grace:g}"]
+    serve_args += ["--otlp-endpoint", args.otlp_endpoint] if args.otlp_endpoint else []
     stack = Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
-                  person=args.person, serve_args=serve_args)
+                  person=args.person, serve_args=serve_args, grace=args.grace)
     if args.prepare_only:
         from driver.up import prepare_only
 

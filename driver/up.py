@@ -43,6 +43,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from warden.cli import DEFAULT_GRACE, STOP_MARGIN
+
 OPERATORS_FILE = "operators.tokens"
 OPERATOR_TOKEN_FILE = "operator.token"
 PERSON_CHECKPOINT_TOKEN_FILE = "checkpoint.token"
@@ -230,6 +232,7 @@ class Stack:
     driver_args: list[str] = field(default_factory=list)
     person: str | None = None  # the person at the keyboard when DATA has no operators file yet
     serve_args: list[str] = field(default_factory=list)  # given to all three, e.g. --log-format json
+    grace: float = DEFAULT_GRACE  # what the children drain for (serve_args carries --grace to them)
     children: list[Child] = field(default_factory=list)
 
     @property
@@ -325,7 +328,7 @@ class Stack:
                 raise RuntimeError(f"{child.name} did not start: {exc}\n--- {child.log_path}\n" + "\n".join(tail)) from None
             print(f"  {child.name:<10} healthy on {child.address}  (log {child.log_path})", file=out, flush=True)
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self) -> None:
         for child in reversed(self.children):
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGTERM)
@@ -333,7 +336,7 @@ class Stack:
             if child.proc is None:
                 continue
             try:
-                child.proc.wait(grace)
+                child.proc.wait(self.grace + STOP_MARGIN)  # its drain, then its log closes
             except subprocess.TimeoutExpired:
                 child.proc.kill()
                 child.proc.wait()

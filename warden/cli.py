@@ -61,6 +61,7 @@ def optional_file(given: str | Path | None, default: Path) -> Path | None:
 
 
 DEFAULT_GRACE = 30.0  # seconds; Kubernetes' default terminationGracePeriodSeconds is 30 too
+STOP_MARGIN = 5.0  # after the grace: a stopping server closes its log; a supervisor waits this long more
 
 
 def add_grace_flag(parser: argparse.ArgumentParser) -> None:

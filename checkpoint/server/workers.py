@@ -37,14 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from warden.drain import DEFAULT_GRACE
+from warden.cli import DEFAULT_GRACE, STOP_MARGIN
 
 log = logging.getLogger("warden.checkpoint.workers")
 
 MAX_WORKERS = 64
 QUICK_EXIT_SECONDS = 5.0  # a worker that dies this soon after its start failed to start ...
 QUICK_EXITS_ALLOWED = 3  # ... and this many such deaths in a row stop the whole checkpoint
-STOP_MARGIN_SECONDS = 5.0  # after SIGTERM a worker has --grace seconds to drain, then this long to close
 
 
 def worker_count(text: str) -> int:
@@ -107,7 +106,7 @@ class Supervisor:
         *,
         sign_head: Callable[[], Any] | None = None,
         head_interval: float | None = None,
-        stop_wait: float = DEFAULT_GRACE + STOP_MARGIN_SECONDS,
+        stop_wait: float = DEFAULT_GRACE + STOP_MARGIN,
     ):
         self._stop_wait = stop_wait
         self.count = count
@@ -264,6 +263,6 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
     log.info("checkpoint serving on %s with %d workers", address, count)
     print(f"checkpoint: serving on {address} with {count} workers", file=sys.stderr, flush=True)
     # a worker drains its calls for up to --grace seconds after SIGTERM: wait that long before SIGKILL
-    stop_wait = float(kwargs.get("grace", DEFAULT_GRACE)) + STOP_MARGIN_SECONDS
+    stop_wait = float(kwargs.get("grace", DEFAULT_GRACE)) + STOP_MARGIN
     return Supervisor(count, run_worker, sign_head=signer.sign_now, head_interval=head_interval,
                       stop_wait=stop_wait).run()
