@@ -497,6 +497,17 @@ def _export(args: argparse.Namespace) -> int:
     reader = _reader(args)
     if reader is None:
         return EXIT_USAGE
+    if args.after > 0:
+        from checkpoint.audit import segments
+
+        start = segments.read_manifest(reader.path).start[0]
+        if args.after < start:
+            # an incremental export resumes where the last one stopped: the records between were
+            # pruned before it ran, and reading on past them would hide that they ever existed
+            print(f"warden audit export: records {args.after + 1}..{start} were pruned before this export; the log "
+                  f"now starts after seq {start}. Nothing written: to accept the loss, export --after {start}",
+                  file=sys.stderr)
+            return EXIT_BROKEN
     records = reader.read(args.after, **_filters(args))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
