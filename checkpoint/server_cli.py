@@ -174,6 +174,7 @@ def _data_file(given: str | None, data: Path, name: str) -> Path:
 
 def _keys_init(args: argparse.Namespace) -> int:
     from warden.grants import SigningKey
+    from warden.private import private_folder
 
     data = Path(args.data)
     key_path = _data_file(args.key, data, KEY_FILE)
@@ -189,7 +190,7 @@ def _keys_init(args: argparse.Namespace) -> int:
     if tokens_path.exists():
         print(f"kept existing tokens {tokens_path}")
     else:
-        tokens_path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(tokens_path.parent)
         fd = os.open(tokens_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write("# caller-name token; one per line. Clients send `authorization: Bearer <token>`.\n")

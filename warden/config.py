@@ -12,7 +12,10 @@ The whole file is checked whatever command runs: an unknown table or key, or a v
 refuse, is an error naming the file and line, and nothing runs (fail closed: a typo in `[checkpoint.serve]`
 must not start a checkpoint with a default the operator meant to change).
 
-Positional arguments are not settings: they say what to act on, not how.
+Positional arguments are not settings: they say what to act on, not how. Nor are the flags a command
+marks with `what_to_act_on` (the audit commands' filters and --after/--since/--until): a variable
+set for one command (WARDEN_PERSON, the person at the keyboard for `warden up`) must not quietly
+narrow what another reads (`audit export --person`).
 """
 
 from __future__ import annotations
@@ -59,9 +62,19 @@ class Resolved:
         self.settings: dict[str, tuple[Any, Source]] = {}  # key -> (value, source)
 
 
+_ACT_ON = "_warden_act_on"
+
+
+def what_to_act_on(*marked: argparse.ArgumentParser | argparse.Action) -> None:
+    """Mark these options (every option of a parser given) as saying what to act on: command line only."""
+    for item in marked:
+        for action in item._actions if isinstance(item, argparse.ArgumentParser) else [item]:
+            setattr(action, _ACT_ON, True)
+
+
 def key_of(action: argparse.Action) -> str | None:
     """The file key of a flag (`--max-request-bytes` -> `max_request_bytes`); None: not a setting."""
-    if isinstance(action, _SKIPPED) or not action.option_strings:
+    if isinstance(action, _SKIPPED) or not action.option_strings or getattr(action, _ACT_ON, False):
         return None
     longs = [s for s in action.option_strings if s.startswith("--")]
     if not longs or longs[0] == CONFIG_FLAG:

@@ -32,15 +32,21 @@ class SharedLock:
         # stores that own a lock have no close of their own: the descriptor goes with the lock
         self._closer = weakref.finalize(self, _close_quietly, self._fd)
 
-    def acquire(self) -> None:
-        self._thread_lock.acquire()
+    def acquire(self, blocking: bool = True) -> bool:
+        """Take the lock; with `blocking=False` only when it is free now (False: not taken)."""
+        if not self._thread_lock.acquire(blocking):
+            return False
         if self._depth == 0:
             try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                fcntl.flock(self._fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._thread_lock.release()
+                return False
             except BaseException:
                 self._thread_lock.release()
                 raise
         self._depth += 1
+        return True
 
     def release(self) -> None:
         self._depth -= 1

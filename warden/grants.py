@@ -22,6 +22,7 @@ from google.protobuf import timestamp_pb2
 
 from warden import canonical
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.private import private_folder
 
 DEFAULT_TTL_SECONDS = 120
 KEY_BYTES = 32
@@ -58,7 +59,7 @@ class SigningKey:
     def save(self, path: str | Path) -> None:
         """Write the key readable by its owner only (0600); refuse to overwrite."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(path.parent)  # a folder made here holds the key: owner only, as the stores' are
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"key_id": self.key_id, "secret": self.secret.hex(), "alg": "HS256"}, f)

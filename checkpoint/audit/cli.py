@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from warden.config import what_to_act_on
+
 if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
     from checkpoint.audit.reader import DecisionReader
     from checkpoint.audit.store import Filters
@@ -87,6 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="only records whose shadow answer (`mode: shadow` rules enforced) differs from the "
                          "enforced one, in verdict or code")
 
+    # what to read, never how: a WARDEN_PERSON meant for `warden up` must not narrow an export
+    what_to_act_on(filters, window)
+
     tail = commands.add_parser(
         "tail", parents=[where, filters], help="the last records; --follow for new ones"
     )
@@ -100,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tail.set_defaults(func=_tail)
 
     query = commands.add_parser("query", parents=[where, filters, window], help="records matching filters")
-    query.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq")
+    what_to_act_on(query.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq"))
     limit = query.add_mutually_exclusive_group()
     limit.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
                        help=f"at most N records (default {DEFAULT_LIMIT})")
@@ -149,7 +154,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "anchors", parents=[where], help="print the signed heads (JSON lines), to keep elsewhere"
     )
     anchors.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    anchors.add_argument("--after", type=int, default=0, metavar="SEQ", help="only heads after this seq")
+    what_to_act_on(anchors.add_argument("--after", type=int, default=0, metavar="SEQ", help="only heads after this seq"))
     anchors.set_defaults(func=_anchors)
 
     head = commands.add_parser(
@@ -186,13 +191,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export", parents=[where, filters, window], help="JSON lines for a SIEM, with hashes"
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    export.add_argument(
+    what_to_act_on(export.add_argument(
         "--after",
         type=int,
         default=0,
         metavar="SEQ",
         help="only records after this seq (incremental shipping)",
-    )
+    ))
     export.set_defaults(func=_export)
 
     from checkpoint.audit import ship_cli  # its own module: argparse only, the shipping loads when it runs
@@ -492,6 +497,17 @@ def _export(args: argparse.Namespace) -> int:
     reader = _reader(args)
     if reader is None:
         return EXIT_USAGE
+    if args.after > 0:
+        from checkpoint.audit import segments
+
+        start = segments.read_manifest(reader.path).start[0]
+        if args.after < start:
+            # an incremental export resumes where the last one stopped: the records between were
+            # pruned before it ran, and reading on past them would hide that they ever existed
+            print(f"warden audit export: records {args.after + 1}..{start} were pruned before this export; the log "
+                  f"now starts after seq {start}. Nothing written: to accept the loss, export --after {start}",
+                  file=sys.stderr)
+            return EXIT_BROKEN
     records = reader.read(args.after, **_filters(args))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:

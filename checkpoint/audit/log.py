@@ -21,7 +21,9 @@ hoped to be. That also makes a restart resume the chain with no extra step.
 
 Several processes (`serve --workers N`). With ``shared=True`` every transaction first takes an
 exclusive ``flock`` on ``<log>.write-lock`` and reads the head under it, so the workers' commits
-take turns with no collision to roll back. SQLite's own busy handler would serve too, but it
+take turns with no collision to roll back. A caller about to write inline takes it only if it is
+free; otherwise its record goes to the writer thread, so its wait is bounded by the append timeout
+even when the holder never lets go (a stopped worker). SQLite's own busy handler would serve too, but it
 sleeps 1, 2, 5, 10... ms between tries, where a file lock hands over as soon as it is released.
 The kernel drops the lock of a killed process; SQLite drops its uncommitted frames. The seq
 check above stays as the backstop for any writer that does not take the lock.
@@ -165,7 +167,17 @@ class DecisionLog:
                 if index == 0:
                     self._work.notify()
         if inline:
-            return self._append_inline(row)
+            if self._shared is None or self._shared.acquire(blocking=False):
+                return self._append_inline(row)
+            # Another process is committing, and that wait has no bound of its own (a worker
+            # stopped while it holds the lock would hold this caller for ever): hand the record
+            # to the writer thread and wait for it at most append_timeout, as a queued caller does.
+            with self._lock:
+                self._busy = False
+                self._writing = 0
+                batch = self._pending
+                index, waiter = batch.add(row)
+                self._work.notify()
         if not waiter.acquire(timeout=self._append_timeout if timeout is None else timeout):
             raise AuditUnavailable("decision log write timed out")
         if batch.error is not None:
@@ -175,9 +187,12 @@ class DecisionLog:
         return batch.first_seq + index
 
     def _append_inline(self, row: tuple[Any, ...]) -> int:
+        """Write `row` in this thread; the caller holds busy, and the shared lock when there is one."""
         try:
             return self._commit([row])
         finally:
+            if self._shared is not None:
+                self._shared.release()
             self._release()
 
     def _release(self) -> None:

@@ -27,7 +27,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,13 +149,18 @@ def _delete_sealed(conn: sqlite3.Connection, upto: int) -> int:
             return deleted
 
 
-def rotate(log_path: Path, *, upto: int | None = None, key: Ed25519PrivateKey | None = None) -> Seal | None:
+def rotate(log_path: Path, *, upto: int | None = None, key: Ed25519PrivateKey | None = None,
+           only_if: Callable[[], bool] | None = None) -> Seal | None:
     """Seal the live file's records up to `upto` (default: all but the newest) into a new segment;
-    None when there is nothing to seal. Safe beside writers in this or other processes."""
+    None when there is nothing to seal. Safe beside writers in this or other processes.
+    `only_if`: asked again once the lock is held; None when it says no (another process sealed
+    while this one waited for the lock)."""
     log_path = Path(log_path)
     key = key or load_or_create_key(key_path(log_path))
     with _locked(log_path):
         manifest = recover(log_path)
+        if only_if is not None and not only_if():
+            return None
         conn = _live(log_path)
         try:
             version = store.schema_of(conn)
@@ -308,9 +313,11 @@ class AutoRotate:
         return False
 
     def check_now(self) -> Seal | None:
-        if not self.due():
+        if not self.due():  # the cheap look, without the lock, every interval
             return None
-        seal = rotate(self.log_path)
+        # every worker of `serve --workers N` runs one of these: the one that waited for the lock
+        # while another sealed looks again, or it would seal what arrived meanwhile on its own
+        seal = rotate(self.log_path, only_if=self.due)
         if seal is not None:
             self.rotations += 1
             log.info("decision log sealed seqs %d..%d into %s", seal.first_seq, seal.last_seq, seal.file)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from checkpoint.audit import segments
 from checkpoint.audit.reader import DecisionReader
 
 DEFAULT_BATCH = 500
@@ -205,7 +206,41 @@ def check_cursor(reader: DecisionReader, position: Position | None) -> None:
     if head is None or head[0] < position.seq:
         raise ShipError(f"the cursor stands at record {position.seq} but the log ends at {head[0] if head else 0}: "
                         "the log was truncated or replaced; verify it before shipping")
-    # the record is gone and later ones exist: pruned after it was shipped, which is fine
+    # the record is gone and later ones exist: pruned after it was shipped, which is fine as long as
+    # nothing after it was pruned too (check_unbroken, on the first batch)
+
+
+def check_unbroken(reader: DecisionReader, position: Position | None, records: list[dict[str, Any]]) -> None:
+    """The batch must follow the cursor with no seq missing: records are read across segments, and
+    a segment pruned (or deleted) before its records were shipped is skipped by the reader, so
+    without this the shipper would go on past them and the SIEM would never learn they existed.
+
+    A destination shipped to for the first time (no cursor) starts at the oldest record the log
+    kept: what retention pruned before that was never this destination's to receive."""
+    after = position.seq if position else 0
+    expected = after + 1
+    if position is None:
+        expected = max(expected, segments.read_manifest(reader.path).start[0] + 1)
+    for record in records:
+        if record["seq"] != expected:
+            raise ShipError(_gap(reader, expected, record["seq"] - 1))
+        expected += 1
+    if position is not None and records[0]["seq"] == position.seq + 1 and records[0]["prev_hash"] != position.hash:
+        raise ShipError(f"record {records[0]['seq']} does not chain onto the cursor's record {position.seq} (its "
+                        f"prev_hash {records[0]['prev_hash'][:12]}.. vs {position.hash[:12]}..): the log was replaced "
+                        "or rewritten; verify it before shipping")
+
+
+def _gap(reader: DecisionReader, first: int, last: int) -> str:
+    manifest = segments.read_manifest(reader.path)
+    pruned = [s for s in manifest.seals if manifest.pruned(s) and s.first_seq <= last and s.last_seq >= first]
+    what = (f"records {first}..{last} were pruned (`warden audit prune`) before they were shipped: they are "
+            "gone from this log" if pruned else
+            f"records {first}..{last} are missing from the log (a sealed segment gone without a prune?): run "
+            "`warden audit verify`")
+    return (f"{what}. Nothing after them was shipped and the cursor stays at {first - 1}. Ship them from a "
+            "backup of the segments, or, to accept the loss and ship on, move the cursor aside (shipping then "
+            "starts at the oldest record kept; see docs/audit.md, \"Shipping\")")
 
 
 def ship(
@@ -239,6 +274,7 @@ def ship(
                 break
             wait(poll_interval)
             continue
+        check_unbroken(reader, progress.position, records)
         try:
             sink.send([encode(r) for r in records])
         except SinkRefused as exc:

@@ -37,9 +37,11 @@ def register(commands: argparse._SubParsersAction, where: argparse.ArgumentParse
                       help="how often --follow looks for new records (default 1)")
     ship.add_argument("--retries", type=int, default=5, metavar="N",
                       help="without --follow: tries of a refused batch before giving up (default 5)")
-    ship.add_argument("--rotate-size", type=float, metavar="MB",
+    # named --file-rotate-size first so its variable is WARDEN_FILE_ROTATE_SIZE: WARDEN_ROTATE_SIZE
+    # (or a top-level rotate_size) is the checkpoint's, and must not start deleting shipped files
+    ship.add_argument("--file-rotate-size", "--rotate-size", dest="rotate_size", type=float, metavar="MB",
                       help="file destination: start a new file when it reaches this size; the old ones "
-                           "become DEST.1 .. DEST.KEEP")
+                           "become DEST.1 .. DEST.KEEP (env WARDEN_FILE_ROTATE_SIZE)")
     ship.add_argument("--keep", type=_positive, default=5, metavar="KEEP",
                       help="rotated files kept (default 5)")
     ship.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
@@ -110,7 +112,7 @@ def _sink(args: argparse.Namespace) -> Any:
                 raise ValueError(f"{args.token_file}: the token must be one non-empty line")
             headers["Authorization"] = f"Bearer {token}"
         if args.rotate_size is not None:
-            raise ValueError("--rotate-size is for a file destination")
+            raise ValueError("--file-rotate-size is for a file destination")
         return shipping.HttpSink(args.to, headers=headers, timeout=args.timeout)
     if args.header or args.token_file:
         raise ValueError("--header and --token-file are for an http(s) destination")

@@ -145,8 +145,9 @@ class AgentCatalog:
             self._db.table("agent_live").create(
                 {"agent": str, "version": str, "file_version": str}, pk="agent", if_not_exists=True
             )
-        # the skills and templates (entries.py): the same database, the same lock
-        self.entries = EntryCatalog(self._db, self._lock)
+            # the skills and templates (entries.py): the same database, the same lock; their schema
+            # too is made under it (outside, two workers both added a column: one died at start)
+            self.entries = EntryCatalog(self._db, self._lock)
 
     def _has(self, table: str) -> bool:
         return table in self._db.table_names()

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from checkpoint.audit.errors import AuditUnavailable
 from warden.cli import DEFAULT_GRACE, STOP_MARGIN
 
 log = logging.getLogger("warden.checkpoint.workers")
@@ -44,6 +45,8 @@ log = logging.getLogger("warden.checkpoint.workers")
 MAX_WORKERS = 64
 QUICK_EXIT_SECONDS = 5.0  # a worker that dies this soon after its start failed to start ...
 QUICK_EXITS_ALLOWED = 3  # ... and this many such deaths in a row stop the whole checkpoint
+# a bad file, port or setting (checkpoint/server_cli.py prints these as one line with one worker)
+STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, RuntimeError, AuditUnavailable)
 
 
 def worker_count(text: str) -> int:
@@ -127,6 +130,8 @@ class Supervisor:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 _die_with_parent()
                 code = self._run_worker(index)
+            except STARTUP_ERRORS as exc:  # what `serve` with one worker prints as one line, so here too
+                log.error("worker %d cannot start: %s", index, exc)
             except BaseException:  # noqa: BLE001 - a worker reports and exits; never returns into the supervisor
                 log.exception("worker %d failed", index)
             finally:

@@ -207,3 +207,22 @@ def test_a_log_of_another_schema_is_refused_with_what_to_do(tmp_path):
                              capture_output=True, text=True, timeout=60)
         assert got.returncode == 2 and "schema mismatch" in got.stderr and "move it aside" in got.stderr, command
         assert "Traceback" not in got.stderr
+
+
+def test_an_incremental_export_past_a_prune_is_refused_not_shortened(tmp_path, make_record, capsys):
+    """`export --after N` is the documented incremental shipping: when the records after N were
+    pruned before it ran, reading on from the oldest record kept would hide that they existed."""
+    data = tmp_path / "data"
+    with DecisionLog(data / "decisions.db") as log:
+        for _ in range(10):
+            log.append(make_record())
+    assert main(["audit", "rotate", "--data", str(data)]) == 0  # seals 1..9
+    assert main(["audit", "prune", "--data", str(data), "--before", "10"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "since-4.jsonl"
+    assert main(["audit", "export", "--data", str(data), "--after", "4", "-o", str(out)]) == 1
+    assert "records 5..9 were pruned" in capsys.readouterr().err and not out.exists()
+    assert main(["audit", "export", "--data", str(data), "--after", "9"]) == 0
+    assert [r["seq"] for r in map(json.loads, capsys.readouterr().out.splitlines())] == [10]
+    assert main(["audit", "export", "--data", str(data)]) == 0  # a whole export: what the log holds
+    assert [r["seq"] for r in map(json.loads, capsys.readouterr().out.splitlines())] == [10]

@@ -331,3 +331,30 @@ def test_an_unreadable_manifest_fails_reads_closed_and_breaks_verify(sealed, cap
 
     with pytest.raises(AuditUnavailable, match="manifest"):
         list(DecisionReader(sealed).read())
+
+
+def test_two_workers_that_both_find_the_log_due_seal_it_once(log_path, make_record):
+    """`serve --workers 2 --rotate-size`: every worker runs its own AutoRotate. Worker B finds the log
+    due, then waits for the rotate lock while worker A seals it; a few records arrive meanwhile. B
+    must look again under the lock, not seal those few into a segment of their own (the merged run
+    made segments of 5 records beside ones of 200)."""
+    with DecisionLog(log_path) as log:
+        for _ in range(200):
+            log.append(make_record())
+        worker_a, worker_b = AutoRotate(log_path, max_bytes=65536), AutoRotate(log_path, max_bytes=65536)
+        looked = []
+
+        def b_looks_while_a_seals() -> bool:
+            due = AutoRotate.due(worker_b)
+            if not looked:  # B's first look: A seals, records arrive, then B goes for the lock
+                looked.append(due)
+                assert worker_a.check_now() is not None
+                for _ in range(3):
+                    log.append(make_record())
+            return due
+
+        worker_b.due = b_looks_while_a_seals  # type: ignore[method-assign]
+        assert worker_b.check_now() is None
+    assert looked == [True]
+    assert len(seg.read_manifest(log_path).seals) == 1
+    assert DecisionReader(log_path).verify().ok

@@ -47,3 +47,38 @@ def test_processes_creating_and_appending_to_one_log_leave_one_whole_chain(tmp_p
         log.close()
     expected = {f"p{n}-{t}-{i}" for n in range(PROCESSES) for t in range(THREADS) for i in range(EACH)}
     assert len(tools) == len(expected) and set(tools) == expected
+
+
+def test_a_worker_stuck_holding_the_write_lock_denies_within_the_append_timeout(tmp_path):
+    """A worker stopped while it holds `decisions.db.write-lock` (SIGSTOP, a debugger, a frozen disk):
+    the others must deny within the append timeout, as a single checkpoint does when SQLite's lock is
+    held (busy timeout), not wait for ever. The lone caller that writes its own record (no batch in
+    flight) blocked on the lock with no bound; every caller behind it timed out."""
+    import fcntl
+    import os
+
+    from checkpoint.audit.errors import AuditUnavailable
+
+    path = tmp_path / "decisions.db"
+    log = DecisionLog(path, shared=True, append_timeout=0.5)
+    log.append({"action": "tool_call", "verdict": "ALLOW", "code": "allowed"})
+    stuck = os.open(f"{path}.write-lock", os.O_RDWR)  # the other worker, as another open file
+    fcntl.flock(stuck, fcntl.LOCK_EX)
+    outcome: list[object] = []
+
+    def lone_caller() -> None:
+        try:
+            outcome.append(log.append({"action": "tool_call", "verdict": "ALLOW", "code": "allowed"}))
+        except AuditUnavailable as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=lone_caller, daemon=True)
+    caller.start()
+    caller.join(timeout=60)  # far beyond the 0.5 s asked for: a bound, not a timing
+    stuck_for_ever = caller.is_alive()
+    os.close(stuck)  # the stuck worker goes on: what was queued is written
+    caller.join(timeout=60)
+    assert not stuck_for_ever, "the lone caller waited on the other worker's lock with no bound"
+    assert isinstance(outcome[0], AuditUnavailable), outcome
+    log.close()
+    assert log.verify().ok

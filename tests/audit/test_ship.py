@@ -277,3 +277,79 @@ def test_a_missing_log_is_an_error_and_creates_nothing(tmp_path, capsys):
     assert main(["audit", "ship", "--data", str(tmp_path / "nowhere"), "--to", str(out)]) == 2
     assert "no decision log" in capsys.readouterr().err
     assert not (tmp_path / "nowhere").exists() and not out.exists()
+
+
+# -- records pruned before they were shipped (review of the merged rotation and shipping) ----------
+
+
+def _rotate_and_prune(data: Path, before: int) -> None:
+    assert main(["audit", "rotate", "--data", str(data)]) == 0
+    assert main(["audit", "prune", "--data", str(data), "--before", str(before)]) == 0
+
+
+def test_records_pruned_before_they_were_shipped_stop_the_ship_loudly(data, tmp_path, make_record, capsys):
+    """Shipped 1..7; 8..16 are sealed and pruned before the next run: shipping on from 17 would lose
+    them without a word. Refused, naming the lost seqs, and nothing is sent or moved."""
+    out = tmp_path / "siem.jsonl"
+    assert main(["audit", "ship", "--data", str(data), "--to", str(out), "-q"]) == 0
+    _append(data, make_record, 10)  # 8..17
+    _rotate_and_prune(data, 17)  # seals 1..16 (17 stays live), prunes that segment
+    before = out.read_text()
+    (cursor,) = (data / "ship").iterdir()
+    cursor_before = cursor.read_text()
+    capsys.readouterr()
+    assert main(["audit", "ship", "--data", str(data), "--to", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "records 8..16" in err and "pruned" in err, err
+    assert out.read_text() == before and cursor.read_text() == cursor_before
+
+
+def test_a_follower_stops_when_a_prune_overtakes_it(data, tmp_path, make_record):
+    """The same under `ship --follow`, in the loop: the prune lands while the shipper is behind."""
+    out = tmp_path / "siem.jsonl"
+    reader = DecisionReader(data / "decisions.db")
+    cursor = shipping.Cursor(tmp_path / "cursor.json", str(out))
+    shipping.ship(reader, shipping.FileSink(out), cursor, batch=3)  # 1..7
+    _append(data, make_record, 10)
+    _rotate_and_prune(data, 17)
+    with pytest.raises(shipping.ShipError, match=r"records 8\.\.16 .*pruned"):
+        shipping.ship(reader, shipping.FileSink(out), cursor, follow=True, sleep=lambda _s: None)
+    assert cursor.load().seq == 7
+
+
+def test_a_prune_behind_the_cursor_ships_on(data, tmp_path, make_record):
+    """Pruning only what was shipped is the normal case: no error, nothing sent twice."""
+    out = tmp_path / "siem.jsonl"
+    reader = DecisionReader(data / "decisions.db")
+    cursor = shipping.Cursor(tmp_path / "cursor.json", str(out))
+    _append(data, make_record, 10)  # 1..17
+    shipping.ship(reader, shipping.FileSink(out), cursor)
+    _append(data, make_record, 3)  # 18..20
+    _rotate_and_prune(data, 18)  # seals and prunes 1..17 (the cursor's own record included)
+    shipping.ship(reader, shipping.FileSink(out), cursor)
+    assert [r["seq"] for r in _lines(out)] == list(range(1, 21))
+
+
+def test_a_first_ship_starts_at_the_oldest_record_kept(data, tmp_path, make_record):
+    """A new destination (no cursor) after a prune starts at what retention kept: not an error."""
+    _append(data, make_record, 10)
+    _rotate_and_prune(data, 17)
+    out = tmp_path / "siem.jsonl"
+    shipping.ship(DecisionReader(data / "decisions.db"), shipping.FileSink(out),
+                  shipping.Cursor(tmp_path / "cursor.json", str(out)))
+    assert [r["seq"] for r in _lines(out)] == [17]
+
+
+def test_a_sealed_segment_deleted_without_a_prune_stops_the_ship(data, tmp_path, make_record):
+    out = tmp_path / "siem.jsonl"
+    reader = DecisionReader(data / "decisions.db")
+    cursor = shipping.Cursor(tmp_path / "cursor.json", str(out))
+    _append(data, make_record, 10)
+    assert main(["audit", "rotate", "--data", str(data), "--upto", "10"]) == 0
+    assert main(["audit", "rotate", "--data", str(data)]) == 0
+    segment = data / "decisions.d" / "segment-000001.db"
+    segment.chmod(0o600)
+    segment.unlink()  # records 1..10 gone, and no signed prune says so
+    with pytest.raises(shipping.ShipError, match=r"records 1\.\.10 .*missing"):
+        shipping.ship(reader, shipping.FileSink(out), cursor)
+    assert not out.exists()

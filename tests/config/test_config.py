@@ -150,3 +150,54 @@ def test_exclusive_flags_stay_apart(tmp_path, monkeypatch, capsys):
     assert main(["config", "show", "audit", "query"]) == 2
     err = capsys.readouterr().err
     assert "data (env WARDEN_DATA) and log (env WARDEN_LOG) cannot be used together" in err
+
+
+# -- variables set for one command that changed another's answer (review of the merged features) ---
+
+
+def _log_with_two_people(data: Path) -> None:
+    from checkpoint.audit import DecisionLog
+    from tests.audit.conftest import make_record
+
+    with DecisionLog(data / "decisions.db") as log:
+        log.append(make_record(accountable_person="alice"))
+        log.append(make_record(accountable_person="bob", caller="ops"))
+
+
+def test_a_person_named_for_warden_up_does_not_filter_an_audit_export(tmp_path):
+    """WARDEN_PERSON is documented as the person at the keyboard (`warden up`, docs/deploy.md), and
+    WARDEN_CALLER names the caller `keys init` makes a token for. Both were also taken as
+    `audit export --person/--caller`: an export from that shell held only that person's records,
+    exit 0, nothing said. A filter says what to read, not how: it comes from the command line only."""
+    data = tmp_path / "data"
+    _log_with_two_people(data)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
+    env |= {"PYTHONPATH": str(REPO), "WARDEN_PERSON": "alice", "WARDEN_CALLER": "ops", "WARDEN_AFTER": "1",
+            "WARDEN_SINCE": "2099-01-01"}
+    done = subprocess.run([sys.executable, "-m", "warden.cli", "audit", "export", "--data", str(data)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 2, done.stdout
+
+
+def test_audit_filters_are_no_settings_and_a_file_key_for_one_is_refused(tmp_path, capsys):
+    rows = show(capsys, "audit", "query")
+    for flag in ("--person", "--caller", "--tenant", "--run", "--agent", "--after", "--since", "--shadow-flips"):
+        assert flag not in rows, flag
+    assert "--data" in rows
+    (tmp_path / "warden.toml").write_text("[audit.query]\nperson = \"alice\"\n")
+    assert main(["audit", "query", "--data", str(tmp_path / "d")]) == 2
+    assert "warden.toml:2" in capsys.readouterr().err
+    # a top-level key still reaches the one command whose flag is a setting
+    (tmp_path / "warden.toml").write_text("person = \"carol\"\n")
+    assert show(capsys, "up")["--person"] == ("carol", "file warden.toml:1")
+
+
+def test_the_checkpoint_s_rotate_size_does_not_rotate_the_shipper_s_files(monkeypatch, capsys):
+    """WARDEN_ROTATE_SIZE (or a top-level rotate_size) set for `checkpoint serve` (seal the log at MB)
+    also made `audit ship` rotate its output at that size and delete what fell past --keep."""
+    monkeypatch.setenv("WARDEN_ROTATE_SIZE", "64")
+    assert show(capsys, "audit", "ship", "--to", "x")["--file-rotate-size"][1] == "default"
+    assert show(capsys, "checkpoint", "serve")["--rotate-size"] == ("64.0", "env WARDEN_ROTATE_SIZE")
+    monkeypatch.setenv("WARDEN_FILE_ROTATE_SIZE", "2")
+    assert show(capsys, "audit", "ship", "--to", "x")["--file-rotate-size"] == ("2.0", "env WARDEN_FILE_ROTATE_SIZE")

@@ -33,6 +33,16 @@ def test_keys_init_creates_owner_only_files_and_keeps_them(tmp_path, capsys):
     assert SigningKey.load(key_file) == key  # not overwritten
 
 
+def test_keys_init_makes_a_new_data_folder_owner_only(tmp_path):
+    """`keys init` is the first command run on a new host: the data folder it makes holds the grant
+    key and, later, the decision log, and a folder that exists keeps its mode (warden/private.py),
+    so a 0755 made here stayed 0755 for good."""
+    data = tmp_path / "new" / "data"
+    assert main(["keys", "init", "--data", str(data)]) == 0
+    assert stat.S_IMODE(os.stat(data).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(data.parent).st_mode) == 0o700
+
+
 def test_serve_without_key_explains_what_to_run(tmp_path, capsys):
     assert main(["checkpoint", "serve", "--data", str(tmp_path), "--address", ""]) == 2
     assert "warden keys init" in capsys.readouterr().err

@@ -258,6 +258,19 @@ def test_workers_that_keep_failing_at_start_stop_the_checkpoint(tmp_path, policy
     assert "times in a row: stopping" in got.stderr, got.stderr
 
 
+def test_a_worker_that_cannot_start_says_why_in_one_line(tmp_path, policy_dir):
+    """One checkpoint says `cannot start the checkpoint: ... '/nope.key'`; its workers printed a
+    traceback each, three times over, and the cause was a line among forty."""
+    data = tmp_path / "data"
+    assert _warden("keys", "init", "--data", str(data)).returncode == 0
+    got = _warden("checkpoint", "serve", "--data", str(data), "--policies", str(policy_dir), "--address",
+                  f"127.0.0.1:{_free_port()}", "--socket", "", "--workers", "2", "--tls-cert", str(tmp_path / "no.pem"),
+                  "--tls-key", str(tmp_path / "no.key"), "--tls-client-ca", str(tmp_path / "no.ca"))
+    assert got.returncode == 2, got.stderr
+    assert "Traceback" not in got.stderr, got.stderr
+    assert f"cannot start: [Errno 2] No such file or directory: '{tmp_path / 'no.key'}'" in got.stderr, got.stderr
+
+
 @pytest.mark.timeout(240)
 def test_a_policy_edit_reaches_every_worker(tmp_path, policy_dir):
     cluster = Cluster(tmp_path, policy_dir, reload="0.5")
