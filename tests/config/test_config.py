@@ -157,11 +157,17 @@ def test_exclusive_flags_stay_apart(tmp_path, monkeypatch, capsys):
 
 def _log_with_two_people(data: Path) -> None:
     from checkpoint.audit import DecisionLog
-    from tests.audit.conftest import make_record
+
+    def record(n: int, person: str, **more: str) -> dict:
+        return {"decision_id": f"dec-{n}", "tenant": "acme", "run_id": "run-1", "root_run_id": "run-1",
+                "actor_chain": [{"kind": "person", "id": person}], "accountable_person": person,
+                "agent": "support", "agent_version": "v1", "action": "tool_call", "tool": "refund",
+                "arguments": {}, "verdict": "ALLOW", "code": "allowed", "rule": "allowlist",
+                "reason": "on the allowlist", "policy_revision": "rev-1", "latency_us": 1, **more}
 
     with DecisionLog(data / "decisions.db") as log:
-        log.append(make_record(accountable_person="alice"))
-        log.append(make_record(accountable_person="bob", caller="ops"))
+        log.append(record(1, "alice"))
+        log.append(record(2, "bob", caller="ops"))
 
 
 def test_a_person_named_for_warden_up_does_not_filter_an_audit_export(tmp_path):
