@@ -83,8 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--pin-cpus", action="store_true",
         help="run worker i on the i-th CPU this process may use and nowhere else (with --workers 1, the one "
-        "process on the first): each worker's threads then hand the GIL over on one core, which costs less CPU "
-        "per call; leave it off where other busy work shares the CPUs (docs/checkpoint-service.md, 'Workers')",
+        "process on the first), its threads SCHED_BATCH: each worker's threads then hand the GIL over on one core "
+        "without preempting each other, which costs less CPU per call; leave it off where other busy work shares the CPUs (docs/checkpoint-service.md, 'Workers')",
     )
     serve.add_argument(
         "--threads", type=int, default=32,

@@ -228,6 +228,10 @@ def test_pinned_workers_each_run_on_one_cpu_of_their_own(tmp_path, policy_dir):
         assert all(len(sets) == 1 and len(next(iter(sets))) == 1 for sets in pinned), pinned
         assert {next(iter(next(iter(sets)))) for sets in pinned} == {cpus[0], cpus[1 % len(cpus)]}
         assert _affinities(cluster.proc.pid) == {frozenset(cpus)}
+        # and SCHED_BATCH: a thread woken by another of the worker's does not preempt it
+        assert {os.sched_getscheduler(int(t)) for pid in workers for t in os.listdir(f"/proc/{pid}/task")} \
+            == {os.SCHED_BATCH}
+        assert os.sched_getscheduler(cluster.proc.pid) == os.SCHED_OTHER
     finally:
         assert cluster.stop() == 0
     _assert_logged_and_verified(cluster.data, load.received)
@@ -240,6 +244,8 @@ def test_one_pinned_checkpoint_runs_on_the_first_cpu(tmp_path, policy_dir):
     try:
         cluster.wait_serving(workers=1)
         assert _affinities(cluster.proc.pid) == {frozenset({cpus[0]})}
+        assert {os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{cluster.proc.pid}/task")} \
+            == {os.SCHED_BATCH}
     finally:
         assert cluster.stop() == 0
 
