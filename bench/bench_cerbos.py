@@ -10,7 +10,8 @@ skips. bench/cerbos/ holds its policy, an equivalent of the shipped recon agent,
    and the bench lists every answer side by side.
 2. Throughput and latency, alternating servers round by round: a no-op grpcio server answering
    with the bytes of warden's answer (the floor of Python gRPC here), warden with 1 worker and with
-   `--workers auto` (log on, record before answer, fail closed) against Cerbos with its audit off
+   `--workers auto` (log on, record before answer, fail closed), and `--workers auto --pin-cpus`
+   (each worker on a CPU of its own), against Cerbos with its audit off
    and with its `local` audit backend (which answers before its record is durable). Clients: the
    same Python grpc.aio client (one connection at c=1; 8 connections at c=32, since SO_REUSEPORT
    spreads connections, not calls, over workers) and h2load (C, 8 connections x 4 streams) when
@@ -142,8 +143,8 @@ class Server:
                 self.proc.wait()
 
 
-def start_warden(tmp: Path, workers: str, env: dict[str, str]) -> tuple[Server, str, str]:
-    data = tmp / f"warden-{workers}"
+def start_warden(tmp: Path, workers: str, env: dict[str, str], extra: tuple[str, ...] = ()) -> tuple[Server, str, str]:
+    data = tmp / f"warden-{workers}{''.join(extra)}"
     subprocess.run([sys.executable, "-m", "warden.cli", "keys", "init", "--data", str(data)], cwd=ROOT, env=env,
                    check=True, capture_output=True)
     token = secrets.token_urlsafe(32)
@@ -152,13 +153,13 @@ def start_warden(tmp: Path, workers: str, env: dict[str, str]) -> tuple[Server, 
     proc = subprocess.Popen(
         [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(data), "--policies",
          str(ROOT / "policies"), "--address", f"127.0.0.1:{port}", "--socket", "", "--reload-interval", "0",
-         "--workers", workers],
+         "--workers", workers, *extra],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     target = f"127.0.0.1:{port}"
     run_token = _start_run(target, token, proc)
     request = warden_request(run_token, "get_task", {"task_id": "task-42"})
     _wait_ready(target, request, token, proc)
-    server = Server(f"warden --workers {workers}", target, proc, WARDEN_METHOD, request,
+    server = Server(" ".join(["warden --workers", workers, *extra]), target, proc, WARDEN_METHOD, request,
                     (("authorization", f"Bearer {token}"),), workers=workers != "1")
     if server.workers:  # every worker answers before the measurement starts
         deadline = time.monotonic() + 60
@@ -382,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         servers.append(one)
         auto, _, _ = start_warden(tmp, "auto", env)
         servers.append(auto)
+        pinned, _, _ = start_warden(tmp, "auto", env, ("--pin-cpus",))
+        servers.append(pinned)
         servers.append(start_cerbos(binary, tmp, audit=False, env=env))
         local = start_cerbos(binary, tmp, audit=True, env=env)
         servers.append(local)
@@ -399,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                         r = (asyncio.run(python_load(server, c, args.seconds)) if client == "python"
                              else h2load(server, tmp, c, args.seconds))
                         server.results.setdefault(f"{client}/{c}", []).append(r)
-        report(servers, clients, auto, local)
+        report(servers, clients, [auto, pinned], local)
         if not same:
             print("equivalence check FAILED: the two policies no longer say the same")
 
@@ -418,26 +421,29 @@ def _med(server: Server, key: str, field_name: str) -> float:
     return statistics.median(r[field_name] for r in runs) if runs else float("nan")
 
 
-def report(servers: list[Server], clients: list[str], auto: Server, local: Server) -> None:
+def report(servers: list[Server], clients: list[str], autos: list[Server], local: Server) -> None:
     for client in clients:
         lat = "p50 us" if client == "python" else "mean us"
         lat_field = "p50_us" if client == "python" else "mean_us"
         print(f"client: {client}")
-        print(f"{'server':<24} {'c=1 calls/s':>12} {'c=1 ' + lat:>12} {'c=32 calls/s':>13} {'CPU us/call c=32':>17}")
+        print(f"{'server':<36} {'c=1 calls/s':>12} {'c=1 ' + lat:>12} {'c=32 calls/s':>13} {'CPU us/call c=32':>17}")
         for s in servers:
-            print(f"{s.name:<24} {_med(s, f'{client}/1', 'rps'):>12.0f} {_med(s, f'{client}/1', lat_field):>12.0f}"
+            print(f"{s.name:<36} {_med(s, f'{client}/1', 'rps'):>12.0f} {_med(s, f'{client}/1', lat_field):>12.0f}"
                   f" {_med(s, f'{client}/32', 'rps'):>13.0f} {_med(s, f'{client}/32', 'cpu_us'):>17.0f}")
-        if client == "python" and auto.shares:
-            spread = [max(s) for s in auto.shares if len(s) > 1]
-            if spread:
-                print(f"{auto.name}: the busiest worker's share of the workers' CPU, per run: "
-                      + ", ".join(f"{x:.0%}" for x in spread) + " (SO_REUSEPORT hashes connections)")
-        c32 = _med(auto, f"{client}/32", "rps") / _med(local, f"{client}/32", "rps")
-        p50 = _med(auto, f"{client}/1", lat_field) / _med(local, f"{client}/1", lat_field)
-        c1 = _med(auto, f"{client}/1", "rps") / _med(local, f"{client}/1", "rps")
-        print(f"ratios, warden --workers auto / Cerbos audit local ({client}): c=32 throughput {c32:.2f}x "
-              f"(target >= {TARGET_C32}x, {'met' if c32 >= TARGET_C32 else 'NOT met'}); c=1 {lat} {p50:.2f}x "
-              f"(target <= {TARGET_P50_C1}x, {'met' if p50 <= TARGET_P50_C1 else 'NOT met'}); c=1 throughput {c1:.2f}x")
+        for auto in autos:
+            if client == "python" and auto.shares:
+                spread = [max(s) for s in auto.shares if len(s) > 1]
+                if spread:
+                    print(f"{auto.name}: the busiest worker's share of the workers' CPU, per run: "
+                          + ", ".join(f"{x:.0%}" for x in spread) + " (SO_REUSEPORT hashes connections)")
+        for auto in autos:
+            c32 = _med(auto, f"{client}/32", "rps") / _med(local, f"{client}/32", "rps")
+            p50 = _med(auto, f"{client}/1", lat_field) / _med(local, f"{client}/1", lat_field)
+            c1 = _med(auto, f"{client}/1", "rps") / _med(local, f"{client}/1", "rps")
+            print(f"ratios, {auto.name.removeprefix('warden ')} / Cerbos audit local ({client}): c=32 throughput "
+                  f"{c32:.2f}x (target >= {TARGET_C32}x, {'met' if c32 >= TARGET_C32 else 'NOT met'}); c=1 {lat} "
+                  f"{p50:.2f}x (target <= {TARGET_P50_C1}x, {'met' if p50 <= TARGET_P50_C1 else 'NOT met'}); "
+                  f"c=1 throughput {c1:.2f}x")
         print()
 
 

@@ -4,8 +4,14 @@ else the machine is doing, so two commits compare on a shared, noisy machine.
 Each figure is (instructions of a process that makes N more calls - those of one that makes
 none) / N, after the same warm-up, with PYTHONHASHSEED fixed. Skipped when valgrind is absent.
 
-    python -m bench instructions            # decide() and service check(), 1,000 calls each
-    python bench/bench_instructions.py --calls 2000
+- decide: the pure decision function on the bench request (the recon agent's get_task).
+- check: CheckpointService.check() in process: run token, decision, grant, committed record.
+- grpc: the whole Check RPC over a real loopback channel, server and a sync client in one process
+  (interceptors, the handler, deserialising and serialising, grpcio's server and client layers;
+  the client's share is the same before and after a server-side change, so a cut shows whole).
+
+    python -m bench instructions            # the three, 1,000 calls each
+    python bench/bench_instructions.py --calls 2000 --modes grpc
 """
 
 from __future__ import annotations
@@ -60,7 +66,37 @@ def _check_loop(n: int) -> None:
     server.stop(0)
 
 
-LOOPS = {"decide": _decide_loop, "check": _check_loop}
+def _grpc_loop(n: int) -> None:
+    import grpc
+
+    from checkpoint.server.app import create_server
+    from checkpoint.server.auth import AuthPolicy
+    from warden.checkpoint.v1 import checkpoint_pb2 as pb
+    from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
+    from warden.grants import SigningKey
+
+    server, port = create_server(
+        "127.0.0.1:0", policy_dir=ROOT / "policies", data_dir=Path(tempfile.mkdtemp()), key=SigningKey.generate(),
+        auth=AuthPolicy(tokens={hashlib.sha256(b"t" * 20).digest(): "driver"}), watch_interval=None,
+    )
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = pb_grpc.CheckpointServiceStub(channel)
+    md = [("authorization", "Bearer " + "t" * 20)]
+    token = stub.StartRun(pb.StartRunRequest(agent="recon", person="alice", mode=pb.RUN_MODE_INTERACTIVE),
+                          metadata=md).run_token
+    request = pb.CheckRequest(run=pb.RunContext(run_token=token), tool_call=pb.ToolCall(tool="get_task"),
+                              counters=pb.Counters(stretch_turns=1, total_turns=1))
+    request.tool_call.arguments.update({"task_id": "task-42"})
+    for _ in range(100):
+        stub.Check(request, metadata=md)
+    for _ in range(n):
+        assert stub.Check(request, metadata=md).verdict == pb.VERDICT_ALLOW
+    channel.close()
+    server.stop(0)
+
+
+LOOPS = {"decide": _decide_loop, "check": _check_loop, "grpc": _grpc_loop}
 
 
 def _instructions(what: str, n: int) -> int:
@@ -79,6 +115,7 @@ def _instructions(what: str, n: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--modes", default=",".join(LOOPS), help=f"which of {', '.join(LOOPS)} (default: all)")
     parser.add_argument("--loop", nargs=2, metavar=("WHAT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.loop:
@@ -88,9 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind): skipped")
         return 0
-    for what in LOOPS:
+    for what in args.modes.split(","):
+        if what not in LOOPS:
+            parser.error(f"unknown mode {what!r}: choose from {', '.join(LOOPS)}")
         base, more = _instructions(what, 0), _instructions(what, args.calls)
-        print(f"instructions per {what}(): {(more - base) / args.calls:,.0f} (callgrind, {args.calls} calls)")
+        label = "gRPC Check()" if what == "grpc" else f"{what}()"
+        print(f"instructions per {label}: {(more - base) / args.calls:,.0f} (callgrind, {args.calls} calls)",
+              flush=True)
     return 0
 
 

@@ -15,6 +15,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 from warden import observability
 from warden.cli import add_grace_flag, help_only, optional_file
@@ -78,6 +79,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sharing the data folder and the decision log; 'auto': one per CPU (default 1). A supervisor restarts "
         "a worker that dies and stops them all on SIGTERM. Worker i serves metrics on the metrics port + i; "
         "the Unix socket is worker 0's (docs/checkpoint-service.md, 'Workers')",
+    )
+    serve.add_argument(
+        "--pin-cpus", action="store_true",
+        help="run worker i on the i-th CPU this process may use and nowhere else (with --workers 1, the one "
+        "process on the first), its threads SCHED_BATCH: each worker's threads then hand the GIL over on one core "
+        "without preempting each other, which costs less CPU per call; leave it off where other busy work shares the CPUs (docs/checkpoint-service.md, 'Workers')",
     )
     serve.add_argument(
         "--threads", type=int, default=32,
@@ -253,7 +260,13 @@ def _serve_configured(args: argparse.Namespace) -> int:
     )
     auth = AuthPolicy(tokens=tokens, mtls=tls is not None)
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
-    run = serve if workers == 1 else functools.partial(serve_workers, workers)
+    run: Any = serve
+    if workers > 1:
+        run = functools.partial(serve_workers, workers, pin_cpus=args.pin_cpus)
+    elif args.pin_cpus:
+        from checkpoint.server.workers import pin_to_cpu
+
+        print(f"checkpoint: pinned to CPU {pin_to_cpu(0)}", file=sys.stderr, flush=True)
     try:
         return run(
             address=args.address or None,

@@ -50,17 +50,27 @@ class Drain(grpc.ServerInterceptor):
     def in_flight(self) -> int:
         return self._in_flight
 
-    def _enter(self) -> bool:
+    def enter(self) -> bool:
+        """Count a call in flight; False (nothing counted) once draining: refuse it then."""
         with self._lock:
             if self.draining:
                 return False
             self._in_flight += 1
             return True
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
         with self._lock:
             self._in_flight -= 1
-            self._lock.notify_all()
+            if self.draining:  # only drain() waits for the count; start() set this under the lock
+                self._lock.notify_all()
+
+    def refuse(self, context: grpc.ServicerContext, method: str) -> None:
+        """Answer a call that came in while draining: UNAVAILABLE `server_draining` (raises)."""
+        if self.metrics is not None:
+            self.metrics.refused_draining.inc()
+        if self._on_refused is not None:
+            self._on_refused(method)
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"{DRAINING_CODE}: the server is shutting down; retry on another")
 
     def start(self) -> None:
         with self._lock:
@@ -92,17 +102,10 @@ class Drain(grpc.ServerInterceptor):
 
 
 def _wrap(handler: grpc.RpcMethodHandler, drain: Drain, method: str) -> grpc.RpcMethodHandler:
-    def refuse(context: grpc.ServicerContext) -> None:
-        if drain.metrics is not None:
-            drain.metrics.refused_draining.inc()
-        if drain._on_refused is not None:
-            drain._on_refused(method)
-        context.abort(grpc.StatusCode.UNAVAILABLE, f"{DRAINING_CODE}: the server is shutting down; retry on another")
-
     metrics = drain.metrics if drain.per_call else None
 
     def done(context: grpc.ServicerContext, started: float, failed: bool) -> None:
-        drain._leave()
+        drain.leave()
         if metrics is not None:
             code = context.code()  # type: ignore[attr-defined]
             name = code.name if code is not None else ("UNKNOWN" if failed else "OK")
@@ -110,8 +113,8 @@ def _wrap(handler: grpc.RpcMethodHandler, drain: Drain, method: str) -> grpc.Rpc
 
     def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
         def call(request: Any, context: grpc.ServicerContext) -> Any:
-            if not drain._enter():
-                refuse(context)
+            if not drain.enter():
+                drain.refuse(context, method)
             started, failed = time.perf_counter(), True
             try:
                 answer = behavior(request, context)
@@ -124,8 +127,8 @@ def _wrap(handler: grpc.RpcMethodHandler, drain: Drain, method: str) -> grpc.Rpc
 
     def streaming(behavior: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
         def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            if not drain._enter():
-                refuse(context)
+            if not drain.enter():
+                drain.refuse(context, method)
             started, failed = time.perf_counter(), True
             try:
                 yield from behavior(request, context)

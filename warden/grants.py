@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import timestamp_pb2
-
 from warden import canonical
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.private import private_folder
@@ -121,22 +119,46 @@ def sign(
     ttl_seconds: float = DEFAULT_TTL_SECONDS,
     now: float | None = None,
 ) -> pb.Grant:
-    expires_ms = int(((time.time() if now is None else now) + ttl_seconds) * 1000)
-    arguments_sha256 = canonical.sha256_hex(arguments)
-    seconds, ms = divmod(expires_ms, 1000)
-    grant = pb.Grant(
-        decision_id=decision_id,
-        run_id=run_id,
-        agent=agent,
-        agent_version=agent_version,
-        tool=tool,
-        arguments_sha256=arguments_sha256,
-        policy_revision=policy_revision,
-        key_id=key.key_id,
-        expires_at=timestamp_pb2.Timestamp(seconds=seconds, nanos=ms * 1_000_000),
-    )
-    grant.signature = hmac.digest(key.secret, _signed_bytes(grant), "sha256")
+    grant = pb.Grant()
+    sign_into(grant, key, decision_id=decision_id, run_id=run_id, agent=agent, agent_version=agent_version,
+              tool=tool, arguments_sha256=canonical.sha256_hex(arguments), policy_revision=policy_revision,
+              ttl_seconds=ttl_seconds, now=now)
     return grant
+
+
+def sign_into(
+    grant: pb.Grant,
+    key: SigningKey,
+    *,
+    decision_id: str,
+    run_id: str,
+    agent: str,
+    agent_version: str,
+    tool: str,
+    arguments_sha256: str,
+    policy_revision: str,
+    ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    now: float | None = None,
+) -> None:
+    """`sign`, written into `grant` (an answer's own field: no copy) for arguments whose canonical
+    hash the caller has already. The signed bytes are built from the values given, the same bytes
+    `verify` rebuilds from the grant's fields."""
+    expires_ms = int(((time.time() if now is None else now) + ttl_seconds) * 1000)
+    seconds, ms = divmod(expires_ms, 1000)
+    # set first: a value protobuf refuses (text that is not UTF-8) fails here, before any signing
+    grant.decision_id = decision_id
+    grant.run_id = run_id
+    grant.agent = agent
+    grant.agent_version = agent_version
+    grant.tool = tool
+    grant.arguments_sha256 = arguments_sha256
+    grant.policy_revision = policy_revision
+    grant.key_id = key.key_id
+    grant.expires_at.seconds = seconds
+    grant.expires_at.nanos = ms * 1_000_000
+    grant.signature = hmac.digest(key.secret, _payload(decision_id, run_id, agent, agent_version, tool,
+                                                       arguments_sha256, policy_revision, expires_ms, key.key_id),
+                                  "sha256")
 
 
 def verify(

@@ -99,6 +99,23 @@ _TIME_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 _MAX_SAFE_INT = canonical.MAX_SAFE_INTEGER
 
 
+class CanonicalJson(str):
+    """The text of a JSON column (`arguments`, `actor_chain`) already made by `json_column`, for a
+    value the caller encodes anyway (a grant's hash of the arguments) or keeps (a run's actor chain,
+    the same for every call of the run): `to_row` stores it as it is instead of encoding the value
+    again. Made only by `json_column`, so it has passed the same checks as a value would."""
+
+    __slots__ = ()
+
+
+def json_column(name: str, value: Any) -> CanonicalJson:
+    """`value` checked and encoded as `to_row` would store it in column `name`."""
+    text = _json_field(name, value)
+    if text is None:
+        raise InvalidAuditRecord(f"{name} is null")
+    return CanonicalJson(text)
+
+
 def canonical_json(value: Any) -> str:
     """RFC 8785 text of a value (warden.canonical): the form the JSON columns are stored in."""
     try:
@@ -194,6 +211,8 @@ def _check_utf8(name: str, value: str) -> None:
 def _json_field(name: str, value: Any) -> str | None:
     if value is None:
         return None
+    if type(value) is CanonicalJson:
+        return str.__str__(value)
     if name == "actor_chain" and not isinstance(value, list | tuple):
         raise InvalidAuditRecord("actor_chain must be a list")
     if name == "arguments" and not isinstance(value, Mapping):

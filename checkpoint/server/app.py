@@ -28,7 +28,7 @@ from checkpoint.policy import AgentCatalog
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
 from checkpoint.server.auth import AuthPolicy, OnRefused
-from checkpoint.server.grpc_api import SERVICE_NAME, handlers
+from checkpoint.server.grpc_api import SERVICE_NAME, method_handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
 from checkpoint.server.ratelimit import PeerLimiter
 from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
@@ -229,9 +229,9 @@ def create_server(
     gate = Drain(metrics.server, per_call=False)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),
-        # the drain gate first (a refused call is not traced); tracing adds none when it is off,
-        # so Check() runs no tracing code at all then
-        interceptors=[gate, *tracing.server_interceptors()],
+        # tracing adds none when it is off, so Check() runs no tracing code at all then; the drain
+        # gate is asked inside each handler (grpc_api.py), health and reflection never refused
+        interceptors=tracing.server_interceptors(),
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
@@ -241,7 +241,8 @@ def create_server(
         ],
     )
     on_unauthenticated = _record_unauthenticated(service, refusal_limiter or PeerLimiter())
-    server.add_generic_rpc_handlers((handlers(service, auth, on_unauthenticated, max_watchers=max_watchers),))
+    server.add_registered_method_handlers(
+        SERVICE_NAME, method_handlers(service, auth, on_unauthenticated, max_watchers=max_watchers, gate=gate))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),

@@ -7,6 +7,12 @@ a marker for both, so the caller gets INVALID_ARGUMENT with the stable code `inv
 any other bad request, and the refusal is recorded), and the caller's identity, which every
 service method takes: the handler authenticates the call once and passes it on. Health and
 reflection are separate services, open to probes.
+
+The SIGTERM drain gate (warden/drain.py) is asked here, first thing in each handler, rather than
+as a server interceptor: an interceptor runs on grpcio's one polling thread for every call, and a
+server with none skips its interceptor pipeline altogether (tracing's, when configured, still
+runs there). The methods are registered with grpcio by name (`method_handlers`), so its C core
+matches them without the generic handlers' per-call lookup.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from checkpoint.server.auth import AuthPolicy, OnRefused
 from checkpoint.server.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
 from checkpoint.server.service import CheckpointService
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.drain import Drain
 
 SERVICE_NAME = "warden.checkpoint.v1.CheckpointService"
 
@@ -65,9 +72,11 @@ UNAUTHENTICATED = Unauthenticated("unauthenticated", "a valid bearer token or cl
 
 def _unary(
     fn: Callable[[Any, str], Any], latency: Any, service: CheckpointService, auth: AuthPolicy,
-    on_unauthenticated: OnRefused, method: str,
+    on_unauthenticated: OnRefused, method: str, gate: Drain,
 ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        if not gate.enter():
+            gate.refuse(context, method)  # draining: UNAVAILABLE server_draining, nothing recorded
         started = time.perf_counter()
         # the one header read for the record: the caller's trace id, if it sent a valid one
         traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
@@ -85,6 +94,7 @@ def _unary(
         finally:
             tracing.current.reset(traced)
             latency.observe(time.perf_counter() - started)
+            gate.leave()
 
     return handle
 
@@ -104,17 +114,35 @@ class Watchers:
 
 
 def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: OnRefused, *,
-             max_watchers: int = 16) -> grpc.GenericRpcHandler:
-    """`on_unauthenticated(method, request, context)` records (or only counts) a refusal."""
+             max_watchers: int = 16, gate: Drain | None = None) -> grpc.GenericRpcHandler:
+    """The service as one generic handler (for servers that take no registered methods)."""
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME, method_handlers(service, auth, on_unauthenticated, max_watchers=max_watchers, gate=gate))
+
+
+def method_handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: OnRefused, *,
+                    max_watchers: int = 16, gate: Drain | None = None) -> dict[str, grpc.RpcMethodHandler]:
+    """Each method's handler by name. `on_unauthenticated(method, request, context)` records (or
+    only counts) a refusal; `gate` counts calls in flight and refuses new ones while draining."""
     watchers = Watchers(max_watchers)
+    gate = gate or Drain()
+    watch_method = "/" + SERVICE_NAME + "/WatchDecisions"
 
     def watch(request: Any, context: grpc.ServicerContext) -> Iterator[pb.WatchDecisionsResponse]:
+        if not gate.enter():
+            gate.refuse(context, watch_method)
+        try:
+            yield from _watch(request, context)
+        finally:
+            gate.leave()
+
+    def _watch(request: Any, context: grpc.ServicerContext) -> Iterator[pb.WatchDecisionsResponse]:
         try:
             caller = auth.identity(context)
             if caller is None:
                 traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
                 try:  # the refusal is the one record a stream makes
-                    on_unauthenticated("/" + SERVICE_NAME + "/WatchDecisions", request, context)
+                    on_unauthenticated(watch_method, request, context)
                 finally:
                     tracing.current.reset(traced)
                 raise UNAUTHENTICATED
@@ -142,14 +170,12 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
         latency = service.metrics.check_seconds.labels(fn.__name__)
         method = f"/{SERVICE_NAME}/{req.DESCRIPTOR.name.removesuffix('Request')}"
         return grpc.unary_unary_rpc_method_handler(
-            _unary(fn, latency, service, auth, on_unauthenticated, method),
+            _unary(fn, latency, service, auth, on_unauthenticated, method, gate),
             request_deserializer=_parser(req),
             response_serializer=resp.SerializeToString,
         )
 
-    return grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {
+    return {
             "Check": unary(service.check, pb.CheckRequest, pb.CheckResponse),
             "CheckBatch": unary(service.check_batch, pb.CheckBatchRequest, pb.CheckBatchResponse),
             "CheckPlan": unary(service.check_plan, pb.CheckPlanRequest, pb.CheckPlanResponse),
@@ -187,5 +213,4 @@ def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: O
                 request_deserializer=_parser(pb.WatchDecisionsRequest),
                 response_serializer=pb.WatchDecisionsResponse.SerializeToString,
             ),
-        },
-    )
+        }

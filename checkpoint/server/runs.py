@@ -14,11 +14,14 @@ import base64
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from checkpoint.audit.record import CanonicalJson, json_column
 from checkpoint.engine.codes import RUN_TOKEN_INVALID
+from checkpoint.server import convert
 from checkpoint.server.tokens import RUN_LABEL, Signer, TokenInvalid
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -50,7 +53,7 @@ class Established:
     policy revision in force when the run began (it bounds the run: see `pins`), and the skill
     versions it may load (docs/skills.md)."""
 
-    __slots__ = ("run", "principal", "caller", "revision", "skills")
+    __slots__ = ("run", "principal", "caller", "revision", "skills", "_logged_chain")
 
     def __init__(self, run: pb.RunContext, principal: str, caller: str, revision: str,
                  skills: Mapping[str, str] | None = None):
@@ -59,6 +62,15 @@ class Established:
         self.caller = caller  # "" for any credential of the principal; else the one identity
         self.revision = revision
         self.skills: dict[str, str] = dict(skills or {})  # skill name -> the version the run pinned
+        self._logged_chain: tuple[list[dict[str, Any]], CanonicalJson] | None = None
+
+    def logged_chain(self) -> tuple[list[dict[str, Any]], CanonicalJson]:
+        """The run's actor chain as every record of the run keeps it, and its column text: made once
+        per run token (established runs are memoised), not once per call. Callers must not edit it."""
+        if self._logged_chain is None:
+            chain = convert.actor_chain(self.run.actor_chain)
+            self._logged_chain = (chain, json_column("actor_chain", chain))
+        return self._logged_chain
 
     @property
     def agent(self) -> str:

@@ -22,7 +22,7 @@ from google.protobuf import json_format
 
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.audit.bounded import bound_refusal
-from checkpoint.audit.record import format_time_ns
+from checkpoint.audit.record import CanonicalJson, format_time_ns, json_column
 from checkpoint.audit.stats import END_ACT, EndInvalid, end_details
 from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
@@ -188,9 +188,10 @@ class CheckpointService:
             self._child_run(policies, request, response, principal, established)
         # a grant binds a pinned agent version: a person acting directly is decided and
         # recorded, but the toolrunner runs agents' calls only
+        signed_text = None  # the arguments' canonical text, once a grant has hashed it
         if arguments is not None and response.verdict == ALLOW and response.agent_version:
             try:
-                self._sign(policies, request, response, arguments)
+                signed_text = self._sign(policies, request, response, arguments)
             except (ValueError, TypeError) as exc:  # e.g. NaN: no canonical form, no grant
                 response = _fail_closed(
                     response, "invalid_arguments", f"arguments cannot be signed: {exc}", rule="grant"
@@ -198,7 +199,7 @@ class CheckpointService:
         if filled and response.HasField("grant"):  # what the grant covers: the caller sends these
             response.arguments.CopyFrom(request.tool_call.arguments)
 
-        record = self._record(request, response, action, arguments, policies, now_ns)
+        record = self._record(request, response, action, arguments, policies, now_ns, established, signed_text)
         record["latency_us"] = (time.perf_counter_ns() - started) // 1000
         record["caller"] = caller_name(caller)
         record["principal"] = principal.name if principal is not None else None
@@ -570,21 +571,24 @@ class CheckpointService:
         request: pb.CheckRequest,
         response: pb.CheckResponse,
         arguments: dict[str, Any],
-    ) -> None:
-        response.grant.CopyFrom(
-            grants.sign(
-                self.key,
-                decision_id=response.decision_id,
-                run_id=request.run.run_id,
-                agent=response.agent,
-                agent_version=response.agent_version,
-                tool=request.tool_call.tool,
-                arguments=arguments,
-                policy_revision=response.policy_revision,
-                ttl_seconds=policies.instance.grant_ttl_seconds,
-            )
+    ) -> CanonicalJson:
+        """Sign the answer's grant in place. Returns the arguments' canonical text the grant's hash
+        covers, which is also what the record stores of them unless the tool's audit masks some."""
+        text = json_column("arguments", arguments)  # ValueError when they have no canonical form
+        grants.sign_into(
+            response.grant,
+            self.key,
+            decision_id=response.decision_id,
+            run_id=request.run.run_id,
+            agent=response.agent,
+            agent_version=response.agent_version,
+            tool=request.tool_call.tool,
+            arguments_sha256=hashlib.sha256(text.encode()).hexdigest(),
+            policy_revision=response.policy_revision,
+            ttl_seconds=policies.instance.grant_ttl_seconds,
         )
         self.metrics.grants.inc()
+        return text
 
     def _record(
         self,
@@ -594,9 +598,18 @@ class CheckpointService:
         arguments: dict[str, Any] | None,
         policies: PolicySet | None,
         now_ns: int,
+        established: Established | None = None,
+        signed_text: CanonicalJson | None = None,
     ) -> dict[str, Any]:
+        """`established`: the run the request's token established (its run context is the token's
+        by now), whose chain is encoded once per run; `signed_text`: the arguments' canonical text
+        when a grant hashed them."""
         run = request.run
-        chain = convert.actor_chain(run.actor_chain)
+        logged_chain: Any
+        if established is not None:
+            chain, logged_chain = established.logged_chain()
+        else:
+            chain = logged_chain = convert.actor_chain(run.actor_chain)
         person = next((a["id"] for a in chain if a["kind"] == "person"), None)
         last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
         tool = request.tool_call.tool if action == "tool_call" else None
@@ -607,13 +620,14 @@ class CheckpointService:
             "run_id": run.run_id or None,
             "root_run_id": run.root_run_id or run.run_id or None,  # a run that names no root is its own
             "parent_run_id": run.parent_run_id or None,
-            "actor_chain": chain,
+            "actor_chain": logged_chain,
             "accountable_person": response.accountable_person or person,
             "agent": response.agent or last.get("id") or None,
             "agent_version": response.agent_version or last.get("agent_version") or None,
             "action": action,
             "tool": tool or None,
-            "arguments": _logged_arguments(request, response, action, arguments, policies, self.mask_key),
+            "arguments": _logged_arguments(request, response, action, arguments, policies, self.mask_key,
+                                           signed_text),
             "verdict": convert.verdict_name(response.verdict),
             "code": response.code,
             "rule": response.rule or None,
@@ -889,7 +903,8 @@ def _logged_arguments(
     arguments: dict[str, Any] | None,
     policies: PolicySet | None,
     mask_key: bytes | None = None,
-) -> dict[str, Any] | None:
+    signed_text: CanonicalJson | None = None,
+) -> dict[str, Any] | CanonicalJson | None:
     """What the log keeps of the action's inputs, masked by the tool's `audit` section.
 
     A call to a tool the policy does not know has no masking rules to apply, so only the hash
@@ -912,7 +927,7 @@ def _logged_arguments(
         masking = tool.spec.audit
         if masking.drop or masking.hash:
             return mask_arguments(arguments, drop=masking.drop, hash=masking.hash, key=mask_key)
-        return arguments
+        return signed_text if signed_text is not None else arguments
     if action == "model_call":
         m = request.model_call
         return {

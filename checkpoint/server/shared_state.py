@@ -34,6 +34,14 @@ class SharedStateWatch:
         return [conn.execute("PRAGMA data_version").fetchone()[0] for conn in self._conns]
 
     def sync(self) -> None:
+        # Asked without the lock first: on every request of every handler thread, a lock held
+        # across the two reads (each lets go of the GIL) made the threads queue behind each other.
+        # Nothing moved is the common case; a move is re-read under the lock, so one thread
+        # refreshes and the others wait for it. The connections are shared between threads:
+        # SQLite is built serialized here (sqlite3.threadsafety 3) and a statement another
+        # thread is stepping is never reused.
+        if self._read() == self._versions:
+            return
         with self._lock:
             versions = self._read()
             if versions != self._versions:

@@ -101,3 +101,39 @@ def test_sigterm_lets_calls_in_flight_finish_and_refuses_new_ones(tmp_path, poli
     assert {a.decision_id for a in answers} <= logged
     verify = _warden("audit", "verify", "--data", str(data))
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_the_gate_in_the_handlers_refuses_every_checkpoint_method_and_records_nothing(checkpoint):
+    """The gate is asked inside each handler (no interceptor): once draining, a Check, another
+    unary method and a WatchDecisions stream are refused with `server_draining` before any
+    authentication or record, while health and reflection still answer."""
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    stub = checkpoint.stub()
+    version = checkpoint.version("recon")
+    started = checkpoint.start_run("recon", version)
+    request = tool_call("recon", version, "get_task", {"task_id": "task-1"})
+    request.run.CopyFrom(pb.RunContext(run_token=started.run_token))
+    assert stub.Check(request, timeout=5).verdict == pb.VERDICT_ALLOW
+    before = len(checkpoint.records(catalog=True))
+    gate = checkpoint.server.gate
+    assert gate.in_flight == 0  # the calls above left the count as they found it
+
+    gate.start()
+    for call in (lambda: stub.Check(request, timeout=5),
+                 lambda: checkpoint.stub(token=None).Check(request, timeout=5),  # unauthenticated: not recorded either
+                 lambda: stub.ResolveAgent(pb.ResolveAgentRequest(agent="recon"), timeout=5),
+                 lambda: next(iter(stub.WatchDecisions(pb.WatchDecisionsRequest(), timeout=5)))):
+        try:
+            call()
+            raise AssertionError("a call was answered while draining")
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE and "server_draining" in exc.details(), exc
+    assert gate.in_flight == 0
+    assert len(checkpoint.records(catalog=True)) == before
+    channel = checkpoint.tcp()
+    assert health(channel) == health_pb2.HealthCheckResponse.SERVING  # this test never told health
+    reflected = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+    names = {s.name for s in next(iter(reflected)).list_services_response.service}
+    assert "warden.checkpoint.v1.CheckpointService" in names

@@ -63,7 +63,7 @@ def _children(pid: int) -> set[int]:
 
 
 class Cluster:
-    def __init__(self, tmp: Path, policies: Path, workers: str = "2", reload: str = "0"):
+    def __init__(self, tmp: Path, policies: Path, workers: str = "2", reload: str = "0", extra: tuple[str, ...] = ()):
         self.data = tmp / "data"
         assert _warden("keys", "init", "--data", str(self.data)).returncode == 0
         (self.data / "checkpoint.tokens").write_text(f"driver {TOKEN}\n")
@@ -71,7 +71,7 @@ class Cluster:
         self.metrics = _two_free_ports()
         cmd = [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(self.data),
                "--policies", str(policies), "--address", f"127.0.0.1:{self.port}", "--socket", "",
-               "--reload-interval", reload, "--reload-settle", "0.2", "--workers", workers, "--metrics-address", f"127.0.0.1:{self.metrics}"]  # fmt: skip
+               "--reload-interval", reload, "--reload-settle", "0.2", "--workers", workers, "--metrics-address", f"127.0.0.1:{self.metrics}", *extra]  # fmt: skip
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.channels: list[grpc.Channel] = []
 
@@ -205,6 +205,49 @@ def test_two_workers_one_port_one_log_that_verifies(tmp_path, policy_dir):
     # the supervisor signed the last head after both workers stopped: it is the log's head
     heads = read_heads(heads_path(cluster.data / "decisions.db"))
     assert heads and (heads[-1].seq, heads[-1].hash) == DecisionReader(cluster.data / "decisions.db").head()
+
+
+def _affinities(pid: int) -> set[frozenset[int]]:
+    """The CPU set of every thread of a process."""
+    return {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.timeout(120)
+def test_pinned_workers_each_run_on_one_cpu_of_their_own(tmp_path, policy_dir):
+    cpus = sorted(os.sched_getaffinity(0))
+    cluster = Cluster(tmp_path, policy_dir, extra=("--pin-cpus",))
+    try:
+        version = cluster.wait_serving()
+        with Load(cluster, version) as load:
+            load.wait_for(50)
+        assert load.errors == 0
+        workers = _children(cluster.proc.pid)
+        # every thread of a worker (gRPC's, the log writer's) on the one CPU; the two on different
+        # CPUs when there are two; the supervisor left free
+        pinned = [_affinities(pid) for pid in workers]
+        assert all(len(sets) == 1 and len(next(iter(sets))) == 1 for sets in pinned), pinned
+        assert {next(iter(next(iter(sets)))) for sets in pinned} == {cpus[0], cpus[1 % len(cpus)]}
+        assert _affinities(cluster.proc.pid) == {frozenset(cpus)}
+        # and SCHED_BATCH: a thread woken by another of the worker's does not preempt it
+        assert {os.sched_getscheduler(int(t)) for pid in workers for t in os.listdir(f"/proc/{pid}/task")} \
+            == {os.SCHED_BATCH}
+        assert os.sched_getscheduler(cluster.proc.pid) == os.SCHED_OTHER
+    finally:
+        assert cluster.stop() == 0
+    _assert_logged_and_verified(cluster.data, load.received)
+
+
+@pytest.mark.timeout(120)
+def test_one_pinned_checkpoint_runs_on_the_first_cpu(tmp_path, policy_dir):
+    cpus = sorted(os.sched_getaffinity(0))
+    cluster = Cluster(tmp_path, policy_dir, workers="1", extra=("--pin-cpus",))
+    try:
+        cluster.wait_serving(workers=1)
+        assert _affinities(cluster.proc.pid) == {frozenset({cpus[0]})}
+        assert {os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{cluster.proc.pid}/task")} \
+            == {os.SCHED_BATCH}
+    finally:
+        assert cluster.stop() == 0
 
 
 @pytest.mark.timeout(300)
