@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ["decide", "replay", "cel", "audit", "log_writers", "grpc", "cerbos", "toolrunner"]
+ORDER = ["decide", "cli_start", "replay", "cel", "audit", "log_writers", "grpc", "cerbos", "toolrunner"]
 
 
 def main(argv: list[str]) -> int:

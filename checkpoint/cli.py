@@ -1,9 +1,8 @@
-"""`warden policy ...`, `warden check` and (from checkpoint.server_cli) `warden checkpoint serve`, `warden keys`."""
+"""`warden policy ...` and `warden check` (`warden checkpoint serve` and `warden keys` are checkpoint/server_cli.py's)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sqlite3
 import sys
@@ -79,14 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     one.add_argument("--explain", action="store_true", help="list every rule evaluated and its outcome")
     one.add_argument("--cel-engine", choices=("native", "python"), default="native")
     one.set_defaults(func=cmd_check)
-
-    try:
-        server_cli = importlib.import_module("checkpoint.server_cli")
-    except ModuleNotFoundError as exc:
-        if exc.name != "checkpoint.server_cli":
-            raise
-    else:
-        server_cli.register(subparsers)
+    # `checkpoint serve` and `keys` are checkpoint/server_cli.py's (warden/cli.py lists both modules)
 
 
 def _print_errors(exc: PolicyLoadError) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 # (module, what it adds). Order is the order shown in --help.
 _COMMAND_MODULES = (
-    "checkpoint.cli",  # policy check/test, check, checkpoint serve, keys
+    "checkpoint.cli",  # policy check/test, check
+    "checkpoint.server_cli",  # checkpoint serve, keys
     "checkpoint.audit.cli",  # audit tail/query/verify/export
     "toolrunner.cli",  # toolrunner serve
     "driver.cli",  # driver serve, up, run, runs, watch, approve, reject, pause, resume, cancel, amend
@@ -26,21 +27,36 @@ _COMMAND_MODULES = (
     "warden.config_cli",  # config show
 )
 
-
-# Which module registers each top-level command: a command builds only its own part of the parser
-# (tens of milliseconds of every start). tests/contracts/test_cli_start.py holds this table to
-# what the modules register.
-COMMAND_OWNERS = {
-    **dict.fromkeys(("policy", "check", "checkpoint", "keys"), "checkpoint.cli"),
-    "audit": "checkpoint.audit.cli",
-    "toolrunner": "toolrunner.cli",
-    **dict.fromkeys(("driver", "up", "run", "runs", "watch", "approve", "reject", "pause", "resume", "cancel",
-                     "amend"), "driver.cli"),
-    "agents": "driver.agents_cli",
-    **dict.fromkeys(("skills", "templates"), "driver.entries_cli"),
-    "learnings": "driver.learnings_cli",
-    "config": "warden.config_cli",
+# Each top-level command: the module that registers it, and its line in `warden --help`, in that
+# order. A command builds only its own module's part of the parser, and `warden --help` only this
+# list: building every parser is most of a start. tests/contracts/test_cli_start.py holds this
+# table to what the modules register, and the short --help to the one the whole tree prints.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "policy": ("checkpoint.cli", "check, test and describe policy files"),
+    "check": ("checkpoint.cli", "decide one request (proto3 JSON CheckRequest) and print the CheckResponse"),
+    "checkpoint": ("checkpoint.server_cli", "run the checkpoint (the policy decision point)"),
+    "keys": ("checkpoint.server_cli", "create key material"),
+    "audit": ("checkpoint.audit.cli", "read, follow, verify and export the decision log"),
+    "toolrunner": ("toolrunner.cli", "run granted tool calls in hardened containers"),
+    "driver": ("driver.cli", "the run driver (model loop)"),
+    "up": ("driver.cli", "start checkpoint, toolrunner and driver on loopback"),
+    "run": ("driver.cli", "start a run of an agent on a goal"),
+    "runs": ("driver.cli", "list runs, or show one"),
+    "watch": ("driver.cli", "stream a run's events"),
+    "approve": ("driver.cli", "approve a call waiting for a person"),
+    "reject": ("driver.cli", "reject a call waiting for a person"),
+    "pause": ("driver.cli", "pause a run and its active child runs"),
+    "resume": ("driver.cli", "resume a paused run"),
+    "cancel": ("driver.cli", "cancel a run"),
+    "amend": ("driver.cli", "amend a run's goal (a new goal version)"),
+    "agents": ("driver.agents_cli", "the agent catalog: versions, proposals, reviews, retirement"),
+    "skills": ("driver.entries_cli", "skills: playbooks an agent's model may load by name, as data"),
+    "templates": ("driver.entries_cli", "templates: task specs with a TARGET placeholder, served by list_templates"),
+    "learnings": ("driver.learnings_cli", "learnings: advice from failures and breakers, reviewed by a person"),
+    "config": ("warden.config_cli", "show the effective settings of a command"),
 }
+COMMAND_OWNERS = {name: owner for name, (owner, _help) in COMMANDS.items()}
+_HELP_FLAGS = ("-h", "--help")
 
 
 def help_only(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -78,12 +94,24 @@ def add_metrics_flag(parser: argparse.ArgumentParser) -> None:
                         help="serve Prometheus /metrics and /healthz over HTTP here (default off)")
 
 
-def build_parser(modules: tuple[str, ...] = _COMMAND_MODULES) -> argparse.ArgumentParser:
+def _root() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = argparse.ArgumentParser(
         prog="warden",
         description="warden governs AI agents: every step of the loop is a decision code takes, and is recorded.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    return parser, parser.add_subparsers(dest="command", metavar="COMMAND")
+
+
+def build_command_list() -> argparse.ArgumentParser:
+    """The parser `warden --help` prints: every command's name and line, none of their own parsers."""
+    parser, subparsers = _root()
+    for name, (_owner, line) in COMMANDS.items():
+        subparsers.add_parser(name, help=line, add_help=False)
+    return parser
+
+
+def build_parser(modules: tuple[str, ...] = _COMMAND_MODULES) -> argparse.ArgumentParser:
+    parser, subparsers = _root()
     for name in modules:
         try:
             module = importlib.import_module(name)
@@ -105,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     owner = COMMAND_OWNERS.get(argv[0]) if argv else None
     try:
         # a config file is checked against every command, so it needs the whole tree
-        whole = owner is None or find_config_file(argv, os.environ)[0] is not None
+        configured = find_config_file(argv, os.environ)[0] is not None
+        if not configured and (not argv or argv[0] in _HELP_FLAGS):
+            # `warden` and `warden --help` print the command list: no command's own parser is needed
+            build_command_list().print_help()
+            return 0 if argv else 2
+        whole = owner is None or configured
         parser = build_parser() if whole else build_parser((owner,))  # type: ignore[arg-type]
         # flags over WARDEN_* variables over the TOML file over defaults, for every command
         args = parse(parser, argv)

@@ -26,7 +26,6 @@ map(string, dyn) and timestamp.
 
 from __future__ import annotations
 
-import difflib
 import re
 import threading
 from collections import OrderedDict
@@ -122,6 +121,8 @@ def frame(source: str, line: int, column: int, length: int = 1, indent: str = " 
 
 def suggest(word: str, known: list[str] | tuple[str, ...]) -> str:
     """` (did you mean 'x'?)` for the nearest known word, or ""."""
+    import difflib  # only a policy with a mistake needs it: not imported by every load
+
     near = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
     if not near:
         lowered = {k.lower(): k for k in known}

@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import sqlite_utils
-
-from checkpoint.policy import lifecycle, model
+from checkpoint.policy import lifecycle, model, sqlrows
 from checkpoint.policy.entries import EntryCatalog
 from checkpoint.policy.lifecycle import (
     LIVE,
@@ -81,10 +79,7 @@ NARROWS = "narrows"  # the note of a file edit applied because it only narrows
 MAX_PENDING_PER_AGENT = 20  # proposals (not the files') waiting for review, per agent  # who proposed a version the policy files define
 
 
-def _ensure_column(table: Any, name: str) -> None:
-    """A column added after a catalog was first made: catalogs of older checkpoints get it too."""
-    if name not in table.columns_dict:
-        table.add_column(name, str)
+_LIFECYCLE_PK = ("agent", "version")
 
 
 def _no_record(_change: Change) -> None:
@@ -112,8 +107,8 @@ class AgentCatalog:
             if not Path(path).exists():
                 raise FileNotFoundError(f"no agent catalog at {path}")
             uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
-            self._db = sqlite_utils.Database(sqlite3.connect(uri, uri=True, check_same_thread=False))
-            if "agent_versions" not in self._db.table_names():  # raises sqlite3.Error on a non-database
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            if "agent_versions" not in sqlrows.table_names(self._db):  # raises sqlite3.Error on a non-database
                 raise ValueError(f"{path} is not an agent catalog (no agent_versions table)")
             self.entries = EntryCatalog(self._db, self._lock, read_only=True)
             return
@@ -125,32 +120,25 @@ class AgentCatalog:
         # lock serialises every use of the one connection
         # workers opening a new file together race to make the schema and switch to WAL: one at a time
         with self._lock:
-            self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
+            self._db = sqlite3.connect(str(path or ":memory:"), check_same_thread=False)
             if path is not None:
                 self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.table("agent_versions").create(
-                {"agent": str, "version": str, "snapshot": str, "first_seen": str, "policy_revision": str},
-                pk=("agent", "version"), if_not_exists=True,
-            )
-            self._db.table("policy_revisions").create(
-                {"revision": str, "files": str, "first_seen": str}, pk="revision", if_not_exists=True
-            )
-            self._db.table("agent_lifecycle").create(
-                {"agent": str, "version": str, "status": str, "source": str, "proposed_by": str, "proposed_at": str,
-                 "note": str, "decided_by": str, "decided_at": str, "decision_note": str},
-                pk=("agent", "version"), if_not_exists=True,
-            )
-            _ensure_column(self._db.table("agent_lifecycle"), "proposed_for")
+            sqlrows.create_table(self._db, "agent_versions",
+                                 ("agent", "version", "snapshot", "first_seen", "policy_revision"), ("agent", "version"))
+            sqlrows.create_table(self._db, "policy_revisions", ("revision", "files", "first_seen"), "revision")
+            sqlrows.create_table(self._db, "agent_lifecycle",
+                                 ("agent", "version", "status", "source", "proposed_by", "proposed_at", "note",
+                                  "decided_by", "decided_at", "decision_note"), ("agent", "version"))
+            # added after catalogs were first made: catalogs of older checkpoints get it too
+            sqlrows.add_column(self._db, "agent_lifecycle", "proposed_for")
             # per agent: the live version, and the version its policy file last defined
-            self._db.table("agent_live").create(
-                {"agent": str, "version": str, "file_version": str}, pk="agent", if_not_exists=True
-            )
+            sqlrows.create_table(self._db, "agent_live", ("agent", "version", "file_version"), "agent")
             # the skills and templates (entries.py): the same database, the same lock; their schema
             # too is made under it (outside, two workers both added a column: one died at start)
             self.entries = EntryCatalog(self._db, self._lock)
 
     def _has(self, table: str) -> bool:
-        return table in self._db.table_names()
+        return table in sqlrows.table_names(self._db)
 
     # -- versions and revisions --------------------------------------------------------------
 
@@ -159,12 +147,10 @@ class AgentCatalog:
             fresh = [v for v in versions if (v.name, v.version) not in self._cache]
             if fresh and not self._read_only:
                 now = _now()
-                with self._db.conn:
-                    self._db.table("agent_versions").insert_all(
-                        ({"agent": v.name, "version": v.version, "snapshot": json.dumps(v.snapshot(), sort_keys=True),
-                          "first_seen": now, "policy_revision": policy_revision} for v in fresh),
-                        ignore=True,
-                    )
+                with self._db:
+                    sqlrows.insert_ignore(self._db, "agent_versions", (
+                        {"agent": v.name, "version": v.version, "snapshot": json.dumps(v.snapshot(), sort_keys=True),
+                         "first_seen": now, "policy_revision": policy_revision} for v in fresh))
             for v in fresh:
                 self._cache[(v.name, v.version)] = v
 
@@ -178,10 +164,9 @@ class AgentCatalog:
                 return
             self._stored_revisions.add(revision)
             files = json.dumps([[name, data.decode("utf-8")] for name, data in contents])
-            with self._db.conn:
-                self._db.table("policy_revisions").insert(
-                    {"revision": revision, "files": files, "first_seen": _now()}, ignore=True
-                )
+            with self._db:
+                sqlrows.insert_ignore(self._db, "policy_revisions",
+                                      [{"revision": revision, "files": files, "first_seen": _now()}])
 
     def revision_files(self, revision: str) -> list[tuple[str, bytes]] | None:
         """The files of a revision this catalog recorded, or None."""
@@ -191,7 +176,7 @@ class AgentCatalog:
                 return found
             if not self._has("policy_revisions"):  # a catalog from before revisions were kept
                 return None
-            rows = list(self._db.query("select files from policy_revisions where revision = ?", [revision]))
+            rows = sqlrows.rows(self._db, "select files from policy_revisions where revision = ?", [revision])
             if not rows:
                 return None
             return [(name, text.encode("utf-8")) for name, text in json.loads(rows[0]["files"])]
@@ -201,8 +186,8 @@ class AgentCatalog:
         if found is not None:
             return found
         with self._lock:
-            rows = list(self._db.query(
-                "select snapshot from agent_versions where agent = ? and version = ?", [agent, version]))
+            rows = sqlrows.rows(self._db,
+                "select snapshot from agent_versions where agent = ? and version = ?", [agent, version])
             if not rows:
                 return None
             found = AgentVersion.from_snapshot(version, json.loads(rows[0]["snapshot"]))
@@ -211,7 +196,7 @@ class AgentCatalog:
 
     def versions(self, agent: str) -> list[str]:
         with self._lock:
-            stored = [r["version"] for r in self._db.query(
+            stored = [r["version"] for r in sqlrows.rows(self._db,
                 "select version from agent_versions where agent = ? order by first_seen, version", [agent])]
         # read-only: this process's own loads too
         return stored + sorted(v for (a, v) in self._cache if a == agent and v not in stored)
@@ -221,13 +206,13 @@ class AgentCatalog:
     def _status_row(self, agent: str, version: str) -> dict[str, Any] | None:
         if not self._has("agent_lifecycle"):
             return None
-        rows = list(self._db.query("select * from agent_lifecycle where agent = ? and version = ?", [agent, version]))
+        rows = sqlrows.rows(self._db, "select * from agent_lifecycle where agent = ? and version = ?", [agent, version])
         return rows[0] if rows else None
 
     def _live_row(self, agent: str) -> dict[str, Any] | None:
         if not self._has("agent_live"):
             return None
-        rows = list(self._db.query("select * from agent_live where agent = ?", [agent]))
+        rows = sqlrows.rows(self._db, "select * from agent_live where agent = ?", [agent])
         return rows[0] if rows else None
 
     def status(self, agent: str, version: str) -> str | None:
@@ -245,20 +230,20 @@ class AgentCatalog:
         with self._lock:
             if not self._has("agent_lifecycle"):
                 return frozenset(), frozenset()
-            rows = list(self._db.query(
+            rows = sqlrows.rows(self._db,
                 f"select agent, version, status from agent_lifecycle where status in "
-                f"({', '.join('?' for _ in UNPINNABLE)})", sorted(UNPINNABLE)))
+                f"({', '.join('?' for _ in UNPINNABLE)})", sorted(UNPINNABLE))
         unpinnable = frozenset((r["agent"], r["version"]) for r in rows)
         return unpinnable, frozenset((r["agent"], r["version"]) for r in rows if r["status"] == RETIRED)
 
     def history(self, agent: str) -> list[dict[str, Any]]:
         """Every version of `agent`, oldest first, with its state and who moved it there."""
         with self._lock:
-            rows = list(self._db.query(
+            rows = sqlrows.rows(self._db,
                 "select v.version, v.first_seen, v.snapshot, l.status, l.source, l.proposed_by, l.proposed_at, "
                 "l.note, l.decided_by, l.decided_at, l.decision_note from agent_versions v "
                 "left join agent_lifecycle l on l.agent = v.agent and l.version = v.version "
-                "where v.agent = ? order by v.first_seen, v.rowid", [agent]))
+                "where v.agent = ? order by v.first_seen, v.rowid", [agent])
         live = self.live_version(agent)
         for r in rows:  # a version from before the lifecycle was kept has no status of its own
             r["snapshot"] = json.loads(r["snapshot"])
@@ -269,7 +254,7 @@ class AgentCatalog:
         """Has this catalog never had a live agent version? (Its first load puts the folder live.)"""
         with self._lock:
             return not self._has("agent_live") or not list(
-                self._db.query("select 1 from agent_live where version != '' limit 1"))
+                sqlrows.rows(self._db, "select 1 from agent_live where version != '' limit 1"))
 
     def settle(self, from_files: Mapping[str, AgentVersion], tenants: Mapping[str, model.Tenant],
                sources: Mapping[str, str], *, write: bool = True) -> tuple[dict[str, AgentVersion], list[Change]]:
@@ -300,12 +285,12 @@ class AgentCatalog:
                     live[name] = current
                 if self._read_only or not write:
                     continue
-                with self._db.conn:
+                with self._db:
                     if change is not None:
                         changes += self._apply(change)
-                    self._db.table("agent_live").upsert(
-                        {"agent": name, "version": current.version if current else "",
-                         "file_version": file_version.version}, pk="agent")
+                    sqlrows.upsert(self._db, "agent_live",
+                                   {"agent": name, "version": current.version if current else "",
+                                    "file_version": file_version.version}, "agent")
             return live, changes
 
     def _file_change(self, file_version: AgentVersion, current: AgentVersion | None,
@@ -332,37 +317,39 @@ class AgentCatalog:
     def _apply(self, change: Change) -> list[Change]:
         """Write one change (inside the caller's transaction); the changes it caused, in order."""
         done = [change]
-        lc = self._db.table("agent_lifecycle")
         now = _now()
         if change.act in ("propose", "apply"):
             if change.by == FILES:  # the files have one pending proposal per agent: their latest
-                for old in self._db.query("select version from agent_lifecycle where agent = ? and status = ? and "
+                for old in sqlrows.rows(self._db, "select version from agent_lifecycle where agent = ? and status = ? and "
                                           "proposed_by = ? and version != ?",
                                           [change.agent, PENDING, change.by, change.version]):
-                    lc.update((change.agent, old["version"]), {"status": WITHDRAWN, "decided_at": now,
-                                                                "decision_note": f"replaced by {change.version}"})
+                    sqlrows.update(self._db, "agent_lifecycle", _LIFECYCLE_PK, (change.agent, old["version"]),
+                                   {"status": WITHDRAWN, "decided_at": now,
+                                    "decision_note": f"replaced by {change.version}"})
                     done.append(Change("withdraw", change.agent, old["version"], change.tenant, change.by,
                                        note=f"replaced by {change.version}"))
-            lc.upsert({"agent": change.agent, "version": change.version, "status": PENDING, "source": change.source,
-                       "proposed_by": change.by, "proposed_for": change.for_person, "proposed_at": now,
-                       "note": change.note, "decided_by": "",
-                       "decided_at": "", "decision_note": ""}, pk=("agent", "version"))
+            sqlrows.upsert(self._db, "agent_lifecycle", {
+                "agent": change.agent, "version": change.version, "status": PENDING, "source": change.source,
+                "proposed_by": change.by, "proposed_for": change.for_person, "proposed_at": now,
+                "note": change.note, "decided_by": "", "decided_at": "", "decision_note": ""}, _LIFECYCLE_PK)
         if change.act in ("apply", "approve"):
             previous = self._live_row(change.agent)
             if previous and previous["version"] and previous["version"] != change.version:
                 # replaced by an edit that only narrows: pinning the old one would undo the edit
                 replaced = NARROWED if change.act == "apply" and change.note == NARROWS else SUPERSEDED
-                lc.upsert({"agent": change.agent, "version": previous["version"], "status": replaced},
-                          pk=("agent", "version"))
-            lc.update((change.agent, change.version), {"status": LIVE, "decided_by": change.by, "decided_at": now,
-                                                       "decision_note": change.note})
-            self._db.table("agent_live").upsert(
-                {"agent": change.agent, "version": change.version,
-                 "file_version": previous["file_version"] if previous else change.version}, pk="agent")
+                sqlrows.upsert(self._db, "agent_lifecycle",
+                               {"agent": change.agent, "version": previous["version"], "status": replaced},
+                               _LIFECYCLE_PK)
+            sqlrows.update(self._db, "agent_lifecycle", _LIFECYCLE_PK, (change.agent, change.version),
+                           {"status": LIVE, "decided_by": change.by, "decided_at": now, "decision_note": change.note})
+            sqlrows.upsert(self._db, "agent_live",
+                           {"agent": change.agent, "version": change.version,
+                            "file_version": previous["file_version"] if previous else change.version}, "agent")
         elif change.act in ("reject", "retire"):
-            lc.upsert({"agent": change.agent, "version": change.version,
-                       "status": REJECTED if change.act == "reject" else RETIRED,
-                       "decided_by": change.by, "decided_at": now, "decision_note": change.note}, pk=("agent", "version"))
+            sqlrows.upsert(self._db, "agent_lifecycle",
+                           {"agent": change.agent, "version": change.version,
+                            "status": REJECTED if change.act == "reject" else RETIRED,
+                            "decided_by": change.by, "decided_at": now, "decision_note": change.note}, _LIFECYCLE_PK)
         return done
 
     # Each act below checks, then calls `record(change)` (which appends it to the decision log and
@@ -384,8 +371,8 @@ class AgentCatalog:
                                    "retirement is final")
             if self.status(version.name, version.version) == PENDING:
                 raise CatalogError("no_change", f"version {version.version} of {version.name!r} already waits for review")
-            waiting = list(self._db.query("select count(*) as n from agent_lifecycle where agent = ? and status = ? "
-                                          "and proposed_by != ?", [version.name, PENDING, FILES]))[0]["n"]
+            waiting = sqlrows.rows(self._db, "select count(*) as n from agent_lifecycle where agent = ? and status = ? "
+                                          "and proposed_by != ?", [version.name, PENDING, FILES])[0]["n"]
             if waiting >= MAX_PENDING_PER_AGENT:  # a run cannot fill the catalog, nor bury the admin's list
                 raise CatalogError("too_many_proposals", f"{waiting} proposals for agent {version.name!r} already "
                                    "wait for review: an admin reviews them before more are taken")
@@ -398,7 +385,7 @@ class AgentCatalog:
                             widens=tuple(widens), for_person=for_person)
             record(change)
             self.record([version], "")
-            with self._db.conn:
+            with self._db:
                 return self._apply(change)[0]
 
     def decide(self, agent: str, version: str, *, approve: bool, by: str, note: str,
@@ -419,7 +406,7 @@ class AgentCatalog:
             change = Change("approve" if approve else "reject", agent, version, found.tenant, by, note=note,
                             source=row["source"], replaces=live if approve else "")
             record(change)
-            with self._db.conn:
+            with self._db:
                 return self._apply(change)[0]
 
     def retire(self, agent: str, version: str, *, by: str, note: str, record: Recorder = _no_record) -> Change:
@@ -435,7 +422,7 @@ class AgentCatalog:
                 raise CatalogError("no_change", f"version {version} of {agent!r} is already retired")
             change = Change("retire", agent, version, found.tenant, by, note=note)
             record(change)
-            with self._db.conn:
+            with self._db:
                 return self._apply(change)[0]
 
     def _writable(self) -> None:

@@ -21,15 +21,14 @@ Each act is written only after `record(change)` returned: recorded first, or not
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlite_utils
-
-from checkpoint.policy import model
+from checkpoint.policy import model, sqlrows
 from checkpoint.policy.lifecycle import LIVE, PENDING, REJECTED, RETIRED, SUPERSEDED, WITHDRAWN
 from warden import canonical
 
@@ -164,40 +163,36 @@ def _now() -> str:
 
 
 _PK = ("kind", "tenant", "name", "version")
+_LIVE_PK = ("kind", "tenant", "name")
 
 
 class EntryCatalog:
     """The skills and templates of one catalog database. Shares the agent catalog's connection and
     lock (catalog.py), so an act on either is one writer at a time."""
 
-    def __init__(self, db: sqlite_utils.Database, lock: threading.RLock, *, read_only: bool = False):
+    def __init__(self, db: sqlite3.Connection, lock: threading.RLock, *, read_only: bool = False):
         self._db = db
         self._lock = lock
         self._read_only = read_only
         self._live: dict[Key, Entry | None] = {}  # a cache of live versions, cleared by every write
         if read_only:
             return
-        self._db.table("entry_versions").create(
-            {"kind": str, "tenant": str, "name": str, "version": str, "snapshot": str, "first_seen": str},
-            pk=_PK, if_not_exists=True)
-        self._db.table("entry_lifecycle").create(
-            {"kind": str, "tenant": str, "name": str, "version": str, "status": str, "source": str,
-             "proposed_by": str, "proposed_at": str, "note": str, "decided_by": str, "decided_at": str,
-             "decision_note": str}, pk=_PK, if_not_exists=True)
-        if "proposed_for" not in self._db.table("entry_lifecycle").columns_dict:  # older catalogs
-            self._db.table("entry_lifecycle").add_column("proposed_for", str)
+        sqlrows.create_table(self._db, "entry_versions", (*_PK, "snapshot", "first_seen"), _PK)
+        sqlrows.create_table(self._db, "entry_lifecycle",
+                             (*_PK, "status", "source", "proposed_by", "proposed_at", "note", "decided_by",
+                              "decided_at", "decision_note"), _PK)
+        sqlrows.add_column(self._db, "entry_lifecycle", "proposed_for")  # older catalogs
         # per entry: its live version ("" when none) and the version its policy file last defined
-        self._db.table("entry_live").create(
-            {"kind": str, "tenant": str, "name": str, "version": str, "file_version": str},
-            pk=("kind", "tenant", "name"), if_not_exists=True)
+        sqlrows.create_table(self._db, "entry_live", ("kind", "tenant", "name", "version", "file_version"),
+                             _LIVE_PK)
 
     def _has(self, table: str) -> bool:
-        return table in self._db.table_names()
+        return table in sqlrows.table_names(self._db)
 
     def _query(self, table: str, sql: str, params: Iterable[Any]) -> list[dict[str, Any]]:
         if not self._has(table):  # a catalog from before skills and templates (read-only)
             return []
-        return list(self._db.query(sql, list(params)))
+        return sqlrows.rows(self._db, sql, params)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -290,7 +285,7 @@ class EntryCatalog:
         if not write or self._read_only:
             return []
         changes: list[EntryChange] = []
-        with self._lock, self._db.conn:
+        with self._lock, self._db:
             self._store([e for e, _ in from_files.values()])
             for key, (entry, source) in from_files.items():
                 row = self._live_row(key)
@@ -318,63 +313,67 @@ class EntryCatalog:
 
     def _set_file_version(self, key: Key, version: str) -> None:
         row = self._live_row(key)
-        self._db.table("entry_live").upsert(
-            {"kind": key[0], "tenant": key[1], "name": key[2], "version": row["version"] if row else "",
-             "file_version": version}, pk=("kind", "tenant", "name"))
+        sqlrows.upsert(self._db, "entry_live",
+                       {"kind": key[0], "tenant": key[1], "name": key[2], "version": row["version"] if row else "",
+                        "file_version": version}, _LIVE_PK)
 
     def _store(self, entries: Iterable[Entry]) -> None:
         now = _now()
-        self._db.table("entry_versions").insert_all(
-            ({"kind": e.kind, "tenant": e.tenant, "name": e.name, "version": e.version, "first_seen": now,
-              "snapshot": json.dumps(e.snapshot(), sort_keys=True)} for e in entries), pk=_PK, ignore=True)
+        sqlrows.insert_ignore(self._db, "entry_versions", (
+            {"kind": e.kind, "tenant": e.tenant, "name": e.name, "version": e.version, "first_seen": now,
+             "snapshot": json.dumps(e.snapshot(), sort_keys=True)} for e in entries))
 
     def _apply(self, change: EntryChange) -> list[EntryChange]:
         """Write one change (inside the caller's transaction); the changes it caused, in order."""
         self._live.clear()
         done = [change]
         key = (change.kind, change.tenant, change.name)
-        lc = self._db.table("entry_lifecycle")
         now = _now()
         pk = (*key, change.version)
+
+        def lc_upsert(record: dict[str, Any]) -> None:
+            sqlrows.upsert(self._db, "entry_lifecycle", record, _PK)
+
         if change.act in ("propose", "apply", "remove") and change.by == FILES:
             # the files have one pending proposal per entry: their latest (none once removed)
             for old in self._query("entry_lifecycle", "select version from entry_lifecycle where kind = ? and "
                                    "tenant = ? and name = ? and status = ? and proposed_by = ? and version != ?",
                                    [*key, PENDING, FILES, change.version if change.act != "remove" else ""]):
-                lc.update((*key, old["version"]), {"status": WITHDRAWN, "decided_at": now,
-                                                   "decision_note": f"replaced by {change.version}"})
+                sqlrows.update(self._db, "entry_lifecycle", _PK, (*key, old["version"]),
+                               {"status": WITHDRAWN, "decided_at": now, "decision_note": f"replaced by {change.version}"})
                 done.append(EntryChange("withdraw", *key, old["version"], FILES, note=f"replaced by {change.version}"))
         if change.act in ("propose", "apply"):
-            lc.upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version, "status": PENDING,
+            lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version, "status": PENDING,
                        "source": change.source, "proposed_by": change.by, "proposed_for": change.for_person,
                        "proposed_at": now, "note": change.note,
-                       "decided_by": "", "decided_at": "", "decision_note": ""}, pk=_PK)
+                       "decided_by": "", "decided_at": "", "decision_note": ""})
         row = self._live_row(key)
         previous = row["version"] if row else ""
         file_version = row["file_version"] if row else ""
         if change.act in ("apply", "approve"):
             if previous and previous != change.version:
-                lc.upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
-                           "status": SUPERSEDED}, pk=_PK)
-            lc.update(pk, {"status": LIVE, "decided_by": change.by, "decided_at": now, "decision_note": change.note})
+                lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
+                           "status": SUPERSEDED})
+            sqlrows.update(self._db, "entry_lifecycle", _PK, pk,
+                           {"status": LIVE, "decided_by": change.by, "decided_at": now, "decision_note": change.note})
             self._set_live(key, change.version, file_version)
         elif change.act in ("reject", "retire"):
-            lc.upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version,
+            lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version,
                        "status": REJECTED if change.act == "reject" else RETIRED, "decided_by": change.by,
-                       "decided_at": now, "decision_note": change.note}, pk=_PK)
+                       "decided_at": now, "decision_note": change.note})
             if change.act == "retire" and previous == change.version:
                 self._set_live(key, "", file_version)
         elif change.act == "remove":
             if previous:
-                lc.upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
+                lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
                            "status": SUPERSEDED, "decided_by": change.by, "decided_at": now,
-                           "decision_note": change.note}, pk=_PK)
+                           "decision_note": change.note})
             self._set_live(key, "", "")
         return done
 
     def _set_live(self, key: Key, version: str, file_version: str) -> None:
-        self._db.table("entry_live").upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": version,
-                                             "file_version": file_version}, pk=("kind", "tenant", "name"))
+        sqlrows.upsert(self._db, "entry_live", {"kind": key[0], "tenant": key[1], "name": key[2], "version": version,
+                                                "file_version": file_version}, _LIVE_PK)
 
     # -- acts through the API: check, record(change), then write -----------------------------------
 
@@ -397,7 +396,7 @@ class EntryCatalog:
             change = EntryChange("propose", entry.kind, entry.tenant, entry.name, entry.version, by, source=source,
                                  note=note, replaces=live.version if live else "", for_person=for_person)
             record(change)
-            with self._db.conn:
+            with self._db:
                 self._store([entry])
                 return self._apply(change)[0]
 
@@ -418,7 +417,7 @@ class EntryCatalog:
             change = EntryChange("approve" if approve else "reject", kind, tenant, name, version, by, note=note,
                                  source=rows[0]["source"], replaces=live.version if live and approve else "")
             record(change)
-            with self._db.conn:
+            with self._db:
                 return self._apply(change)[0]
 
     def retire(self, kind: str, tenant: str, name: str, version: str, *, by: str, note: str,
@@ -433,7 +432,7 @@ class EntryCatalog:
                 raise EntryError("no_change", f"version {version} of {kind} {name!r} is already retired")
             change = EntryChange("retire", kind, tenant, name, version, by, note=note)
             record(change)
-            with self._db.conn:
+            with self._db:
                 return self._apply(change)[0]
 
     def _writable(self) -> None:

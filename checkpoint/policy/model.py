@@ -2,9 +2,13 @@
 
 Every model forbids unknown keys, so a typo is an error with file:line, never a silently ignored
 setting. `warden policy schema` writes the JSON Schema generated from these models for editors.
-"""
 
-from __future__ import annotations
+Every policy load, `warden check` included, builds these classes first, so two things here are for
+start time: annotations are evaluated as written (no `from __future__ import annotations`, whose
+strings pydantic would compile one by one), and list and dict defaults come from the small
+functions below rather than `list` and `dict` (pydantic reads each default factory's signature,
+and a builtin's is parsed from text, with tokenize's regular expressions compiled the first time).
+"""
 
 import re
 from enum import StrEnum
@@ -14,6 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from checkpoint.policy.subjects import Kind
 from warden.budget import Budget
+
+
+def _no_items() -> list[Any]:
+    return []
+
+
+def _no_entries() -> dict[str, Any]:
+    return {}
+
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -34,12 +47,12 @@ class Scope(Strict):
     """What an agent's tools may touch. Images and nodes are glob patterns (`recon/nmap:*`);
     connections and subjects are typed (host, ip, url or name; docs/policies.md)."""
 
-    access: list[Access] = Field(default_factory=list)
-    images: list[Pattern] = Field(default_factory=list)
-    nodes: list[Pattern] = Field(default_factory=list)
-    connections: list[Pattern] = Field(default_factory=list)
-    threads: list[Pattern] = Field(default_factory=list, description="conversation threads (glob names)")
-    subjects: list[Pattern] = Field(default_factory=list)
+    access: list[Access] = Field(default_factory=_no_items)
+    images: list[Pattern] = Field(default_factory=_no_items)
+    nodes: list[Pattern] = Field(default_factory=_no_items)
+    connections: list[Pattern] = Field(default_factory=_no_items)
+    threads: list[Pattern] = Field(default_factory=_no_items, description="conversation threads (glob names)")
+    subjects: list[Pattern] = Field(default_factory=_no_items)
 
 
 class Agent(Strict):
@@ -49,13 +62,13 @@ class Agent(Strict):
     persona: str = Field(..., min_length=1, description="the role in plain words")
     tenant: Name = "default"
     allowlist: list[str] = Field(
-        default_factory=list, description="tool names; empty means none; '*' must be written out"
+        default_factory=_no_items, description="tool names; empty means none; '*' must be written out"
     )
     scope: Scope = Field(default_factory=Scope)
     budget: Budget = Field(default_factory=Budget)
-    delegates: list[Name] = Field(default_factory=list, description="agents this agent may delegate to")
+    delegates: list[Name] = Field(default_factory=_no_items, description="agents this agent may delegate to")
     skills: list[Name] = Field(
-        default_factory=list,
+        default_factory=_no_items,
         description="skills of its tenant its model may load by name (docs/skills.md): read as data, never authority",
     )
     mode: Literal["enforce", "shadow"] = Field(
@@ -100,9 +113,9 @@ class Run(Strict):
     command: list[str] = Field(
         ..., min_length=1, description="argv template; '{name}' is replaced by the argument 'name'"
     )
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=_no_entries)
     secrets: list[Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]] = Field(
-        default_factory=list, description="names of secrets the toolrunner injects as environment variables"
+        default_factory=_no_items, description="names of secrets the toolrunner injects as environment variables"
     )
     timeout_seconds: float = Field(30, gt=0, le=3600)
     output_cap_bytes: int = Field(65536, ge=256, le=16 * 1024 * 1024)
@@ -116,8 +129,8 @@ class Run(Strict):
 class Masking(Strict):
     """How this tool's arguments are written to the decision log."""
 
-    drop: list[str] = Field(default_factory=list, description="dotted argument paths removed")
-    hash: list[str] = Field(default_factory=list, description="dotted argument paths replaced by sha256")
+    drop: list[str] = Field(default_factory=_no_items, description="dotted argument paths removed")
+    hash: list[str] = Field(default_factory=_no_items, description="dotted argument paths replaced by sha256")
 
 
 class Tool(Strict):
@@ -158,8 +171,8 @@ class Rule(Strict):
     handoff_to: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = Field(
         None, description="handoff_if: the person or queue that takes the case over")
     actions: list[ActionKind] = Field(default_factory=lambda: list[ActionKind](["tool_call"]))
-    tools: list[Name] = Field(default_factory=list, description="only these tools; empty means every tool")
-    agents: list[Name] = Field(default_factory=list, description="only these agents; empty means every agent")
+    tools: list[Name] = Field(default_factory=_no_items, description="only these tools; empty means every tool")
+    agents: list[Name] = Field(default_factory=_no_items, description="only these agents; empty means every agent")
     mode: Literal["enforce", "shadow"] = Field(
         "enforce", description="shadow: evaluated and recorded (shadow_verdict) beside the enforced answer, never "
                                "enforced; promote it by removing this line")
@@ -205,10 +218,10 @@ class TenantRoles(Strict):
     """Who does what in a tenant: persons by their credential's name (a token line's name). An
     admin holds every role. docs/catalog.md says what each role may do."""
 
-    admin: PersonNames = Field(default_factory=list, description="reviews agent changes, retires versions; every role")
-    approver: PersonNames = Field(default_factory=list, description="approves or rejects calls that wait for a person")
-    operator: PersonNames = Field(default_factory=list, description="starts, pauses, resumes, amends and cancels runs")
-    auditor: PersonNames = Field(default_factory=list, description="reads the tenant's decision records and runs")
+    admin: PersonNames = Field(default_factory=_no_items, description="reviews agent changes, retires versions; every role")
+    approver: PersonNames = Field(default_factory=_no_items, description="approves or rejects calls that wait for a person")
+    operator: PersonNames = Field(default_factory=_no_items, description="starts, pauses, resumes, amends and cancels runs")
+    auditor: PersonNames = Field(default_factory=_no_items, description="reads the tenant's decision records and runs")
 
 
 class Tenant(Strict):
@@ -230,7 +243,7 @@ class Instance(Strict):
     ceilings: Budget = Field(default_factory=Budget)
     daily_spend: DailySpend = Field(default_factory=DailySpend)
     delegation: DelegationLimits = Field(default_factory=DelegationLimits)
-    model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    model_prices: dict[str, ModelPrice] = Field(default_factory=_no_entries)
     grant_ttl_seconds: float = Field(120, gt=0, le=3600)
 
 
@@ -241,8 +254,8 @@ Names = list[Annotated[str, StringConstraints(min_length=1, max_length=128)]]
 class CheckRights(Strict):
     """Whom a principal may ask decisions for. `*` in a list means any."""
 
-    tenants: Names = Field(default_factory=list)
-    agents: Names = Field(default_factory=list, description="agents its runs may act as")
+    tenants: Names = Field(default_factory=_no_items)
+    agents: Names = Field(default_factory=_no_items, description="agents its runs may act as")
     persons: Literal["any", "self"] | Names = Field(
         "self",
         description="accountable persons it may vouch for: any, a list, or self (the person must "
@@ -253,9 +266,9 @@ class CheckRights(Strict):
 class ApproveRights(Strict):
     """What a principal may approve or reject. `*` in a list means any."""
 
-    tenants: Names = Field(default_factory=list)
-    agents: Names = Field(default_factory=list)
-    rules: Names = Field(default_factory=list, description="rule names whose REQUIRE_APPROVAL it may answer")
+    tenants: Names = Field(default_factory=_no_items)
+    agents: Names = Field(default_factory=_no_items)
+    rules: Names = Field(default_factory=_no_items, description="rule names whose REQUIRE_APPROVAL it may answer")
     own_runs: bool = Field(False, description="may approve calls of runs it is the accountable person of")
 
 
@@ -263,7 +276,7 @@ class AuditRights(Strict):
     """Which tenants' records a principal may read. `*` means every tenant's, and records that
     name no tenant (refusals before a run was established)."""
 
-    tenants: Names = Field(default_factory=list)
+    tenants: Names = Field(default_factory=_no_items)
 
 
 class Principal(Strict):
@@ -307,7 +320,7 @@ class TemplateSpec(Strict):
         ..., min_length=1, max_length=64, description=f"argv; {TARGET} is replaced by the call's target")
 
     @model_validator(mode="after")
-    def _names_target(self) -> TemplateSpec:
+    def _names_target(self) -> "TemplateSpec":
         if not any(TARGET in part for part in self.command):
             raise ValueError(f"the command never names {TARGET}: a template works on the target it is given")
         return self

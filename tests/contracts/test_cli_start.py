@@ -4,10 +4,15 @@ test checks the cause, which does not depend on the machine's load."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 HEAVY = ("pydantic", "grpc", "sqlite_utils", "celpy", "cel_expr_python", "google.protobuf", "docker",
          "anthropic", "yaml", "jsonschema", "fastjsonschema", "rich", "watchfiles", "prometheus_client")
@@ -48,4 +53,42 @@ def test_each_command_builds_only_its_owners_part_and_the_table_is_right():
 
 def test_check_does_not_import_the_driver_or_toolrunner_cli():
     names = imported_by("check", "--help")
-    assert not {"driver.cli", "toolrunner.cli", "checkpoint.audit.cli"} & names
+    assert not {"driver.cli", "toolrunner.cli", "checkpoint.audit.cli", "checkpoint.server_cli"} & names
+
+
+# What deciding one request needs is the policy model, the loader, the engine and protobuf; not the
+# servers, the containers, the model's SDK, nor sqlite-utils (the catalog speaks sqlite3 itself).
+NOT_FOR_A_CHECK = ("grpc", "sqlite_utils", "click", "dateutil", "pluggy", "celpy", "docker", "anthropic", "rich",
+                   "watchfiles", "prometheus_client", "opentelemetry", "cryptography")
+
+
+def test_a_check_imports_only_what_deciding_needs(tmp_path):
+    from checkpoint.policy import load_policy_dir
+
+    version = load_policy_dir(REPO / "policies").agents["recon"].version
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps({  # README's example: a request an operator would try
+        "run": {"runId": "run-1", "mode": "RUN_MODE_INTERACTIVE",
+                "actorChain": [{"kind": "ACTOR_KIND_PERSON", "id": "alice"},
+                               {"kind": "ACTOR_KIND_AGENT", "id": "recon", "agentVersion": version}]},
+        "toolCall": {"tool": "create_task_from_template",
+                     "arguments": {"template": "web-basic", "target": "payments.lab.example.com"}}}))
+    names = imported_by("check", "--policies", str(REPO / "policies"), str(path))
+    assert "checkpoint.engine.decide" in names  # it did decide
+    extra = sorted(n for n in names if n.split(".")[0] in NOT_FOR_A_CHECK)
+    assert extra == [], f"`warden check` imports {extra[:8]}"
+
+
+@pytest.mark.parametrize("argv", [("--help",), ("-h",), ()])
+def test_the_command_list_is_what_the_whole_tree_prints(argv, monkeypatch):
+    """`warden --help` prints COMMANDS without building any command's parser: the same text."""
+    from warden import cli
+
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.delenv("WARDEN_CONFIG", raising=False)
+    env = {**os.environ, "COLUMNS": "100"}
+    done = subprocess.run([sys.executable, "-m", "warden.cli", *argv], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=REPO)
+    assert done.returncode == (0 if argv else 2), done.stderr
+    assert done.stdout == cli.build_parser().format_help()
+    assert cli.build_command_list().format_help() == cli.build_parser().format_help()
