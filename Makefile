@@ -16,9 +16,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Regenerate the committed gRPC stubs from proto/ (tests fail when they drift).
+# Regenerate the committed gRPC stubs from proto/ and the compiled draft-7 meta-schema check
+# (checkpoint/policy/input_schemas.py); tests fail when they drift.
 gen: $(STAMP)
 	$(BIN)/python -m warden.protogen
+	$(BIN)/python -m checkpoint.policy.input_schemas
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import fastjsonschema
-import jsonschema
 
 from checkpoint.engine import authority, breakers, codes, learnings
 from checkpoint.engine.context import Call, resolve
@@ -155,9 +154,7 @@ def _shape(call: Call, name: str, arguments: Any, validate_absent: bool = True) 
         tool.fast_validate(args)
     except fastjsonschema.JsonSchemaException as fast_error:
         # the slow validator only runs on refusals, for a message a person can act on
-        error = jsonschema.exceptions.best_match(tool.validator.iter_errors(args))
-        where = "/".join(str(p) for p in error.absolute_path) if error is not None else ""
-        message = error.message if error is not None else str(fast_error)
+        where, message = tool.explainer.explain(args) or ("", str(fast_error))
         raise trace.stop(
             DENY, codes.INVALID_ARGUMENTS, "request.arguments",
             f"arguments do not match {name}'s input schema at {where or '(root)'}: {message[:300]}",

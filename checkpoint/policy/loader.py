@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import fastjsonschema
-import jsonschema
 from pydantic import ValidationError
 
 from checkpoint.cel import CelCompileError, CelProgram, CelType, get_engine
 from checkpoint.cel import typed as cel_typed
 from checkpoint.cel.fastpath import FastProgram, compile_fast
-from checkpoint.policy import celtypes, entries, model
+from checkpoint.policy import celtypes, entries, input_schemas, model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.defaults import with_defaults
 from checkpoint.policy.errors import PolicyError, PolicyLoadError
@@ -441,11 +440,9 @@ class _Compiler:
     def _tool(self, doc: _Doc) -> CompiledTool | None:
         spec: model.Tool = doc.spec
         try:
-            validator_cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft7Validator)
-            validator_cls.check_schema(spec.input_schema)
-            validator = validator_cls(spec.input_schema)
+            input_schemas.check(spec.input_schema)
             fast = fastjsonschema.compile(spec.input_schema)
-        except jsonschema.SchemaError as exc:
+        except input_schemas.SchemaProblem as exc:
             self.error(doc, ("input_schema", *exc.path), f"input_schema is not a valid JSON Schema: {exc.message}")
             return None
         except fastjsonschema.JsonSchemaDefinitionException as exc:
@@ -484,7 +481,7 @@ class _Compiler:
         if failed:
             return None
         return CompiledTool(
-            spec=spec, validator=validator, fast_validate=fast, touches=touches,
+            spec=spec, explainer=input_schemas.Explainer(spec.input_schema), fast_validate=fast, touches=touches,
             touches_need_cel=any(not isinstance(p, FastProgram) for p in touches.values()),
         )
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoint.cel import CelProgram
 from checkpoint.policy import model
+from checkpoint.policy.input_schemas import Explainer
 from checkpoint.policy.learning_index import EMPTY as NO_LEARNINGS
 from checkpoint.policy.learning_index import LearningIndex
 from checkpoint.policy.principals import Principals
@@ -97,7 +98,7 @@ class AgentVersion:
 @dataclass(frozen=True)
 class CompiledTool:
     spec: model.Tool
-    validator: Any  # jsonschema validator: the readable error message when a call is refused
+    explainer: Explainer  # jsonschema's words for why a refused call's arguments fail the schema
     fast_validate: Any  # fastjsonschema compiled function: the hot path, ~25x faster
     touches: dict[str, CelProgram]  # dimension -> program returning list[str]
     touches_need_cel: bool  # False when every touches expression is a plain argument lookup

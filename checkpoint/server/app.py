@@ -24,7 +24,7 @@ from checkpoint.audit import DecisionLog
 from checkpoint.audit.heads import DEFAULT_INTERVAL_SECONDS as DEFAULT_HEAD_INTERVAL
 from checkpoint.audit.heads import HeadSigner
 from checkpoint.audit.rotate import AutoRotate
-from checkpoint.policy import AgentCatalog
+from checkpoint.policy import AgentCatalog, input_schemas
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
 from checkpoint.server.auth import AuthPolicy, OnRefused
@@ -196,6 +196,7 @@ def create_server(
         raise ValueError(
             "TCP needs caller authentication: give a tokens file or mTLS, or listen on the Unix socket only"
         )
+    input_schemas.preload()
     metrics = Metrics()
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     for name in ("", SERVICE_NAME, RELOAD_HEALTH_NAME):
