@@ -144,6 +144,8 @@ class Server:
 
 
 def start_warden(tmp: Path, workers: str, env: dict[str, str], extra: tuple[str, ...] = ()) -> tuple[Server, str, str]:
+    from checkpoint.server.workers import worker_count
+
     data = tmp / f"warden-{workers}{''.join(extra)}"
     subprocess.run([sys.executable, "-m", "warden.cli", "keys", "init", "--data", str(data)], cwd=ROOT, env=env,
                    check=True, capture_output=True)
@@ -163,7 +165,7 @@ def start_warden(tmp: Path, workers: str, env: dict[str, str], extra: tuple[str,
                     (("authorization", f"Bearer {token}"),), workers=workers != "1")
     if server.workers:  # every worker answers before the measurement starts
         deadline = time.monotonic() + 60
-        expected = len(os.sched_getaffinity(0)) if workers == "auto" else int(workers)
+        expected = worker_count(workers)
         while len(server.worker_pids()) < expected:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{server.name}: workers did not start")
@@ -378,12 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     servers: list[Server] = []
     try:
-        one, _, run_token = start_warden(tmp, "1", env)
+        # explicit modes: `auto` would pin where this bench runs on a cpuset (taskset, a container)
+        one, _, run_token = start_warden(tmp, "1", env, ("--pin-cpus", "off"))
         servers.append(start_noop(one, tmp, env))
         servers.append(one)
-        auto, _, _ = start_warden(tmp, "auto", env)
+        auto, _, _ = start_warden(tmp, "auto", env, ("--pin-cpus", "off"))
         servers.append(auto)
-        pinned, _, _ = start_warden(tmp, "auto", env, ("--pin-cpus",))
+        pinned, _, _ = start_warden(tmp, "auto", env, ("--pin-cpus", "on"))
         servers.append(pinned)
         servers.append(start_cerbos(binary, tmp, audit=False, env=env))
         local = start_cerbos(binary, tmp, audit=True, env=env)

@@ -81,10 +81,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the Unix socket is worker 0's (docs/checkpoint-service.md, 'Workers')",
     )
     serve.add_argument(
-        "--pin-cpus", action="store_true",
+        "--pin-cpus", nargs="?", const="on", default="auto", choices=("auto", "on", "off"), metavar="auto|on|off",
         help="run worker i on the i-th CPU this process may use and nowhere else (with --workers 1, the one "
         "process on the first), its threads SCHED_BATCH: each worker's threads then hand the GIL over on one core "
-        "without preempting each other, which costs less CPU per call; leave it off where other busy work shares the CPUs (docs/checkpoint-service.md, 'Workers')",
+        "without preempting each other, which costs less CPU per call. 'auto' (the default) pins only where this "
+        "process was given some of the host's CPUs, not all (a cpuset: docker --cpuset-cpus, Kubernetes' static "
+        "CPU manager, taskset); a bare --pin-cpus is 'on' (docs/checkpoint-service.md, 'Workers')",
     )
     serve.add_argument(
         "--threads", type=int, default=32,
@@ -223,7 +225,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.audit import AuditUnavailable
     from checkpoint.server import AuthPolicy, TlsConfig, load_tokens, serve
     from checkpoint.server.auth import TokenFileError
-    from checkpoint.server.workers import serve_workers, worker_count
+    from checkpoint.server.workers import serve_workers, should_pin, worker_count
     from warden.grants import SigningKey
 
     try:
@@ -261,12 +263,13 @@ def _serve_configured(args: argparse.Namespace) -> int:
     auth = AuthPolicy(tokens=tokens, mtls=tls is not None)
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
     run: Any = serve
+    pin = should_pin(args.pin_cpus)
     if workers > 1:
-        run = functools.partial(serve_workers, workers, pin_cpus=args.pin_cpus)
-    elif args.pin_cpus:
+        run = functools.partial(serve_workers, workers, pin_cpus=pin)
+    elif pin:
         from checkpoint.server.workers import pin_to_cpu
 
-        print(f"checkpoint: pinned to CPU {pin_to_cpu(0)}", file=sys.stderr, flush=True)
+        print(f"checkpoint: pinned to CPU {pin_to_cpu(0)} (--pin-cpus {args.pin_cpus})", file=sys.stderr, flush=True)
     try:
         return run(
             address=args.address or None,

@@ -20,8 +20,11 @@ threads, the log's writer); on one core each hand-off is a wake-up on the same c
 caches, where a worker free to float spends it as a cross-core wake-up; and its threads are
 SCHED_BATCH, so a woken thread does not preempt the GIL holder that woke it. Measured here (2 cores,
 `--workers auto`, h2load at c=32): pinning alone about 1.5-2x the calls/s and a quarter less CPU per
-call, SCHED_BATCH on top another 10-15% (c=1 as well). Off by default: a pinned worker cannot move
-off a core that other work keeps busy.
+call, SCHED_BATCH on top another 10-15% (c=1 as well). `--pin-cpus auto` (the default) pins only where
+the process was given some of the host's CPUs, not all (a cpuset: `docker run --cpuset-cpus`,
+Kubernetes' static CPU manager, taskset): there the CPUs are the checkpoint's. Given every CPU of a
+shared host, checkpoints pinning by the same rule would all put their first worker on the
+host's first CPU, so there it takes `--pin-cpus on`.
 
 Per worker: its metrics (`--metrics-address HOST:PORT` gives worker i PORT+i), its refusal rate
 limiter, its gRPC threads. The Unix socket is worker 0's (a socket path has no SO_REUSEPORT).
@@ -37,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
 import os
 import signal
 import socket
@@ -58,10 +62,90 @@ QUICK_EXITS_ALLOWED = 3  # ... and this many such deaths in a row stop the whole
 STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, RuntimeError, AuditUnavailable)
 
 
+def _quota(node: Path, v2: bool) -> int | None:
+    """The whole CPUs (rounded up) one cgroup's quota allows; None for none or an unreadable file."""
+    try:
+        if v2:
+            quota, period = (node / "cpu.max").read_text().split()
+            if quota == "max":
+                return None
+        else:
+            quota = (node / "cpu.cfs_quota_us").read_text().strip()
+            period = (node / "cpu.cfs_period_us").read_text().strip()
+            if int(quota) < 0:
+                return None
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_limit(mountinfo: Path = Path("/proc/self/mountinfo"), self_cgroup: Path = Path("/proc/self/cgroup")) -> int | None:
+    """The CPUs this process's cgroup CPU quota allows, rounded up (`docker run --cpus`, a
+    Kubernetes CPU limit): the smallest quota from its cgroup up to the top of what is mounted
+    here, cgroup v2 (cpu.max) or v1 (cpu.cfs_quota_us). None when no quota applies.
+
+    Its cgroup's folder is found as the kernel names it: /proc/self/cgroup gives the path, and the
+    cgroup mount in /proc/self/mountinfo gives the part of the tree mounted and where (a container
+    often sees its own cgroup mounted as the top)."""
+    try:
+        groups, mounts = self_cgroup.read_text().splitlines(), mountinfo.read_text().splitlines()
+    except OSError:
+        return None
+    paths: dict[str, str] = {}  # controller ("" is cgroup v2's single tree) -> this process's path
+    for line in groups:
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(","):
+                paths[controller] = parts[2]
+    limits: list[int] = []
+    for line in mounts:
+        mount, _, fs = line.partition(" - ")
+        fields, fs_fields = mount.split(), fs.split()
+        if len(fields) < 5 or len(fs_fields) < 3:
+            continue
+        v2 = fs_fields[0] == "cgroup2"
+        if not v2 and not (fs_fields[0] == "cgroup" and "cpu" in fs_fields[2].split(",")):
+            continue
+        path = paths.get("" if v2 else "cpu")
+        if path is None:
+            continue
+        inside = os.path.relpath(path, fields[3])
+        if inside.startswith(".."):  # this mount shows another part of the tree
+            continue
+        top = Path(fields[4])
+        node = top / inside
+        while True:
+            quota = _quota(node, v2)
+            if quota is not None:
+                limits.append(quota)
+            if node == top or top not in node.parents:
+                break
+            node = node.parent
+    return min(limits) if limits else None
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on, bounded by its cgroup's CPU quota."""
+    cpus = len(os.sched_getaffinity(0))
+    limit = cpu_limit()
+    return cpus if limit is None else min(cpus, limit)
+
+
+def cpus_reserved() -> bool:
+    """Whether this process may run on some of the host's online CPUs only: a cpuset somebody set
+    (`docker run --cpuset-cpus`, Kubernetes' static CPU manager, taskset) makes them its own."""
+    return len(os.sched_getaffinity(0)) < (os.cpu_count() or 0)
+
+
+def should_pin(mode: str) -> bool:
+    """`--pin-cpus` auto|on|off: auto pins where the CPUs are reserved."""
+    return mode == "on" or (mode == "auto" and cpus_reserved())
+
+
 def worker_count(text: str) -> int:
-    """`auto` (one per CPU this process may run on) or a number from 1 to 64."""
+    """`auto` (one per CPU this process may use, see usable_cpus) or a number from 1 to 64."""
     if text == "auto":
-        return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+        return max(1, min(MAX_WORKERS, usable_cpus()))
     try:
         n = int(text)
     except ValueError:
@@ -289,7 +373,7 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
                      metrics_address=_metrics_for(metrics_address, index), data_dir=data_dir,
                      head_interval=None, shared=True, **kwargs)
 
-    cpus = len(os.sched_getaffinity(0))
+    cpus = usable_cpus()
     if count > cpus:  # `--workers` counted gRPC threads before it counted processes
         log.warning("%d workers on %d CPUs: more processes than CPUs only adds memory and switching "
                     "(gRPC threads per worker are --threads)", count, cpus)

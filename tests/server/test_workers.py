@@ -63,7 +63,8 @@ def _children(pid: int) -> set[int]:
 
 
 class Cluster:
-    def __init__(self, tmp: Path, policies: Path, workers: str = "2", reload: str = "0", extra: tuple[str, ...] = ()):
+    def __init__(self, tmp: Path, policies: Path, workers: str = "2", reload: str = "0", extra: tuple[str, ...] = (),
+                 cpus: set[int] | None = None):
         self.data = tmp / "data"
         assert _warden("keys", "init", "--data", str(self.data)).returncode == 0
         (self.data / "checkpoint.tokens").write_text(f"driver {TOKEN}\n")
@@ -72,7 +73,8 @@ class Cluster:
         cmd = [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(self.data),
                "--policies", str(policies), "--address", f"127.0.0.1:{self.port}", "--socket", "",
                "--reload-interval", reload, "--reload-settle", "0.2", "--workers", workers, "--metrics-address", f"127.0.0.1:{self.metrics}", *extra]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         self.channels: list[grpc.Channel] = []
 
     def stub(self) -> pb_grpc.CheckpointServiceStub:
@@ -246,6 +248,46 @@ def test_one_pinned_checkpoint_runs_on_the_first_cpu(tmp_path, policy_dir):
         assert _affinities(cluster.proc.pid) == {frozenset({cpus[0]})}
         assert {os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{cluster.proc.pid}/task")} \
             == {os.SCHED_BATCH}
+    finally:
+        assert cluster.stop() == 0
+
+
+def _whole_machine() -> list[int]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or len(cpus) < (os.cpu_count() or 0):
+        pytest.skip("needs a test process that may run on every one of at least two online CPUs")
+    return cpus
+
+
+@pytest.mark.timeout(120)
+def test_by_default_a_checkpoint_given_one_cpu_of_the_host_pins_itself_there(tmp_path, policy_dir):
+    # `--workers auto --pin-cpus auto` (the default) in a cpuset of one CPU, as taskset or
+    # `docker run --cpuset-cpus` leaves it: one worker, on that CPU, SCHED_BATCH
+    last = _whole_machine()[-1]
+    cluster = Cluster(tmp_path, policy_dir, workers="auto", cpus={last})
+    try:
+        cluster.wait_serving(workers=1)
+        assert _affinities(cluster.proc.pid) == {frozenset({last})}
+        assert {os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{cluster.proc.pid}/task")} \
+            == {os.SCHED_BATCH}
+    finally:
+        assert cluster.stop() == 0
+    assert f"pinned to CPU {last} (--pin-cpus auto)" in cluster.proc.stderr.read().decode()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("cpus", "extra"), [("all", ()), ("one", ("--pin-cpus", "off"))])
+def test_a_checkpoint_with_every_cpu_or_pinning_off_is_left_to_the_scheduler(tmp_path, policy_dir, cpus, extra):
+    whole = _whole_machine()
+    given = set(whole) if cpus == "all" else {whole[-1]}
+    cluster = Cluster(tmp_path, policy_dir, workers="2", extra=extra, cpus=given)
+    try:
+        cluster.wait_serving()
+        workers = _children(cluster.proc.pid)
+        assert len(workers) == 2
+        assert {s for pid in workers for s in _affinities(pid)} == {frozenset(given)}
+        assert {os.sched_getscheduler(int(t)) for pid in workers for t in os.listdir(f"/proc/{pid}/task")} \
+            == {os.SCHED_OTHER}
     finally:
         assert cluster.stop() == 0
 
