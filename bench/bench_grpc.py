@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = subprocess.Popen(
         [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(data), "--policies", str(ROOT / "policies"),
          "--address", f"127.0.0.1:{cp_port}", "--socket", "", "--reload-interval", "0", "--threads", str(WORKERS),
-         "--pin-cpus", "off"],  # --pin confines the process only, as before --pin-cpus auto existed
+         "--pin-cpus", "off"],  # where it runs is the bench's choice (--pin), not warden's placement
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         preexec_fn=pin_server,
     )  # fmt: skip

@@ -5,7 +5,7 @@ Not run by `make bench` (the file is not bench_*). Starts `warden checkpoint ser
 records one worker with `py-spy record --gil` (only samples of the thread holding the GIL), then
 prints the shares by function (inclusive and self) and by file. py-spy comes with the dev extra.
 
-    .venv/bin/python bench/profile_load.py --seconds 10 [-- --pin-cpus]
+    .venv/bin/python bench/profile_load.py --seconds 10 [-- --pin-cpus off]
 """
 
 from __future__ import annotations

@@ -82,11 +82,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--pin-cpus", nargs="?", const="on", default="auto", choices=("auto", "on", "off"), metavar="auto|on|off",
-        help="run worker i on the i-th CPU this process may use and nowhere else (with --workers 1, the one "
-        "process on the first), its threads SCHED_BATCH: each worker's threads then hand the GIL over on one core "
-        "without preempting each other, which costs less CPU per call. 'auto' (the default) pins only where this "
-        "process was given some of the host's CPUs, not all (a cpuset: docker --cpuset-cpus, Kubernetes' static "
-        "CPU manager, taskset); a bare --pin-cpus is 'on' (docs/checkpoint-service.md, 'Workers')",
+        help="run each checkpoint process on one CPU, the one other work leaves most free, its threads SCHED_BATCH, "
+        "and move it when other work crowds that CPU: its threads then hand the GIL over on one core, which costs "
+        "less CPU per call. 'auto' (the default) pins when every worker can have a CPU of its own; a bare "
+        "--pin-cpus is 'on' (docs/checkpoint-service.md, 'Workers')",
+    )
+    serve.add_argument(
+        "--rebalance-interval", type=float, default=2.0, metavar="SECONDS",
+        help="with pinned processes, seconds between looks at how busy other work keeps each CPU (default 2; "
+        "0: place once, never move)",
     )
     serve.add_argument(
         "--threads", type=int, default=32,
@@ -225,7 +229,8 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.audit import AuditUnavailable
     from checkpoint.server import AuthPolicy, TlsConfig, load_tokens, serve
     from checkpoint.server.auth import TokenFileError
-    from checkpoint.server.workers import serve_workers, should_pin, worker_count
+    from checkpoint.server.cpu_placement import should_pin
+    from checkpoint.server.workers import serve_workers, worker_count
     from warden.grants import SigningKey
 
     try:
@@ -263,13 +268,16 @@ def _serve_configured(args: argparse.Namespace) -> int:
     auth = AuthPolicy(tokens=tokens, mtls=tls is not None)
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
     run: Any = serve
-    pin = should_pin(args.pin_cpus)
+    pin = should_pin(args.pin_cpus, workers)
+    if args.rebalance_interval < 0:
+        print("warden: --rebalance-interval: expected 0 or more seconds", file=sys.stderr)
+        return 2
     if workers > 1:
-        run = functools.partial(serve_workers, workers, pin_cpus=pin)
+        run = functools.partial(serve_workers, workers, pin_cpus=pin, rebalance_interval=args.rebalance_interval)
     elif pin:
-        from checkpoint.server.workers import pin_to_cpu
+        from checkpoint.server.cpu_placement import pin_this_process
 
-        print(f"checkpoint: pinned to CPU {pin_to_cpu(0)} (--pin-cpus {args.pin_cpus})", file=sys.stderr, flush=True)
+        pin_this_process(args.rebalance_interval, args.pin_cpus)
     try:
         return run(
             address=args.address or None,

@@ -14,17 +14,9 @@ their own, and they share the data folder:
 - signed heads: only the supervisor signs (every `head_interval`, and once all workers stopped),
   so heads come from one place, in order, and the last one covers every worker's last record.
 
-With `--pin-cpus`, worker i runs on the i-th CPU it may use (round robin) and nowhere else. One
-worker's threads hand the GIL to each other at every step of a call (gRPC's poller, the handler
-threads, the log's writer); on one core each hand-off is a wake-up on the same core with warm
-caches, where a worker free to float spends it as a cross-core wake-up; and its threads are
-SCHED_BATCH, so a woken thread does not preempt the GIL holder that woke it. Measured here (2 cores,
-`--workers auto`, h2load at c=32): pinning alone about 1.5-2x the calls/s and a quarter less CPU per
-call, SCHED_BATCH on top another 10-15% (c=1 as well). `--pin-cpus auto` (the default) pins only where
-the process was given some of the host's CPUs, not all (a cpuset: `docker run --cpuset-cpus`,
-Kubernetes' static CPU manager, taskset): there the CPUs are the checkpoint's. Given every CPU of a
-shared host, checkpoints pinning by the same rule would all put their first worker on the
-host's first CPU, so there it takes `--pin-cpus on`.
+With `--pin-cpus` (auto, the default, when every worker can have a CPU of its own), each worker
+runs on one CPU, the one other work leaves most free, and the supervisor moves a worker that other
+work crowds (checkpoint/server/cpu_placement.py, which says why pinning pays).
 
 Per worker: its metrics (`--metrics-address HOST:PORT` gives worker i PORT+i), its refusal rate
 limiter, its gRPC threads. The Unix socket is worker 0's (a socket path has no SO_REUSEPORT).
@@ -40,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import math
 import os
 import signal
 import socket
@@ -51,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint.audit.errors import AuditUnavailable
+from checkpoint.server import cpu_placement
+from checkpoint.server.cpu_placement import usable_cpus
 from warden.cli import DEFAULT_GRACE, STOP_MARGIN
 
 log = logging.getLogger("warden.checkpoint.workers")
@@ -60,86 +53,6 @@ QUICK_EXIT_SECONDS = 5.0  # a worker that dies this soon after its start failed 
 QUICK_EXITS_ALLOWED = 3  # ... and this many such deaths in a row stop the whole checkpoint
 # a bad file, port or setting (checkpoint/server_cli.py prints these as one line with one worker)
 STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, RuntimeError, AuditUnavailable)
-
-
-def _quota(node: Path, v2: bool) -> int | None:
-    """The whole CPUs (rounded up) one cgroup's quota allows; None for none or an unreadable file."""
-    try:
-        if v2:
-            quota, period = (node / "cpu.max").read_text().split()
-            if quota == "max":
-                return None
-        else:
-            quota = (node / "cpu.cfs_quota_us").read_text().strip()
-            period = (node / "cpu.cfs_period_us").read_text().strip()
-            if int(quota) < 0:
-                return None
-        return max(1, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError):
-        return None
-
-
-def cpu_limit(mountinfo: Path = Path("/proc/self/mountinfo"), self_cgroup: Path = Path("/proc/self/cgroup")) -> int | None:
-    """The CPUs this process's cgroup CPU quota allows, rounded up (`docker run --cpus`, a
-    Kubernetes CPU limit): the smallest quota from its cgroup up to the top of what is mounted
-    here, cgroup v2 (cpu.max) or v1 (cpu.cfs_quota_us). None when no quota applies.
-
-    Its cgroup's folder is found as the kernel names it: /proc/self/cgroup gives the path, and the
-    cgroup mount in /proc/self/mountinfo gives the part of the tree mounted and where (a container
-    often sees its own cgroup mounted as the top)."""
-    try:
-        groups, mounts = self_cgroup.read_text().splitlines(), mountinfo.read_text().splitlines()
-    except OSError:
-        return None
-    paths: dict[str, str] = {}  # controller ("" is cgroup v2's single tree) -> this process's path
-    for line in groups:
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for controller in parts[1].split(","):
-                paths[controller] = parts[2]
-    limits: list[int] = []
-    for line in mounts:
-        mount, _, fs = line.partition(" - ")
-        fields, fs_fields = mount.split(), fs.split()
-        if len(fields) < 5 or len(fs_fields) < 3:
-            continue
-        v2 = fs_fields[0] == "cgroup2"
-        if not v2 and not (fs_fields[0] == "cgroup" and "cpu" in fs_fields[2].split(",")):
-            continue
-        path = paths.get("" if v2 else "cpu")
-        if path is None:
-            continue
-        inside = os.path.relpath(path, fields[3])
-        if inside.startswith(".."):  # this mount shows another part of the tree
-            continue
-        top = Path(fields[4])
-        node = top / inside
-        while True:
-            quota = _quota(node, v2)
-            if quota is not None:
-                limits.append(quota)
-            if node == top or top not in node.parents:
-                break
-            node = node.parent
-    return min(limits) if limits else None
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on, bounded by its cgroup's CPU quota."""
-    cpus = len(os.sched_getaffinity(0))
-    limit = cpu_limit()
-    return cpus if limit is None else min(cpus, limit)
-
-
-def cpus_reserved() -> bool:
-    """Whether this process may run on some of the host's online CPUs only: a cpuset somebody set
-    (`docker run --cpuset-cpus`, Kubernetes' static CPU manager, taskset) makes them its own."""
-    return len(os.sched_getaffinity(0)) < (os.cpu_count() or 0)
-
-
-def should_pin(mode: str) -> bool:
-    """`--pin-cpus` auto|on|off: auto pins where the CPUs are reserved."""
-    return mode == "on" or (mode == "auto" and cpus_reserved())
 
 
 def worker_count(text: str) -> int:
@@ -187,23 +100,6 @@ def _metrics_for(address: str | None, index: int) -> str | None:
     return f"{host}:{port + index if port else 0}"
 
 
-def pin_to_cpu(index: int) -> int:
-    """Confine this process, every thread it has and every thread it starts from now on, to one
-    of the CPUs it may run on: worker `index` gets the index-th (round robin). Returns that CPU.
-
-    Its threads are also put in SCHED_BATCH (no privilege needed; new threads inherit it): a
-    thread woken by another of the worker's threads then waits for the waker's time slice instead
-    of preempting it, and the waker is usually the one holding the GIL the woken thread needs next.
-    """
-    cpus = sorted(os.sched_getaffinity(0))
-    cpu = cpus[index % len(cpus)]
-    for task in os.listdir("/proc/self/task"):  # sched_setaffinity(0) would move the calling thread only
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(int(task), {cpu})
-            os.sched_setscheduler(int(task), os.SCHED_BATCH, os.sched_param(0))
-    return cpu
-
-
 def _die_with_parent() -> None:
     """SIGTERM this process when the supervisor dies, even by SIGKILL (Linux prctl)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -220,8 +116,13 @@ class Supervisor:
         sign_head: Callable[[], Any] | None = None,
         head_interval: float | None = None,
         stop_wait: float = DEFAULT_GRACE + STOP_MARGIN,
+        balancer: cpu_placement.Balancer | None = None,
+        rebalance_interval: float = cpu_placement.REBALANCE_INTERVAL,
     ):
         self._stop_wait = stop_wait
+        self._balancer = balancer
+        self._rebalance_interval = rebalance_interval
+        self._foreign: dict[int, float] = {}
         self.count = count
         self._run_worker = run_worker
         self._sign_head = sign_head
@@ -232,6 +133,7 @@ class Supervisor:
         self._stopping = False
 
     def _spawn(self, index: int) -> None:
+        cpu = self._balancer.choose(self._foreign) if self._balancer else None
         pid = os.fork()
         if pid == 0:  # the worker
             code = 2
@@ -239,6 +141,12 @@ class Supervisor:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 _die_with_parent()
+                if cpu is not None:  # before any gRPC thread exists, so every thread of the worker inherits it
+                    try:
+                        cpu_placement.pin(os.getpid(), cpu, batch=True)
+                        log.info("worker %d pinned to CPU %d", index, cpu)
+                    except OSError as exc:  # a sandbox that refuses affinity: slower, not wrong
+                        log.warning("worker %d not pinned: %s", index, exc)
                 code = self._run_worker(index)
             except STARTUP_ERRORS as exc:  # what `serve` with one worker prints as one line, so here too
                 log.error("worker %d cannot start: %s", index, exc)
@@ -249,6 +157,8 @@ class Supervisor:
                 os._exit(code)
         self._pids[pid] = index
         self._started[index] = time.monotonic()
+        if self._balancer and cpu is not None:
+            self._balancer.place(pid, cpu)
         log.info("worker %d started (pid %d)", index, pid)
 
     def run(self) -> int:
@@ -257,9 +167,12 @@ class Supervisor:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        if self._balancer:
+            self._foreign = cpu_placement.start(self._balancer)
         for index in range(self.count):
             self._spawn(index)
         next_head = time.monotonic() + (self._head_interval or 0)
+        next_look = time.monotonic() + self._rebalance_interval
         code = 0
         while not self._stopping:
             time.sleep(0.2)
@@ -269,9 +182,22 @@ class Supervisor:
             if self._head_interval and time.monotonic() >= next_head:
                 next_head = time.monotonic() + self._head_interval
                 self._head()
+            if self._balancer and self._rebalance_interval > 0 and time.monotonic() >= next_look:
+                next_look = time.monotonic() + self._rebalance_interval
+                self._look()
         self._stop_all()
         self._head()  # after every worker closed its log: covers each one's last record
         return code
+
+    def _look(self) -> None:
+        assert self._balancer is not None
+        try:
+            moves = self._balancer.look()
+        except (OSError, ValueError, IndexError) as exc:  # /proc unreadable: the workers stay where they are
+            log.warning("CPU placement stops looking: %s", exc)
+            self._rebalance_interval = 0
+            return
+        cpu_placement.log_moves(moves, {pid: f"worker {i} (pid {pid})" for pid, i in self._pids.items()})
 
     def _reap_and_restart(self) -> bool:
         """Restart workers that died. True when they keep failing to start: time to give up."""
@@ -283,6 +209,8 @@ class Supervisor:
             if pid == 0:
                 return False
             index = self._pids.pop(pid, None)
+            if self._balancer:
+                self._balancer.forget(pid)
             if index is None:
                 continue
             lived = time.monotonic() - self._started[index]
@@ -346,7 +274,8 @@ def _tag_logs(index: int) -> None:
 
 def serve_workers(count: int, *, address: str | None, uds_path: str | Path | None,
                   metrics_address: str | None, data_dir: str | Path,
-                  head_interval: float | None, pin_cpus: bool = False, **kwargs: Any) -> int:
+                  head_interval: float | None, pin_cpus: bool = False,
+                  rebalance_interval: float = cpu_placement.REBALANCE_INTERVAL, **kwargs: Any) -> int:
     """Run `count` workers (see the module docstring) until SIGTERM or SIGINT."""
     from checkpoint.audit.heads import HeadSigner
     from checkpoint.audit.reader import DecisionReader
@@ -367,8 +296,6 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
 
     def run_worker(index: int) -> int:
         _tag_logs(index)
-        if pin_cpus:  # before any gRPC thread exists, so every thread of the worker inherits it
-            log.info("worker %d pinned to CPU %d", index, pin_to_cpu(index))
         return serve(address=address, uds_path=uds_path if index == 0 else None,
                      metrics_address=_metrics_for(metrics_address, index), data_dir=data_dir,
                      head_interval=None, shared=True, **kwargs)
@@ -381,5 +308,6 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
     print(f"checkpoint: serving on {address} with {count} workers", file=sys.stderr, flush=True)
     # a worker drains its calls for up to --grace seconds after SIGTERM: wait that long before SIGKILL
     stop_wait = float(kwargs.get("grace", DEFAULT_GRACE)) + STOP_MARGIN
+    balancer = cpu_placement.Balancer() if pin_cpus else None
     return Supervisor(count, run_worker, sign_head=signer.sign_now, head_interval=head_interval,
-                      stop_wait=stop_wait).run()
+                      stop_wait=stop_wait, balancer=balancer, rebalance_interval=rebalance_interval).run()

@@ -1,19 +1,19 @@
-"""How many workers `--workers auto` starts and where `--pin-cpus auto` pins: the cgroup v2 CPU
-quota read from real files laid out as /sys/fs/cgroup is, and the CPU set of this very thread."""
+"""How many workers `--workers auto` starts and where pinned workers go: the cgroup CPU quota read
+from files laid out as the kernel lays them out, the busy shares read from /proc-shaped files, and
+the placement plan each look makes."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from checkpoint.server import workers
-from checkpoint.server.workers import cpu_limit, cpus_reserved, should_pin, worker_count
+from checkpoint.server import cpu_placement
+from checkpoint.server.cpu_placement import Balancer, cpu_busy, cpu_limit, plan, process_ticks, should_pin
+from checkpoint.server.workers import worker_count
 
 from .conftest import REPO
 
@@ -102,33 +102,115 @@ def test_unreadable_or_foreign_proc_files_are_no_limit(tmp_path):
 
 
 def test_auto_workers_are_bounded_by_the_quota(monkeypatch):
-    monkeypatch.setattr(workers, "cpu_limit", lambda: 1)
+    monkeypatch.setattr(cpu_placement, "cpu_limit", lambda: 1)
     assert worker_count("auto") == 1
-    monkeypatch.setattr(workers, "cpu_limit", lambda: None)
+    monkeypatch.setattr(cpu_placement, "cpu_limit", lambda: None)
     assert worker_count("auto") == len(os.sched_getaffinity(0))
     assert worker_count("3") == 3  # a number is taken as given
 
 
-@contextmanager
-def _affinity(cpus: set[int]) -> Iterator[None]:
-    """This thread only (sched_setaffinity(0) moves the calling thread), put back afterwards."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
+def test_auto_pins_when_every_worker_can_have_a_cpu_of_its_own():
+    cpus = len(os.sched_getaffinity(0))
+    assert should_pin("auto", cpus) and should_pin("auto", 1)
+    assert not should_pin("auto", cpus + 1)
+    assert should_pin("on", cpus + 1) and not should_pin("off", 1)
 
 
-def test_auto_pins_only_where_some_of_the_cpus_are_reserved():
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2 or len(cpus) < (os.cpu_count() or 0):
-        pytest.skip("needs a thread that may run on every one of at least two online CPUs")
-    assert not cpus_reserved()
-    assert not should_pin("auto") and should_pin("on") and not should_pin("off")
-    with _affinity({cpus[-1]}):
-        assert cpus_reserved()
-        assert should_pin("auto") and should_pin("on") and not should_pin("off")
+# ---- the plan of one look ---------------------------------------------------------------
+
+
+def test_a_worker_moves_off_a_crowded_cpu_only_after_patience():
+    strikes: dict[int, int] = {}
+    crowded = {0: 0.9, 1: 0.1}
+    assert plan(crowded, {100: 0}, strikes) == {}  # one look is not enough: a burst passes
+    assert strikes == {100: 1}
+    assert plan(crowded, {100: 0}, strikes) == {100: 1}
+    assert strikes == {100: 0}
+
+
+def test_a_look_without_a_reason_resets_the_count():
+    strikes: dict[int, int] = {}
+    assert plan({0: 0.9, 1: 0.1}, {100: 0}, strikes) == {}
+    assert plan({0: 0.2, 1: 0.1}, {100: 0}, strikes) == {}  # calm again
+    assert plan({0: 0.9, 1: 0.1}, {100: 0}, strikes) == {}  # so this is the first strike again
+    assert strikes == {100: 1}
+
+
+@pytest.mark.parametrize(("here", "there"), [(0.40, 0.10), (0.50, 0.20), (0.30, 0.0)])
+def test_a_difference_within_the_margin_is_noise(here, there):
+    strikes: dict[int, int] = {}
+    for _ in range(5):
+        assert plan({0: here, 1: there}, {100: 0}, strikes) == {}
+
+
+def test_two_workers_on_one_cpu_spread_and_two_crowded_ones_do_not_take_the_same_free_cpu():
+    strikes: dict[int, int] = {}
+    # our own two on CPU 0: each counts the other as a whole CPU of load
+    plan({0: 0.0, 1: 0.0, 2: 0.0}, {1: 0, 2: 0}, strikes)
+    moves = plan({0: 0.0, 1: 0.0, 2: 0.0}, {1: 0, 2: 0}, strikes)
+    assert len(moves) == 1 and set(moves.values()) <= {1, 2}
+    # two workers crowded by other work, one free CPU: only one goes there; the other sees it taken
+    strikes = {}
+    foreign = {0: 0.9, 1: 0.9, 2: 0.0}
+    plan(foreign, {1: 0, 2: 1}, strikes)
+    assert list(plan(foreign, {1: 0, 2: 1}, strikes).values()) == [2]
+
+
+def test_more_workers_than_cpus_stay_evenly_spread():
+    strikes: dict[int, int] = {}
+    placed = {1: 0, 2: 1, 3: 0}  # two on CPU 0, one on CPU 1: no move makes it better
+    for _ in range(4):
+        assert plan({0: 0.0, 1: 0.0}, placed, strikes) == {}
+
+
+def test_no_cpu_to_read_is_no_move():
+    assert plan({}, {1: 0}, {}) == {}
+
+
+# ---- the busy shares ----------------------------------------------------------------------
+
+
+def _stat(path: Path, cpus: dict[int, tuple[int, int, int]]) -> None:
+    """/proc/stat with, per CPU, (user, idle, steal) ticks."""
+    lines = ["cpu  1 2 3 4 5 6 7 8 0 0"]
+    lines += [f"cpu{n} {u} 0 0 {i} 0 0 0 {st} 0 0" for n, (u, i, st) in cpus.items()]
+    path.write_text("\n".join(lines + ["intr 1 2 3", "ctxt 5"]) + "\n")
+
+
+def _pid_stat(proc: Path, pid: int, utime: int, stime: int, name: str = "python3 (x) y") -> None:
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    tail = ["S"] + ["0"] * 10 + [str(utime), str(stime)] + ["0"] * 30
+    (proc / str(pid) / "stat").write_text(f"{pid} ({name}) {' '.join(tail)}\n")
+
+
+def test_proc_files_are_read_as_proc_5_lays_them_out(tmp_path):
+    _stat(tmp_path / "stat", {0: (100, 300, 50), 1: (10, 390, 0)})
+    assert cpu_busy(tmp_path / "stat") == {0: (150, 450), 1: (10, 400)}  # steal is busy
+    _pid_stat(tmp_path, 42, 7, 5)  # a name with spaces and parentheses
+    assert process_ticks(42, tmp_path) == 12
+    assert process_ticks(43, tmp_path) == 0  # gone
+
+
+def test_our_own_ticks_are_not_counted_as_other_work(tmp_path):
+    stat, proc = tmp_path / "stat", tmp_path / "proc"
+    balancer = Balancer(cpus=[0, 1], stat=stat, proc=proc)
+    balancer.place(42, 0)
+    _stat(stat, {0: (0, 0, 0), 1: (0, 0, 0)})
+    _pid_stat(proc, 42, 0, 0)
+    assert balancer.sample() is None  # the first sample only starts the count
+    # 100 ticks each: CPU 0 was 80 busy, 60 of them ours; CPU 1 was 30 busy with other work
+    _stat(stat, {0: (80, 20, 0), 1: (30, 70, 0)})
+    _pid_stat(proc, 42, 50, 10)
+    assert balancer.sample() == pytest.approx({0: 0.2, 1: 0.3})
+
+
+def test_a_new_process_goes_to_the_freest_cpu(tmp_path):
+    balancer = Balancer(cpus=[0, 1, 2])
+    assert balancer.choose({0: 0.9, 1: 0.2, 2: 0.6}) == 1
+    balancer.place(7, 1)
+    assert balancer.choose({0: 0.9, 1: 0.2, 2: 0.6}) == 2  # 1 holds one of ours: 1.2 against 0.6
+    picks = {Balancer(cpus=[0, 1, 2]).choose({0: 0.0, 1: 0.0, 2: 0.5}) for _ in range(200)}
+    assert picks == {0, 1}  # equally free CPUs are picked at random, so checkpoints spread
 
 
 def _serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -240,12 +240,12 @@ def test_pinned_workers_each_run_on_one_cpu_of_their_own(tmp_path, policy_dir):
 
 
 @pytest.mark.timeout(120)
-def test_one_pinned_checkpoint_runs_on_the_first_cpu(tmp_path, policy_dir):
-    cpus = sorted(os.sched_getaffinity(0))
+def test_one_pinned_checkpoint_runs_on_one_cpu_in_sched_batch(tmp_path, policy_dir):
     cluster = Cluster(tmp_path, policy_dir, workers="1", extra=("--pin-cpus",))
     try:
         cluster.wait_serving(workers=1)
-        assert _affinities(cluster.proc.pid) == {frozenset({cpus[0]})}
+        sets = _affinities(cluster.proc.pid)
+        assert len(sets) == 1 and len(next(iter(sets))) == 1, sets
         assert {os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{cluster.proc.pid}/task")} \
             == {os.SCHED_BATCH}
     finally:
@@ -276,11 +276,25 @@ def test_by_default_a_checkpoint_given_one_cpu_of_the_host_pins_itself_there(tmp
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("cpus", "extra"), [("all", ()), ("one", ("--pin-cpus", "off"))])
-def test_a_checkpoint_with_every_cpu_or_pinning_off_is_left_to_the_scheduler(tmp_path, policy_dir, cpus, extra):
+def test_by_default_two_workers_on_two_cpus_are_pinned_one_each(tmp_path, policy_dir):
+    whole = _whole_machine()
+    cluster = Cluster(tmp_path, policy_dir, workers="2")
+    try:
+        cluster.wait_serving()
+        pinned = [_affinities(pid) for pid in _children(cluster.proc.pid)]
+        assert all(len(sets) == 1 and len(next(iter(sets))) == 1 for sets in pinned), pinned
+        assert len({next(iter(next(iter(sets)))) for sets in pinned}) == 2
+        assert {next(iter(next(iter(sets)))) for sets in pinned} <= set(whole)
+    finally:
+        assert cluster.stop() == 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cpus", ["all", "one"])
+def test_pin_cpus_off_leaves_workers_to_the_scheduler(tmp_path, policy_dir, cpus):
     whole = _whole_machine()
     given = set(whole) if cpus == "all" else {whole[-1]}
-    cluster = Cluster(tmp_path, policy_dir, workers="2", extra=extra, cpus=given)
+    cluster = Cluster(tmp_path, policy_dir, workers="2", extra=("--pin-cpus", "off"), cpus=given)
     try:
         cluster.wait_serving()
         workers = _children(cluster.proc.pid)
@@ -290,6 +304,76 @@ def test_a_checkpoint_with_every_cpu_or_pinning_off_is_left_to_the_scheduler(tmp
             == {os.SCHED_OTHER}
     finally:
         assert cluster.stop() == 0
+
+
+def _hog(cpu: int) -> subprocess.Popen:
+    """Other work that keeps one CPU busy (a busy loop pinned there)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+
+
+def _wait_on(pid: int, cpu: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while _affinities(pid) != {frozenset({cpu})}:
+        assert time.monotonic() < deadline, f"still on {_affinities(pid)}, not CPU {cpu}"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_a_pinned_checkpoint_starts_beside_busy_work_and_moves_when_it_is_crowded(tmp_path, policy_dir):
+    first, second = _whole_machine()[:2]
+    hog = _hog(first)
+    cluster = None
+    try:
+        time.sleep(1.0)  # /proc/stat shows the hog's CPU busy
+        cluster = Cluster(tmp_path, policy_dir, workers="1", extra=("--rebalance-interval", "0.5"))
+        cluster.wait_serving(workers=1)
+        # placed on the CPU the hog leaves free (other work's share is looked at for 0.1 s first)
+        assert _affinities(cluster.proc.pid) == {frozenset({second})}
+        os.sched_setaffinity(hog.pid, {second})  # now other work crowds the checkpoint's CPU
+        _wait_on(cluster.proc.pid, first)
+        # every thread moved, and it still answers
+        cluster.wait_serving(workers=1)
+    finally:
+        hog.kill()
+        hog.wait()
+        code = cluster.stop() if cluster else 0
+    assert code == 0
+    assert f"moved from CPU {second} to CPU {first}" in cluster.proc.stderr.read().decode()
+
+
+SLEEPING_SUPERVISOR = """
+import time
+from checkpoint.server.cpu_placement import Balancer
+from checkpoint.server.workers import Supervisor
+raise SystemExit(Supervisor(1, lambda index: time.sleep(600) or 0, balancer=Balancer(), rebalance_interval=0.5).run())
+"""
+
+
+@pytest.mark.timeout(180)
+def test_the_supervisor_moves_a_crowded_worker(tmp_path):
+    # the supervisor's own loop, with a worker that only sleeps (one worker, so it has a CPU to go to)
+    first, second = _whole_machine()[:2]
+    supervisor = subprocess.Popen([sys.executable, "-c", SLEEPING_SUPERVISOR], cwd=REPO)
+    hog = None
+    try:
+        deadline = time.monotonic() + 30
+        while not _children(supervisor.pid):
+            assert time.monotonic() < deadline, "no worker"
+            time.sleep(0.1)
+        (worker,) = _children(supervisor.pid)
+        time.sleep(0.5)
+        (on,) = next(iter(_affinities(worker)))
+        assert os.sched_getscheduler(worker) == os.SCHED_BATCH
+        hog = _hog(on)
+        _wait_on(worker, first if on == second else second)
+        assert _children(supervisor.pid) == {worker}  # moved, not restarted
+    finally:
+        if hog:
+            hog.kill()
+            hog.wait()
+        supervisor.terminate()
+        assert supervisor.wait(timeout=60) == 0
 
 
 @pytest.mark.timeout(300)
