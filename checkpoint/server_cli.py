@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the Unix socket is worker 0's (docs/checkpoint-service.md, 'Workers')",
     )
     serve.add_argument(
-        "--pin-cpus", nargs="?", const="on", default="auto", choices=("auto", "on", "off"), metavar="auto|on|off",
+        "--pin-cpus", nargs="?", const="on", default="auto", type=_pin_mode, metavar="auto|on|off",
         help="run each checkpoint process on one CPU, the one other work leaves most free, its threads SCHED_BATCH, "
         "and move it when other work crowds that CPU: its threads then hand the GIL over on one core, which costs "
         "less CPU per call. 'auto' (the default) pins when every worker can have a CPU of its own; a bare "
@@ -158,6 +158,18 @@ def _duration(text: str) -> float:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"a duration above zero, got {text!r}")
     return seconds
+
+
+PIN_WORDS = {"auto": "auto", "on": "on", "off": "off",
+             # --pin-cpus was a switch: settings written for it (WARDEN_PIN_CPUS=true) keep their meaning
+             "true": "on", "yes": "on", "1": "on", "false": "off", "no": "off", "0": "off"}
+
+
+def _pin_mode(text: str) -> str:
+    mode = PIN_WORDS.get(text.strip().lower())
+    if mode is None:
+        raise argparse.ArgumentTypeError(f"expected auto, on or off, got {text!r}")
+    return mode
 
 
 def _workers(text: str) -> str:

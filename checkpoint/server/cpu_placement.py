@@ -24,7 +24,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +53,7 @@ def _quota(node: Path, v2: bool) -> int | None:
             if int(quota) < 0:
                 return None
         return max(1, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError):
+    except (OSError, ValueError, ZeroDivisionError):
         return None
 
 
@@ -144,15 +144,23 @@ def process_ticks(pid: int, proc: Path = Path("/proc")) -> int:
 
 
 def pin(pid: int, cpu: int, *, batch: bool = False) -> None:
-    """Every thread of process `pid` onto one CPU (threads it starts later inherit it), and into
-    SCHED_BATCH when `batch`. Twice over the thread list: one started during the first pass is
-    caught by the second."""
+    """Every thread of process `pid` onto one CPU (threads it starts later inherit it); OSError
+    when the system refuses. Twice over the thread list: a thread started during the first pass
+    is caught by the second. Then, when `batch`, SCHED_BATCH for each, where the system allows it
+    (a sandbox may accept the CPU and refuse the policy: the pin stands)."""
     for _ in range(2):
         for task in os.listdir(f"/proc/{pid}/task"):
             with contextlib.suppress(ProcessLookupError):
                 os.sched_setaffinity(int(task), {cpu})
-                if batch:
-                    os.sched_setscheduler(int(task), os.SCHED_BATCH, os.sched_param(0))
+    if batch:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setscheduler(int(task), os.SCHED_BATCH, os.sched_param(0))
+            except ProcessLookupError:
+                continue
+            except OSError as exc:
+                log.warning("SCHED_BATCH refused (%s): pinned, in the default policy", exc)
+                return
 
 
 def threads_on(pid: int) -> set[frozenset[int]]:
@@ -166,103 +174,143 @@ def threads_on(pid: int) -> set[frozenset[int]]:
 
 
 def plan(foreign: Mapping[int, float], placed: Mapping[int, int], strikes: dict[int, int],
-         *, margin: float = MARGIN, patience: int = PATIENCE) -> dict[int, int]:
+         *, margin: float = MARGIN, patience: int = PATIENCE, pick: Callable[[list[int]], int] = random.choice,
+         ) -> dict[int, int]:
     """The moves (worker -> CPU) this look calls for. `foreign` is each allowed CPU's share kept
     busy by other work (0-1), `placed` each worker's CPU, `strikes` how many looks in a row each
     worker has had a reason to move (updated here). A worker's load on a CPU is its foreign share
-    plus one for each of our other workers there."""
+    plus one for each of our other workers there. A worker on a CPU it may no longer use moves at
+    once. Among near-equal targets one is picked at random (`pick`), so two checkpoints of a host
+    looking at the same moment do not both make the same move, again and again."""
     placed = dict(placed)
     moves: dict[int, int] = {}
     if not foreign:
         return moves
     # the worst placed first, so two workers do not both take the one free CPU
-    for worker in sorted(placed, key=lambda w: -foreign.get(placed[w], 0.0)):
+    for worker in sorted(placed, key=lambda w: -foreign.get(placed[w], 2.0)):
         here = placed[worker]
 
         def load(cpu: int, worker: int = worker) -> float:
-            return foreign.get(cpu, 0.0) + sum(1 for w, c in placed.items() if c == cpu and w != worker)
+            return foreign[cpu] + sum(1 for w, c in placed.items() if c == cpu and w != worker)
 
-        best = min(foreign, key=lambda cpu: (load(cpu), cpu != here))
-        if load(here) - load(best) > margin:
+        low = min(load(cpu) for cpu in foreign)
+        if here not in foreign:  # offline, or no longer in the process's CPU set
+            strikes[worker] = patience
+        elif load(here) - low > margin:
             strikes[worker] = strikes.get(worker, 0) + 1
-            if strikes[worker] >= patience:
-                moves[worker] = placed[worker] = best
-                strikes[worker] = 0
         else:
+            strikes[worker] = 0
+        if strikes[worker] >= patience:
+            moves[worker] = placed[worker] = pick(sorted(cpu for cpu in foreign if load(cpu) - low <= TIE))
             strikes[worker] = 0
     return moves
 
 
 @dataclass
 class Balancer:
-    """Places pinned processes on the freest CPUs and moves them when other work crowds them."""
+    """Places pinned processes on the freest CPUs and moves them when other work crowds them.
 
-    cpus: list[int] = field(default_factory=lambda: sorted(os.sched_getaffinity(0)))
+    `allowed` gives the CPUs the processes may use, asked at every look (a cpuset can shrink); by
+    default the CPUs this process could run on when the Balancer was made. Only CPUs that
+    /proc/stat also shows (online) are used."""
+
+    allowed: Callable[[], Iterable[int]] = field(default_factory=lambda: _fixed(os.sched_getaffinity(0)))
     placed: dict[int, int] = field(default_factory=dict)  # pid -> CPU
     margin: float = MARGIN
     patience: int = PATIENCE
     stat: Path = Path("/proc/stat")
     proc: Path = Path("/proc")
+    foreign: dict[int, float] = field(default_factory=dict)  # the last look's shares
     _strikes: dict[int, int] = field(default_factory=dict)
-    _last: tuple[dict[int, tuple[int, int]], dict[int, int]] | None = None
+    _busy: dict[int, tuple[int, int]] | None = None
+    _ours: dict[int, int] = field(default_factory=dict)  # pid -> its ticks at the last sample
 
     def sample(self) -> dict[int, float] | None:
-        """Each allowed CPU's share kept busy by other work since the last sample (None at the
-        first: it only starts the count)."""
-        now = cpu_busy(self.stat), {pid: process_ticks(pid, self.proc) for pid in self.placed}
-        last, self._last = self._last, now
-        if last is None:
+        """Each allowed, online CPU's share kept busy by other work since the last sample (None at
+        the first: it only starts the count). Also kept as `foreign`."""
+        busy_now = cpu_busy(self.stat)
+        ours_now = {pid: process_ticks(pid, self.proc) for pid in self.placed}
+        busy_then, self._busy = self._busy, busy_now
+        ours_then, self._ours = self._ours, ours_now
+        if busy_then is None:
             return None
-        (busy_then, ours_then), (busy_now, ours_now) = last, now
         foreign: dict[int, float] = {}
-        for cpu in self.cpus:
+        for cpu in set(self.allowed()):
             if cpu not in busy_now or cpu not in busy_then:
                 continue
             spent = busy_now[cpu][0] - busy_then[cpu][0]
-            ours = sum(ours_now[pid] - ours_then.get(pid, ours_now[pid]) for pid, c in self.placed.items()
-                       if c == cpu and pid in ours_now)
+            ours = sum(ours_now[pid] - ours_then.get(pid, 0) for pid, c in self.placed.items() if c == cpu)
             elapsed = busy_now[cpu][1] - busy_then[cpu][1]
             foreign[cpu] = min(1.0, max(0.0, (spent - ours) / elapsed)) if elapsed > 0 else 0.0
+        self.foreign = foreign
         return foreign
 
-    def choose(self, foreign: Mapping[int, float] | None = None) -> int:
-        """The CPU for a new process: the least loaded (other work, plus one for each process of
-        ours there), at random among the near-equal."""
-        def load(cpu: int) -> float:
-            return (foreign or {}).get(cpu, 0.0) + sum(1 for c in self.placed.values() if c == cpu)
+    def choose(self) -> int:
+        """The CPU for a new process, by the last look: the least loaded (other work, plus one for
+        each process of ours there), at random among the near-equal."""
+        cpus = sorted(self.foreign) or sorted(self.allowed())
 
-        low = min(load(cpu) for cpu in self.cpus)
-        return random.choice([cpu for cpu in self.cpus if load(cpu) - low <= TIE])
+        def load(cpu: int) -> float:
+            return self.foreign.get(cpu, 0.0) + sum(1 for c in self.placed.values() if c == cpu)
+
+        low = min(load(cpu) for cpu in cpus)
+        return random.choice([cpu for cpu in cpus if load(cpu) - low <= TIE])
 
     def place(self, pid: int, cpu: int) -> None:
+        """Counts `pid` as ours on `cpu` from now: the ticks it has already spent are not the next
+        look's."""
         self.placed[pid] = cpu
+        self._ours[pid] = process_ticks(pid, self.proc)
 
     def forget(self, pid: int) -> None:
         self.placed.pop(pid, None)
         self._strikes.pop(pid, None)
+        self._ours.pop(pid, None)
 
     def look(self) -> dict[int, tuple[int, int, float]]:
         """One look: moves the processes other work crowds, and re-pins a thread that escaped
-        its process's CPU. Returns pid -> (from, to, the foreign share of `from`) per move."""
+        its process's CPU. Returns pid -> (from, to, the foreign share of `from`) per move made;
+        a move the system refuses is not made (and is logged)."""
         foreign = self.sample()
         if foreign is None:
             return {}
         moved: dict[int, tuple[int, int, float]] = {}
         for pid, cpu in plan(foreign, self.placed, self._strikes, margin=self.margin, patience=self.patience).items():
-            moved[pid] = (self.placed[pid], cpu, foreign.get(self.placed[pid], 0.0))
+            try:
+                pin(pid, cpu)
+            except OSError as exc:
+                log.warning("pid %d stays on CPU %d: moving it to CPU %d was refused: %s", pid, self.placed[pid], cpu, exc)
+                continue
+            moved[pid] = (self.placed[pid], cpu, foreign.get(self.placed[pid], 1.0))
             self.placed[pid] = cpu
         for pid, cpu in self.placed.items():
-            if pid in moved or threads_on(pid) - {frozenset({cpu})}:
+            if pid not in moved and threads_on(pid) - {frozenset({cpu})}:
                 with contextlib.suppress(OSError):
                     pin(pid, cpu)
         return moved
 
 
-def start(balancer: Balancer, seconds: float = 0.1) -> dict[int, float]:
-    """Other work's share of each CPU over a short first look, to place the first processes by."""
-    balancer.sample()
-    time.sleep(seconds)
-    return balancer.sample() or {}
+def _fixed(cpus: Iterable[int]) -> Callable[[], list[int]]:
+    frozen = sorted(cpus)
+    return lambda: frozen
+
+
+def start(balancer: Balancer, seconds: float = 0.1) -> bool:
+    """A short first look at how busy other work keeps each CPU, to place the first processes by.
+    False when /proc cannot be read: then nothing is pinned."""
+    try:
+        balancer.sample()
+        time.sleep(seconds)
+        balancer.sample()
+    except (OSError, ValueError, IndexError) as exc:
+        log.warning("not pinning to CPUs: cannot read how busy they are: %s", exc)
+        return False
+    return True
+
+
+def jittered(interval: float) -> float:
+    """The wait before the next look, a quarter either way, so checkpoints of one host look apart."""
+    return interval * random.uniform(0.75, 1.25)
 
 
 def log_moves(moves: Mapping[int, tuple[int, int, float]], names: Mapping[int, str]) -> None:
@@ -273,20 +321,27 @@ def log_moves(moves: Mapping[int, tuple[int, int, float]], names: Mapping[int, s
 
 def pin_this_process(interval: float, mode: str = "on") -> int | None:
     """`serve` with one process: pin it to the freest CPU, and keep looking from a thread of its
-    own every `interval` seconds (0: never move). Returns the CPU, None where the system refuses."""
+    own about every `interval` seconds (0: never move). Returns the CPU; None where the system
+    refuses (the process then runs unpinned, as with --pin-cpus off)."""
     balancer = Balancer()
-    cpu = balancer.choose(start(balancer))
+    if not start(balancer):
+        return None
+    cpu = balancer.choose()
+    before = os.sched_getaffinity(0)
     try:
         pin(os.getpid(), cpu, batch=True)
     except OSError as exc:  # a sandbox that refuses affinity: slower, not wrong
         log.warning("checkpoint not pinned to a CPU: %s", exc)
+        for task in os.listdir("/proc/self/task"):  # whatever was pinned before the refusal goes back
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task), before)
         return None
     log.info("checkpoint pinned to CPU %d (--pin-cpus %s)", cpu, mode)
     balancer.place(os.getpid(), cpu)
     if interval > 0:
         def keep() -> None:
             while True:
-                time.sleep(interval)
+                time.sleep(jittered(interval))
                 try:
                     log_moves(balancer.look(), {os.getpid(): "the checkpoint"})
                 except (OSError, ValueError, IndexError) as exc:  # /proc unreadable: stay where it is

@@ -122,7 +122,6 @@ class Supervisor:
         self._stop_wait = stop_wait
         self._balancer = balancer
         self._rebalance_interval = rebalance_interval
-        self._foreign: dict[int, float] = {}
         self.count = count
         self._run_worker = run_worker
         self._sign_head = sign_head
@@ -133,7 +132,7 @@ class Supervisor:
         self._stopping = False
 
     def _spawn(self, index: int) -> None:
-        cpu = self._balancer.choose(self._foreign) if self._balancer else None
+        cpu = self._balancer.choose() if self._balancer else None
         pid = os.fork()
         if pid == 0:  # the worker
             code = 2
@@ -167,12 +166,12 @@ class Supervisor:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        if self._balancer:
-            self._foreign = cpu_placement.start(self._balancer)
+        if self._balancer and not cpu_placement.start(self._balancer):
+            self._balancer = None  # /proc unreadable: the workers run unpinned
         for index in range(self.count):
             self._spawn(index)
         next_head = time.monotonic() + (self._head_interval or 0)
-        next_look = time.monotonic() + self._rebalance_interval
+        next_look = time.monotonic() + cpu_placement.jittered(self._rebalance_interval)
         code = 0
         while not self._stopping:
             time.sleep(0.2)
@@ -183,7 +182,7 @@ class Supervisor:
                 next_head = time.monotonic() + self._head_interval
                 self._head()
             if self._balancer and self._rebalance_interval > 0 and time.monotonic() >= next_look:
-                next_look = time.monotonic() + self._rebalance_interval
+                next_look = time.monotonic() + cpu_placement.jittered(self._rebalance_interval)
                 self._look()
         self._stop_all()
         self._head()  # after every worker closed its log: covers each one's last record
@@ -308,6 +307,7 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
     print(f"checkpoint: serving on {address} with {count} workers", file=sys.stderr, flush=True)
     # a worker drains its calls for up to --grace seconds after SIGTERM: wait that long before SIGKILL
     stop_wait = float(kwargs.get("grace", DEFAULT_GRACE)) + STOP_MARGIN
-    balancer = cpu_placement.Balancer() if pin_cpus else None
+    # the supervisor is never pinned: its own CPU set is the workers' at every look (a cpuset can shrink)
+    balancer = cpu_placement.Balancer(allowed=lambda: os.sched_getaffinity(0)) if pin_cpus else None
     return Supervisor(count, run_worker, sign_head=signer.sign_now, head_interval=head_interval,
                       stop_wait=stop_wait, balancer=balancer, rebalance_interval=rebalance_interval).run()

@@ -193,24 +193,80 @@ def test_proc_files_are_read_as_proc_5_lays_them_out(tmp_path):
 
 def test_our_own_ticks_are_not_counted_as_other_work(tmp_path):
     stat, proc = tmp_path / "stat", tmp_path / "proc"
-    balancer = Balancer(cpus=[0, 1], stat=stat, proc=proc)
-    balancer.place(42, 0)
+    balancer = Balancer(allowed=lambda: [0, 1], stat=stat, proc=proc)
     _stat(stat, {0: (0, 0, 0), 1: (0, 0, 0)})
-    _pid_stat(proc, 42, 0, 0)
     assert balancer.sample() is None  # the first sample only starts the count
-    # 100 ticks each: CPU 0 was 80 busy, 60 of them ours; CPU 1 was 30 busy with other work
+    # a worker placed after that sample, having already spent 100 ticks (it started, loaded policies)
+    _pid_stat(proc, 42, 90, 10)
+    balancer.place(42, 0)
+    # 100 ticks each: CPU 0 was 80 busy, 60 of them ours since it was placed; CPU 1 30 with other work
     _stat(stat, {0: (80, 20, 0), 1: (30, 70, 0)})
-    _pid_stat(proc, 42, 50, 10)
+    _pid_stat(proc, 42, 140, 20)
     assert balancer.sample() == pytest.approx({0: 0.2, 1: 0.3})
+    assert balancer.foreign == pytest.approx({0: 0.2, 1: 0.3})
 
 
-def test_a_new_process_goes_to_the_freest_cpu(tmp_path):
-    balancer = Balancer(cpus=[0, 1, 2])
-    assert balancer.choose({0: 0.9, 1: 0.2, 2: 0.6}) == 1
-    balancer.place(7, 1)
-    assert balancer.choose({0: 0.9, 1: 0.2, 2: 0.6}) == 2  # 1 holds one of ours: 1.2 against 0.6
-    picks = {Balancer(cpus=[0, 1, 2]).choose({0: 0.0, 1: 0.0, 2: 0.5}) for _ in range(200)}
-    assert picks == {0, 1}  # equally free CPUs are picked at random, so checkpoints spread
+def test_only_allowed_cpus_that_proc_stat_shows_are_looked_at(tmp_path):
+    stat = tmp_path / "stat"
+    allowed = [0, 1, 5]
+    balancer = Balancer(allowed=lambda: allowed, stat=stat, proc=tmp_path)
+    _stat(stat, {0: (0, 0, 0), 1: (0, 0, 0), 2: (0, 0, 0)})
+    balancer.sample()
+    _stat(stat, {0: (50, 50, 0), 1: (10, 90, 0), 2: (0, 100, 0)})
+    assert set(balancer.sample() or {}) == {0, 1}  # 2 is not allowed, 5 is offline
+    allowed = [0]  # the CPU set shrank
+    _stat(stat, {0: (60, 140, 0), 1: (20, 180, 0), 2: (0, 200, 0)})
+    assert set(balancer.sample() or {}) == {0}
+
+
+def test_a_new_process_goes_to_the_freest_cpu_of_the_last_look():
+    balancer = Balancer(allowed=lambda: [0, 1, 2, 3])
+    balancer.foreign = {0: 0.9, 1: 0.2, 2: 0.6}  # CPU 3 did not show in the look: never chosen
+    assert balancer.choose() == 1
+    balancer.placed[7] = 1
+    assert balancer.choose() == 2  # 1 holds one of ours: 1.2 against 0.6
+    spread = Balancer(allowed=lambda: [0, 1, 2])
+    spread.foreign = {0: 0.0, 1: 0.0, 2: 0.5}
+    assert {spread.choose() for _ in range(200)} == {0, 1}  # equally free: at random, so checkpoints spread
+
+
+def test_a_worker_on_a_cpu_it_may_no_longer_use_moves_at_once():
+    strikes: dict[int, int] = {}
+    assert plan({0: 0.9, 1: 0.9}, {42: 3}, strikes) in ({42: 0}, {42: 1})
+
+
+def test_the_target_is_picked_among_the_near_equal_only():
+    seen: list[list[int]] = []
+
+    def pick(cpus: list[int]) -> int:
+        seen.append(cpus)
+        return cpus[-1]
+
+    strikes = {42: 1}
+    assert plan({0: 1.0, 1: 0.0, 2: 0.03, 3: 0.5}, {42: 0}, strikes, pick=pick) == {42: 2}
+    assert seen == [[1, 2]]
+
+
+def test_a_move_the_system_refuses_is_not_recorded(tmp_path, caplog):
+    # a real refusal: the kernel answers EINVAL for a CPU this machine does not have
+    stat = tmp_path / "stat"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        here = sorted(os.sched_getaffinity(0))[0]
+        os.sched_setaffinity(sleeper.pid, {here})
+        balancer = Balancer(allowed=lambda: [here, 1000], stat=stat)
+        _stat(stat, {here: (0, 0, 0), 1000: (0, 0, 0)})
+        balancer.sample()
+        balancer.place(sleeper.pid, here)
+        for step in (1, 2):  # other work keeps `here` busy; CPU 1000 looks free
+            _stat(stat, {here: (95 * step, 5 * step, 0), 1000: (0, 100 * step, 0)})
+            assert balancer.look() == {}
+        assert balancer.placed == {sleeper.pid: here}
+        assert os.sched_getaffinity(sleeper.pid) == {here}
+        assert "moving it to CPU 1000 was refused" in caplog.text
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def _serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -218,10 +274,19 @@ def _serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.Complet
                           capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("text", ["yes", "true", "ON", "1"])
-def test_pin_cpus_takes_auto_on_off_only_from_flag_and_environment(tmp_path, text):
+@pytest.mark.parametrize("text", ["maybe", "2", "pinned", ""])
+def test_pin_cpus_refuses_other_words_from_flag_and_environment(tmp_path, text):
     flag = _serve("--data", str(tmp_path), "--pin-cpus", text)
-    assert flag.returncode == 2 and "--pin-cpus" in flag.stderr and "'auto', 'on', 'off'" in flag.stderr, flag.stderr
+    assert flag.returncode == 2 and "--pin-cpus" in flag.stderr and "expected auto, on or off" in flag.stderr, flag.stderr
     env = _serve("--data", str(tmp_path), env={"WARDEN_PIN_CPUS": text})
     assert env.returncode == 2 and "WARDEN_PIN_CPUS" in env.stderr, env.stderr
     assert not any(tmp_path.iterdir()), "a refused setting must change nothing"
+
+
+@pytest.mark.parametrize(("text", "mode"), [("true", "on"), ("YES", "on"), ("1", "on"), ("false", "off"),
+                                            ("No", "off"), ("0", "off"), ("Auto", "auto"), (" off ", "off")])
+def test_pin_cpus_keeps_the_meaning_of_the_old_switch_words(text, mode):
+    # --pin-cpus was a switch: WARDEN_PIN_CPUS=true written for it still means on
+    from checkpoint.server_cli import _pin_mode
+
+    assert _pin_mode(text) == mode
