@@ -30,7 +30,6 @@ from pathlib import Path
 
 log = logging.getLogger("warden.checkpoint.cpus")
 
-PIN_MODES = ("auto", "on", "off")
 REBALANCE_INTERVAL = 2.0  # seconds between looks
 MARGIN = 0.35  # of a CPU: less is noise, not a reason to move
 PATIENCE = 2  # looks in a row before a worker moves
