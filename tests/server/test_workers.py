@@ -23,6 +23,7 @@ import pytest
 
 from checkpoint.audit import DecisionReader
 from checkpoint.audit.heads import heads_path, read_heads
+from checkpoint.server.cpu_placement import process_ticks
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
 
@@ -384,7 +385,9 @@ def test_sigkill_of_one_worker_under_load_loses_no_answered_record(tmp_path, pol
         version = cluster.wait_serving()
         with Load(cluster, version) as load:
             load.wait_for(800)
-            victim = min(_children(cluster.proc.pid))
+            # the busier worker: it holds connections with calls in flight (the kernel may have put
+            # every connection on one worker, and killing the idle one would cut nothing)
+            victim = max(_children(cluster.proc.pid), key=process_ticks)
             os.kill(victim, signal.SIGKILL)
             load.wait_for(800)  # the other worker (and the restarted one) go on answering
             deadline = time.monotonic() + 60
