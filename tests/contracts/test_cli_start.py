@@ -94,3 +94,66 @@ def test_the_command_list_is_what_the_whole_tree_prints(argv, monkeypatch):
     assert done.returncode == (0 if argv else 2), done.stderr
     assert done.stdout == cli.build_parser().format_help()
     assert cli.build_command_list().format_help() == cli.build_parser().format_help()
+
+
+# ---- the exit of a one-shot command --------------------------------------------------------------
+
+WITH_ATEXIT = ("import atexit, sys; atexit.register(lambda: print('interpreter torn down', file=sys.stderr)); "
+               "from warden.cli import run; sys.argv = ['warden', *sys.argv[1:]]; run()")
+
+
+def _request(tmp_path: Path) -> Path:
+    from checkpoint.policy import load_policy_dir
+
+    version = load_policy_dir(REPO / "policies").agents["recon"].version
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps({
+        "run": {"runId": "run-1", "mode": "RUN_MODE_INTERACTIVE",
+                "actorChain": [{"kind": "ACTOR_KIND_PERSON", "id": "alice"},
+                               {"kind": "ACTOR_KIND_AGENT", "id": "recon", "agentVersion": version}]},
+        "toolCall": {"tool": "create_task_from_template",
+                     "arguments": {"template": "web-basic", "target": "payments.lab.example.com"}}}))
+    return path
+
+
+def _program(*argv: str, code: str = WITH_ATEXIT, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
+                          cwd=REPO, **kw)
+
+
+def test_check_leaves_without_the_teardown_and_its_whole_answer_is_out(tmp_path):
+    done = _program("check", "--policies", str(REPO / "policies"), str(_request(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)  # flushed whole into a pipe before os._exit
+    assert (answer["verdict"], answer["code"]) == ("VERDICT_DENY", "subject_off_limits")
+    assert "interpreter torn down" not in done.stderr
+
+
+def test_a_failed_check_keeps_its_exit_code_and_message(tmp_path):
+    done = _program("check", "--policies", str(REPO / "policies"), str(tmp_path / "missing.json"))
+    assert done.returncode == 1 and "invalid_request" in done.stderr and "missing.json" in done.stderr
+    broken = tmp_path / "policies"
+    broken.mkdir()
+    (broken / "bad.yaml").write_text("kind: Agent\nname: [\n")
+    done = _program("check", "--policies", str(broken), str(_request(tmp_path)))
+    assert done.returncode not in (0, 1) and "bad.yaml" in done.stderr, (done.returncode, done.stderr)
+
+
+def test_check_into_a_closed_pipe_ends_quietly(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", WITH_ATEXIT, "check", "--policies", str(REPO / "policies"),
+                             str(_request(tmp_path))], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # `warden check ... | head -c 0`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
+
+
+def test_other_commands_and_in_process_callers_exit_as_always(tmp_path):
+    done = _program("--help")
+    assert done.returncode == 0 and "interpreter torn down" in done.stderr
+    import gc
+
+    from warden.cli import main
+
+    assert main(["check", "--policies", str(REPO / "policies"), str(_request(tmp_path))]) == 0  # returns
+    assert gc.isenabled()  # the collector is back on for the caller
