@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import math
 import os
 import secrets
 import sys
@@ -88,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--pin-cpus is 'on' (docs/checkpoint-service.md, 'Workers')",
     )
     serve.add_argument(
-        "--rebalance-interval", type=float, default=2.0, metavar="SECONDS",
+        "--rebalance-interval", type=_seconds_or_never, default=2.0, metavar="SECONDS",
         help="with pinned processes, seconds between looks at how busy other work keeps each CPU (default 2; "
         "0: place once, never move)",
     )
@@ -157,6 +158,17 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a duration (seconds, or 30m, 12h, 7d): {text!r}") from None
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"a duration above zero, got {text!r}")
+    return seconds
+
+
+def _seconds_or_never(text: str) -> float:
+    """Seconds from 0 (never) up, finite."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {text!r}")
     return seconds
 
 
@@ -281,9 +293,6 @@ def _serve_configured(args: argparse.Namespace) -> int:
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
     run: Any = serve
     pin = should_pin(args.pin_cpus, workers)
-    if args.rebalance_interval < 0:
-        print("warden: --rebalance-interval: expected 0 or more seconds", file=sys.stderr)
-        return 2
     if workers > 1:
         run = functools.partial(serve_workers, workers, pin_cpus=pin, rebalance_interval=args.rebalance_interval)
     elif pin:

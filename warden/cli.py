@@ -8,6 +8,7 @@ and a broken optional part never hides the others.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -158,18 +159,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-# Commands whose whole work is to read files and print an answer: nothing of theirs needs the
-# interpreter's teardown (closing files, finalizing the ~360 modules a policy load imports), which
-# costs warden check about an eighth of its time. run() leaves them with os._exit once their
-# output is flushed; main() called in-process returns as always.
+# Commands whose whole work is to read files and print one answer, in a process of their own. The
+# cyclic collector would only walk, again and again, the objects their imports and policy load
+# create, and free nothing (~5% of warden check; peak memory unchanged, 50.5 MiB); the
+# interpreter's teardown (closing files, finalizing the ~360 modules a policy load imports) is
+# about an eighth of it. run() runs them without the one and leaves with os._exit once their output
+# is flushed; main() called in-process is untouched by either.
 QUICK_EXIT = frozenset({"check"})
 
 
 def run() -> NoReturn:
     """The `warden` program: main(), then exit with its code."""
     argv = sys.argv[1:]
+    quick = bool(argv) and argv[0] in QUICK_EXIT
+    if quick:
+        gc.disable()
     code = main(argv)
-    if argv and argv[0] in QUICK_EXIT:
+    if quick:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -43,7 +43,6 @@ from typing import Any
 
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.server import cpu_placement
-from checkpoint.server.cpu_placement import usable_cpus
 from warden.cli import DEFAULT_GRACE, STOP_MARGIN
 
 log = logging.getLogger("warden.checkpoint.workers")
@@ -58,7 +57,7 @@ STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, RuntimeE
 def worker_count(text: str) -> int:
     """`auto` (one per CPU this process may use, see usable_cpus) or a number from 1 to 64."""
     if text == "auto":
-        return max(1, min(MAX_WORKERS, usable_cpus()))
+        return max(1, min(MAX_WORKERS, cpu_placement.usable_cpus()))
     try:
         n = int(text)
     except ValueError:
@@ -299,7 +298,7 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
                      metrics_address=_metrics_for(metrics_address, index), data_dir=data_dir,
                      head_interval=None, shared=True, **kwargs)
 
-    cpus = usable_cpus()
+    cpus = cpu_placement.usable_cpus()
     if count > cpus:  # `--workers` counted gRPC threads before it counted processes
         log.warning("%d workers on %d CPUs: more processes than CPUs only adds memory and switching "
                     "(gRPC threads per worker are --threads)", count, cpus)

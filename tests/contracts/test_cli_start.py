@@ -64,18 +64,23 @@ NOT_FOR_A_CHECK = ("grpc", "sqlite_utils", "click", "dateutil", "pluggy", "celpy
                    "jsonschema", "referencing", "attrs")
 
 
-def test_a_check_imports_only_what_deciding_needs(tmp_path):
+def _request(tmp_path: Path) -> Path:
+    """README's example, a request an operator would try: recon asks to scan an off-limits host."""
     from checkpoint.policy import load_policy_dir
 
     version = load_policy_dir(REPO / "policies").agents["recon"].version
     path = tmp_path / "req.json"
-    path.write_text(json.dumps({  # README's example: a request an operator would try
+    path.write_text(json.dumps({
         "run": {"runId": "run-1", "mode": "RUN_MODE_INTERACTIVE",
                 "actorChain": [{"kind": "ACTOR_KIND_PERSON", "id": "alice"},
                                {"kind": "ACTOR_KIND_AGENT", "id": "recon", "agentVersion": version}]},
         "toolCall": {"tool": "create_task_from_template",
                      "arguments": {"template": "web-basic", "target": "payments.lab.example.com"}}}))
-    names = imported_by("check", "--policies", str(REPO / "policies"), str(path))
+    return path
+
+
+def test_a_check_imports_only_what_deciding_needs(tmp_path):
+    names = imported_by("check", "--policies", str(REPO / "policies"), str(_request(tmp_path)))
     assert "checkpoint.engine.decide" in names  # it did decide
     extra = sorted(n for n in names if n.split(".")[0] in NOT_FOR_A_CHECK)
     assert extra == [], f"`warden check` imports {extra[:8]}"
@@ -100,20 +105,6 @@ def test_the_command_list_is_what_the_whole_tree_prints(argv, monkeypatch):
 
 WITH_ATEXIT = ("import atexit, sys; atexit.register(lambda: print('interpreter torn down', file=sys.stderr)); "
                "from warden.cli import run; sys.argv = ['warden', *sys.argv[1:]]; run()")
-
-
-def _request(tmp_path: Path) -> Path:
-    from checkpoint.policy import load_policy_dir
-
-    version = load_policy_dir(REPO / "policies").agents["recon"].version
-    path = tmp_path / "req.json"
-    path.write_text(json.dumps({
-        "run": {"runId": "run-1", "mode": "RUN_MODE_INTERACTIVE",
-                "actorChain": [{"kind": "ACTOR_KIND_PERSON", "id": "alice"},
-                               {"kind": "ACTOR_KIND_AGENT", "id": "recon", "agentVersion": version}]},
-        "toolCall": {"tool": "create_task_from_template",
-                     "arguments": {"template": "web-basic", "target": "payments.lab.example.com"}}}))
-    return path
 
 
 def _program(*argv: str, code: str = WITH_ATEXIT, **kw) -> subprocess.CompletedProcess[str]:

@@ -90,6 +90,11 @@ def test_a_malformed_quota_file_is_no_limit(tmp_path, quota):
     assert cpu_limit(*_v1(tmp_path, quota)) is None
 
 
+@pytest.mark.parametrize("period", ["0", "", "-"])
+def test_a_zero_or_malformed_period_is_no_limit(tmp_path, period):
+    assert cpu_limit(*_v1(tmp_path, "100000", period)) is None
+
+
 def test_unreadable_or_foreign_proc_files_are_no_limit(tmp_path):
     mountinfo, cgroup = _v2(tmp_path, "/", "/", {"/": "100000 100000"})
     assert cpu_limit(tmp_path / "missing", cgroup) is None
@@ -269,6 +274,14 @@ def test_a_move_the_system_refuses_is_not_recorded(tmp_path, caplog):
         sleeper.wait()
 
 
+def test_unreadable_proc_stat_means_no_pinning(tmp_path):
+    from checkpoint.server.cpu_placement import start
+
+    assert start(Balancer(stat=tmp_path / "no-stat"), seconds=0) is False
+    (tmp_path / "half").write_text("cpu0 12 0 3\ncpu1 x\n")  # a half-written, garbled file
+    assert start(Balancer(stat=tmp_path / "half"), seconds=0) is False
+
+
 def _serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "warden.cli", "checkpoint", "serve", *flags], cwd=REPO,
                           capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
@@ -281,6 +294,21 @@ def test_pin_cpus_refuses_other_words_from_flag_and_environment(tmp_path, text):
     env = _serve("--data", str(tmp_path), env={"WARDEN_PIN_CPUS": text})
     assert env.returncode == 2 and "WARDEN_PIN_CPUS" in env.stderr, env.stderr
     assert not any(tmp_path.iterdir()), "a refused setting must change nothing"
+
+
+@pytest.mark.parametrize("text", ["-1", "-0.001", "nan", "inf", "soon", ""])
+def test_rebalance_interval_refuses_what_is_not_zero_or_more_seconds(tmp_path, text):
+    done = _serve("--data", str(tmp_path), "--rebalance-interval", text)
+    assert done.returncode == 2 and "--rebalance-interval" in done.stderr, done.stderr
+    env = _serve("--data", str(tmp_path), env={"WARDEN_REBALANCE_INTERVAL": text})
+    assert env.returncode == 2 and "WARDEN_REBALANCE_INTERVAL" in env.stderr, env.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_rebalance_interval_zero_means_place_once():
+    from checkpoint.server_cli import _seconds_or_never
+
+    assert _seconds_or_never("0") == 0.0 and _seconds_or_never("0.5") == 0.5
 
 
 @pytest.mark.parametrize(("text", "mode"), [("true", "on"), ("YES", "on"), ("1", "on"), ("false", "off"),
