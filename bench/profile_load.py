@@ -1,11 +1,12 @@
 """Where a loaded checkpoint worker spends its GIL: py-spy samples under h2load at c=32.
 
 Not run by `make bench` (the file is not bench_*). Starts `warden checkpoint serve --workers auto`
-(plus any serve flags given after `--`), loads it with h2load (8 connections x 4 streams) and
+(plus any serve flags given after `--`), loads it with h2load (8 connections x 4 streams, or one
+connection with `--concurrency 1`) and
 records one worker with `py-spy record --gil` (only samples of the thread holding the GIL), then
 prints the shares by function (inclusive and self) and by file. py-spy comes with the dev extra.
 
-    .venv/bin/python bench/profile_load.py --seconds 10 [-- --pin-cpus off]
+    .venv/bin/python bench/profile_load.py --seconds 10 [--concurrency 1] [--workers 1] [-- --pin-cpus off]
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=10, help="how long to sample (default 10)")
     parser.add_argument("--top", type=int, default=30, help="lines per table (default 30)")
     parser.add_argument("--out", type=Path, help="keep py-spy's raw output here")
+    parser.add_argument("--concurrency", type=int, choices=(1, 32), default=32,
+                        help="1: one connection, one call at a time; 32 (default): 8 connections x 4 streams")
+    parser.add_argument("--workers", default="auto", help="the checkpoint's --workers (default auto)")
     parser.add_argument("serve_flags", nargs="*", help="after --: more `checkpoint serve` flags")
     args = parser.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -64,18 +68,18 @@ def main(argv: list[str] | None = None) -> int:
         print("needs py-spy (the dev extra) and h2load (Debian: nghttp2-client)")
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="warden-profile-"))
-    server, _, _ = bench_cerbos.start_warden(tmp, "auto", {**os.environ, "PYTHONPATH": str(ROOT)},
+    server, _, _ = bench_cerbos.start_warden(tmp, args.workers, {**os.environ, "PYTHONPATH": str(ROOT)},
                                              tuple(args.serve_flags))
     raw = args.out or tmp / "py-spy.txt"
     try:
-        bench_cerbos.h2load(server, tmp, 32, 2)  # warm
+        bench_cerbos.h2load(server, tmp, args.concurrency, 2)  # warm
         worker = server.worker_pids()[0]
         recorder = subprocess.Popen([spy, "record", "--pid", str(worker), "--gil", "--duration", str(args.seconds),
                                      "--rate", "250", "--format", "raw", "-o", str(raw), "--nonblocking"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        result = bench_cerbos.h2load(server, tmp, 32, args.seconds)
+        result = bench_cerbos.h2load(server, tmp, args.concurrency, args.seconds)
         recorder.wait(timeout=60)
-        print(f"{server.name}: {result['rps']:.0f} calls/s at c=32, server CPU {result['cpu_us']:.0f} us/call; "
+        print(f"{server.name}: {result['rps']:.0f} calls/s at c={args.concurrency}, server CPU {result['cpu_us']:.0f} us/call; "
               f"load average {os.getloadavg()[0]:.2f}")
         summarise(raw, args.top)
     finally:
