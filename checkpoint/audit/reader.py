@@ -216,10 +216,11 @@ def _verify_indexes(conn: sqlite3.Connection, check: ChainCheck) -> None:
         for held, stored in zip_longest(by_index, by_table):
             if held != stored:
                 seq = min(row[0] for row in (held, stored) if row is not None)
+                # seqs only, never the values: the web view shows this detail to every tenant's auditor
                 check.fail(seq, INDEX_MISMATCH,
-                           f"index {name!r} of the live file holds {held!r} where its table holds {stored!r}: "
-                           f"the file was edited; a query by {', '.join(c for _, c in info)} would not read "
-                           "the records the chain vouches for")
+                           f"index {name!r} of the live file does not hold what its table holds for seq {seq}: the "
+                           f"file was edited; a query by {', '.join(c for _, c in info)} would not read the records "
+                           "the chain vouches for")
                 return
 
 

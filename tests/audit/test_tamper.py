@@ -143,6 +143,7 @@ def test_an_index_edited_to_hide_a_record_from_run_queries_breaks_verify(filled,
     assert 7 in [r["seq"] for r in reader.read()]
     report = reader.verify(expect_head=head)
     assert (report.ok, report.reason, report.broken_seq) == (False, "index_mismatch", 7)
+    assert "run-1" not in report.detail  # seqs only: the web view shows the detail to every auditor
     assert main(["audit", "verify", "--log", str(path)]) == 1
     assert "BROKEN at seq 7: index_mismatch" in capsys.readouterr().err
 
