@@ -8,8 +8,10 @@ the sealed segments and the live file (checkpoint/audit/spans.py), as one log in
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -18,6 +20,7 @@ from checkpoint.audit.record import GENESIS_HASH, from_row
 from checkpoint.audit.spans import Spans
 from checkpoint.audit.store import Filters
 from checkpoint.audit.verify import (
+    INDEX_MISMATCH,
     MANIFEST_INVALID,
     SEGMENT_ALTERED,
     SEGMENT_MISSING,
@@ -97,7 +100,8 @@ class DecisionReader:
                     if not check.ok:
                         return check.report()
                 fields = store.hashed_fields(store.schema_of(live))
-                check.feed(store.select(live, after_seq=manifest.sealed_last), fields)
+                if check.feed(store.select(live, after_seq=manifest.sealed_last), fields):
+                    _verify_indexes(live, check)
                 return check.report()
             finally:
                 live.execute("COMMIT")
@@ -189,6 +193,35 @@ def _manifest_problem(log_path: Path, manifest: segments.Manifest, public_key: A
     if unknown:
         return bad(1, f"the manifest prunes segment(s) {unknown} it never sealed")
     return None
+
+
+def _verify_indexes(conn: sqlite3.Connection, check: ChainCheck) -> None:
+    """Every index of the live file holds exactly its table's values. Queries by an indexed column
+    (`--run`, `--agent`, a new index's column) read the index, not the table the chain was walked
+    in: an index edited in the file (an entry dropped, or pointing at another record) would hide a
+    record from them, or show one under another run, while the chain still holds. A sealed segment
+    needs no such check: its file is the one sealed (sha256), and sealing builds its indexes anew."""
+    table = store.TABLE
+    for _, name, _unique, _origin, partial in conn.execute(f"PRAGMA index_list({table})").fetchall():
+        info = conn.execute("SELECT cid, name FROM pragma_index_xinfo(?) WHERE key = 1 ORDER BY seqno",
+                            (name,)).fetchall()
+        if partial or not info or any(cid < 0 for cid, _ in info):
+            check.fail(check.expected_seq, INDEX_MISMATCH,
+                       f"the live file has an index {name!r} that is partial or on an expression: warden makes none")
+            return
+        columns = ", ".join(f'"{column}"' for _, column in info)
+        quoted = name.replace('"', '""')
+        by_index = conn.execute(f'SELECT seq, {columns} FROM {table} INDEXED BY "{quoted}" ORDER BY seq')
+        by_table = conn.execute(f"SELECT seq, {columns} FROM {table} NOT INDEXED ORDER BY seq")
+        for held, stored in zip_longest(by_index, by_table):
+            if held != stored:
+                seq = min(row[0] for row in (held, stored) if row is not None)
+                # seqs only, never the values: the web view shows this detail to every tenant's auditor
+                check.fail(seq, INDEX_MISMATCH,
+                           f"index {name!r} of the live file does not hold what its table holds for seq {seq}: the "
+                           f"file was edited; a query by {', '.join(c for _, c in info)} would not read the records "
+                           "the chain vouches for")
+                return
 
 
 def _verify_segment(spans: Spans, seal: segments.Seal, check: ChainCheck) -> None:

@@ -19,6 +19,9 @@ HEAD_MISMATCH = "head_mismatch"  # the record at the anchor's seq has another ha
 SEGMENT_MISSING = "segment_missing"
 SEGMENT_ALTERED = "segment_altered"
 MANIFEST_INVALID = "manifest_invalid"
+# An index of the live file does not hold exactly what its table holds: a query that uses it
+# (`--run`, `--agent`) would read other records than the chain vouches for.
+INDEX_MISMATCH = "index_mismatch"
 
 
 @dataclass(frozen=True)

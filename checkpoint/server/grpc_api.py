@@ -160,7 +160,7 @@ def method_handlers(service: CheckpointService, auth: AuthPolicy, on_unauthentic
                 service.wake_watchers()
 
             context.add_callback(on_done)
-            yield from service.watch(request, stop, tenants)
+            yield from service.watch(request, stop, tenants, caller)
         except ServiceError as exc:
             abort(context, exc)
         finally:

@@ -710,8 +710,13 @@ class CheckpointService:
         return out
 
     def watch(
-        self, request: pb.WatchDecisionsRequest, stop: threading.Event, tenants: list[str] | None = None
+        self, request: pb.WatchDecisionsRequest, stop: threading.Event, tenants: list[str] | None = None,
+        caller: str | None = None,
     ) -> Iterator[pb.WatchDecisionsResponse]:
+        """The records after `request.after_seq` of `tenants` (None: all), then new ones as they
+        are committed. With `caller`, the caller's scope is asked again whenever the policy set in
+        force changes, before the next record goes out: a person taken off a tenant's auditors
+        stops reading it then (PERMISSION_DENIED when nothing is left), not when the stream ends."""
         if request.after_seq < 0:
             raise InvalidArgument("invalid_request", "after_seq must not be negative", "after_seq")
         filters: Filters = {
@@ -728,10 +733,21 @@ class CheckpointService:
             records = self.log.follow(request.after_seq, stop_event=stop, **filters)
         with self._watch_lock:
             self._watch_stops.add(stop)
+        revision = self.store.current.revision if self.store.current is not None else ""
+        allowed = tenants
         try:
             for record in records:
                 if stop.is_set():
                     return
+                if caller is not None:
+                    current = self.store.current  # one attribute read per record
+                    if current is not None and current.revision != revision:
+                        revision = current.revision
+                        fresh = self.watch_tenants(caller)  # PermissionDenied ends the stream
+                        # only ever narrower than the query the stream was opened with
+                        allowed = fresh if allowed is None else [t for t in allowed if fresh is None or t in fresh]
+                    if allowed is not None and record.get("tenant") not in allowed:
+                        continue
                 yield pb.WatchDecisionsResponse(record=convert.record_to_proto(record))
         finally:
             with self._watch_lock:

@@ -115,3 +115,42 @@ def test_anchor_from_earlier_still_verifies_a_longer_log(filled, make_record):
         reopened.append(make_record())
     report = DecisionReader(path).verify(expect_head=head)
     assert report.ok and report.checked == 11
+
+
+def _forge_index(path, sql_as_built: str, sql_shown: str) -> None:
+    """Build the run_id index as `sql_as_built`, then make the schema say `sql_shown`, so SQLite
+    trusts an index whose entries are not its table's (writable_schema, what a file editor does)."""
+    _sql(path, "DROP INDEX idx_decisions_run_id")
+    _sql(path, sql_as_built)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA writable_schema=ON")
+    with conn:
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = 'idx_decisions_run_id'", (sql_shown,))
+    conn.close()
+
+
+def test_an_index_edited_to_hide_a_record_from_run_queries_breaks_verify(filled, capsys):
+    """The chain is walked in the table; `--run` reads the run_id index. An index rebuilt without
+    seq 7's entry hides that decision from every run query, the run view and WatchDecisions by run,
+    with every hash intact: verify must not vouch for that file."""
+    from warden.cli import main
+
+    path, head = filled
+    _forge_index(path, 'CREATE INDEX "idx_decisions_run_id" ON "decisions" ("run_id") WHERE seq <> 7',
+                 'CREATE INDEX "idx_decisions_run_id" ON "decisions" ("run_id")')
+    reader = DecisionReader(path)
+    assert 7 not in [r["seq"] for r in reader.read(run_id="run-1")]  # the attack works on queries
+    assert 7 in [r["seq"] for r in reader.read()]
+    report = reader.verify(expect_head=head)
+    assert (report.ok, report.reason, report.broken_seq) == (False, "index_mismatch", 7)
+    assert "run-1" not in report.detail  # seqs only: the web view shows the detail to every auditor
+    assert main(["audit", "verify", "--log", str(path)]) == 1
+    assert "BROKEN at seq 7: index_mismatch" in capsys.readouterr().err
+
+
+def test_a_partial_or_expression_index_is_not_vouched_for(filled):
+    path, _ = filled
+    _sql(path, "CREATE INDEX idx_decisions_tenant ON decisions (tenant) WHERE verdict <> 'ALLOW'")
+    report = DecisionReader(path).verify()
+    assert (report.ok, report.reason) == (False, "index_mismatch")
+    assert "idx_decisions_tenant" in report.detail

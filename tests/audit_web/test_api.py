@@ -117,6 +117,10 @@ def test_a_long_poll_answers_with_the_decision_recorded_while_it_waited(world):
     "/api/decisions?after=-1", "/api/decisions?wait=26", "/api/decisions?verdict=MAYBE",
     "/api/decisions?agent=a&agent=b", "/api/decisions?text=" + "x" * 257, "/api/decisions?since=someday",
     "/api/runs?limit=501", "/api/verify?deep=1", "/api/me?x=1",
+    # digits only by str.isdigit(): '²' used to end the request without an answer, '١' read as 1
+    "/api/decisions?limit=%C2%B2", "/api/decisions?after=%D9%A1",
+    # more fields than the parser takes used to end the request without an answer too
+    "/api/decisions?" + "&".join(f"f{i}=1" for i in range(65)),
 ])
 def test_bad_parameters_are_refused_with_a_stable_code(shared_world, query):
     status, _, body = shared_world.web.get(query)

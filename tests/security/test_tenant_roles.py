@@ -343,3 +343,41 @@ def test_role_helpers_name_the_person_the_role_and_the_tenant(policy_dir):
     assert role_refusal(tenants, "nowhere", "dave", "operator") is not None  # an unknown tenant: no roles at all
     assert roles_by_tenant(tenants, "frank")["globex"] == ["auditor"]
     assert auditor_tenants(tenants, "frank", ["acme", "globex", "initech"]) == ["globex", "initech"]
+
+
+def test_an_open_decision_stream_stops_reading_a_tenant_when_its_auditor_is_removed(cp, policy_dir):
+    """The scope was asked once, when the stream opened: frank, taken off globex's auditors,
+    kept receiving every new globex record for as long as his stream stayed open."""
+    import threading
+
+    got: list[tuple[str, str]] = []
+    seen = threading.Condition()
+    stream = cp.stub(as_("frank")).WatchDecisions(pb.WatchDecisionsRequest(after_seq=0), timeout=30)
+
+    def consume() -> None:
+        try:
+            for r in stream:
+                with seen:
+                    got.append((r.record.tenant, r.record.run_id))
+                    seen.notify_all()
+        except grpc.RpcError:
+            pass
+
+    def wait_for(run_id: str) -> None:
+        with seen:
+            assert seen.wait_for(lambda: any(run == run_id for _, run in got), timeout=10), (run_id, got)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    before = cp.start_run("scout", person="dave")
+    wait_for(before.run_id)  # the stream reads globex while frank audits it
+    tenant = policy_dir / "tenants" / "globex.yaml"
+    tenant.write_text(GLOBEX.replace("auditor: [frank]", "auditor: [erin]"))
+    assert cp.server.store.reload()
+    after = cp.start_run("scout", person="dave")
+    marker = cp.start_run("", person="zed", tenant="initech")  # initech he still reads
+    wait_for(marker.run_id)
+    stream.cancel()
+    reader.join(timeout=10)
+    assert after.run_id and not [t for t, run in got if run == after.run_id]
+    assert [t for t, run in got if run == marker.run_id] == ["initech"]

@@ -232,7 +232,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def _params(query: str) -> dict[str, str]:
-    parsed = parse_qs(query, keep_blank_values=True, max_num_fields=64)
+    try:
+        parsed = parse_qs(query, keep_blank_values=True, max_num_fields=64)
+    except ValueError as exc:  # more fields than that: refused like any other bad query, not dropped
+        raise BadRequest(str(exc)) from None
     out = {}
     for name, values in parsed.items():
         if len(values) != 1:
@@ -253,7 +256,8 @@ def _int(params: dict[str, str], name: str, default: int | None, low: int, high:
     text = params.get(name, "")
     if text == "":
         return default
-    if not text.isdigit() or len(text) > 18:
+    # ASCII digits only: str.isdigit() also takes '²' (int() refuses it) and other scripts' digits
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise BadRequest(f"{name} is a whole number")
     value = int(text)
     if value < low or (high is not None and value > high):
