@@ -1,8 +1,10 @@
-"""What a caller's principal was granted bounds every run it is given, a child's as much as a root's.
+"""What a caller's principal was granted, and what an admin took away, bounds every run it is
+given, a child's as much as a root's.
 
 Over real gRPC with the shipped policies and the `globex` tenant of test_tenant_roles. The attacks:
 a principal granted one tenant (or one agent) delegates into another and is handed a child run
-there; a principal whose rights were narrowed lifts the pause of a run it may no longer ask for.
+there; a principal whose rights were narrowed lifts the pause of a run it may no longer ask for; a
+child delegated by an agent version an admin retired goes on acting on the authority it granted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from server.conftest import TOKEN
 from checkpoint.server import AuthPolicy
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
+from .test_catalog_lifecycle import PEOPLE, reviewed_tenant
 from .test_tenant_roles import TOKENS, digest, write_tenants
 
 
@@ -89,3 +92,34 @@ def test_a_principal_that_may_no_longer_ask_for_a_runs_agent_cannot_resume_it_bu
         assert (record["action"], record["run_id"], record["code"]) == (widening, run.run_id, "caller_not_permitted")
     # stopping a run never needs more than the person's role: a pause or cancel is still recorded
     assert act("pause").code == "recorded" and act("cancel").code == "recorded"
+
+
+def test_a_child_delegated_by_a_retired_version_stops_with_it(start, policy_dir):
+    reviewed_tenant(policy_dir)  # carol and dave are acme's admins
+    running = start(auth=AuthPolicy(tokens={digest(TOKEN): "driver", **{digest(t): n for n, t in PEOPLE.items()}}))
+    old = running.version("recon")
+    parent = running.start_run("recon", old)
+    child = running.stub().Check(pb.CheckRequest(run=pb.RunContext(run_token=parent.run_token),
+                                                 delegation=pb.Delegation(agent="triage")), timeout=5)
+    assert child.verdict == pb.VERDICT_ALLOW and child.child_run_token
+    recon = policy_dir / "agents" / "recon.yaml"  # a narrowing edit goes live at once: old is superseded
+    recon.write_text(recon.read_text().replace("allowlist: [create_task_from_template, get_task, list_templates]",
+                                               "allowlist: [get_task, list_templates]"))
+    assert running.server.store.reload() and running.version("recon") != old
+    retired = running.stub(PEOPLE["carol"]).RetireAgentVersion(
+        pb.RetireAgentVersionRequest(agent="recon", version=old, note="its persona leaked"), timeout=5)
+    assert retired.decision.code == "catalog_changed"
+
+    def get_task(token: str) -> pb.CheckResponse:
+        req = pb.CheckRequest(run=pb.RunContext(run_token=token), tool_call=pb.ToolCall(tool="get_task"))
+        req.tool_call.arguments.update({"task_id": "task-1"})
+        return running.stub().Check(req, timeout=5)
+
+    assert get_task(parent.run_token).code == "agent_version_retired"
+    # before: the child (triage, whose own version is fine) was still allowed, with a grant, on
+    # authority the retired recon version had delegated to it
+    got = get_task(child.child_run_token)
+    assert (got.verdict, got.code) == (pb.VERDICT_HALT, "agent_version_retired") and not got.HasField("grant")
+    assert f"version {old} of agent 'recon' was retired" in got.reason
+    record = running.records()[-1]
+    assert (record["run_id"], record["agent"], record["code"]) == (child.child_run_id, "triage", "agent_version_retired")
