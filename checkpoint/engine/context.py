@@ -116,8 +116,10 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
         )
     # Every link, not only the acting one: a child's authority is its ancestors' intersected, so a
     # run delegated by a retired version holds authority that version granted, and stops with it.
-    retired = next((link.agent for link in reversed(links)
-                    if (link.agent.name, link.agent.version) in policies.retired), None)
+    retired = None
+    if policies.retired:  # usually empty: no loop on the common path
+        retired = next((link.agent for link in reversed(links)
+                        if (link.agent.name, link.agent.version) in policies.retired), None)
     if retired is not None:
         acting = links[-1].agent
         whose = "" if retired is acting else f", which this run's chain delegates from (acting: {acting.name!r})"
