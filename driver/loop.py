@@ -34,6 +34,8 @@ is decided and run like the model's; then `_conclude` decides the criteria.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import threading
@@ -172,6 +174,20 @@ def _tool_specs(resolved: cp.ResolveAgentResponse) -> list[dict[str, Any]]:
     return specs
 
 
+def approval_claims(token: str) -> dict[str, Any] | None:
+    """What an approval token (`wapv1.<base64url claims>.<signature>`, checkpoint/server/tokens.py)
+    says, unverified: the driver holds no key. None when it is not one."""
+    label, _, rest = token.partition(".")
+    payload, _, signature = rest.partition(".")
+    if label != "wapv1" or not payload or not signature:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
 # the `tool` of an approval that is a model call's, not a tool call's (no call row of its own)
 MODEL_CALL_APPROVAL = "(model call)"
 
@@ -265,6 +281,21 @@ class Driver:
             raise RunStateError("an approval carries the approval token the checkpoint gave the approver "
                                 "(warden approve obtains it with the person's own credential)",
                                 code="approval_token_required")
+        if not person:
+            raise RunStateError("an approval needs the person's id", code="person_required")
+        # The checkpoint verifies the token's signature when the call is sent again; the driver cannot.
+        # But its own history names who approved (`decided_by`, the approval_decided event), so the
+        # token must say it approves this very decision and was given to this very person: one
+        # approver relaying another's approval, or a token of another call, is refused here rather
+        # than recorded as this person's decision.
+        approval = self.store.approval(approval_id)
+        claims = approval_claims(approval_token)
+        if claims is None or (claims.get("decision_id"), claims.get("run_id"), claims.get("approver")) != (
+                approval["decision_id"], approval["run_id"], person):
+            named = "" if claims is None else (f" (it approves decision {str(claims.get('decision_id'))[:64]!r} "
+                                               f"for {str(claims.get('approver'))[:100]!r})")
+            raise RunStateError(f"the approval token is not {person!r}'s approval of decision "
+                                f"{approval['decision_id']!r}{named}", code="approval_invalid")
         return self._decide_approval(approval_id, person, note, approved=True, spawn=spawn, token=approval_token)
 
     def reject(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True,

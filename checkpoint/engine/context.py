@@ -114,10 +114,17 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
                 budget=actor.budget if actor.HasField("budget") else None,
             )
         )
-    if links and (links[-1].agent.name, links[-1].agent.version) in policies.retired:
+    # Every link, not only the acting one: a child's authority is its ancestors' intersected, so a
+    # run delegated by a retired version holds authority that version granted, and stops with it.
+    retired = None
+    if policies.retired:  # usually empty: no loop on the common path
+        retired = next((link.agent for link in reversed(links)
+                        if (link.agent.name, link.agent.version) in policies.retired), None)
+    if retired is not None:
         acting = links[-1].agent
+        whose = "" if retired is acting else f", which this run's chain delegates from (acting: {acting.name!r})"
         raise trace.stop(HALT, codes.AGENT_VERSION_RETIRED, "request.agent_version",
-                         f"version {acting.version} of agent {acting.name!r} was retired: this run stops")
+                         f"version {retired.version} of agent {retired.name!r} was retired{whose}: this run stops")
     tenant_name = links[-1].agent.tenant if links else run.tenant
     if run.tenant and run.tenant != tenant_name:
         raise trace.stop(

@@ -145,10 +145,10 @@ class CheckpointService:
                 else:
                     response = stricter(response, pinned_answer, established.revision)
             if action == "delegation":
-                response = _delegation_needs_operator(policies, request, response)
+                response = _delegation_needs_operator(policies, request, response, principal)
             if policies.has_shadow:  # recorded beside the answer, never enforced
                 shadow = _shadow_answer(policies, request, approver, approved, now, pinned_answer,
-                                        established.revision)
+                                        established.revision, principal)
         except Refused as refused:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
@@ -441,6 +441,14 @@ class CheckpointService:
                               f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
                               "principal")
             else:
+                if request.act in WIDENING_ACTS and not principal.may_check(check.run.tenant or "default",
+                                                                            established.agent):
+                    # a resume lifts a pause (a person's, a breaker's) and an amendment may raise the
+                    # run's ceilings: only a principal that may still ask for the run's agent there
+                    # gives a run more to do. A pause or cancel only stops things, so it is recorded.
+                    raise Refused(codes.CALLER_NOT_PERMITTED,
+                                  f"principal {principal.name!r} may not {request.act} a run of agent "
+                                  f"{established.agent!r} in tenant {check.run.tenant!r}", "principal")
                 _require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
             response.verdict, response.code = ALLOW, codes.RECORDED
             by = f"{details['status']} ({details['code']})" if request.act == END_ACT else f"by {request.person}"
@@ -768,6 +776,7 @@ MAX_INPUT_BYTES = 16 * 1024
 PERSON_ACTS = frozenset({"resume", "cancel", "amend", "pause"})
 ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is an operator's
 RUN_ACTS = PERSON_ACTS | {END_ACT}  # and the run's own end, which names no person
+WIDENING_ACTS = frozenset({"resume", "amend"})  # acts that let a run do more than it could before
 
 
 def new_run_id() -> str:
@@ -850,7 +859,8 @@ def _require_role(policies: PolicySet, tenant: str, person: str, role: str) -> N
 
 
 def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
-                   now: Any, pinned_answer: pb.CheckResponse | None, revision: str) -> tuple[str, str, str]:
+                   now: Any, pinned_answer: pb.CheckResponse | None, revision: str,
+                   principal: Principal | None = None) -> tuple[str, str, str]:
     """The answer with the `mode: shadow` rules enforced too: (verdict, code, rule) for the record,
     held to a pinned revision's answer as the enforced one is. It never changes the enforced
     answer: any failure here is recorded as the shadow's own."""
@@ -859,7 +869,7 @@ def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str,
         if pinned_answer is not None:
             shadow = stricter(shadow, pinned_answer, revision)
         if request.WhichOneof("action") == "delegation":
-            shadow = _delegation_needs_operator(policies, request, shadow)
+            shadow = _delegation_needs_operator(policies, request, shadow, principal)
         return convert.verdict_name(shadow.verdict), shadow.code, shadow.rule
     except Exception as exc:  # noqa: BLE001 - a shadow failure is evidence, not an outage
         log.warning("shadow evaluation failed: %s", exc)
@@ -867,14 +877,24 @@ def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str,
 
 
 def _delegation_needs_operator(policies: PolicySet, request: pb.CheckRequest,
-                               response: pb.CheckResponse) -> pb.CheckResponse:
-    """A delegation starts a run in the child agent's tenant: like StartRun, it needs the run's
-    accountable person to be an operator there (a delegation is no way into another tenant)."""
+                               response: pb.CheckResponse, principal: Principal | None) -> pb.CheckResponse:
+    """A delegation starts a run in the child agent's tenant: like StartRun, it needs the caller's
+    principal to be allowed to ask for that agent in that tenant, and the run's accountable person
+    to be an operator there (a delegation is no way into another tenant, nor to another agent)."""
     if response.verdict not in (ALLOW, pb.VERDICT_REQUIRE_APPROVAL):
         return response
     child = (policies.agent_version(request.delegation.agent, response.child_agent_version)
              or policies.agents.get(request.delegation.agent))
     tenant = child.tenant if child is not None else request.run.tenant
+    agent = child.name if child is not None else request.delegation.agent
+    # the child's token is issued to this principal: it must be one StartRun would have given it
+    # (else the child's run, recorded as allowed, would hold a token for an agent or tenant the
+    # caller was never granted, and its acts would be recorded there)
+    if principal is None or not principal.may_check(tenant or "default", agent):
+        name = principal.name if principal is not None else None
+        return _fail_closed(response, codes.CALLER_NOT_PERMITTED,
+                            f"principal {name!r} may not start runs of agent {agent[:100]!r} in tenant "
+                            f"{(tenant or 'default')[:100]!r}: a delegation starts a run there", rule="principal")
     chain = request.run.actor_chain
     person = chain[0].id if chain and chain[0].kind == pb.ACTOR_KIND_PERSON else ""
     refusal = role_refusal(policies.tenants, tenant or "default", person, "operator")

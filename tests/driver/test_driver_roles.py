@@ -286,3 +286,33 @@ def test_warden_up_names_a_person_the_shipped_tenant_knows(tmp_path, policy_dir,
     assert note is not None and "'root'" in note and "role_required" in note and "--person" in note
     ensure_operator(tmp_path / "c", "bob")
     assert operator_name(tmp_path / "c" / "operators.tokens") == "bob"
+
+
+def test_an_approver_relays_only_their_own_approval_of_that_very_call(api, stack):
+    """The driver's history names who approved (`decided_by`): one approver relaying another's
+    approval token, or a token of another call, is refused before it is recorded as theirs."""
+    first, second = api.start("bob", "recon", WIDE_SCAN), api.start("bob", "recon", WIDE_SCAN)
+    [waiting], [other] = first.pending_approvals, second.pending_approvals
+
+    def own_token(person: str, approval: pb.Approval) -> str:
+        client = CheckpointClient(stack.checkpoint_address, timeout=5, token=CHECKPOINT_TOKENS[person])
+        try:
+            got = client.approve(approval.run_id, approval.decision_id, "ok")
+        finally:
+            client.close()
+        assert got.approval_token, got.decision
+        return got.approval_token
+
+    alices = own_token("alice", waiting)  # alice (acme's admin) approved at the checkpoint herself
+    bobs_other = own_token("bob", other)  # bob's own approval, of the second run's call
+    for token in (alices, bobs_other, "wapv1.not-base64!.sig", "any-token"):
+        # before: accepted, and the driver recorded bob as the approver of the first call
+        code, detail, message = api.refused("bob", "ApproveCall", pb.ApproveCallRequest(
+            approval_id=waiting.approval_id, approval_token=token))
+        assert (code, detail) == (grpc.StatusCode.FAILED_PRECONDITION, "approval_invalid"), token
+        assert "'bob'" in message and waiting.decision_id in message
+    assert api.driver.store.approval(waiting.approval_id)["status"] == "pending"
+    assert "approval_decided" not in [e["kind"] for e in api.driver.store.events(first.run_id)]
+    # alice relays her own approval: hers, on the record as hers
+    api("alice", "ApproveCall", pb.ApproveCallRequest(approval_id=waiting.approval_id, approval_token=alices))
+    assert api.driver.store.approval(waiting.approval_id)["decided_by"] == "alice"
