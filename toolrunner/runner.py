@@ -21,9 +21,9 @@ from typing import Any
 import docker
 import docker.errors
 import jsonschema
-from google.protobuf import json_format
 
 from checkpoint.policy.model import Tool
+from checkpoint.server.convert import struct_to_dict
 from toolrunner import argv as argv_mod
 from toolrunner.container import (
     LABEL_DECISION,
@@ -121,7 +121,10 @@ class ToolRunner:
     # -- the call ----------------------------------------------------------------------------
 
     def execute(self, request: pb.ExecuteRequest, on_chunk: OnChunk | None = None) -> pb.Receipt:
-        arguments = canonical.normalise(json_format.MessageToDict(request.arguments))
+        # The checkpoint's own converter, which never raises: a NaN or an infinity reaches verify,
+        # which refuses it after the grant's own checks (grant_mismatch: no grant covers it), where
+        # json_format raised ValueError before any check, an internal error with no code.
+        arguments = struct_to_dict(request.arguments)
         grant = request.grant if request.HasField("grant") else None
         try:
             grants.verify(
@@ -141,6 +144,7 @@ class ToolRunner:
                     return stored
             raise GrantRefused(exc.message, code=exc.code) from None
         assert grant is not None
+        arguments = canonical.normalise(arguments)  # verify hashed them: they have a canonical form
         if request.agent != grant.agent:  # a call that names no agent matches no grant either
             raise GrantRefused("the grant was issued for a different agent", code="grant_mismatch")
         decision_id = grant.decision_id
