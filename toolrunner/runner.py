@@ -48,7 +48,7 @@ from toolrunner.errors import (
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
 from toolrunner.policies import PolicySource, tool_specs
-from toolrunner.scrub import Scrubber, StreamScrubber
+from toolrunner.scrub import Scrubber, StreamScrubber, apply
 from toolrunner.store import ReceiptStore
 from warden import canonical, grants, tracing
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
@@ -290,6 +290,12 @@ class ToolRunner:
             for name, state in streams.items():
                 emit(name, state.scrub.feed(state.decoder.decode(b"", final=True)) + state.scrub.finish())
 
+        # Each stream was scrubbed on its own; the receipt joins them. Half a secret on stdout and
+        # the other half on stderr meet here: mask the injected secrets once more in the join.
+        output = capped.text()
+        joined = scrubber.literal_spans(output)
+        output = apply(output, joined)
+
         if outcome.timed_out:
             code = "timeout"
         elif outcome.cancelled:
@@ -308,9 +314,9 @@ class ToolRunner:
             duration_seconds=round(outcome.finished_at - outcome.started_at, 6),
             bytes_out=raw.size,
             truncated=capped.truncated,
-            output=capped.text(),
+            output=output,
             raw_output_sha256=raw.hexdigest(),
-            masked_count=sum(s.scrub.masked for s in streams.values()),
+            masked_count=sum(s.scrub.masked for s in streams.values()) + len(joined),
             code=code,
         )
         receipt.started_at.FromNanoseconds(int(outcome.started_at * 1e9))

@@ -176,28 +176,38 @@ class Scrubber:
         for name, value in sorted((secrets or {}).items()):
             for form in secret_forms(value):
                 forms.setdefault(form, name)
-        self._form_names = forms
+        # Matched in any letter case: `tr a-z A-Z`, `%2f` for `%2F`, hex digits in either case.
+        self._form_names = {form.lower(): name for form, name in forms.items()}
         # Longest first, so a secret's base64 form wins over a shorter secret inside it.
         self._literals = (
-            re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+            re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)), re.IGNORECASE)
             if forms
             else None
         )
         self.longest_literal = max((len(f) for f in forms), default=0)
+
+    def _secret_label(self, found: str) -> str:
+        return "secret:" + self._form_names.get(found.lower(), "?")
+
+    def literal_spans(self, text: str) -> list[Span]:
+        """The injected secrets' own forms only (no shapes, no assignments), merged."""
+        if self._literals is None:
+            return []
+        return _merge(Span(m.start(), m.end(), self._secret_label(m.group(0))) for m in self._literals.finditer(text))
 
     def spans(self, text: str) -> list[Span]:
         """Every find, merged so that none overlap, in order."""
         found: list[Span] = []
         if self._literals is not None:
             for m in self._literals.finditer(text):
-                found.append(Span(m.start(), m.end(), "secret:" + self._form_names[m.group(0)]))
+                found.append(Span(m.start(), m.end(), self._secret_label(m.group(0))))
             unwrapped = _Unwrapped(text) if "\n" in text else None
             if unwrapped is not None and unwrapped.wrapped:
                 # A secret's base64 split over wrapped lines: find it in the joined text and
                 # mask the original characters it spans, line breaks included.
                 for m in self._literals.finditer(unwrapped.text):
                     found.append(Span(unwrapped.original(m.start()), unwrapped.original(m.end() - 1) + 1,
-                                      "secret:" + self._form_names[m.group(0)]))
+                                      self._secret_label(m.group(0))))
         for label, pattern in _PATTERNS:
             for m in pattern.finditer(text):
                 if m.end() > m.start():

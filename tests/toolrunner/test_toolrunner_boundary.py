@@ -53,3 +53,32 @@ def test_a_credential_still_growing_at_the_streams_hold_limit_is_not_released_un
     assert "[masked:private_key]" in receipt.output
     assert "AAAAAAAAAAAA" not in receipt.output  # the rest of the block is still inside it
 
+
+def test_a_secret_split_between_stdout_and_stderr_is_masked_where_the_halves_meet(harness: Harness) -> None:
+    # Each stream is scrubbed on its own; the receipt joins them. Half a secret on stdout and the
+    # other half on stderr used to meet in the receipt's output, whole and unmasked.
+    receipt = _script(harness, 'printf %s "$API_TOKEN" | head -c 10; printf %s "$API_TOKEN" | tail -c +11 >&2')
+    assert receipt.exit_code == 0
+    assert TOKEN not in receipt.output, receipt.output
+    assert "[masked:secret:API_TOKEN]" in receipt.output and receipt.masked_count >= 1
+
+
+@pytest.mark.parametrize(
+    ("script", "leaked"),
+    [
+        # another letter case of the whole secret (`tr`, a tool that upper-cases its report)
+        ('printf "%s\\n" "$API_TOKEN" | tr a-z A-Z', TOKEN.upper()),
+        ('printf "%s\\n" "$API_TOKEN" | tr A-Z a-z', TOKEN.lower()),
+        # URL-encoding with lower-case hex digits (RFC 3986: %2f and %2F are the same octet)
+        ("""printf "%s\\n" "$DB_PASSWORD" | sed 's/\\//%2f/g; s/+/%2b/g; s/=/%3d/g'""",
+         PASSWORD.replace("/", "%2f").replace("+", "%2b").replace("=", "%3d")),
+        # hex with mixed case digits
+        ("""printf %s "$API_TOKEN" | od -An -tx1 | tr -d ' \\n' | sed 's/a/A/g'; echo""",
+         TOKEN.encode().hex().replace("a", "A")),
+    ],
+)
+def test_a_secret_in_another_letter_case_is_masked(harness: Harness, script: str, leaked: str) -> None:
+    receipt = _script(harness, script)
+    assert receipt.exit_code == 0
+    assert leaked not in receipt.output, receipt.output
+    assert receipt.masked_count >= 1
