@@ -21,9 +21,9 @@ from typing import Any
 import docker
 import docker.errors
 import jsonschema
-from google.protobuf import json_format
 
 from checkpoint.policy.model import Tool
+from checkpoint.server.convert import struct_to_dict
 from toolrunner import argv as argv_mod
 from toolrunner.container import (
     LABEL_DECISION,
@@ -48,7 +48,7 @@ from toolrunner.errors import (
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
 from toolrunner.policies import PolicySource, tool_specs
-from toolrunner.scrub import Scrubber, StreamScrubber
+from toolrunner.scrub import Scrubber, StreamScrubber, apply
 from toolrunner.store import ReceiptStore
 from warden import canonical, grants, tracing
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
@@ -121,7 +121,10 @@ class ToolRunner:
     # -- the call ----------------------------------------------------------------------------
 
     def execute(self, request: pb.ExecuteRequest, on_chunk: OnChunk | None = None) -> pb.Receipt:
-        arguments = canonical.normalise(json_format.MessageToDict(request.arguments))
+        # The checkpoint's own converter, which never raises: a NaN or an infinity reaches verify,
+        # which refuses it after the grant's own checks (grant_mismatch: no grant covers it), where
+        # json_format raised ValueError before any check, an internal error with no code.
+        arguments = struct_to_dict(request.arguments)
         grant = request.grant if request.HasField("grant") else None
         try:
             grants.verify(
@@ -141,6 +144,7 @@ class ToolRunner:
                     return stored
             raise GrantRefused(exc.message, code=exc.code) from None
         assert grant is not None
+        arguments = canonical.normalise(arguments)  # verify hashed them: they have a canonical form
         if request.agent != grant.agent:  # a call that names no agent matches no grant either
             raise GrantRefused("the grant was issued for a different agent", code="grant_mismatch")
         decision_id = grant.decision_id
@@ -286,6 +290,12 @@ class ToolRunner:
             for name, state in streams.items():
                 emit(name, state.scrub.feed(state.decoder.decode(b"", final=True)) + state.scrub.finish())
 
+        # Each stream was scrubbed on its own; the receipt joins them. Half a secret on stdout and
+        # the other half on stderr meet here: mask the injected secrets once more in the join.
+        output = capped.text()
+        joined = scrubber.literal_spans(output)
+        output = apply(output, joined)
+
         if outcome.timed_out:
             code = "timeout"
         elif outcome.cancelled:
@@ -304,9 +314,9 @@ class ToolRunner:
             duration_seconds=round(outcome.finished_at - outcome.started_at, 6),
             bytes_out=raw.size,
             truncated=capped.truncated,
-            output=capped.text(),
+            output=output,
             raw_output_sha256=raw.hexdigest(),
-            masked_count=sum(s.scrub.masked for s in streams.values()),
+            masked_count=sum(s.scrub.masked for s in streams.values()) + len(joined),
             code=code,
         )
         receipt.started_at.FromNanoseconds(int(outcome.started_at * 1e9))

@@ -85,6 +85,8 @@ def _looks_random(value: str, threshold: float) -> bool:
     return has_digit and has_alpha and shannon_entropy(value) > threshold
 
 
+# How far before a pattern's match its lookbehind (`bearer `) and `\b` may look.
+_LOOKBEHIND = 16
 # An offset form shorter than this would match ordinary base64 by chance.
 _MIN_OFFSET_FORM = 8
 
@@ -156,6 +158,14 @@ class Span:
     start: int
     end: int
     label: str
+    # Where the text that makes this a find begins: the name of an assignment, the `Bearer ` a
+    # lookbehind needs. A stream must hold that text back with the find, or a rescan of the rest
+    # no longer sees what it was.
+    anchor: int = -1
+
+    def __post_init__(self) -> None:
+        if self.anchor < 0 or self.anchor > self.start:
+            object.__setattr__(self, "anchor", self.start)
 
 
 class Scrubber:
@@ -166,40 +176,51 @@ class Scrubber:
         for name, value in sorted((secrets or {}).items()):
             for form in secret_forms(value):
                 forms.setdefault(form, name)
-        self._form_names = forms
+        # Matched in any letter case: `tr a-z A-Z`, `%2f` for `%2F`, hex digits in either case.
+        self._form_names = {form.lower(): name for form, name in forms.items()}
         # Longest first, so a secret's base64 form wins over a shorter secret inside it.
         self._literals = (
-            re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+            re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)), re.IGNORECASE)
             if forms
             else None
         )
         self.longest_literal = max((len(f) for f in forms), default=0)
+
+    def _secret_label(self, found: str) -> str:
+        return "secret:" + self._form_names.get(found.lower(), "?")
+
+    def literal_spans(self, text: str) -> list[Span]:
+        """The injected secrets' own forms only (no shapes, no assignments), merged."""
+        if self._literals is None:
+            return []
+        return _merge(Span(m.start(), m.end(), self._secret_label(m.group(0))) for m in self._literals.finditer(text))
 
     def spans(self, text: str) -> list[Span]:
         """Every find, merged so that none overlap, in order."""
         found: list[Span] = []
         if self._literals is not None:
             for m in self._literals.finditer(text):
-                found.append(Span(m.start(), m.end(), "secret:" + self._form_names[m.group(0)]))
+                found.append(Span(m.start(), m.end(), self._secret_label(m.group(0))))
             unwrapped = _Unwrapped(text) if "\n" in text else None
             if unwrapped is not None and unwrapped.wrapped:
                 # A secret's base64 split over wrapped lines: find it in the joined text and
                 # mask the original characters it spans, line breaks included.
                 for m in self._literals.finditer(unwrapped.text):
                     found.append(Span(unwrapped.original(m.start()), unwrapped.original(m.end() - 1) + 1,
-                                      "secret:" + self._form_names[m.group(0)]))
+                                      self._secret_label(m.group(0))))
         for label, pattern in _PATTERNS:
             for m in pattern.finditer(text):
                 if m.end() > m.start():
-                    found.append(Span(m.start(), m.end(), label))
+                    # a lookbehind (`bearer `) and a `\b` look before the match
+                    found.append(Span(m.start(), m.end(), label, max(0, m.start() - _LOOKBEHIND)))
         for m in _NAMED_ASSIGNMENT.finditer(text):
             value = m.group(1)
             # Lower-case words ("required", "redacted") are settings, not secrets.
             if len(set(value)) >= 4 and not (value.isalpha() and value.islower()):
-                found.append(Span(m.start(1), m.end(1), "assignment"))
+                found.append(Span(m.start(1), m.end(1), "assignment", max(0, m.start() - 1)))
         for m in _ANY_ASSIGNMENT.finditer(text):
             if _looks_random(m.group(1), 4.0):
-                found.append(Span(m.start(1), m.end(1), "high_entropy"))
+                found.append(Span(m.start(1), m.end(1), "high_entropy", max(0, m.start() - 1)))
         return _merge(found)
 
     def scrub(self, text: str) -> tuple[str, int]:
@@ -214,7 +235,9 @@ def _merge(spans: Iterable[Span]) -> list[Span]:
         if merged and span.start < merged[-1].end:
             last = merged[-1]
             if span.end > last.end:
-                merged[-1] = Span(last.start, span.end, last.label)
+                merged[-1] = Span(last.start, span.end, last.label, min(last.anchor, span.anchor))
+            elif span.anchor < last.anchor:
+                merged[-1] = Span(last.start, last.end, last.label, span.anchor)
             continue
         merged.append(span)
     return merged
@@ -231,6 +254,13 @@ def apply(text: str, spans: list[Span]) -> str:
     return "".join(parts)
 
 
+# A find still growing at the hold limit is released masked, and this much text around its start
+# is kept (never released again) and scanned before what follows: the pattern that found it (a
+# BEGIN line, a token's prefix, an assignment's name) then goes on matching the rest of it.
+_CARRY_BEFORE = 256
+_CARRY_AFTER = 128
+
+
 class StreamScrubber:
     """Scrubs one stream chunk by chunk, with the same result as scrubbing it whole.
 
@@ -242,32 +272,81 @@ class StreamScrubber:
         self._hold = max(hold_chars, 2 * scrubber.longest_literal + 64)
         self._max_hold = max(max_hold, 4 * self._hold)
         self._buffer = ""
+        # The start of a find that was cut at the hold limit, already released as its mask:
+        # scanned in front of the buffer, never released again.
+        self._carry = ""
         self.masked = 0
+
+    def _spans(self) -> list[Span]:
+        """Finds in the buffer, in its coordinates. A find that begins in the carry continues one
+        already masked: it is clipped to the buffer and labelled ``""`` (mask it, say nothing)."""
+        offset = len(self._carry)
+        spans = self._scrubber.spans(self._carry + self._buffer) if offset else self._scrubber.spans(self._buffer)
+        if not offset:
+            return spans
+        return [
+            Span(max(span.start - offset, 0), span.end - offset, "" if span.start < offset else span.label,
+                 max(span.anchor - offset, 0))
+            for span in spans
+            if span.end > offset
+        ]
+
+    def _apply(self, text: str, spans: list[Span]) -> str:
+        self.masked += sum(1 for span in spans if span.label)
+        parts: list[str] = []
+        pos = 0
+        for span in spans:
+            parts.append(text[pos : span.start])
+            if span.label:
+                parts.append(f"[masked:{span.label}]")
+            pos = span.end
+        parts.append(text[pos:])
+        return "".join(parts)
 
     def feed(self, text: str) -> str:
         self._buffer += text
         if len(self._buffer) <= self._hold:
             return ""
-        spans = self._scrubber.spans(self._buffer)
+        spans = self._spans()
         cut = len(self._buffer) - self._hold
         # A find that reaches past the cut could still grow with the next chunk: release only
-        # what lies before it.
-        for span in spans:
-            if span.start < cut < span.end or (span.start < cut and span.end == len(self._buffer)):
-                cut = span.start
-                break
+        # what lies before it, and before the text that makes it a find (its anchor), which
+        # may in turn sit inside an earlier find.
+        moved = True
+        while moved and cut > 0:
+            moved = False
+            for span in spans:
+                if span.anchor < cut < span.end:
+                    cut = span.anchor
+                    moved = True
+                    break
+        carry = ""
         if cut <= 0:
-            if len(self._buffer) < self._max_hold:
+            # the buffer is the rest of a find already masked: release it as it comes
+            continuing = bool(spans) and spans[0].start == 0 and not spans[0].label
+            if len(self._buffer) < self._max_hold and not continuing:
                 return ""
+            # One find has grown to the hold limit. Its part before the cut is released as its
+            # mask (never in clear), and its start is carried so that the rest is masked too.
             cut = len(self._buffer) - self._hold
+            for i, span in enumerate(spans):
+                if span.start < cut < span.end:
+                    spans[i] = Span(span.start, cut, span.label)
+                    if span.label:
+                        start = len(self._carry) + span.start
+                        anchor = len(self._carry) + span.anchor
+                        scan = self._carry + self._buffer[:cut]
+                        carry = scan[max(0, min(anchor, start - _CARRY_BEFORE)) : start + _CARRY_AFTER]
+                    else:
+                        carry = self._carry
+                    break
         released = [s for s in spans if s.end <= cut]
-        out = apply(self._buffer[:cut], released)
-        self.masked += len(released)
+        out = self._apply(self._buffer[:cut], released)
         self._buffer = self._buffer[cut:]
+        self._carry = carry
         return out
 
     def finish(self) -> str:
-        out, count = self._scrubber.scrub(self._buffer)
-        self.masked += count
-        self._buffer = ""
+        out = self._apply(self._buffer, self._spans())
+        self._buffer = self._carry = ""
         return out

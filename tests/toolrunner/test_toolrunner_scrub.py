@@ -172,3 +172,31 @@ def test_base64_wrapped_over_lines_is_masked_where_the_break_falls_inside_the_se
     stream = StreamScrubber(Scrubber({"TASKS_API_TOKEN": TOKEN.decode()}), hold_chars=64)
     streamed = "".join(stream.feed(blob[i : i + 5]) for i in range(0, len(blob), 5)) + stream.finish()
     assert streamed == out
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("password=", "Xk9mQ2vL7pR4tW8z"), ("Authorization: Bearer ", "abcdefghijklmnop123"), ("key = ", "A1b2C3d4E5f6G7h8I9j0K1l2")],
+)
+def test_streaming_holds_back_the_name_that_makes_a_value_a_secret(name: str, value: str) -> None:
+    # A find straddling the hold cut used to be held back from its own start only: the name
+    # (`password=`, `Bearer `) was released, and the value, rescanned without it, went out clear.
+    scrubber = Scrubber({})
+    for tail in range(960, 1060):
+        text = "x " * 600 + name + value + " " + "y" * tail
+        whole, count = scrubber.scrub(text)
+        assert value not in whole and count == 1
+        streamed, streamed_count = _stream(scrubber, text, [len(text)])
+        assert (streamed, streamed_count) == (whole, count), tail
+
+
+def test_a_find_growing_past_the_hold_limit_is_masked_to_its_end_as_when_whole() -> None:
+    scrubber = Scrubber({})
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw"
+    for text in (
+        "-----BEGIN PRIVATE KEY-----\n" + body + "A" * 1_300_000 + "\n-----END PRIVATE KEY-----\nafter",
+        "token=" + "Zx9q" * 330_000 + " world",
+    ):
+        whole, count = scrubber.scrub(text)
+        streamed, streamed_count = _stream(scrubber, text, [65536] * 21)
+        assert (streamed, streamed_count) == (whole, count) and body not in streamed and count == 1

@@ -76,6 +76,10 @@ def make_tools() -> dict[str, Tool]:
         _tool("leak", [sh, "/tools/test/leak.sh", "DB_PASSWORD"], secrets=["DB_PASSWORD"]),
         _tool("env_base64", [sh, "/tools/test/env_base64.sh"], secrets=["API_TOKEN", "DB_PASSWORD"]),
         _tool("split_secret", [sh, "/tools/test/split_secret.sh", "API_TOKEN"], secrets=["API_TOKEN"]),
+        # a script with both secrets in its environment: how the boundary tests make a tool print
+        # what a careless (or steered) tool might
+        _tool("sh_secret", [sh, "-c", "{script}"], {"script": STR}, secrets=["API_TOKEN", "DB_PASSWORD"],
+              timeout_seconds=30),
         _tool("needs_missing_secret", [sh, "/tools/test/env.sh", "NOPE"], secrets=["NOT_IN_FILE"]),
         _tool("forkbomb", [sh, "/tools/test/forkbomb.sh"], timeout_seconds=4),
         _tool("spawn", [sh, "/tools/test/spawn.sh", "{n}"], {"n": NUM}, limits={"pids": 32}),
