@@ -88,12 +88,26 @@ class Approvals:
         })
 
     def reject(self, decision_id: str, person: str) -> None:
-        """A rejection takes the decision's single-use key: no approval of it can be spent after."""
-        self._single_use.claim(decision_id, f"rejected by {person}")
+        """A rejection takes the decision's single-use key: no approval of it can be spent after.
+        The claim is the check (a look first, then a claim, would let an approved call be spent in
+        between and still be answered "rejected"): Refused when the key is taken already, by a
+        rejection or by the call its approval let through, or cannot be taken."""
+        try:
+            first = self._single_use.claim(decision_id, f"rejected by {person}")
+        except Exception as exc:  # noqa: BLE001 - the store failed: the rejection is not made, and says so
+            raise Refused(APPROVAL_INVALID, f"the rejection could not be made final (its single-use store "
+                          f"failed: {str(exc)[:200]})", "approval") from None
+        if first is not None:
+            raise Refused(APPROVAL_INVALID, f"decision {decision_id[:64]!r} is settled ({first[:100]})", "approval")
 
     def not_rejected(self, decision_id: str) -> None:
-        """Refused when the decision was already rejected (or its approval used)."""
-        used = self._single_use.used_by(decision_id)
+        """Refused when the decision was already rejected (or its approval used), or when the
+        single-use store cannot say."""
+        try:
+            used = self._single_use.used_by(decision_id)
+        except Exception as exc:  # noqa: BLE001 - an approval nobody can vouch is unsettled is not given
+            raise Refused(APPROVAL_INVALID, f"the approval's single-use store failed: {str(exc)[:200]}",
+                          "approval") from None
         if used is not None:
             raise Refused(APPROVAL_INVALID, f"decision {decision_id[:64]!r} is settled ({used[:100]})", "approval")
 

@@ -514,7 +514,10 @@ class CheckpointService:
                               f"{response.agent!r}" + (" in a run they are accountable for" if own else ""),
                               "principal")
             _require_role(policies, response.tenant, person, "approver")
-            self.approvals.not_rejected(request.decision_id)
+            if approve:  # an approval may be given again; only one can be spent
+                self.approvals.not_rejected(request.decision_id)
+            else:  # a rejection is final: no approval of it is honoured after, and none spent before
+                self.approvals.reject(request.decision_id, person)
             response.verdict = ALLOW
             response.code = codes.APPROVED if approve else codes.REJECTED
             response.reason = (f"{'approved' if approve else 'rejected'} by {person}"
@@ -524,8 +527,6 @@ class CheckpointService:
         stamped = _stamp(response)
         if response.verdict == ALLOW and approve:
             token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
-        elif response.verdict == ALLOW:  # a rejection is final: no approval of it is honoured after
-            self.approvals.reject(request.decision_id, person)
         if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
             response.reason += f" (the request claimed run {request.run_id[:64]!r})"
         record = _act_record(

@@ -216,3 +216,44 @@ def test_the_approved_call_digest_binds_every_part_of_the_call(tmp_path):
         "key": digest(key=b"K" * 32),
     }
     assert [part for part, value in changed.items() if value == same] == []
+
+
+def test_a_rejection_is_never_answered_for_a_call_already_spent(checkpoint):
+    """The approved call is spent at the moment the rejection is made (another thread, another
+    worker): whichever takes the single-use key first wins, and the other is told so. Answering
+    "rejected" for a call that ran would put a lie on the record."""
+    run, asked_id = asked(checkpoint)
+    store = checkpoint.server.service.approvals._single_use
+    claim = store.claim
+
+    def spent_just_before(key: str, used_by: str) -> str | None:
+        if used_by.startswith("rejected"):  # the approved call wins the race for the key
+            assert claim(key, "used by run run-elsewhere") is None
+        return claim(key, used_by)
+
+    store.claim = spent_just_before
+    try:
+        got = checkpoint.stub(PERSON_TOKEN).Reject(
+            pb.RejectRequest(run_id=run.run_id, decision_id=asked_id, note="no"), timeout=5)
+    finally:
+        store.claim = claim
+    assert (got.decision.verdict, got.decision.code) == (pb.VERDICT_DENY, "approval_invalid")
+    assert "settled (used by run run-elsewhere)" in got.decision.reason
+    act = checkpoint.records()[-1]
+    assert (act["action"], act["code"], act["verdict"]) == ("rejection", "approval_invalid", "DENY")
+    assert store.used_by(asked_id) == "used by run run-elsewhere"
+
+
+def test_a_failed_single_use_store_refuses_approvals_and_rejections_on_the_record(checkpoint):
+    run, asked_id = asked(checkpoint)
+    checkpoint.server.service.approvals._single_use.close()  # every read and claim now raises
+    approval = approve(checkpoint, run, asked_id)
+    assert (approval.decision.verdict, approval.decision.code) == (pb.VERDICT_DENY, "approval_invalid")
+    assert not approval.approval_token and "single-use store failed" in approval.decision.reason
+    rejection = checkpoint.stub(PERSON_TOKEN).Reject(
+        pb.RejectRequest(run_id=run.run_id, decision_id=asked_id), timeout=5)
+    assert (rejection.decision.verdict, rejection.decision.code) == (pb.VERDICT_DENY, "approval_invalid")
+    assert "could not be made final" in rejection.decision.reason
+    acts = [r for r in checkpoint.records() if r["action"] in ("approval", "rejection")]
+    assert [(r["action"], r["code"]) for r in acts] == [("approval", "approval_invalid"),
+                                                        ("rejection", "approval_invalid")]
