@@ -12,8 +12,9 @@ types, and only values and entries of the same type are compared:
 
 How text is read (`read_value`, and `read_pattern` for entries; docs/policies.md has the table):
 text is NFKC-folded and the Unicode full stops become `.`; then it is a URL when it contains
-`://`; an IPv6 address when it is hex digits and at least two `:`; an IPv4 address when the part
-before its first `/` or `:` ends in a number (the WHATWG URL rule: the last label is decimal or
+`://`; a value is refused when it is a URL written another way (`//host`, `https:host`); an IPv6
+address when it is hex digits and at least two `:`; an IPv4 address when the part before its
+first `/` or `:` ends in a number (the WHATWG URL rule: the last label is decimal or
 `0x` hex); a host when that part holds a dot and a letter or digit; a name otherwise. Text that
 looks like an address, host or URL but is not a valid one raises SubjectError: a call carrying it
 is refused with `invalid_arguments`, a policy entry is a load error. Only canonical dotted quads
@@ -59,6 +60,9 @@ _LEGACY_V4 = re.compile(r"((?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.)
 _LDH = re.compile(r"[a-z0-9_-]{1,63}")  # an ASCII label; `_` for service names like _dmarc
 _V4_MAPPED = 0xFFFF << 32  # ::ffff:0:0/96, where IPv6 keeps IPv4 addresses
 _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]*))?")  # a URL's netloc without userinfo
+# A URL not written `scheme://host`: browsers and WHATWG parsers read `https:host`, `https:/host`,
+# `http:\\host` and `//host` (scheme-relative) as a URL to `host`, so none of them may pass as a name.
+_URL_WITHOUT_SLASHES = re.compile(r"(?:(?:https?|wss?|ftp):|[/\\]{2})", re.IGNORECASE)
 
 
 def fold(text: str) -> str:
@@ -253,6 +257,8 @@ def _read_value(text: str) -> Subject:
     folded = fold(text)
     if "://" in folded:
         return _read_url(text, folded, pattern=False)[0]
+    if _URL_WITHOUT_SLASHES.match(folded):
+        raise SubjectError(f"{_show(text)} reads as a URL to a host; write it scheme://host/path")
     if _IPV6ISH.fullmatch(folded):
         return Subject("ip", text, span=_ip_span(folded, strict=False))
     head = _HEAD_END.split(folded, 1)[0]

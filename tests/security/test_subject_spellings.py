@@ -133,6 +133,21 @@ def test_userinfo_does_not_fool_the_host_match(value):
 
 
 @pytest.mark.parametrize("value", [
+    "//payments.lab.example.com/x",  # scheme-relative
+    "https:payments.lab.example.com",  # WHATWG reads a special scheme without `//` as one with it
+    "https:/payments.lab.example.com/",
+    "HTTP:payments.lab.example.com",
+    "http:\\\\payments.lab.example.com",
+    "ｈｔｔｐｓ:www.irs.gov",
+    "\\\\www.irs.gov\\share",
+])
+def test_a_url_written_without_scheme_slashes_is_not_a_name(value):
+    # read as names, these passed off-limits for a person and for any agent whose scope is `*`
+    assert probe(value) == INVALID
+    assert probe(value, ("prober",)) == INVALID
+
+
+@pytest.mark.parametrize("value", [
     "https://payments.lab.example.com/x",
     "https://PAYMENTS.lab.example.com./x/../y",
     "http://10.9.9.9:8080/",
