@@ -183,7 +183,7 @@ def normalise_path(path: str) -> str:
 # -- globs (names, URL paths, and the untyped dimensions) ---------------------------------
 
 
-def glob_to_regex(pattern: str) -> str:
+def glob_to_regex(pattern: str, *, wide: bool = False) -> str:
     """A glob as a regular expression.
 
     `*` matches within one path segment: any run of characters except `/` and whitespace, so
@@ -191,25 +191,33 @@ def glob_to_regex(pattern: str) -> str:
     image paths and URL paths). `?` matches one such character. Everything else is literal (no
     character classes). A pattern that is only `*` means "anything": the unfenced scope an
     operator wrote out.
+
+    `wide` is the off-limits reading, the one that refuses more: `*` and `**` match any run of
+    characters and `?` any one (compile with re.DOTALL), so `customer:vip-*` also refuses
+    `customer:vip-1/x` and `customer:vip-1 x`, which a scope's `*` would not let in either.
     """
     if pattern == "*":
         pattern = "**"
+    star, double, one = (".*", ".*", ".") if wide else (r"[^/\s]*", r"\S*", r"[^/\s]")
     out = []
     i = 0
     while i < len(pattern):
         if pattern.startswith("**", i):
-            out.append(r"\S*")
+            out.append(double)
             i += 2
         elif pattern[i] == "*":
-            out.append(r"[^/\s]*")
+            out.append(star)
             i += 1
         elif pattern[i] == "?":
-            out.append(r"[^/\s]")
+            out.append(one)
             i += 1
         else:
             out.append(re.escape(pattern[i]))
             i += 1
     return "".join(out)
+
+
+_OFF_LIMITS_FLAGS = re.IGNORECASE | re.DOTALL
 
 
 def _glob_covers(q: str, pattern: str) -> bool:
@@ -269,6 +277,22 @@ def _read_value(text: str) -> Subject:
         if _ends_in_number(host):  # an address spelled in other characters: only canonical ones count
             return Subject("ip", text, span=_ip_span(host, strict=False, prefix_ok=False))
         return Subject("host", text, host=host)
+    return _read_name(text)
+
+
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _read_name(text: str) -> Subject:
+    """A name, unless it holds characters a reader could drop or show otherwise: controls, invisible
+    format characters (U+200B, the bidi overrides) or whitespace at either end make
+    `customer:vip-1\n` or `customer:vi\u200bp-1` look like a name no off-limits entry matches, while a
+    service that trims or ignores them works on `customer:vip-1`."""
+    if text != text.strip():
+        raise SubjectError(f"{_show(text)}: a name does not start or end with whitespace")
+    if _ASCII_CONTROL.search(text) if text.isascii() else any(
+            unicodedata.category(c) in ("Cc", "Cf") for c in text):
+        raise SubjectError(f"{_show(text)}: control and invisible format characters are refused in a name")
     return Subject("name", text)
 
 
@@ -338,7 +362,7 @@ class Pattern:
     def __post_init__(self) -> None:
         if self.glob:
             object.__setattr__(self, "regex", re.compile(glob_to_regex(self.glob)))
-            object.__setattr__(self, "iregex", re.compile(glob_to_regex(self.glob), re.IGNORECASE))
+            object.__setattr__(self, "iregex", re.compile(glob_to_regex(self.glob, wide=True), _OFF_LIMITS_FLAGS))
 
     def matches(self, s: Subject, *, off_limits: bool = False) -> bool:
         """Scope semantics, or with `off_limits` the wider reading of a deny list: a host covers
@@ -363,9 +387,11 @@ class Pattern:
             )
         return self._glob_matches(s.text, off_limits)
 
-    def _glob_matches(self, text: str, ignore_case: bool) -> bool:
-        regex = self.iregex if ignore_case else self.regex
-        return regex is not None and regex.fullmatch(text) is not None
+    def _glob_matches(self, text: str, off_limits: bool) -> bool:
+        if not off_limits:
+            return self.regex is not None and self.regex.fullmatch(text) is not None
+        # off-limits: the text as written or folded (`customer:ｖip-1` is `customer:vip-1`)
+        return self.iregex is not None and any(self.iregex.fullmatch(t) is not None for t in (text, fold(text)))
 
     def covers(self, other: Pattern) -> bool:
         """Whether this entry matches every value `other` matches, in scope semantics (sound, not complete)."""
@@ -510,7 +536,7 @@ class OffLimits:
         self._others = tuple((p, r) for p, r in self.entries if p.kind in ("ip", "url", "name"))
         globs = [p.glob for p, _ in self.entries if p.kind == "name"]
         # one pass says "no" for most names; the entry (for its reason) is looked for only on a hit
-        self._names = (re.compile("|".join(f"(?:{glob_to_regex(g)})" for g in globs), re.IGNORECASE)
+        self._names = (re.compile("|".join(f"(?:{glob_to_regex(g, wide=True)})" for g in globs), _OFF_LIMITS_FLAGS)
                        if globs else None)
 
     def __len__(self) -> int:
@@ -527,7 +553,8 @@ class OffLimits:
                     break
                 found = self._hosts.get(parent) or self._subdomains_of.get(parent)
             return found
-        if s.kind == "name" and (self._names is None or self._names.fullmatch(s.text) is None):
+        if s.kind == "name" and (self._names is None or not any(
+                self._names.fullmatch(t) is not None for t in (s.text, fold(s.text)))):
             return None
         for p, reason in self._others:
             if p.matches(s, off_limits=True):

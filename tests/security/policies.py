@@ -58,6 +58,12 @@ name: browser
 persona: Browses any example.com host.
 allowlist: [probe]
 scope: {access: [read], subjects: ["https://*.example.com/**"]}
+---
+kind: Agent
+name: refunder
+persona: Reads customers by name.
+allowlist: [probe]
+scope: {access: [read], subjects: ["customer:*"]}
 """,
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .policies import ALLOWED, INVALID, OFF_LIMITS, OUT_OF_SCOPE, probe, target
+from .policies import ALLOWED, INVALID, OFF_LIMITS, OUT_OF_SCOPE, check, extended, probe, target
 
 # -- host names -----------------------------------------------------------------------------
 
@@ -156,3 +156,42 @@ def test_a_url_written_without_scheme_slashes_is_not_a_name(value):
 ])
 def test_a_url_to_an_off_limits_host_is_off_limits(value):
     assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+# -- names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [
+    "customer:vip-1 ",  # a service that trims works on customer:vip-1
+    " customer:vip-1",
+    "customer:vip-1\n",
+    "customer:vip-1\t",
+    "customer:vi\u200bp-1",  # a zero-width space: invisible to the person reading the request
+    "\u202ecustomer:vip-1",  # a bidi override
+    " //payments.lab.example.com/",
+])
+def test_names_with_edge_whitespace_controls_or_invisible_characters_are_invalid(value):
+    # each was ALLOWED to a person: the off-limits glob `customer:vip-*` did not match it
+    assert probe(value) == INVALID
+    assert probe(value, ("prober",)) == INVALID
+
+
+@pytest.mark.parametrize("value", [
+    "customer:vip-1/orders",  # a scope's `*` stops at `/`; a deny list's does not
+    "customer:vip-1 x",
+    "customer:\uff56ip-1",  # full-width v: NFKC folds it, as the reader does for hosts
+    "CUSTOMER:VIP-1/x",
+])
+def test_off_limits_name_globs_read_wide_and_folded(value):
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+def test_plain_names_are_still_names():
+    assert probe("customer:regular-1") == ALLOWED
+    assert probe("customer:a b") == ALLOWED  # inner whitespace is part of a name
+    assert check_refunds("customer:vip-1/x") == OUT_OF_SCOPE  # a scope's `*` still stops at `/`
+
+
+def check_refunds(customer: str) -> tuple[str, str]:
+    return check(extended(), "probe", {"target": customer}, ("refunder",))
