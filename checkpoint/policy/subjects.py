@@ -521,9 +521,11 @@ class OffLimits:
 
     Off-limits reads wider than scope: a host covers its subdomains, a range refuses any target
     range that overlaps it, names ignore case, and a URL is refused when its host is off-limits.
+    A name entry that holds no dot (`localhost`, `intranet-*`) is also the single-label host of
+    that name: `localhost.`, `x.localhost` and `http://localhost/` read as hosts, not names.
     """
 
-    __slots__ = ("entries", "_any", "_hosts", "_subdomains_of", "_others", "_names")
+    __slots__ = ("entries", "_any", "_hosts", "_subdomains_of", "_others", "_names", "_name_entries")
 
     def __init__(self, entries: Iterable[tuple[Pattern, str]]):
         self.entries = tuple(entries)
@@ -533,6 +535,9 @@ class OffLimits:
         for p, reason in self.entries:
             if p.kind == "host":
                 (self._subdomains_of if p.wildcard else self._hosts).setdefault(p.host, reason)
+            elif p.kind == "name" and (host := _as_host(p.glob)) is not None:
+                self._hosts.setdefault(host, reason)  # `bücher` refuses `xn--bcher-kva.` too
+        self._name_entries = tuple((p, r) for p, r in self.entries if p.kind == "name")
         self._others = tuple((p, r) for p, r in self.entries if p.kind in ("ip", "url", "name"))
         globs = [p.glob for p, _ in self.entries if p.kind == "name"]
         # one pass says "no" for most names; the entry (for its reason) is looked for only on a hit
@@ -552,7 +557,7 @@ class OffLimits:
                 if found is not None:
                     break
                 found = self._hosts.get(parent) or self._subdomains_of.get(parent)
-            return found
+            return found if found is not None else self._name_of_host(s.host)
         if s.kind == "name" and (self._names is None or not any(
                 self._names.fullmatch(t) is not None for t in (s.text, fold(s.text)))):
             return None
@@ -563,3 +568,24 @@ class OffLimits:
             assert s.of is not None
             return self.reason(s.of)
         return None
+
+    def _name_of_host(self, host: str) -> str | None:
+        """The reason of a name glob matching the host or one of its parents (`intranet-*`), or None."""
+        if self._names is None:
+            return None
+        for candidate in (host, *_parents(host)):
+            if self._names.fullmatch(candidate) is not None:
+                return next(r for p, r in self._name_entries if p.iregex and p.iregex.fullmatch(candidate))
+        return None
+
+
+def _as_host(glob: str) -> str | None:
+    """A name entry without wildcards that is a valid host name (a single label: it holds no dot,
+    or it would have been read as a host), as the host; None otherwise."""
+    if "*" in glob or "?" in glob:
+        return None
+    try:
+        host = normalise_host(fold(glob))
+    except SubjectError:
+        return None
+    return None if _ends_in_number(host) else host

@@ -133,6 +133,23 @@ def test_userinfo_does_not_fool_the_host_match(value):
 
 
 @pytest.mark.parametrize("value", [
+    "localhost", "LOCALHOST", "ｌｏｃａｌｈｏｓｔ",  # names, as the entries are
+    "localhost.", "LocalHost.", "api.localhost", "intranet-hr.", "x.intranet-hr",  # hosts
+    "http://localhost/", "https://LOCALHOST.:8443/x", "http://intranet-wiki/",  # URLs to them
+])
+def test_a_single_label_off_limits_name_is_also_that_host(value):
+    # an entry without a dot reads as a name, while `localhost.` and a URL's host read as hosts:
+    # they were compared with host entries only, and ALLOWED
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+def test_a_single_label_name_entry_refuses_no_other_host():
+    assert probe("localhost.example.com") == ALLOWED  # another machine: the label is not its last
+    assert probe("http://intranet/") == ALLOWED  # `intranet-*` needs the dash
+
+
+@pytest.mark.parametrize("value", [
     "//payments.lab.example.com/x",  # scheme-relative
     "https:payments.lab.example.com",  # WHATWG reads a special scheme without `//` as one with it
     "https:/payments.lab.example.com/",
