@@ -145,6 +145,7 @@ _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _STRAY_PERCENT = re.compile(r"%(?![0-9A-F]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # A server that decodes once more would read these as path structure: `/`, `\`, NUL, or a new escape.
+_SLASHES = re.compile(r"/{2,}")
 _REFUSED_ESCAPES = frozenset({"2F", "5C", "00", "25"})
 _URL_REFUSED = re.compile(r"[\x00-\x20\x7f\\]")  # whitespace, controls, and `\` (read as `/` by browsers)
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
@@ -173,6 +174,10 @@ def normalise_path(path: str) -> str:
             out.append(segment)
         elif segment != bare:  # `..;x` is `..` to some servers (Tomcat): refuse rather than guess
             raise SubjectError("parameters on a dot segment ('..;') are refused in a URL path")
+        elif bare == ".." and out and out[-1] == "":
+            # `/v1//../admin` is `/v1/admin` to RFC 3986 but `/admin` to a server that merges
+            # slashes first (nginx's default): refuse rather than guess
+            raise SubjectError("a '..' after an empty segment ('//..') is refused in a URL path")
         elif bare == ".." and out:
             out.pop()
     if segments and segments[-1].split(";", 1)[0] in (".", ".."):
@@ -383,7 +388,9 @@ class Pattern:
             assert self.of is not None and s.of is not None
             return (
                 self.scheme == s.scheme and self.port == s.port and self.of.matches(s.of, off_limits=off_limits)
-                and self._glob_matches(s.path, off_limits)
+                and (self._glob_matches(s.path, off_limits)
+                     # a server that merges slashes serves `//admin/x` as `/admin/x`
+                     or (off_limits and "//" in s.path and self._glob_matches(_SLASHES.sub("/", s.path), True)))
             )
         return self._glob_matches(s.text, off_limits)
 

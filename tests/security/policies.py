@@ -28,6 +28,7 @@ subjects:
   - {pattern: "2001:db8::/32", reason: an IPv6 range}
   - {pattern: "localhost", reason: a single-label host read as a name}
   - {pattern: "intranet-*", reason: single-label hosts by glob}
+  - {pattern: "https://docs.example.com/admin/**", reason: a URL path}
 """,
     "tools/probe.yaml": """\
 kind: Tool

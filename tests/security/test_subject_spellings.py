@@ -117,6 +117,26 @@ def test_url_escapes_a_server_might_decode_into_structure_are_invalid(value):
     assert probe(value, ("webber",)) == INVALID
 
 
+@pytest.mark.parametrize("value", [
+    "https://api.example.com/v1//../admin",  # `/v1/admin` by RFC 3986, `/admin` after merging slashes
+    "https://api.example.com/v1//%2e%2e/admin",
+    "https://api.example.com//../v1/x",
+])
+def test_url_dot_segment_after_an_empty_segment_is_invalid(value):
+    assert probe(value, ("webber",)) == INVALID  # the first was ALLOWED inside `/v1/*`
+
+
+@pytest.mark.parametrize("value", [
+    "https://docs.example.com/admin/users",
+    "https://docs.example.com//admin/users",  # nginx merges the slashes and serves /admin/users
+    "https://docs.example.com/admin//users",
+    "https://DOCS.example.com///Admin/x",
+])
+def test_off_limits_url_path_is_matched_with_slashes_merged(value):
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("browser",)) == OFF_LIMITS
+
+
 def test_url_inside_the_scope_is_matched_on_its_normalised_form():
     assert probe("https://API.example.com:443/v1/%75sers", ("webber",)) == ALLOWED
     assert probe("https://api.example.com/v1/users/../me", ("webber",)) == ALLOWED
