@@ -571,6 +571,11 @@ class OffLimits:
         for p, reason in self._others:
             if p.matches(s, off_limits=True):
                 return reason
+        if s.kind == "ip":
+            for span in _embedded_v4(s.span):
+                for p, reason in self._others:
+                    if p.kind == "ip" and span[0] <= p.span[1] and p.span[0] <= span[1]:
+                        return reason
         if s.kind == "url":
             assert s.of is not None
             return self.reason(s.of)
@@ -584,6 +589,23 @@ class OffLimits:
             if self._names.fullmatch(candidate) is not None:
                 return next(r for p, r in self._name_entries if p.iregex and p.iregex.fullmatch(candidate))
         return None
+
+
+# IPv6 blocks that carry an IPv4 address a translator or tunnel delivers to (base, size, shift of
+# the IPv4 bits): IPv4-translated ::ffff:0:0:0/96 (SIIT), the NAT64 well-known prefix
+# 64:ff9b::/96 (RFC 6052) and 6to4 2002::/16 (RFC 3056, bits 16-47). IPv4-compatible ::/96 is
+# deprecated and routed nowhere: another address.
+_V4_CARRIERS = ((0xFFFF << 48, 1 << 32, 0), (0x64FF9B << 96, 1 << 32, 0), (0x2002 << 112, 1 << 112, 80))
+
+
+def _embedded_v4(span: tuple[int, int]) -> Iterator[tuple[int, int]]:
+    """The IPv4 addresses (as IPv4-mapped spans) an IPv6 value or range reaches through a carrier
+    block: off-limits `10.9.9.9` also refuses `64:ff9b::10.9.9.9` and `2002:a09:909::1`."""
+    low, high = span
+    for base, size, shift in _V4_CARRIERS:
+        lo, hi = max(low, base), min(high, base + size - 1)
+        if lo <= hi:
+            yield _V4_MAPPED + ((lo - base) >> shift), _V4_MAPPED + ((hi - base) >> shift)
 
 
 def _as_host(glob: str) -> str | None:

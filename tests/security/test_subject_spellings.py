@@ -86,6 +86,28 @@ def test_ipv4_mapped_ipv6_is_the_ipv4_address():
     assert probe("::ffff:a09:909") == OFF_LIMITS
 
 
+@pytest.mark.parametrize("value", [
+    "64:ff9b::10.9.9.9",  # NAT64 well-known prefix: a translator delivers it to 10.9.9.9
+    "64:ff9b::a09:909",
+    "::ffff:0:10.9.9.9",  # IPv4-translated (SIIT)
+    "2002:a09:909::1",  # 6to4: the IPv4 address sits in bits 16-47
+    "2002:a09:900::/40",  # a 6to4 range over 10.9.0.0/24
+    "64:ff9b::/64",  # a range holding the whole NAT64 block
+    "http://[64:ff9b::10.99.1.1]/",
+])
+def test_ipv6_that_carries_an_off_limits_ipv4_address_is_off_limits(value):
+    # each was ALLOWED: only ::ffff:0:0/96 was read as IPv4
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+def test_ipv6_carrying_other_ipv4_addresses_is_not_off_limits():
+    assert probe("64:ff9b::10.20.0.5") == ALLOWED
+    assert probe("2002:a14:5::1") == ALLOWED
+    assert probe("::1") == ALLOWED
+    assert target("64:ff9b::10.20.0.5", ("recon",)) == INVALID  # the shipped schema: an IPv4 target only
+
+
 def test_address_pattern_never_matches_a_host_name():
     assert target("10.20.0.7", ("recon",)) == ALLOWED
     assert target("10.20.0.evil.com", ("recon",)) == OUT_OF_SCOPE
