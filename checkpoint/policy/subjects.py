@@ -223,6 +223,88 @@ def glob_to_regex(pattern: str, *, wide: bool = False) -> str:
 
 
 _OFF_LIMITS_FLAGS = re.IGNORECASE | re.DOTALL
+_RUN, _ONE, _LIT = 0, 1, 2
+
+
+def _tokens(pattern: str, wide: bool) -> tuple[tuple[int, str], ...]:
+    """A glob as (kind, arg) tokens: a run or one character of a class (`seg`: not `/` or
+    whitespace, `word`: not whitespace, `any`), or a literal (case-folded when `wide`)."""
+    if pattern == "*":
+        pattern = "**"
+    out: list[tuple[int, str]] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append((_RUN, "any" if wide else "word"))
+            i += 2
+        elif pattern[i] in "*?":
+            out.append((_RUN if pattern[i] == "*" else _ONE, "any" if wide else "seg"))
+            i += 1
+        else:
+            out.append((_LIT, pattern[i].casefold() if wide else pattern[i]))
+            i += 1
+    return tuple(out)
+
+
+def _in_class(cls: str, c: str) -> bool:
+    return cls == "any" or (not c.isspace() and (cls == "word" or c != "/"))
+
+
+def _simulate(tokens: tuple[tuple[int, str], ...], text: str, nocase: bool) -> bool:
+    """Whether the glob matches all of `text`: every position of the glob followed at once, so
+    the time is the text's length times the glob's, whatever the text (no backtracking)."""
+    end = len(tokens)
+
+    def close(states: set[int]) -> set[int]:  # a run may match nothing: it can be skipped
+        out = set()
+        for i in states:
+            out.add(i)
+            while i < end and tokens[i][0] == _RUN:
+                i += 1
+                out.add(i)
+        return out
+
+    states = close({0})
+    for c in text:
+        key = c.casefold() if nocase else c
+        after: set[int] = set()
+        for i in states:
+            if i == end:
+                continue
+            kind, arg = tokens[i]
+            if kind == _LIT:
+                if key == arg:
+                    after.add(i + 1)
+            elif _in_class(arg, c):
+                after.add(i if kind == _RUN else i + 1)
+        if not after:
+            return False
+        states = close(after)
+    return end in states
+
+
+class GlobMatcher:
+    """Globs matched as one: `fullmatch(text)` is whether any of them matches all of `text`.
+
+    A backtracking regex with two or more runs (`*`) is polynomial in the text's length: `doc:*:*:*:end`
+    took 25 s on a 4 KB name, and a call may carry 64 KB. So globs with at most one run share one
+    regular expression (linear), and the others are simulated (`_simulate`), never backtracked.
+    """
+
+    __slots__ = ("_regex", "_others", "_wide")
+
+    def __init__(self, globs: Iterable[str], *, wide: bool = False):
+        globs = list(globs)
+        simple = [g for g in globs if len([t for t in _tokens(g, wide) if t[0] == _RUN]) <= 1]
+        self._wide = wide
+        self._regex = (re.compile("|".join(f"(?:{glob_to_regex(g, wide=wide)})" for g in simple),
+                                  _OFF_LIMITS_FLAGS if wide else 0) if simple else None)
+        self._others = tuple(_tokens(g, wide) for g in globs if g not in simple)
+
+    def fullmatch(self, text: str) -> bool:
+        if self._regex is not None and self._regex.fullmatch(text) is not None:
+            return True
+        return any(_simulate(tokens, text, self._wide) for tokens in self._others)
 
 
 def _glob_covers(q: str, pattern: str) -> bool:
@@ -238,7 +320,7 @@ def _glob_covers(q: str, pattern: str) -> bool:
         return False
     if ("*" in pattern or "?" in pattern) and "?" in q:
         return False
-    return re.fullmatch(glob_to_regex(q), pattern) is not None
+    return GlobMatcher([q]).fullmatch(pattern)
 
 
 # -- values -------------------------------------------------------------------------------
@@ -361,13 +443,13 @@ class Pattern:
     glob: str = ""  # name: the glob; url: the normalised path glob
     of: Pattern | None = None  # url: its host pattern
     # the glob compiled, exact (scope) and ignoring case (off-limits); built here, once per load
-    regex: re.Pattern[str] | None = field(default=None, init=False, compare=False)
-    iregex: re.Pattern[str] | None = field(default=None, init=False, compare=False)
+    regex: GlobMatcher | None = field(default=None, init=False, compare=False)
+    iregex: GlobMatcher | None = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.glob:
-            object.__setattr__(self, "regex", re.compile(glob_to_regex(self.glob)))
-            object.__setattr__(self, "iregex", re.compile(glob_to_regex(self.glob, wide=True), _OFF_LIMITS_FLAGS))
+            object.__setattr__(self, "regex", GlobMatcher([self.glob]))
+            object.__setattr__(self, "iregex", GlobMatcher([self.glob], wide=True))
 
     def matches(self, s: Subject, *, off_limits: bool = False) -> bool:
         """Scope semantics, or with `off_limits` the wider reading of a deny list: a host covers
@@ -396,9 +478,9 @@ class Pattern:
 
     def _glob_matches(self, text: str, off_limits: bool) -> bool:
         if not off_limits:
-            return self.regex is not None and self.regex.fullmatch(text) is not None
+            return self.regex is not None and self.regex.fullmatch(text)
         # off-limits: the text as written or folded (`customer:ｖip-1` is `customer:vip-1`)
-        return self.iregex is not None and any(self.iregex.fullmatch(t) is not None for t in (text, fold(text)))
+        return self.iregex is not None and any(self.iregex.fullmatch(t) for t in (text, fold(text)))
 
     def covers(self, other: Pattern) -> bool:
         """Whether this entry matches every value `other` matches, in scope semantics (sound, not complete)."""
@@ -493,7 +575,7 @@ class SubjectSet:
         self._subdomains_of = frozenset(p.host for p in self.patterns if p.kind == "host" and p.wildcard)
         self._others = tuple(p for p in self.patterns if p.kind in ("ip", "url"))
         globs = [p.glob for p in self.patterns if p.kind == "name"]
-        self._names = re.compile("|".join(f"(?:{glob_to_regex(g)})" for g in globs)) if globs else None
+        self._names = GlobMatcher(globs) if globs else None
 
     @classmethod
     def lenient(cls, texts: Iterable[str], *, typed: bool) -> SubjectSet:
@@ -513,7 +595,7 @@ class SubjectSet:
         if s.kind == "host":
             return s.host in self._hosts or any(p in self._subdomains_of for p in _parents(s.host))
         if s.kind == "name":
-            return self._names is not None and self._names.fullmatch(s.text) is not None
+            return self._names is not None and self._names.fullmatch(s.text)
         return any(p.matches(s) for p in self._others)
 
     def covers(self, pattern: Pattern) -> bool:
@@ -548,8 +630,7 @@ class OffLimits:
         self._others = tuple((p, r) for p, r in self.entries if p.kind in ("ip", "url", "name"))
         globs = [p.glob for p, _ in self.entries if p.kind == "name"]
         # one pass says "no" for most names; the entry (for its reason) is looked for only on a hit
-        self._names = (re.compile("|".join(f"(?:{glob_to_regex(g, wide=True)})" for g in globs), _OFF_LIMITS_FLAGS)
-                       if globs else None)
+        self._names = GlobMatcher(globs, wide=True) if globs else None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -566,7 +647,7 @@ class OffLimits:
                 found = self._hosts.get(parent) or self._subdomains_of.get(parent)
             return found if found is not None else self._name_of_host(s.host)
         if s.kind == "name" and (self._names is None or not any(
-                self._names.fullmatch(t) is not None for t in (s.text, fold(s.text)))):
+                self._names.fullmatch(t) for t in (s.text, fold(s.text)))):
             return None
         for p, reason in self._others:
             if p.matches(s, off_limits=True):
@@ -586,7 +667,7 @@ class OffLimits:
         if self._names is None:
             return None
         for candidate in (host, *_parents(host)):
-            if self._names.fullmatch(candidate) is not None:
+            if self._names.fullmatch(candidate):
                 return next(r for p, r in self._name_entries if p.iregex and p.iregex.fullmatch(candidate))
         return None
 
