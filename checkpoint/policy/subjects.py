@@ -12,8 +12,9 @@ types, and only values and entries of the same type are compared:
 
 How text is read (`read_value`, and `read_pattern` for entries; docs/policies.md has the table):
 text is NFKC-folded and the Unicode full stops become `.`; then it is a URL when it contains
-`://`; an IPv6 address when it is hex digits and at least two `:`; an IPv4 address when the part
-before its first `/` or `:` ends in a number (the WHATWG URL rule: the last label is decimal or
+`://`; a value is refused when it is a URL written another way (`//host`, `https:host`); an IPv6
+address when it is hex digits and at least two `:`; an IPv4 address when the part before its
+first `/` or `:` ends in a number (the WHATWG URL rule: the last label is decimal or
 `0x` hex); a host when that part holds a dot and a letter or digit; a name otherwise. Text that
 looks like an address, host or URL but is not a valid one raises SubjectError: a call carrying it
 is refused with `invalid_arguments`, a policy entry is a load error. Only canonical dotted quads
@@ -59,6 +60,9 @@ _LEGACY_V4 = re.compile(r"((?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.)
 _LDH = re.compile(r"[a-z0-9_-]{1,63}")  # an ASCII label; `_` for service names like _dmarc
 _V4_MAPPED = 0xFFFF << 32  # ::ffff:0:0/96, where IPv6 keeps IPv4 addresses
 _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]*))?")  # a URL's netloc without userinfo
+# A URL not written `scheme://host`: browsers and WHATWG parsers read `https:host`, `https:/host`,
+# `http:\\host` and `//host` (scheme-relative) as a URL to `host`, so none of them may pass as a name.
+_URL_WITHOUT_SLASHES = re.compile(r"(?:(?:https?|wss?|ftp):|[/\\]{2})", re.IGNORECASE)
 
 
 def fold(text: str) -> str:
@@ -141,6 +145,7 @@ _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _STRAY_PERCENT = re.compile(r"%(?![0-9A-F]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # A server that decodes once more would read these as path structure: `/`, `\`, NUL, or a new escape.
+_SLASHES = re.compile(r"/{2,}")
 _REFUSED_ESCAPES = frozenset({"2F", "5C", "00", "25"})
 _URL_REFUSED = re.compile(r"[\x00-\x20\x7f\\]")  # whitespace, controls, and `\` (read as `/` by browsers)
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
@@ -169,6 +174,10 @@ def normalise_path(path: str) -> str:
             out.append(segment)
         elif segment != bare:  # `..;x` is `..` to some servers (Tomcat): refuse rather than guess
             raise SubjectError("parameters on a dot segment ('..;') are refused in a URL path")
+        elif bare == ".." and out and out[-1] == "":
+            # `/v1//../admin` is `/v1/admin` to RFC 3986 but `/admin` to a server that merges
+            # slashes first (nginx's default): refuse rather than guess
+            raise SubjectError("a '..' after an empty segment ('//..') is refused in a URL path")
         elif bare == ".." and out:
             out.pop()
     if segments and segments[-1].split(";", 1)[0] in (".", ".."):
@@ -179,7 +188,7 @@ def normalise_path(path: str) -> str:
 # -- globs (names, URL paths, and the untyped dimensions) ---------------------------------
 
 
-def glob_to_regex(pattern: str) -> str:
+def glob_to_regex(pattern: str, *, wide: bool = False) -> str:
     """A glob as a regular expression.
 
     `*` matches within one path segment: any run of characters except `/` and whitespace, so
@@ -187,25 +196,115 @@ def glob_to_regex(pattern: str) -> str:
     image paths and URL paths). `?` matches one such character. Everything else is literal (no
     character classes). A pattern that is only `*` means "anything": the unfenced scope an
     operator wrote out.
+
+    `wide` is the off-limits reading, the one that refuses more: `*` and `**` match any run of
+    characters and `?` any one (compile with re.DOTALL), so `customer:vip-*` also refuses
+    `customer:vip-1/x` and `customer:vip-1 x`, which a scope's `*` would not let in either.
     """
     if pattern == "*":
         pattern = "**"
+    star, double, one = (".*", ".*", ".") if wide else (r"[^/\s]*", r"\S*", r"[^/\s]")
     out = []
     i = 0
     while i < len(pattern):
         if pattern.startswith("**", i):
-            out.append(r"\S*")
+            out.append(double)
             i += 2
         elif pattern[i] == "*":
-            out.append(r"[^/\s]*")
+            out.append(star)
             i += 1
         elif pattern[i] == "?":
-            out.append(r"[^/\s]")
+            out.append(one)
             i += 1
         else:
             out.append(re.escape(pattern[i]))
             i += 1
     return "".join(out)
+
+
+_OFF_LIMITS_FLAGS = re.IGNORECASE | re.DOTALL
+_RUN, _ONE, _LIT = 0, 1, 2
+
+
+def _tokens(pattern: str, wide: bool) -> tuple[tuple[int, str], ...]:
+    """A glob as (kind, arg) tokens: a run or one character of a class (`seg`: not `/` or
+    whitespace, `word`: not whitespace, `any`), or a literal (case-folded when `wide`)."""
+    if pattern == "*":
+        pattern = "**"
+    out: list[tuple[int, str]] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append((_RUN, "any" if wide else "word"))
+            i += 2
+        elif pattern[i] in "*?":
+            out.append((_RUN if pattern[i] == "*" else _ONE, "any" if wide else "seg"))
+            i += 1
+        else:
+            out.append((_LIT, pattern[i].casefold() if wide else pattern[i]))
+            i += 1
+    return tuple(out)
+
+
+def _in_class(cls: str, c: str) -> bool:
+    return cls == "any" or (not c.isspace() and (cls == "word" or c != "/"))
+
+
+def _simulate(tokens: tuple[tuple[int, str], ...], text: str, nocase: bool) -> bool:
+    """Whether the glob matches all of `text`: every position of the glob followed at once, so
+    the time is the text's length times the glob's, whatever the text (no backtracking)."""
+    end = len(tokens)
+
+    def close(states: set[int]) -> set[int]:  # a run may match nothing: it can be skipped
+        out = set()
+        for i in states:
+            out.add(i)
+            while i < end and tokens[i][0] == _RUN:
+                i += 1
+                out.add(i)
+        return out
+
+    states = close({0})
+    for c in text:
+        key = c.casefold() if nocase else c
+        after: set[int] = set()
+        for i in states:
+            if i == end:
+                continue
+            kind, arg = tokens[i]
+            if kind == _LIT:
+                if key == arg:
+                    after.add(i + 1)
+            elif _in_class(arg, c):
+                after.add(i if kind == _RUN else i + 1)
+        if not after:
+            return False
+        states = close(after)
+    return end in states
+
+
+class GlobMatcher:
+    """Globs matched as one: `fullmatch(text)` is whether any of them matches all of `text`.
+
+    A backtracking regex with two or more runs (`*`) is polynomial in the text's length: `doc:*:*:*:end`
+    took 25 s on a 4 KB name, and a call may carry 64 KB. So globs with at most one run share one
+    regular expression (linear), and the others are simulated (`_simulate`), never backtracked.
+    """
+
+    __slots__ = ("_regex", "_others", "_wide")
+
+    def __init__(self, globs: Iterable[str], *, wide: bool = False):
+        globs = list(globs)
+        simple = [g for g in globs if len([t for t in _tokens(g, wide) if t[0] == _RUN]) <= 1]
+        self._wide = wide
+        self._regex = (re.compile("|".join(f"(?:{glob_to_regex(g, wide=wide)})" for g in simple),
+                                  _OFF_LIMITS_FLAGS if wide else 0) if simple else None)
+        self._others = tuple(_tokens(g, wide) for g in globs if g not in simple)
+
+    def fullmatch(self, text: str) -> bool:
+        if self._regex is not None and self._regex.fullmatch(text) is not None:
+            return True
+        return any(_simulate(tokens, text, self._wide) for tokens in self._others)
 
 
 def _glob_covers(q: str, pattern: str) -> bool:
@@ -221,7 +320,7 @@ def _glob_covers(q: str, pattern: str) -> bool:
         return False
     if ("*" in pattern or "?" in pattern) and "?" in q:
         return False
-    return re.fullmatch(glob_to_regex(q), pattern) is not None
+    return GlobMatcher([q]).fullmatch(pattern)
 
 
 # -- values -------------------------------------------------------------------------------
@@ -253,6 +352,8 @@ def _read_value(text: str) -> Subject:
     folded = fold(text)
     if "://" in folded:
         return _read_url(text, folded, pattern=False)[0]
+    if _URL_WITHOUT_SLASHES.match(folded):
+        raise SubjectError(f"{_show(text)} reads as a URL to a host; write it scheme://host/path")
     if _IPV6ISH.fullmatch(folded):
         return Subject("ip", text, span=_ip_span(folded, strict=False))
     head = _HEAD_END.split(folded, 1)[0]
@@ -263,6 +364,22 @@ def _read_value(text: str) -> Subject:
         if _ends_in_number(host):  # an address spelled in other characters: only canonical ones count
             return Subject("ip", text, span=_ip_span(host, strict=False, prefix_ok=False))
         return Subject("host", text, host=host)
+    return _read_name(text)
+
+
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _read_name(text: str) -> Subject:
+    """A name, unless it holds characters a reader could drop or show otherwise: controls, invisible
+    format characters (U+200B, the bidi overrides) or whitespace at either end make
+    `customer:vip-1\n` or `customer:vi\u200bp-1` look like a name no off-limits entry matches, while a
+    service that trims or ignores them works on `customer:vip-1`."""
+    if text != text.strip():
+        raise SubjectError(f"{_show(text)}: a name does not start or end with whitespace")
+    if _ASCII_CONTROL.search(text) if text.isascii() else any(
+            unicodedata.category(c) in ("Cc", "Cf") for c in text):
+        raise SubjectError(f"{_show(text)}: control and invisible format characters are refused in a name")
     return Subject("name", text)
 
 
@@ -326,13 +443,13 @@ class Pattern:
     glob: str = ""  # name: the glob; url: the normalised path glob
     of: Pattern | None = None  # url: its host pattern
     # the glob compiled, exact (scope) and ignoring case (off-limits); built here, once per load
-    regex: re.Pattern[str] | None = field(default=None, init=False, compare=False)
-    iregex: re.Pattern[str] | None = field(default=None, init=False, compare=False)
+    regex: GlobMatcher | None = field(default=None, init=False, compare=False)
+    iregex: GlobMatcher | None = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.glob:
-            object.__setattr__(self, "regex", re.compile(glob_to_regex(self.glob)))
-            object.__setattr__(self, "iregex", re.compile(glob_to_regex(self.glob), re.IGNORECASE))
+            object.__setattr__(self, "regex", GlobMatcher([self.glob]))
+            object.__setattr__(self, "iregex", GlobMatcher([self.glob], wide=True))
 
     def matches(self, s: Subject, *, off_limits: bool = False) -> bool:
         """Scope semantics, or with `off_limits` the wider reading of a deny list: a host covers
@@ -353,13 +470,17 @@ class Pattern:
             assert self.of is not None and s.of is not None
             return (
                 self.scheme == s.scheme and self.port == s.port and self.of.matches(s.of, off_limits=off_limits)
-                and self._glob_matches(s.path, off_limits)
+                and (self._glob_matches(s.path, off_limits)
+                     # a server that merges slashes serves `//admin/x` as `/admin/x`
+                     or (off_limits and "//" in s.path and self._glob_matches(_SLASHES.sub("/", s.path), True)))
             )
         return self._glob_matches(s.text, off_limits)
 
-    def _glob_matches(self, text: str, ignore_case: bool) -> bool:
-        regex = self.iregex if ignore_case else self.regex
-        return regex is not None and regex.fullmatch(text) is not None
+    def _glob_matches(self, text: str, off_limits: bool) -> bool:
+        if not off_limits:
+            return self.regex is not None and self.regex.fullmatch(text)
+        # off-limits: the text as written or folded (`customer:ｖip-1` is `customer:vip-1`)
+        return self.iregex is not None and any(self.iregex.fullmatch(t) for t in (text, fold(text)))
 
     def covers(self, other: Pattern) -> bool:
         """Whether this entry matches every value `other` matches, in scope semantics (sound, not complete)."""
@@ -454,7 +575,7 @@ class SubjectSet:
         self._subdomains_of = frozenset(p.host for p in self.patterns if p.kind == "host" and p.wildcard)
         self._others = tuple(p for p in self.patterns if p.kind in ("ip", "url"))
         globs = [p.glob for p in self.patterns if p.kind == "name"]
-        self._names = re.compile("|".join(f"(?:{glob_to_regex(g)})" for g in globs)) if globs else None
+        self._names = GlobMatcher(globs) if globs else None
 
     @classmethod
     def lenient(cls, texts: Iterable[str], *, typed: bool) -> SubjectSet:
@@ -474,7 +595,7 @@ class SubjectSet:
         if s.kind == "host":
             return s.host in self._hosts or any(p in self._subdomains_of for p in _parents(s.host))
         if s.kind == "name":
-            return self._names is not None and self._names.fullmatch(s.text) is not None
+            return self._names is not None and self._names.fullmatch(s.text)
         return any(p.matches(s) for p in self._others)
 
     def covers(self, pattern: Pattern) -> bool:
@@ -489,9 +610,11 @@ class OffLimits:
 
     Off-limits reads wider than scope: a host covers its subdomains, a range refuses any target
     range that overlaps it, names ignore case, and a URL is refused when its host is off-limits.
+    A name entry that holds no dot (`localhost`, `intranet-*`) is also the single-label host of
+    that name: `localhost.`, `x.localhost` and `http://localhost/` read as hosts, not names.
     """
 
-    __slots__ = ("entries", "_any", "_hosts", "_subdomains_of", "_others", "_names")
+    __slots__ = ("entries", "_any", "_hosts", "_subdomains_of", "_others", "_names", "_name_entries")
 
     def __init__(self, entries: Iterable[tuple[Pattern, str]]):
         self.entries = tuple(entries)
@@ -501,11 +624,13 @@ class OffLimits:
         for p, reason in self.entries:
             if p.kind == "host":
                 (self._subdomains_of if p.wildcard else self._hosts).setdefault(p.host, reason)
+            elif p.kind == "name" and (host := _as_host(p.glob)) is not None:
+                self._hosts.setdefault(host, reason)  # `bücher` refuses `xn--bcher-kva.` too
+        self._name_entries = tuple((p, r) for p, r in self.entries if p.kind == "name")
         self._others = tuple((p, r) for p, r in self.entries if p.kind in ("ip", "url", "name"))
         globs = [p.glob for p, _ in self.entries if p.kind == "name"]
         # one pass says "no" for most names; the entry (for its reason) is looked for only on a hit
-        self._names = (re.compile("|".join(f"(?:{glob_to_regex(g)})" for g in globs), re.IGNORECASE)
-                       if globs else None)
+        self._names = GlobMatcher(globs, wide=True) if globs else None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -520,13 +645,57 @@ class OffLimits:
                 if found is not None:
                     break
                 found = self._hosts.get(parent) or self._subdomains_of.get(parent)
-            return found
-        if s.kind == "name" and (self._names is None or self._names.fullmatch(s.text) is None):
+            return found if found is not None else self._name_of_host(s.host)
+        if s.kind == "name" and (self._names is None or not any(
+                self._names.fullmatch(t) for t in (s.text, fold(s.text)))):
             return None
         for p, reason in self._others:
             if p.matches(s, off_limits=True):
                 return reason
+        if s.kind == "ip":
+            for span in _embedded_v4(s.span):
+                for p, reason in self._others:
+                    if p.kind == "ip" and span[0] <= p.span[1] and p.span[0] <= span[1]:
+                        return reason
         if s.kind == "url":
             assert s.of is not None
             return self.reason(s.of)
         return None
+
+    def _name_of_host(self, host: str) -> str | None:
+        """The reason of a name glob matching the host or one of its parents (`intranet-*`), or None."""
+        if self._names is None:
+            return None
+        for candidate in (host, *_parents(host)):
+            if self._names.fullmatch(candidate):
+                return next(r for p, r in self._name_entries if p.iregex and p.iregex.fullmatch(candidate))
+        return None
+
+
+# IPv6 blocks that carry an IPv4 address a translator or tunnel delivers to (base, size, shift of
+# the IPv4 bits): IPv4-translated ::ffff:0:0:0/96 (SIIT), the NAT64 well-known prefix
+# 64:ff9b::/96 (RFC 6052) and 6to4 2002::/16 (RFC 3056, bits 16-47). IPv4-compatible ::/96 is
+# deprecated and routed nowhere: another address.
+_V4_CARRIERS = ((0xFFFF << 48, 1 << 32, 0), (0x64FF9B << 96, 1 << 32, 0), (0x2002 << 112, 1 << 112, 80))
+
+
+def _embedded_v4(span: tuple[int, int]) -> Iterator[tuple[int, int]]:
+    """The IPv4 addresses (as IPv4-mapped spans) an IPv6 value or range reaches through a carrier
+    block: off-limits `10.9.9.9` also refuses `64:ff9b::10.9.9.9` and `2002:a09:909::1`."""
+    low, high = span
+    for base, size, shift in _V4_CARRIERS:
+        lo, hi = max(low, base), min(high, base + size - 1)
+        if lo <= hi:
+            yield _V4_MAPPED + ((lo - base) >> shift), _V4_MAPPED + ((hi - base) >> shift)
+
+
+def _as_host(glob: str) -> str | None:
+    """A name entry without wildcards that is a valid host name (a single label: it holds no dot,
+    or it would have been read as a host), as the host; None otherwise."""
+    if "*" in glob or "?" in glob:
+        return None
+    try:
+        host = normalise_host(fold(glob))
+    except SubjectError:
+        return None
+    return None if _ends_in_number(host) else host

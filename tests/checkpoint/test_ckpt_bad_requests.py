@@ -23,13 +23,17 @@ HOSTILE = {
     "empty": "",
 }
 
+UNREADABLE_NAMES = ("rtl-override", "newline")
+
 BAD_REQUEST_CASES = [
     *[case(f"tool-name/{k}", "DENY", "unknown_tool", "request.tool", chain=["reader"], tool=v, args={})
       for k, v in HOSTILE.items()],
     *[case(f"agent-id/{k}", "DENY", "unknown_agent", "request.agent", chain=[v], tool="read_doc",
            args={"doc": "doc:a"}) for k, v in HOSTILE.items() if v],
-    *[case(f"argument/{k}", "DENY", "subject_out_of_scope", chain=["reader"], tool="read_doc",
-           args={"doc": v}) for k, v in HOSTILE.items() if k not in ("very-long", "nul", "nul-inside")],
+    # a name with a control, an invisible format character or edge whitespace is not read at all
+    *[case(f"argument/{k}", "DENY", "invalid_arguments" if k in UNREADABLE_NAMES else "subject_out_of_scope",
+           chain=["reader"], tool="read_doc", args={"doc": v})
+      for k, v in HOSTILE.items() if k not in ("very-long", "nul", "nul-inside")],
     case("argument/too-long-for-schema", "DENY", "invalid_arguments", chain=["reader"], tool="read_doc",
          args={"doc": "doc:" + "x" * 300}),
     case("argument/huge", "DENY", "invalid_arguments", "request.arguments", chain=["worker"], tool="write_doc",

@@ -26,6 +26,9 @@ subjects:
   - {pattern: "10.9.9.9", reason: one address, type: ip}
   - {pattern: "10.99.0.0/16", reason: a range}
   - {pattern: "2001:db8::/32", reason: an IPv6 range}
+  - {pattern: "localhost", reason: a single-label host read as a name}
+  - {pattern: "intranet-*", reason: single-label hosts by glob}
+  - {pattern: "https://docs.example.com/admin/**", reason: a URL path}
 """,
     "tools/probe.yaml": """\
 kind: Tool
@@ -58,6 +61,12 @@ name: browser
 persona: Browses any example.com host.
 allowlist: [probe]
 scope: {access: [read], subjects: ["https://*.example.com/**"]}
+---
+kind: Agent
+name: refunder
+persona: Reads customers by name.
+allowlist: [probe]
+scope: {access: [read], subjects: ["customer:*"]}
 """,
 }
 

@@ -121,3 +121,12 @@ def test_names_keep_their_text_and_off_limits_names_ignore_case():
     assert off.reason(read_value("customer:regular")) is None
     assert read_pattern("customer:vip-*").kind == "name"
 
+
+
+def test_a_single_label_name_entry_is_the_host_in_any_spelling():
+    off = OffLimits([(read_pattern("bücher"), "a Unicode label"), (read_pattern("db-*"), "by glob")])
+    assert read_pattern("bücher").kind == "name"
+    for value in ("bücher", "BÜCHER", "xn--bcher-kva.", "www.bücher.", "http://xn--bcher-kva/"):
+        assert off.reason(read_value(value)) == "a Unicode label", value
+    assert off.reason(read_value("db-main.")) == "by glob"
+    assert off.reason(read_value("bücher.example")) is None  # the label is not the host's last

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .policies import ALLOWED, INVALID, OFF_LIMITS, OUT_OF_SCOPE, probe, target
+from .policies import ALLOWED, INVALID, OFF_LIMITS, OUT_OF_SCOPE, check, extended, probe, target
 
 # -- host names -----------------------------------------------------------------------------
 
@@ -86,6 +86,28 @@ def test_ipv4_mapped_ipv6_is_the_ipv4_address():
     assert probe("::ffff:a09:909") == OFF_LIMITS
 
 
+@pytest.mark.parametrize("value", [
+    "64:ff9b::10.9.9.9",  # NAT64 well-known prefix: a translator delivers it to 10.9.9.9
+    "64:ff9b::a09:909",
+    "::ffff:0:10.9.9.9",  # IPv4-translated (SIIT)
+    "2002:a09:909::1",  # 6to4: the IPv4 address sits in bits 16-47
+    "2002:a09:900::/40",  # a 6to4 range over 10.9.0.0/24
+    "64:ff9b::/64",  # a range holding the whole NAT64 block
+    "http://[64:ff9b::10.99.1.1]/",
+])
+def test_ipv6_that_carries_an_off_limits_ipv4_address_is_off_limits(value):
+    # each was ALLOWED: only ::ffff:0:0/96 was read as IPv4
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+def test_ipv6_carrying_other_ipv4_addresses_is_not_off_limits():
+    assert probe("64:ff9b::10.20.0.5") == ALLOWED
+    assert probe("2002:a14:5::1") == ALLOWED
+    assert probe("::1") == ALLOWED
+    assert target("64:ff9b::10.20.0.5", ("recon",)) == INVALID  # the shipped schema: an IPv4 target only
+
+
 def test_address_pattern_never_matches_a_host_name():
     assert target("10.20.0.7", ("recon",)) == ALLOWED
     assert target("10.20.0.evil.com", ("recon",)) == OUT_OF_SCOPE
@@ -117,6 +139,26 @@ def test_url_escapes_a_server_might_decode_into_structure_are_invalid(value):
     assert probe(value, ("webber",)) == INVALID
 
 
+@pytest.mark.parametrize("value", [
+    "https://api.example.com/v1//../admin",  # `/v1/admin` by RFC 3986, `/admin` after merging slashes
+    "https://api.example.com/v1//%2e%2e/admin",
+    "https://api.example.com//../v1/x",
+])
+def test_url_dot_segment_after_an_empty_segment_is_invalid(value):
+    assert probe(value, ("webber",)) == INVALID  # the first was ALLOWED inside `/v1/*`
+
+
+@pytest.mark.parametrize("value", [
+    "https://docs.example.com/admin/users",
+    "https://docs.example.com//admin/users",  # nginx merges the slashes and serves /admin/users
+    "https://docs.example.com/admin//users",
+    "https://DOCS.example.com///Admin/x",
+])
+def test_off_limits_url_path_is_matched_with_slashes_merged(value):
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("browser",)) == OFF_LIMITS
+
+
 def test_url_inside_the_scope_is_matched_on_its_normalised_form():
     assert probe("https://API.example.com:443/v1/%75sers", ("webber",)) == ALLOWED
     assert probe("https://api.example.com/v1/users/../me", ("webber",)) == ALLOWED
@@ -133,6 +175,38 @@ def test_userinfo_does_not_fool_the_host_match(value):
 
 
 @pytest.mark.parametrize("value", [
+    "localhost", "LOCALHOST", "ｌｏｃａｌｈｏｓｔ",  # names, as the entries are
+    "localhost.", "LocalHost.", "api.localhost", "intranet-hr.", "x.intranet-hr",  # hosts
+    "http://localhost/", "https://LOCALHOST.:8443/x", "http://intranet-wiki/",  # URLs to them
+])
+def test_a_single_label_off_limits_name_is_also_that_host(value):
+    # an entry without a dot reads as a name, while `localhost.` and a URL's host read as hosts:
+    # they were compared with host entries only, and ALLOWED
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+def test_a_single_label_name_entry_refuses_no_other_host():
+    assert probe("localhost.example.com") == ALLOWED  # another machine: the label is not its last
+    assert probe("http://intranet/") == ALLOWED  # `intranet-*` needs the dash
+
+
+@pytest.mark.parametrize("value", [
+    "//payments.lab.example.com/x",  # scheme-relative
+    "https:payments.lab.example.com",  # WHATWG reads a special scheme without `//` as one with it
+    "https:/payments.lab.example.com/",
+    "HTTP:payments.lab.example.com",
+    "http:\\\\payments.lab.example.com",
+    "ｈｔｔｐｓ:www.irs.gov",
+    "\\\\www.irs.gov\\share",
+])
+def test_a_url_written_without_scheme_slashes_is_not_a_name(value):
+    # read as names, these passed off-limits for a person and for any agent whose scope is `*`
+    assert probe(value) == INVALID
+    assert probe(value, ("prober",)) == INVALID
+
+
+@pytest.mark.parametrize("value", [
     "https://payments.lab.example.com/x",
     "https://PAYMENTS.lab.example.com./x/../y",
     "http://10.9.9.9:8080/",
@@ -141,3 +215,42 @@ def test_userinfo_does_not_fool_the_host_match(value):
 ])
 def test_a_url_to_an_off_limits_host_is_off_limits(value):
     assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+# -- names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [
+    "customer:vip-1 ",  # a service that trims works on customer:vip-1
+    " customer:vip-1",
+    "customer:vip-1\n",
+    "customer:vip-1\t",
+    "customer:vi\u200bp-1",  # a zero-width space: invisible to the person reading the request
+    "\u202ecustomer:vip-1",  # a bidi override
+    " //payments.lab.example.com/",
+])
+def test_names_with_edge_whitespace_controls_or_invisible_characters_are_invalid(value):
+    # each was ALLOWED to a person: the off-limits glob `customer:vip-*` did not match it
+    assert probe(value) == INVALID
+    assert probe(value, ("prober",)) == INVALID
+
+
+@pytest.mark.parametrize("value", [
+    "customer:vip-1/orders",  # a scope's `*` stops at `/`; a deny list's does not
+    "customer:vip-1 x",
+    "customer:\uff56ip-1",  # full-width v: NFKC folds it, as the reader does for hosts
+    "CUSTOMER:VIP-1/x",
+])
+def test_off_limits_name_globs_read_wide_and_folded(value):
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+def test_plain_names_are_still_names():
+    assert probe("customer:regular-1") == ALLOWED
+    assert probe("customer:a b") == ALLOWED  # inner whitespace is part of a name
+    assert check_refunds("customer:vip-1/x") == OUT_OF_SCOPE  # a scope's `*` still stops at `/`
+
+
+def check_refunds(customer: str) -> tuple[str, str]:
+    return check(extended(), "probe", {"target": customer}, ("refunder",))
