@@ -3,6 +3,8 @@ the reason in the record). The signature would refuse most of them anyway; these
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from checkpoint.server.tokens import APPROVAL_LABEL, MAX_TOKEN_BYTES, RUN_LABEL, Signer, TokenInvalid, _b64
@@ -47,3 +49,18 @@ def test_a_wrong_signature_and_a_malformed_one_say_so():
 def test_signed_claims_that_are_not_an_object_are_refused():
     signer = Signer(KEY, RUN_LABEL)
     assert refused(signer, signer.sign(["run_id", "r"])) == "token claims are not an object"  # type: ignore[arg-type]
+
+
+def test_a_signature_spelled_another_way_is_another_token_and_refused():
+    """base64 decoding forgives: a character added, or the last character's two unused bits set,
+    gives the same bytes. Only the one spelling the checkpoint wrote verifies."""
+    signer = Signer(KEY, RUN_LABEL)
+    label, payload, signature = signer.sign({"run_id": "r"}).split(".")
+    assert len(signature) == 43  # 32 bytes: 258 bits of base64, the last character's 2 low bits unused
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(signature[-1])
+    twin = signature[:-1] + alphabet[last ^ 1]  # same 32 bytes, another string
+    assert _b64(base64.urlsafe_b64decode(twin + "=")) == signature
+    for other in (twin, signature + "=", signature + "==", signature + "A", signature[:20] + "\n" + signature[20:]):
+        assert refused(signer, f"{label}.{payload}.{other}") in ("signature does not verify", "token is not well formed")
+    assert signer.verify(f"{label}.{payload}.{signature}") == {"run_id": "r"}
