@@ -653,7 +653,7 @@ class OffLimits:
             if p.matches(s, off_limits=True):
                 return reason
         if s.kind == "ip":
-            for span in _embedded_v4(s.span):
+            for span in (*_embedded_v4(s.span), *_this_host(s.span)):
                 for p, reason in self._others:
                     if p.kind == "ip" and span[0] <= p.span[1] and p.span[0] <= span[1]:
                         return reason
@@ -687,6 +687,18 @@ def _embedded_v4(span: tuple[int, int]) -> Iterator[tuple[int, int]]:
         lo, hi = max(low, base), min(high, base + size - 1)
         if lo <= hi:
             yield _V4_MAPPED + ((lo - base) >> shift), _V4_MAPPED + ((hi - base) >> shift)
+
+
+# Addresses that reach this host whatever its interfaces: IPv4 loopback 127.0.0.0/8, IPv6 loopback
+# ::1, and the unspecified 0.0.0.0 and ::, which Linux connects to the local host.
+_THIS_HOST = ((_V4_MAPPED + (127 << 24), _V4_MAPPED + (128 << 24) - 1), (1, 1), (_V4_MAPPED, _V4_MAPPED), (0, 0))
+
+
+def _this_host(span: tuple[int, int]) -> Iterator[tuple[int, int]]:
+    """Every spelling of this host when a value or range holds one: off-limits `127.0.0.0/8` also
+    refuses `0.0.0.0`, `::` and `::1`, and off-limits `::1` refuses `127.0.0.1`."""
+    if any(span[0] <= high and low <= span[1] for low, high in _THIS_HOST):
+        yield from _THIS_HOST
 
 
 def _as_host(glob: str) -> str | None:

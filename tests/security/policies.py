@@ -26,6 +26,7 @@ subjects:
   - {pattern: "10.9.9.9", reason: one address, type: ip}
   - {pattern: "10.99.0.0/16", reason: a range}
   - {pattern: "2001:db8::/32", reason: an IPv6 range}
+  - {pattern: "127.0.0.0/8", reason: this host}
   - {pattern: "localhost", reason: a single-label host read as a name}
   - {pattern: "intranet-*", reason: single-label hosts by glob}
   - {pattern: "https://docs.example.com/admin/**", reason: a URL path}

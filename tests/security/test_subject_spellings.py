@@ -104,8 +104,21 @@ def test_ipv6_that_carries_an_off_limits_ipv4_address_is_off_limits(value):
 def test_ipv6_carrying_other_ipv4_addresses_is_not_off_limits():
     assert probe("64:ff9b::10.20.0.5") == ALLOWED
     assert probe("2002:a14:5::1") == ALLOWED
-    assert probe("::1") == ALLOWED
+    assert probe("2001:4860::1") == ALLOWED
     assert target("64:ff9b::10.20.0.5", ("recon",)) == INVALID  # the shipped schema: an IPv4 target only
+
+
+@pytest.mark.parametrize("value", ["0.0.0.0", "::", "::1", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1", "0.0.0.0/32",
+                                   "::/128", "http://0.0.0.0:8080/", "http://[::]/", "http://[::1]/"])
+def test_every_spelling_of_this_host_is_off_limits_with_its_loopback(value):
+    # off-limits 127.0.0.0/8: Linux connects 0.0.0.0 and :: to this host, and ::1 is its IPv6 loopback
+    assert probe(value) == OFF_LIMITS
+    assert probe(value, ("prober",)) == OFF_LIMITS
+
+
+def test_addresses_beside_this_host_are_not_taken_for_it():
+    for value in ("0.0.0.1", "128.0.0.1", "126.255.255.255", "::2", "1.0.0.0"):
+        assert probe(value) == ALLOWED, value
 
 
 def test_address_pattern_never_matches_a_host_name():
