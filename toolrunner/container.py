@@ -78,7 +78,12 @@ def host_config(api: docker.APIClient, spec: ContainerSpec) -> dict:
     limits = spec.limits
     memory = f"{limits.memory_mb}m"
     fsize = limits.fsize_mb * 1024 * 1024
+    # A networked tool resolves names as written: the host's search domains would turn a target
+    # the checkpoint read as the name `payments` into `payments.lab.example.com`, a host it never
+    # decided on. "." is Docker's "no search domain" (a network-less container takes no DNS option).
+    dns = {"dns_search": ["."]} if spec.network else {}
     return api.create_host_config(
+        **dns,
         network_mode=spec.network or "none",
         read_only=spec.read_only_root,
         tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},

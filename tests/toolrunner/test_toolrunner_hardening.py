@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import docker
 from toolrunner_harness import AUTH, Harness, session_containers
 
-from toolrunner.container import LABEL_DECISION
+from toolrunner.container import LABEL_DECISION, ContainerSpec, host_config
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 
 
@@ -68,6 +69,18 @@ def test_no_network_unless_the_definition_asks(harness: Harness) -> None:
     assert harness.execute("net_probe", {}).output.startswith("interfaces: lo \n")
     opened = harness.execute("net_probe_networked", {}).output
     assert "eth0" in opened.splitlines()[0]  # the override works: a network is attached
+
+
+def test_a_networked_tool_resolves_names_with_no_search_domain(harness: Harness, docker_api: docker.APIClient) -> None:
+    # the checkpoint decided on the name as written; a search domain of the host's would make
+    # `payments` reach `payments.<domain>`, a host it never saw
+    spec = ContainerSpec(image_id="unused", argv=["true"], env={}, user="65534:65534", timeout_seconds=5,
+                         network="bridge")
+    assert host_config(docker_api, spec)["DnsSearch"] == ["."]
+    assert "DnsSearch" not in host_config(docker_api, replace(spec, network=None))  # no network, no DNS
+    resolv = harness.execute("resolv_networked", {}).output.splitlines()
+    assert any(line.startswith("nameserver") for line in resolv), resolv
+    assert not [line for line in resolv if line.split()[:1] in (["search"], ["domain"])], resolv
 
 
 def test_the_root_is_read_only_and_tmp_is_writable(harness: Harness) -> None:

@@ -94,6 +94,7 @@ def make_tools() -> dict[str, Tool]:
         _tool("big_file", [sh, "/tools/test/big_file.sh", "{mb}"], {"mb": NUM}, limits={"fsize_mb": 2, "tmpfs_mb": 8}),
         _tool("net_probe", [sh, "/tools/test/net_probe.sh"]),
         _tool("net_probe_networked", [sh, "/tools/test/net_probe.sh"], network=True),
+        _tool("resolv_networked", [sh, "-c", "cat /etc/resolv.conf"], network=True),
         _tool("write_root", [sh, "/tools/test/write_root.sh"]),
         _tool("whoami", [sh, "/tools/test/whoami.sh"]),
         _tool("absent_image", [sh, "-c", "true"], image="warden-absent:never"),
