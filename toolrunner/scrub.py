@@ -276,6 +276,12 @@ class StreamScrubber:
         # scanned in front of the buffer, never released again.
         self._carry = ""
         self.masked = 0
+        # The buffer's length at which it is scanned next. Scanning at every chunk would cost the
+        # whole held text per chunk: a tool writing a byte at a time, or a find growing towards
+        # the hold limit, would make this process (outside the container's CPU limit) scan
+        # quadratically. Scanning once another hold's worth has come, or once a growing find has
+        # doubled, keeps the work linear in the output; release waits at most one more hold.
+        self._scan_at = self._hold + 1
 
     def _spans(self) -> list[Span]:
         """Finds in the buffer, in its coordinates. A find that begins in the carry continues one
@@ -305,7 +311,7 @@ class StreamScrubber:
 
     def feed(self, text: str) -> str:
         self._buffer += text
-        if len(self._buffer) <= self._hold:
+        if len(self._buffer) < self._scan_at:
             return ""
         spans = self._spans()
         cut = len(self._buffer) - self._hold
@@ -325,6 +331,7 @@ class StreamScrubber:
             # the buffer is the rest of a find already masked: release it as it comes
             continuing = bool(spans) and spans[0].start == 0 and not spans[0].label
             if len(self._buffer) < self._max_hold and not continuing:
+                self._scan_at = min(2 * len(self._buffer), self._max_hold)
                 return ""
             # One find has grown to the hold limit. Its part before the cut is released as its
             # mask (never in clear), and its start is carried so that the rest is masked too.
@@ -344,6 +351,7 @@ class StreamScrubber:
         out = self._apply(self._buffer[:cut], released)
         self._buffer = self._buffer[cut:]
         self._carry = carry
+        self._scan_at = len(self._buffer) + self._hold
         return out
 
     def finish(self) -> str:

@@ -200,3 +200,28 @@ def test_a_find_growing_past_the_hold_limit_is_masked_to_its_end_as_when_whole()
         whole, count = scrubber.scrub(text)
         streamed, streamed_count = _stream(scrubber, text, [65536] * 21)
         assert (streamed, streamed_count) == (whole, count) and body not in streamed and count == 1
+
+
+class _CountingScrubber(Scrubber):
+    """The real scrubber, counting the characters it scans."""
+
+    scanned = 0
+
+    def spans(self, text: str):  # type: ignore[no-untyped-def]
+        self.scanned += len(text)
+        return super().spans(text)
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("lorem ipsum dolor sit amet\n" * 8000, id="plain-output"),
+    pytest.param("-----BEGIN PRIVATE KEY-----\n" + "QUJD" * 75_000, id="a-find-growing-towards-the-limit"),
+])
+def test_a_stream_written_a_character_at_a_time_is_scanned_in_linear_work(text: str) -> None:
+    """The scrubber runs in the toolrunner, outside the container's CPU limit: a tool that writes
+    byte by byte (or a find that keeps growing) must not make it scan the held text per chunk."""
+    counting = _CountingScrubber({"DB_PASSWORD": SECRET})
+    stream = StreamScrubber(counting)
+    out = [stream.feed(c) for c in text]
+    out.append(stream.finish())
+    assert "".join(out) == counting.scrub(text)[0]  # the same result as scrubbing it whole
+    assert counting.scanned <= 8 * len(text) + 4 * 1024 * 1024, counting.scanned  # every char scanned a few times
