@@ -143,23 +143,24 @@ def receipt_result(tool: str, decision_id: str, exit_code: int, code: str, outpu
     if truncated:
         attrs.append('truncated="true"')
     head = '<data source="tool" ' + " ".join(attrs) + ">"
-    return f"{head}\n{output}\n</data>"
+    return f"{head}\n{_text(output)}\n</data>"
 
 
 def refusal_result(code: str, reason: str, *, stop: bool = False) -> str:
     tail = "\nStop now: do not call any more tools; a person must act." if stop else ""
-    return f"<data source=\"warden\" refused=\"true\" code={_attr(code)}>\n{reason}{tail}\n</data>"
+    # a reason can quote text from elsewhere (a blocking lesson's, an argument's): it stays inside
+    return f"<data source=\"warden\" refused=\"true\" code={_attr(code)}>\n{_text(reason)}{tail}\n</data>"
 
 
 def note(text: str) -> str:
-    return f"<data source=\"warden\">\n{text}\n</data>"
+    return f"<data source=\"warden\">\n{_text(text)}\n</data>"
 
 
 def child_result(child: dict[str, Any], summary: str) -> str:
     """A child run's outcome, as data for the parent: who ran, how it ended, what it reported."""
     attrs = (f"run={_attr(child['run_id'])} agent={_attr(child['agent'])} status={_attr(child['status'])} "
              f"code={_attr(child['code'])}")
-    return f"<data source=\"child_run\" {attrs}>\n{summary}\n</data>"
+    return f"<data source=\"child_run\" {attrs}>\n{_text(summary)}\n</data>"
 
 
 def skill_result(name: str, version: str, reviewed_by: str, text: str) -> str:

@@ -217,6 +217,12 @@ class EntryCatalog:
             self._live[key] = found
             return found
 
+    def forget_live(self) -> None:
+        """Read the live versions again from the file: another process (a worker sharing this
+        catalog) may have approved or retired one since this process cached it."""
+        with self._lock:
+            self._live.clear()
+
     def live_entries(self, kind: str, tenant: str) -> list[Entry]:
         """Every live entry of a kind in a tenant, by name."""
         with self._lock:

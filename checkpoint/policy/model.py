@@ -303,7 +303,10 @@ class Skill(Strict):
     kind: Literal["Skill"]
     name: Name
     tenant: Name = "default"
-    description: Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\n]*$")] = Field(
+    # one line in every spelling: a CR, VT, FF, NEL or Unicode line/paragraph separator would start
+    # a line of the system prompt, where the description goes
+    description: Annotated[str, StringConstraints(min_length=1, max_length=200,
+                                                  pattern="^[^\n\r\x0b\x0c\x85\u2028\u2029]*$")] = Field(
         ..., description="one line, shown to the model beside the skill's name")
     text: Annotated[str, StringConstraints(min_length=1, max_length=16384)] = Field(
         ..., description="what the model reads when it loads the skill")

@@ -204,7 +204,9 @@ class PolicySet:
                        unpinnable=unpinnable, retired=retired, catalog_changes=tuple(changes))
 
     def refreshed(self) -> PolicySet:
-        """After a catalog act: the same files, the live versions the catalog holds now."""
+        """After a catalog act: the same files, the live versions the catalog holds now (the
+        skills' and templates' too: an act another worker answered is in the file, not the cache)."""
+        self.catalog.entries.forget_live()
         live = {}
         for name in self.defined_agents:
             version = self.catalog.live_version(name)

@@ -193,6 +193,12 @@ class EntryActs:
             run_tenant = ""
             if request.HasField("run"):
                 run_tenant = self._proposing_run(policies, request, principal, caller, fields)
+                if request.WhichOneof("source") != "from_call":
+                    # what an agent saves is a spec that ran, from the checkpoint's own record: never
+                    # a definition it wrote (a spec nobody ran, a skill's text its next runs would read)
+                    raise Refused(codes.INVALID_REQUEST, "an agent proposes only a template saved from a call of its "
+                                  "own run (from_call), never a written definition; skills are proposed by people",
+                                  "catalog.source")
             entry = self._proposed(policies, request, kind, fields, run_tenant, caller)
             fields["tenant"] = entry.tenant
             if request.HasField("run"):

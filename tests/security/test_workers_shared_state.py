@@ -97,3 +97,44 @@ def test_two_admins_on_two_workers_approve_one_proposal_once(workers):
         worker.stub().Check(pb.CheckRequest(run=pb.RunContext(run_token="none"), tool_call=pb.ToolCall(tool="x")),
                             timeout=5)
     assert live(a) == live(b) == version
+
+
+def _template_call(worker, run: pb.StartRunResponse) -> pb.CheckResponse:
+    request = pb.CheckRequest(run=pb.RunContext(run_token=run.run_token),
+                              tool_call=pb.ToolCall(tool="create_task_from_template"))
+    request.tool_call.arguments.update({"template": "web-basic", "target": "web.lab.example.com"})
+    return worker.stub().Check(request, timeout=5)
+
+
+def test_a_template_retired_on_one_worker_is_served_by_neither(workers):
+    """A retired version is out of service for good: the other worker, which served the template
+    before the retirement (and keeps the live versions it serves in memory), refuses it from its
+    next decision on, as it does a retired agent version."""
+    a, b = workers
+    run = b.start_run("recon")
+    assert run.run_token, run.decision
+    served = _template_call(b, run)
+    assert (served.verdict, served.code) == (pb.VERDICT_ALLOW, "allowed")
+    version = served.arguments["spec"]["version"]
+    retired = as_(a, "carol").RetireCatalogEntry(pb.RetireCatalogEntryRequest(
+        kind="template", tenant="acme", name="web-basic", version=version, note="hangs the lab"), timeout=5)
+    assert retired.decision.code == "catalog_changed", retired.decision
+    for worker in (a, b):
+        got = _template_call(worker, run)
+        assert (got.verdict, got.code) == (pb.VERDICT_DENY, "unknown_template"), (worker is b, got.reason)
+        assert not got.HasField("grant")
+
+
+def test_a_skill_retired_on_one_worker_is_not_pinned_by_the_other(workers):
+    """A new run started on the other worker does not pin a skill version retired on the first."""
+    a, b = workers
+    first = b.start_run("recon")
+    skills = b.stub().RunSkills(pb.RunSkillsRequest(run=pb.RunContext(run_token=first.run_token)), timeout=5)
+    [pinned] = [s for s in skills.skills if s.name == "web-scan"]
+    retired = as_(a, "carol").RetireCatalogEntry(pb.RetireCatalogEntryRequest(
+        kind="skill", tenant="acme", name="web-scan", version=pinned.version, note="wrong advice"), timeout=5)
+    assert retired.decision.code == "catalog_changed", retired.decision
+    later = b.start_run("recon")
+    assert later.run_token, later.decision
+    again = b.stub().RunSkills(pb.RunSkillsRequest(run=pb.RunContext(run_token=later.run_token)), timeout=5)
+    assert [s.name for s in again.skills] == []
