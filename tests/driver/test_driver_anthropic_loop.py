@@ -86,3 +86,27 @@ def test_max_tokens_cut_off_never_runs_the_partial_call(driver, fake):
     run = start(driver)
     assert run["status"] == "paused" and run["code"] == "cut_off"
     assert driver.store.receipts(run["run_id"]) == []
+
+
+@pytest.mark.parametrize("arguments", [
+    pytest.param({"task_id": "t", "q": json.loads("[" * 150 + "]" * 150)}, id="150-levels-deep"),
+    pytest.param({"task_id": "t" * 2_000_000}, id="2MB"),
+])
+def test_arguments_no_check_can_carry_are_rejected_at_the_boundary_and_the_run_goes_on(driver, fake, arguments):
+    """A tool_use input nested deeper than a protobuf Struct can carry, or larger than the checkpoint's
+    request limit, used to fail inside the Check itself (DecodeError / RESOURCE_EXHAUSTED): the run
+    stopped as a `driver_error`, and every resume decided the same call again and failed again."""
+    fake.replies += [
+        fa.tool_use("propose_plan", {"steps": [{"id": "g", "tool": "get_task"}]}, call_id="toolu_p"),
+        fa.tool_use("get_task", arguments, call_id="toolu_big"),
+        fa.end_turn(json.dumps({"action": "handoff", "reason": "cannot go on"})),
+    ]
+    run = start(driver)
+    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
+    rejected = [e["data"] for e in driver.store.events(run["run_id"]) if e["kind"] == "reply_rejected"]
+    assert [r["code"] for r in rejected] == ["malformed_response"]
+    # nothing was decided for it, and the model was told, as the tool_use's own result
+    assert [e["data"]["action"] for e in driver.store.events(run["run_id"]) if e["kind"] == "decision"] == [
+        "model_call", "plan", "model_call", "model_call"]
+    result = fake.requests[-1]["messages"][-1]["content"][0]
+    assert result["tool_use_id"] == "toolu_big" and result["is_error"] and "malformed_response" in result["content"]
