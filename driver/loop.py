@@ -1035,11 +1035,9 @@ class Driver:
                                        f"plan accepted ({len(plan.steps)} steps); go ahead")})
             self.store.update_run(run["run_id"], plan=plan.model_dump(), has_plan=1, consecutive_failures=0)
             return True
-        if resp.verdict == _HALT:
-            self._refuse(run, call, resp.code, resp.reason, failure=False, stop=True, verdict="HALT")
-            self._pause(self.store.run(run["run_id"]), resp.code, resp.reason, **_halted(resp))
-            return False
-        if resp.verdict == _APPROVAL:  # a person reads the plan before the run goes on
+        if resp.verdict in (_HALT, _APPROVAL):
+            # APPROVAL: a person reads the plan before the run goes on. HALT: like a tool call's,
+            # this call and every further call of the turn are refused, never left to run on resume.
             return self._not_allowed(run, call, resp)
         refused = [f"{r.step_id}: {r.code}" for r in resp.plan_steps if r.verdict != _ALLOW]
         self._refuse(run, call, resp.code, resp.reason, stop=True)
