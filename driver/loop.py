@@ -199,6 +199,14 @@ def _halted(resp: cp.CheckResponse) -> dict[str, Any]:
     return {"breaker": resp.code.removeprefix("breaker_")}
 
 
+class _RunEnded(Exception):
+    """The run ended (a person cancelled it) before an allowed call was sent to the toolrunner."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def verdict_name(v: int) -> str:
     return cp.Verdict.Name(v).removeprefix("VERDICT_")
 
@@ -1174,6 +1182,11 @@ class Driver:
         """Execute, retrying `runner_busy` with exponential backoff (the runner refused before
         anything started, so resending the same grant is safe)."""
         for attempt in range(self.runner_busy_retries + 1):
+            # A cancel that landed while the call was decided (or between busy retries) already
+            # stopped what ran for the run; a call sent after it would run for a cancelled run.
+            current = self.store.run(run["run_id"])
+            if current["status"] in TERMINAL:
+                raise _RunEnded(current["code"] or current["status"])
             try:
                 return self.toolrunner.execute(req, output)
             except DriverError as exc:
@@ -1197,6 +1210,10 @@ class Driver:
         output = OutputEvents(self.store, run["run_id"], call["tool"], call["decision_id"])
         try:
             receipt = self._execute_when_free(run, call, req, output)
+        except _RunEnded as ended:  # never sent: the checkpoint's ALLOW stays on the call, nothing ran
+            self.store.update_call(call["id"], status="done", code=ended.code, result={
+                "is_error": True, "content": context.refusal_result(ended.code, "the run ended before this call was sent")})
+            return
         except DependencyUnavailable:
             raise
         except DriverError as exc:
