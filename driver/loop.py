@@ -505,7 +505,10 @@ class Driver:
                 except RunStateError:
                     pass  # it ended meanwhile: nothing left to stop
         for a in self.store.approvals(run_id, status="pending"):
-            self.store.decide_approval(a["approval_id"], "cancelled", person, "run cancelled")
+            try:
+                self.store.decide_approval(a["approval_id"], "cancelled", person, "run cancelled")
+            except RunStateError:
+                pass  # a person decided it meanwhile: the run is cancelled all the same, nothing of it runs
         stopped = 0
         try:
             stopped = self.toolrunner.cancel(run_id)
