@@ -16,8 +16,11 @@ Checks, first failure wins: cut off (max_tokens / refusal -> handoff `cut_off`, 
 partial tool input is never safe to run); each action is an object; `action` is one of the
 closed set (`unknown_action`); a final or handoff names no tool (`tool_on_final`); no unknown
 field anywhere (`unknown_field`); types are right (`malformed_response`); the tool is in this
-run's contract (`tool_not_in_contract`). Arguments are deep-copied so no later change to the raw
-reply can change what runs.
+run's contract (`tool_not_in_contract`); the arguments have an exact JSON form no larger than
+MAX_ARGUMENT_BYTES and nested no deeper than MAX_ARGUMENT_DEPTH (`malformed_response`: the
+checkpoint refuses such arguments, and a protobuf Struct cannot carry them to it at all, so a call
+the boundary let through would fail every time it is decided and wedge the run). Arguments are
+deep-copied so no later change to the raw reply can change what runs.
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ TOOL_ON_FINAL = "tool_on_final"
 MALFORMED_RESPONSE = "malformed_response"
 CUT_OFF = "cut_off"
 REJECTION_CODES = (UNKNOWN_FIELD, UNKNOWN_ACTION, TOOL_NOT_IN_CONTRACT, TOOL_ON_FINAL, MALFORMED_RESPONSE)
+# The checkpoint's own bounds on a call's arguments (checkpoint/engine/decide.py MAX_ARGUMENT_BYTES,
+# checkpoint/engine/convert.py MAX_DEPTH): beyond them it refuses, and beyond about 33 levels (the
+# protobuf decoder's depth limit) or its 1 MiB request limit the Check cannot even be sent.
+MAX_ARGUMENT_BYTES = 64 * 1024
+MAX_ARGUMENT_DEPTH = 32
 
 
 class _Strict(BaseModel):
@@ -151,6 +159,25 @@ def _call_ids(actions: list[Any]) -> list[str]:
     return ids
 
 
+def _depth(value: Any) -> int:
+    """How deeply objects and lists nest in `value` (a bare value is 0), without recursion: the
+    model's reply may nest deeper than Python's stack."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_ARGUMENT_DEPTH:
+            return deepest
+        stack.extend((c, level + 1) for c in children)
+    return deepest
+
+
 def _parse_action(raw: Any, contract: frozenset[str]) -> _Strict:
     if not isinstance(raw, dict):
         raise _Reject(MALFORMED_RESPONSE, f"an action must be an object, got {type(raw).__name__}")
@@ -211,12 +238,24 @@ def decide(reply: ProviderReply, contract: Iterable[str]) -> Decision:
         if call_id in seen:
             return Rejection(code=MALFORMED_RESPONSE, detail=f"call id {call_id!r} used twice")
         seen.add(call_id)
+        if _depth(c.arguments) > MAX_ARGUMENT_DEPTH:
+            return Rejection(
+                code=MALFORMED_RESPONSE,
+                detail=f"call {call_id!r}: the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels",
+                call_ids=_call_ids(actions),
+            )
         try:  # what the grant will bind: a number no double holds exactly would be run rounded
-            canonical.dumps(c.arguments)
+            size = len(canonical.dumps(c.arguments))
         except (ValueError, TypeError) as exc:
             return Rejection(
                 code=MALFORMED_RESPONSE,
                 detail=f"call {call_id!r}: the arguments have no exact JSON form ({exc}); write such numbers as strings",
+                call_ids=_call_ids(actions),
+            )
+        if size > MAX_ARGUMENT_BYTES:
+            return Rejection(
+                code=MALFORMED_RESPONSE,
+                detail=f"call {call_id!r}: the arguments are larger than {MAX_ARGUMENT_BYTES} bytes",
                 call_ids=_call_ids(actions),
             )
         proposals.append(

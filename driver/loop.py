@@ -199,6 +199,14 @@ def _halted(resp: cp.CheckResponse) -> dict[str, Any]:
     return {"breaker": resp.code.removeprefix("breaker_")}
 
 
+class _RunEnded(Exception):
+    """The run ended (a person cancelled it) before an allowed call was sent to the toolrunner."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def verdict_name(v: int) -> str:
     return cp.Verdict.Name(v).removeprefix("VERDICT_")
 
@@ -497,7 +505,10 @@ class Driver:
                 except RunStateError:
                     pass  # it ended meanwhile: nothing left to stop
         for a in self.store.approvals(run_id, status="pending"):
-            self.store.decide_approval(a["approval_id"], "cancelled", person, "run cancelled")
+            try:
+                self.store.decide_approval(a["approval_id"], "cancelled", person, "run cancelled")
+            except RunStateError:
+                pass  # a person decided it meanwhile: the run is cancelled all the same, nothing of it runs
         stopped = 0
         try:
             stopped = self.toolrunner.cancel(run_id)
@@ -1035,11 +1046,9 @@ class Driver:
                                        f"plan accepted ({len(plan.steps)} steps); go ahead")})
             self.store.update_run(run["run_id"], plan=plan.model_dump(), has_plan=1, consecutive_failures=0)
             return True
-        if resp.verdict == _HALT:
-            self._refuse(run, call, resp.code, resp.reason, failure=False, stop=True, verdict="HALT")
-            self._pause(self.store.run(run["run_id"]), resp.code, resp.reason, **_halted(resp))
-            return False
-        if resp.verdict == _APPROVAL:  # a person reads the plan before the run goes on
+        if resp.verdict in (_HALT, _APPROVAL):
+            # APPROVAL: a person reads the plan before the run goes on. HALT: like a tool call's,
+            # this call and every further call of the turn are refused, never left to run on resume.
             return self._not_allowed(run, call, resp)
         refused = [f"{r.step_id}: {r.code}" for r in resp.plan_steps if r.verdict != _ALLOW]
         self._refuse(run, call, resp.code, resp.reason, stop=True)
@@ -1176,6 +1185,11 @@ class Driver:
         """Execute, retrying `runner_busy` with exponential backoff (the runner refused before
         anything started, so resending the same grant is safe)."""
         for attempt in range(self.runner_busy_retries + 1):
+            # A cancel that landed while the call was decided (or between busy retries) already
+            # stopped what ran for the run; a call sent after it would run for a cancelled run.
+            current = self.store.run(run["run_id"])
+            if current["status"] in TERMINAL:
+                raise _RunEnded(current["code"] or current["status"])
             try:
                 return self.toolrunner.execute(req, output)
             except DriverError as exc:
@@ -1199,6 +1213,10 @@ class Driver:
         output = OutputEvents(self.store, run["run_id"], call["tool"], call["decision_id"])
         try:
             receipt = self._execute_when_free(run, call, req, output)
+        except _RunEnded as ended:  # never sent: the checkpoint's ALLOW stays on the call, nothing ran
+            self.store.update_call(call["id"], status="done", code=ended.code, result={
+                "is_error": True, "content": context.refusal_result(ended.code, "the run ended before this call was sent")})
+            return
         except DependencyUnavailable:
             raise
         except DriverError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -49,12 +50,15 @@ class FakeMessagesAPI:
         self.replies: list[tuple[int, dict[str, Any]]] = []
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        # seconds to wait before answering the n-th request (0-based): a model that takes its time
+        self.delays: dict[int, float] = {}
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                time.sleep(fake.delays.get(len(fake.requests), 0.0))
                 fake.requests.append(body)
                 fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if self.path.rstrip("/") != "/v1/messages":

@@ -86,3 +86,56 @@ def test_max_tokens_cut_off_never_runs_the_partial_call(driver, fake):
     run = start(driver)
     assert run["status"] == "paused" and run["code"] == "cut_off"
     assert driver.store.receipts(run["run_id"]) == []
+
+
+@pytest.mark.parametrize("arguments", [
+    pytest.param({"task_id": "t", "q": json.loads("[" * 150 + "]" * 150)}, id="150-levels-deep"),
+    pytest.param({"task_id": "t" * 2_000_000}, id="2MB"),
+])
+def test_arguments_no_check_can_carry_are_rejected_at_the_boundary_and_the_run_goes_on(driver, fake, arguments):
+    """A tool_use input nested deeper than a protobuf Struct can carry, or larger than the checkpoint's
+    request limit, used to fail inside the Check itself (DecodeError / RESOURCE_EXHAUSTED): the run
+    stopped as a `driver_error`, and every resume decided the same call again and failed again."""
+    fake.replies += [
+        fa.tool_use("propose_plan", {"steps": [{"id": "g", "tool": "get_task"}]}, call_id="toolu_p"),
+        fa.tool_use("get_task", arguments, call_id="toolu_big"),
+        fa.end_turn(json.dumps({"action": "handoff", "reason": "cannot go on"})),
+    ]
+    run = start(driver)
+    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
+    rejected = [e["data"] for e in driver.store.events(run["run_id"]) if e["kind"] == "reply_rejected"]
+    assert [r["code"] for r in rejected] == ["malformed_response"]
+    # nothing was decided for it, and the model was told, as the tool_use's own result
+    assert [e["data"]["action"] for e in driver.store.events(run["run_id"]) if e["kind"] == "decision"] == [
+        "model_call", "plan", "model_call", "model_call"]
+    result = fake.requests[-1]["messages"][-1]["content"][0]
+    assert result["tool_use_id"] == "toolu_big" and result["is_error"] and "malformed_response" in result["content"]
+
+
+def test_a_breaker_tripped_by_a_plan_refuses_the_rest_of_its_turn(driver, fake):
+    """HALT on a plan: that call and every further call of the turn are refused, as for a tool
+    call's HALT. The calls proposed after the plan used to stay open and ran after the resume,
+    before the model read the person's reply."""
+    fake.replies += [
+        fa.tool_use("propose_plan", {"steps": [{"id": "l", "tool": "list_templates"}]}, call_id="toolu_p1"),
+        fa.message([{"type": "tool_use", "id": "toolu_p2", "name": "propose_plan",
+                     "input": {"steps": [{"id": "l", "tool": "list_templates"}]}},
+                    {"type": "tool_use", "id": "toolu_l", "name": "list_templates", "input": {}}], "tool_use"),
+        fa.end_turn(json.dumps({"action": "handoff", "reason": "stopping as told"})),
+    ]
+    fake.delays[1] = 3.5  # the second turn's reply arrives after the stretch's wall clock ran out
+    run = start(driver, wall_clock_seconds=3)
+    assert (run["status"], run["code"]) == ("paused", "breaker_wall_clock"), (run["code"], run["reason"])
+    calls = driver.store.calls(run["run_id"], run["turn"])
+    assert [(c["tool"], c["status"], c["verdict"], c["code"]) for c in calls] == [
+        ("propose_plan", "done", "HALT", "breaker_wall_clock"),
+        ("list_templates", "done", "HALT", "breaker_wall_clock")]
+    run = driver.resume(run["run_id"], "alice", "stop here", {"wall_clock_seconds": 600}, spawn=False)
+    run = driver.run_until_stopped(run["run_id"])
+    assert (run["status"], run["code"]) == ("paused", "handoff")
+    assert driver.store.receipts(run["run_id"]) == []  # nothing of the halted turn ran
+    assert [e["data"]["action"] for e in driver.store.events(run["run_id"]) if e["kind"] == "decision"] == [
+        "model_call", "plan", "model_call", "plan", "model_call"]
+    results = fake.requests[-1]["messages"][-1]["content"]
+    assert [(r["tool_use_id"], r["is_error"]) for r in results if r["type"] == "tool_result"] == [
+        ("toolu_p2", True), ("toolu_l", True)]

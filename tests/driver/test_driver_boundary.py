@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from driver.boundary import (
+    MAX_ARGUMENT_BYTES,
     Final,
     Handoff,
     Idle,
@@ -15,6 +16,14 @@ from driver.boundary import (
 )
 
 CONTRACT = {"get_task", "create_task_from_template", "propose_plan"}
+
+
+def nested(levels, inner=None):
+    """An object (or list) `levels` deep."""
+    value = "x" if inner is None else inner
+    for _ in range(levels):
+        value = [value] if isinstance(inner, list) else {"a": value}
+    return value
 
 
 def reply(*actions, stop="tool_use", text=""):
@@ -42,6 +51,11 @@ CASES = [
     # no exact JSON number (RFC 8785): the grant could only bind it rounded
     ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "arguments": {"id": 2**60 + 1}})),
     ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "arguments": {"x": float("nan")}})),
+    # arguments the checkpoint refuses and a protobuf Struct cannot even carry to it
+    ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "arguments": {"x": nested(32)}})),
+    ("malformed_response", reply({"action": "tool_call", "tool": "get_task", "arguments": {"x": nested(900, [])}})),
+    ("malformed_response", reply({"action": "tool_call", "tool": "get_task",
+                                  "arguments": {"x": "y" * MAX_ARGUMENT_BYTES}})),
 ]
 
 
@@ -87,3 +101,11 @@ def test_final_and_handoff_and_idle():
     assert isinstance(h, Handoff) and h.code == "handoff" and h.reason == "need a human"
     i = decide(reply(stop="end_turn", text="let me think"), CONTRACT)
     assert isinstance(i, Idle) and i.text == "let me think"
+
+
+def test_arguments_at_the_checkpoints_bounds_pass():
+    # 32 levels with the arguments object itself, and exactly MAX_ARGUMENT_BYTES of canonical JSON
+    deep = decide(reply({"action": "tool_call", "tool": "get_task", "arguments": {"x": nested(31)}}), CONTRACT)
+    big = decide(reply({"action": "tool_call", "tool": "get_task",
+                        "arguments": {"x": "y" * (MAX_ARGUMENT_BYTES - len('{"x":""}'))}}), CONTRACT)
+    assert isinstance(deep, ToolCalls) and isinstance(big, ToolCalls)

@@ -206,3 +206,59 @@ def test_a_watch_that_starts_after_the_end_ends_at_once(tmp_path) -> None:
     watcher.start()
     watcher.join(60)
     assert not watcher.is_alive() and seen == []  # nothing new, and no wait for a final event it already had
+
+
+def test_a_cancel_landing_while_a_call_is_decided_runs_nothing_after_it(stack, monkeypatch):
+    """The person cancels while the checkpoint decides a call (which it allows): the cancel stops
+    what runs for the run, and nothing starts after it. The driver used to send the allowed call
+    to the toolrunner anyway: the tool ran for a cancelled run, its receipt after `run_cancelled`."""
+    d = stack.driver()
+    run = d.start_run("recon", goal(), owner="alice", provider="scripted", spawn=False,
+                      provider_options={"script": [PLAN, SCAN, final(reported="x")]})
+    real_check = d.checkpoint.check
+
+    def cancel_during_the_check(request: Any) -> Any:
+        answer = real_check(request)
+        if request.HasField("tool_call"):
+            d.cancel(run["run_id"], "carol", "stop everything")
+        return answer
+
+    monkeypatch.setattr(d.checkpoint, "check", cancel_during_the_check)
+    run = d.run_until_stopped(run["run_id"])
+    assert run["status"] == "cancelled"
+    assert d.store.receipts(run["run_id"]) == []  # nothing ran for the cancelled run
+    [scan] = [c for c in d.store.calls(run["run_id"]) if c["tool"] == "create_task_from_template"]
+    assert (scan["status"], scan["verdict"], scan["code"]) == ("done", "ALLOW", "cancelled")
+    assert scan["decision_id"] and scan["result"]["is_error"]  # the checkpoint's ALLOW stays on the record
+    kinds = [e["kind"] for e in d.store.events(run["run_id"])]
+    assert "tool_receipt" not in kinds
+    assert kinds[kinds.index("run_cancelled") + 1:] == ["decision"]  # the ALLOW the check answered, recorded
+
+
+def test_an_approval_decided_while_a_cancel_lands_does_not_break_the_cancel(stack, monkeypatch):
+    """The approver's ApproveCall read the run as awaiting approval just before the person's cancel
+    moved it; the approval is decided between the cancel's listing of pending approvals and its
+    closing them. The cancel used to fail there (`approval_not_pending`) with the run already
+    cancelled: no `run_cancelled` event, the toolrunner never told, a parent never settled."""
+    d = stack.driver()
+    run = d.start_run("recon", goal(), owner="alice", provider="scripted", spawn=False,
+                      provider_options={"script": [PLAN, call("create_task_from_template", template="web",
+                                                                target="10.20.0.0/24")]})
+    run = d.run_until_stopped(run["run_id"])
+    [approval] = d.store.approvals(run["run_id"], status="pending")
+    token = stack.approval_token(d, approval["approval_id"])
+    real_decide = d.store.decide_approval
+
+    def approver_first(approval_id: str, status: str, person: str, note: str = "", token_: str = "",
+                       **kw: Any) -> dict[str, Any]:
+        if status == "cancelled":  # the approver's decision, already past its status check, lands first
+            real_decide(approval_id, "approved", "bob", "", token=token)
+        return real_decide(approval_id, status, person, note, **kw)
+
+    monkeypatch.setattr(d.store, "decide_approval", approver_first)
+    run = d.cancel(run["run_id"], "alice", "not today")
+    assert run["status"] == "cancelled"
+    kinds = [e["kind"] for e in d.store.events(run["run_id"])]
+    assert kinds[-1] == "run_cancelled"
+    assert d.run_until_stopped(run["run_id"])["status"] == "cancelled"
+    assert d.store.receipts(run["run_id"]) == []  # the approved call never runs for a cancelled run
