@@ -57,7 +57,9 @@ _NUMBER = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]*")
 _HEAD_END = re.compile(r"[/:]")
 _PREFIX = re.compile(r"([^/]+)(?:/(0|[1-9][0-9]{0,2}))?")
 _LEGACY_V4 = re.compile(r"((?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){1,3})\*")
-_LDH = re.compile(r"[a-z0-9_-]{1,63}")  # an ASCII label; `_` for service names like _dmarc
+# An ASCII label; `_` for service names like _dmarc. Never `-` at either end (RFC 952/1123): a
+# target `-iLx.lab.example.com` inside `*.lab.example.com` would reach a tool's argv as an option.
+_LDH = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
 _V4_MAPPED = 0xFFFF << 32  # ::ffff:0:0/96, where IPv6 keeps IPv4 addresses
 _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]*))?")  # a URL's netloc without userinfo
 # A URL not written `scheme://host`: browsers and WHATWG parsers read `https:host`, `https:/host`,
@@ -99,8 +101,8 @@ def normalise_host(text: str) -> str:
         if label.isascii() and not label.startswith("xn--"):
             if _LDH.fullmatch(label) is None:
                 raise SubjectError(
-                    f"{_show(text)} is not a host name (a label is 1 to 63 letters, digits, '-' or '_';"
-                    " a port or a path is not part of a host)"
+                    f"{_show(text)} is not a host name (a label is 1 to 63 letters, digits, '-' or '_', and"
+                    " starts and ends with no '-'; a port or a path is not part of a host)"
                 )
             continue
         try:  # a U-label is encoded, an A-label is checked by decoding it

@@ -267,3 +267,15 @@ def test_plain_names_are_still_names():
 
 def check_refunds(customer: str) -> tuple[str, str]:
     return check(extended(), "probe", {"target": customer}, ("refunder",))
+
+
+@pytest.mark.parametrize("value", ["-iLx.lab.example.com", "-oProxyCommand=x.lab.example.com",
+                                   "web-.lab.example.com", "web.-lab.example.com", "http://-x.lab.example.com/"])
+def test_a_host_label_at_a_hyphen_is_invalid(value):
+    # inside the recon scope *.lab.example.com, the first would reach a tool's argv as an option
+    assert probe(value, ("prober",)) == INVALID
+
+
+def test_hyphens_inside_a_label_are_still_hosts():
+    assert target("web-01.lab.example.com", ("recon",)) == ALLOWED
+    assert probe("xn--bcher-kva.example") == OFF_LIMITS  # A-labels keep their `--`
