@@ -22,6 +22,15 @@ Path_ = tuple[str | int, ...]
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MAX_DEPTH = 64
+# Values one file may hold once its aliases are expanded. A file within the loader's 1 MiB cap
+# holds fewer than this without aliases (every value takes at least two bytes), so the cap only
+# refuses aliases that expand a few lines into millions of values, which would otherwise hold
+# the loader (and a hot reload) for minutes and fill memory.
+MAX_VALUES = 1 << 20
+# Tags a policy value may carry: YAML's core schema. Any other (`!!python/object`, `!!set`,
+# `!custom`) says the author meant something a policy file cannot hold; refuse it, never guess.
+_CORE_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in
+                       ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "binary"))
 
 
 class YamlIssue(Exception):
@@ -54,6 +63,16 @@ class SourceDocument:
 class _Builder:
     def __init__(self) -> None:
         self._scalars = SafeConstructor()
+        self._values = 0  # built so far, aliases expanded, across the file's documents
+
+    def _scalar(self, node: Node) -> Any:
+        if node.tag not in _CORE_TAGS:
+            raise YamlIssue(node.start_mark.line + 1, f"YAML tag {node.tag!r} is not allowed in a policy file")
+        try:
+            return self._scalars.construct_object(node)
+        except Exception:  # noqa: BLE001 - `!!int abc`, `!!bool maybe`: the constructors raise anything
+            raise YamlIssue(node.start_mark.line + 1,
+                            f"cannot read {node.value!r} as YAML tag {node.tag!r}"[:300]) from None
 
     def build(self, node: Node) -> SourceDocument:
         doc = SourceDocument(data=None, line=node.start_mark.line + 1)
@@ -63,13 +82,18 @@ class _Builder:
     def _value(self, node: Node, path: Path_, doc: SourceDocument, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise YamlIssue(node.start_mark.line + 1, f"nesting deeper than {MAX_DEPTH} levels")
+        self._values += 1
+        if self._values > MAX_VALUES:
+            raise YamlIssue(node.start_mark.line + 1, f"more than {MAX_VALUES} values once its aliases are expanded")
         doc.lines.setdefault(path, node.start_mark.line + 1)
+        if not isinstance(node, ScalarNode) and node.tag not in _CORE_TAGS:
+            raise YamlIssue(node.start_mark.line + 1, f"YAML tag {node.tag!r} is not allowed in a policy file")
         if isinstance(node, MappingNode):
             result: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     raise YamlIssue(key_node.start_mark.line + 1, "merge keys (<<) are not allowed")
-                key = self._scalars.construct_object(key_node) if isinstance(key_node, ScalarNode) else None
+                key = self._scalar(key_node) if isinstance(key_node, ScalarNode) else None
                 if not isinstance(key, str):
                     raise YamlIssue(key_node.start_mark.line + 1, "keys must be strings")
                 if key in result:
@@ -82,7 +106,7 @@ class _Builder:
             return [self._value(item, (*path, i), doc, depth + 1) for i, item in enumerate(node.value)]
         if getattr(node, "style", None) == "|":
             doc.blocks[path] = node.start_mark.line + 2
-        value = self._scalars.construct_object(node)
+        value = self._scalar(node)
         if not isinstance(value, (str, int, float, bool)) and value is not None:
             # dates and binary scalars have no meaning in policy files; refuse rather than guess
             quote = " (quote it to write it as text)" if isinstance(value, (datetime.date, bytes)) else ""

@@ -62,6 +62,15 @@ ERRORS = [
     ("empty-file", "b.yaml", "# nothing here\n", 1, "no document"),
     ("merge-key", "b.yaml", "base: &b {persona: p}\nkind: Agent\nname: x\n<<: *b\n", 4, "merge keys"),
     ("date-value", "b.yaml", agent("description: 2024-01-01\n"), 4, "unsupported YAML value"),
+    # an explicit tag the safe constructors cannot read raised KeyError/ValueError out of the loader
+    ("tag-bool-unreadable", "b.yaml", agent("description: !!bool maybe\n"), 4, "cannot read 'maybe'"),
+    ("tag-int-unreadable", "b.yaml", agent("budget: {turns: !!int many}\n"), 4, "cannot read 'many'"),
+    ("tag-timestamp-unreadable", "b.yaml", agent("description: !!timestamp soon\n"), 4, "cannot read 'soon'"),
+    ("tag-python", "b.yaml", agent("description: !!python/name:os.system ''\n"), 4, "is not allowed"),
+    ("tag-custom", "b.yaml", agent("description: !secret x\n"), 4, "is not allowed"),
+    # and one on a collection was dropped without a word
+    ("tag-on-mapping", "b.yaml", agent("scope: !!python/object:x.Y {access: [read]}\n"), 4, "is not allowed"),
+    ("tag-set", "b.yaml", agent("allowlist: !!set {ping}\n"), 4, "is not allowed"),
     ("cel-syntax", "r.yaml", rule("args.x =="), 4, "CEL does not compile"),
     ("cel-undeclared-variable", "r.yaml", rule("secret == 1"), 4, "CEL does not compile"),
     ("cel-type-error", "r.yaml", rule("action + 1 == 2"), 4, "CEL does not compile"),
@@ -152,6 +161,26 @@ def test_every_error_in_every_file_is_reported_at_once_and_sorted(tmp_path):
     headlines = [line for line in text.splitlines() if not line.startswith("    |")]
     assert len(headlines) == len(errors) >= 4
     assert "    | args.x ==" in text
+
+
+def test_an_alias_bomb_is_refused_with_the_other_errors(tmp_path):
+    """Eight short lines whose aliases expand to 10**8 values held the loader (and a hot reload)
+    for minutes while memory filled; it is refused at its line, and the rest is still reported."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    folder = write(tmp_path / "p", {**BASE, "bomb.yaml": "\n".join(lines) + "\n",
+                                    "other.yaml": agent("allowlist: [nuke]\n")})
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder)
+    shown = [str(e) for e in info.value.errors]
+    assert any(s.startswith(f"{folder / 'bomb.yaml'}:") and "aliases are expanded" in s for s in shown), shown
+    assert any(s.startswith(f"{folder / 'other.yaml'}:4: ") and "unknown tool 'nuke'" in s for s in shown), shown
+
+
+def test_aliases_that_expand_to_little_still_load(tmp_path):
+    scope = "allowlist: [ping]\nscope: {access: [read], nodes: &lab [lab-1, lab-2], images: *lab}\n"
+    folder = write(tmp_path / "p", {**BASE, "agents/ok2.yaml": agent(scope, name="ok2")})
+    assert load_policy_dir(folder).agents["ok2"].scope.images == ["lab-1", "lab-2"]
 
 
 def test_duplicate_names_report_the_second_definition(tmp_path):
