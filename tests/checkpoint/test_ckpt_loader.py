@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,21 @@ def test_a_file_that_is_not_utf8_is_an_error(tmp_path):
     with pytest.raises(PolicyLoadError) as info:
         load_policy_dir(folder)
     assert any("UTF-8" in e.message and e.file.endswith("bin.yaml") for e in info.value.errors)
+
+
+def test_a_policy_file_that_cannot_be_read_is_an_error_not_left_out(tmp_path):
+    """An off-limits list replaced by a symlink whose target is gone (a wrong relative path, a
+    volume not mounted) was skipped, and the set loaded without it: every subject in it allowed."""
+    folder = write(tmp_path / "p", {**BASE, "other.yaml": agent("allowlist: [nuke]\n")})
+    (folder / "subjects").mkdir()
+    (folder / "subjects" / "off-limits.yaml").symlink_to(tmp_path / "gone" / "off-limits.yaml")
+    os.mkfifo(folder / "pipe.yaml")  # listed too, and refused without waiting for a writer
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder)
+    shown = [str(e) for e in info.value.errors]
+    assert f"{folder / 'subjects' / 'off-limits.yaml'}:1: cannot be read: a symlink whose target is missing" in shown
+    assert f"{folder / 'pipe.yaml'}:1: cannot be read: not a regular file" in shown
+    assert any("unknown tool 'nuke'" in s for s in shown), "the other files' errors come with it"
 
 
 def test_an_oversized_file_is_an_error(tmp_path):
