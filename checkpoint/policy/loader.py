@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from checkpoint.cel import CelCompileError, CelProgram, CelType, get_engine
 from checkpoint.cel import typed as cel_typed
 from checkpoint.cel.fastpath import FastProgram, compile_fast
+from checkpoint.engine import codes
 from checkpoint.policy import celtypes, entries, input_schemas, model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.defaults import with_defaults
@@ -580,6 +581,13 @@ class _Compiler:
                 self.error(doc, ("agents", i), f"rule {spec.name!r} names unknown agent {name!r}")
         if spec.tools and spec.actions != ["tool_call"]:
             self.error(doc, ("tools",), f"rule {spec.name!r}: 'tools' only applies to tool_call rules")
+        own = spec.default_code()
+        if spec.code is not None and spec.code != own and (spec.code in codes.DECISION_CODES
+                                                           or spec.code.startswith("breaker_")):
+            # clients, dashboards and the driver act on codes: a DENY counted as `allowed`, or a
+            # handoff the driver reads as a tripped breaker (and whose person it never names)
+            self.error(doc, ("code",), f"rule {spec.name!r}: code {spec.code!r} is a stable code warden gives for "
+                       f"something else; a {spec.effect.value} rule's code is {own!r} or a name of its own")
         if spec.handoff_to is not None and spec.effect is not model.Effect.HANDOFF_IF:
             self.error(doc, ("handoff_to",), f"rule {spec.name!r}: 'handoff_to' only applies to handoff_if rules")
         named = [(n, tools[n].spec.input_schema) for n in spec.tools if n in tools]

@@ -94,6 +94,13 @@ ERRORS = [
     ("delegates-itself", "b.yaml", agent("delegates: [bad]\n"), 4, "cannot delegate to itself"),
     ("unknown-tenant", "b.yaml", agent("tenant: nobody\n"), 4, "unknown tenant"),
     ("rule-unknown-tool", "r.yaml", rule("true") + "tools: [nuke]\n", 5, "unknown tool 'nuke'"),
+    # a rule's own code may not pass for another stable code: a DENY counted as `allowed`, or a
+    # handoff the driver pauses as a breaker (not naming whom the case went to)
+    ("rule-code-allowed", "r.yaml", rule("true") + "code: allowed\n", 5, "stable code warden gives"),
+    ("rule-code-off-limits", "r.yaml", rule("true") + "code: subject_off_limits\n", 5, "stable code warden gives"),
+    ("rule-code-breaker", "r.yaml", rule("true").replace("deny_if", "handoff_if") + "code: breaker_tokens\n",
+     5, "a handoff_if rule's code is 'handoff'"),
+    ("rule-code-breaker-like", "r.yaml", rule("true") + "code: breaker_custom\n", 5, "stable code warden gives"),
     ("duplicate-name-across-files", "z.yaml", "kind: Agent\nname: ok\npersona: again\n", 2,
      "defined twice (first in"),
     ("second-instance", "z.yaml", "kind: Instance\n", 1, "only one Instance"),
@@ -138,6 +145,13 @@ def test_each_error_names_file_and_line(tmp_path, name, file, text, line, fragme
 def test_the_base_set_loads(tmp_path):
     policies = load_policy_dir(write(tmp_path / "p", BASE))
     assert set(policies.agents) == {"ok"} and set(policies.tools) == {"ping", "admin"}
+
+
+def test_a_rule_may_name_its_own_code_or_its_effects(tmp_path):
+    rules = (rule("true") + "code: refund_frozen\n---\n" + rule("true").replace("name: r", "name: r2")
+             + "code: rule_denied\n")
+    policies = load_policy_dir(write(tmp_path / "p", {**BASE, "r.yaml": rules}))
+    assert [r.code for r in policies.rules] == ["refund_frozen", "rule_denied"]
 
 
 def test_every_error_in_every_file_is_reported_at_once_and_sorted(tmp_path):
