@@ -22,11 +22,11 @@ Path_ = tuple[str | int, ...]
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MAX_DEPTH = 64
-# Values one file may hold once its aliases are expanded. A file within the loader's 1 MiB cap
-# holds fewer than this without aliases (every value takes at least two bytes), so the cap only
-# refuses aliases that expand a few lines into millions of values, which would otherwise hold
-# the loader (and a hot reload) for minutes and fill memory.
-MAX_VALUES = 1 << 20
+# Values a text may hold once its aliases are expanded: about one per character (without aliases
+# every value takes at least two), so this refuses only aliases that expand a few lines into
+# millions of values, which would hold the loader (a hot reload, or a proposal sent to the
+# checkpoint) for minutes and fill memory, and it costs no more than reading that much text.
+SPARE_VALUES = 1024
 # Tags a policy value may carry: YAML's core schema. Any other (`!!python/object`, `!!set`,
 # `!custom`) says the author meant something a policy file cannot hold; refuse it, never guess.
 _CORE_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in
@@ -61,9 +61,10 @@ class SourceDocument:
 
 
 class _Builder:
-    def __init__(self) -> None:
+    def __init__(self, max_values: int) -> None:
         self._scalars = SafeConstructor()
-        self._values = 0  # built so far, aliases expanded, across the file's documents
+        self._values = 0  # built so far, aliases expanded, across the text's documents
+        self._max_values = max_values
 
     def _scalar(self, node: Node) -> Any:
         if node.tag not in _CORE_TAGS:
@@ -83,8 +84,9 @@ class _Builder:
         if depth > MAX_DEPTH:
             raise YamlIssue(node.start_mark.line + 1, f"nesting deeper than {MAX_DEPTH} levels")
         self._values += 1
-        if self._values > MAX_VALUES:
-            raise YamlIssue(node.start_mark.line + 1, f"more than {MAX_VALUES} values once its aliases are expanded")
+        if self._values > self._max_values:
+            raise YamlIssue(node.start_mark.line + 1,
+                            f"more than {self._max_values} values once its aliases are expanded")
         doc.lines.setdefault(path, node.start_mark.line + 1)
         if not isinstance(node, ScalarNode) and node.tag not in _CORE_TAGS:
             raise YamlIssue(node.start_mark.line + 1, f"YAML tag {node.tag!r} is not allowed in a policy file")
@@ -123,5 +125,5 @@ def load_documents(text: str) -> list[SourceDocument]:
         raise YamlIssue(mark.line + 1 if mark else 1, f"YAML syntax: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
         raise YamlIssue(1, f"YAML: {exc}") from None
-    builder = _Builder()
+    builder = _Builder(len(text) + SPARE_VALUES)
     return [builder.build(n) for n in nodes]

@@ -9,6 +9,7 @@ import pytest
 from ckpt_helpers import ENGINES
 
 from checkpoint.policy import AgentCatalog, PolicyLoadError, load_policy_dir
+from checkpoint.policy.loader import load_agent_definition
 
 BASE = {
     "instance.yaml": "kind: Instance\nceilings: {turns: 10}\n",
@@ -190,6 +191,18 @@ def test_an_alias_bomb_is_refused_with_the_other_errors(tmp_path):
     shown = [str(e) for e in info.value.errors]
     assert any(s.startswith(f"{folder / 'bomb.yaml'}:") and "aliases are expanded" in s for s in shown), shown
     assert any(s.startswith(f"{folder / 'other.yaml'}:4: ") and "unknown tool 'nuke'" in s for s in shown), shown
+
+
+def test_an_alias_bomb_sent_as_a_proposal_is_refused(tmp_path):
+    """A proposed definition is a caller's text (ProposeAgentChange, 64 KiB at most): the same
+    eight lines would have held a checkpoint worker for minutes."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    policies = load_policy_dir(write(tmp_path / "p", BASE))
+    with pytest.raises(PolicyLoadError) as info:
+        load_agent_definition(agent("allowlist: [ping]\n") + "\n".join(lines) + "\n", "proposal", policies)
+    (error,) = info.value.errors
+    assert error.file == "proposal" and "aliases are expanded" in error.message
 
 
 def test_aliases_that_expand_to_little_still_load(tmp_path):
