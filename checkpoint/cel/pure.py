@@ -10,7 +10,7 @@ from typing import Any
 import celpy
 import celpy.celtypes as ct
 import lark
-from celpy.evaluation import CELEvalError, base_functions
+from celpy.evaluation import CELEvalError, Evaluator, base_functions
 
 from checkpoint.cel import native
 from checkpoint.cel.api import FALSE, TRUE, CelCompileError, CelResult, CelType
@@ -176,6 +176,50 @@ def _name_error(node: lark.Tree, message: str, source: str) -> CelCompileError:
     return CelCompileError(f"{where}{message}", line=line, column=column, source=source)
 
 
+def _select(exprlist: lark.Tree) -> lark.Tree | None:
+    """The `e.f` node a has() argument consists of, if it is one."""
+    node: lark.Tree | lark.Token = exprlist.children[0] if exprlist.children else exprlist
+    while isinstance(node, lark.Tree):
+        if node.data == "member_dot":
+            return node
+        if len(node.children) != 1:
+            return None
+        node = node.children[0]
+    return None
+
+
+class _Evaluator(Evaluator):
+    """cel-python's evaluator where it is more lenient than the native runtime (and CEL), which
+    would let a rule pass under one engine that the other refuses."""
+
+    def member_dot_arg(self, tree: lark.Tree) -> Any:
+        # a macro over a string iterates its characters here; CEL has no such overload
+        name = str(tree.children[1])
+        if name in _MACROS:
+            target = self.visit(tree.children[0])
+            if not isinstance(target, (CELEvalError, list, dict)):
+                return CELEvalError(f"no such overload: {name}() over {type(target).__name__}", TypeError, ())
+        return super().member_dot_arg(tree)
+
+    def macro_has_eval(self, exprlist: lark.Tree) -> Any:
+        # has(e.f) is false here whenever e.f fails, e missing or not a map included; in CEL it
+        # tests only whether map e holds f, and an e that fails or is no map is an error
+        select = _select(exprlist)
+        if select is None:
+            return super().macro_has_eval(exprlist)
+        target = self.visit(select.children[0])
+        if isinstance(target, CELEvalError):
+            return target
+        if not isinstance(target, dict):
+            return CELEvalError(f"no such overload: has() on {type(target).__name__}", TypeError, ())
+        return ct.BoolType(ct.StringType(str(select.children[1])) in target)
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context: Any) -> Any:
+        return _Evaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
 class PythonProgram:
     __slots__ = ("source", "_runner", "_variables", "_names")
 
@@ -228,7 +272,7 @@ class PythonEngine:
 
     def __init__(self, full_check: bool = True) -> None:
         # The default InterpretedRunner: CompiledRunner crashes in cel-python 0.5.0.
-        self._env = celpy.Environment(runner_class=celpy.InterpretedRunner)
+        self._env = celpy.Environment(runner_class=_Runner)
         self._checker = native.NativeEngine() if full_check and native.AVAILABLE else None
 
     def preparer(self, variables: Mapping[str, CelType]) -> Callable[[Mapping[str, object]], Mapping[str, object]]:

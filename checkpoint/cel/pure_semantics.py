@@ -41,6 +41,8 @@ def _kind(v: object) -> str:
         return "list"
     if isinstance(v, dict):
         return "map"
+    if isinstance(v, _Conversion):
+        return "type"
     return type(v).__name__
 
 
@@ -132,6 +134,8 @@ def _arith(op: Callable[[object, object], object], name: str) -> Callable[[objec
     def apply(a: object, b: object) -> object:
         if _is_number(a) and _is_number(b) and _kind(a) != _kind(b):
             raise TypeError(f"no such overload: {_kind(a)} {name} {_kind(b)}")
+        if "bool" in (_kind(a), _kind(b)):  # BoolType is a Python int: `true + 1` would be 2
+            raise TypeError(f"no such overload: {_kind(a)} {name} {_kind(b)}")
         return base(a, b)
 
     apply.__name__ = op.__name__
@@ -172,6 +176,35 @@ def _dyn(value: object) -> object:
     return value
 
 
+def _negate(value: object) -> object:
+    if not _is_number(value):  # `-true` would be -1 in Python
+        raise TypeError(f"no such overload: -{_kind(value)}")
+    return base_functions["-_"](value)
+
+
+class _Conversion:
+    """cel-python's `name()` refusing the kinds the native runtime has no overload for (it reads
+    null as 0, "" or false: `int(null) == 0`, `size(null) == 0`). The name is also a type
+    (`type(x) == int`): the conversion stands for its type there."""
+
+    def __init__(self, name: str, refused: tuple[str, ...]) -> None:
+        self.name, self.base, self.refused = name, base_functions[name], refused
+        self.__name__ = name
+
+    def __call__(self, *values: object) -> object:
+        if values and _kind(values[0]) in self.refused:
+            raise TypeError(f"no such overload: {self.name}({_kind(values[0])})")
+        if self.name == "string" and values and _kind(values[0]) == "bool":
+            return ct.StringType("true" if values[0] else "false")  # Python's str() says "True"
+        return self.base(*values)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other is self.base or (isinstance(other, _Conversion) and other.base is self.base)
+
+    def __hash__(self) -> int:
+        return hash(self.base)
+
+
 OVERRIDES: dict[str, Any] = {
     "_==_": _guard(_eq_fn),
     "_!=_": _guard(_ne_fn),
@@ -186,5 +219,14 @@ OVERRIDES: dict[str, Any] = {
     "_%_": _guard(_arith(operator.mod, "_%_")),
     "_in_": _guard(_in),
     "_[_]": _guard(_index),
+    "-_": _negate,
+    "int": _Conversion("int", ("null",)),
+    "uint": _Conversion("uint", ("null", "bool")),
+    "double": _Conversion("double", ("null", "bool")),
+    "string": _Conversion("string", ("null", "list", "map")),
+    "bool": _Conversion("bool", ("null",)),
+    "bytes": _Conversion("bytes", ("null",)),
+    "size": _Conversion("size", ("null", "bool")),
+    "duration": _Conversion("duration", ("null", "bool", "int", "uint", "double")),
     "dyn": _dyn,
 }

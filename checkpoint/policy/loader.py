@@ -6,6 +6,7 @@ an operator fixes a broken edit in one pass, not one error per run.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from checkpoint.cel import CelCompileError, CelProgram, CelType, get_engine
 from checkpoint.cel import typed as cel_typed
 from checkpoint.cel.fastpath import FastProgram, compile_fast
+from checkpoint.engine import codes
 from checkpoint.policy import celtypes, entries, input_schemas, model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.defaults import with_defaults
@@ -79,12 +81,14 @@ class _Doc:
 
 def policy_files(directory: Path) -> list[Path]:
     """The policy files: *.yaml / *.yml, not tests, and nothing hidden (a dot file or folder is
-    where an edit is written before `mv` puts it in place)."""
+    where an edit is written before `mv` puts it in place). A name that is not a folder is listed
+    even when it is no regular file (a symlink whose target is gone, a FIFO): reading it is then
+    an error, never a file silently left out (an off-limits list behind a broken link would widen)."""
     return sorted(
         p
         for p in directory.rglob("*")
         if p.suffix in (".yaml", ".yml") and not p.name.endswith(TEST_SUFFIXES)
-        and not any(part.startswith(".") for part in p.relative_to(directory).parts) and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(directory).parts) and not p.is_dir()
     )
 
 
@@ -106,23 +110,33 @@ def load_policy_dir(
     root = Path(directory)
     if not root.is_dir():
         raise PolicyLoadError([PolicyError(str(root), 0, "not a directory")])
-    return load_policy_files(read_policy_files(root), str(directory), catalog=catalog, cel_engine=cel_engine)
+    contents: list[tuple[str, bytes]] = []
+    unread: list[PolicyError] = []
+    for path in policy_files(root):
+        name = str(path.relative_to(root))
+        try:
+            contents.append((name, _read(path)))
+        except OSError as exc:
+            unread.append(PolicyError(os.path.join(str(directory), name), 1, f"cannot be read: {exc.strerror or exc}"))
+    return load_policy_files(contents, str(directory), catalog=catalog, cel_engine=cel_engine, unread=unread)
 
 
 def read_policy_files(root: Path) -> list[tuple[str, bytes]]:
-    """The folder's policy files as (path relative to it, bytes), in folder order."""
+    """The folder's policy files as (path relative to it, bytes), in folder order; OSError when
+    one cannot be read."""
     return [(str(path.relative_to(root)), _read(path)) for path in policy_files(root)]
 
 
 def load_policy_files(
     contents: list[tuple[str, bytes]], directory: str, *, catalog: AgentCatalog | None = None,
-    cel_engine: str = "native", settle: bool = True,
+    cel_engine: str = "native", settle: bool = True, unread: list[PolicyError] | None = None,
 ) -> PolicySet:
     """`load_policy_dir` for files given as (path relative to the folder, bytes), in folder order.
 
     `settle=False` (an old revision compiled for a pinned run) reads which versions are live
-    without letting these files change it."""
-    errors: list[PolicyError] = []
+    without letting these files change it. `unread`: the folder's files that could not be read,
+    reported with the problems of the rest (the set does not load)."""
+    errors: list[PolicyError] = list(unread or ())
     docs: list[_Doc] = []
     for name, data in contents:
         docs.extend(_parse_file(data, os.path.join(directory, name), errors))
@@ -167,6 +181,9 @@ def load_agent_definition(text: str, shown: str, policies: PolicySet) -> AgentVe
 
 
 def _read(path: Path) -> bytes:
+    if not path.is_file():  # checked before opening: opening a FIFO would wait for a writer
+        what = "a symlink whose target is missing" if path.is_symlink() and not path.exists() else "not a regular file"
+        raise OSError(errno.EINVAL, what, str(path))
     with open(path, "rb") as f:
         return f.read(MAX_FILE_BYTES + 1)  # one byte more tells a file over the cap
 
@@ -564,6 +581,13 @@ class _Compiler:
                 self.error(doc, ("agents", i), f"rule {spec.name!r} names unknown agent {name!r}")
         if spec.tools and spec.actions != ["tool_call"]:
             self.error(doc, ("tools",), f"rule {spec.name!r}: 'tools' only applies to tool_call rules")
+        own = spec.default_code()
+        if spec.code is not None and spec.code != own and (spec.code in codes.DECISION_CODES
+                                                           or spec.code.startswith("breaker_")):
+            # clients, dashboards and the driver act on codes: a DENY counted as `allowed`, or a
+            # handoff the driver reads as a tripped breaker (and whose person it never names)
+            self.error(doc, ("code",), f"rule {spec.name!r}: code {spec.code!r} is a stable code warden gives for "
+                       f"something else; a {spec.effect.value} rule's code is {own!r} or a name of its own")
         if spec.handoff_to is not None and spec.effect is not model.Effect.HANDOFF_IF:
             self.error(doc, ("handoff_to",), f"rule {spec.name!r}: 'handoff_to' only applies to handoff_if rules")
         named = [(n, tools[n].spec.input_schema) for n in spec.tools if n in tools]

@@ -179,9 +179,12 @@ class Rule(Strict):
         "enforce", description="shadow: evaluated and recorded (shadow_verdict) beside the enforced answer, never "
                                "enforced; promote it by removing this line")
 
+    def default_code(self) -> str:
+        return {Effect.DENY_IF: "rule_denied", Effect.APPROVE_IF: "approval_required",
+                Effect.HANDOFF_IF: "handoff"}[self.effect]
+
     def effective_code(self) -> str:
-        defaults = {Effect.DENY_IF: "rule_denied", Effect.APPROVE_IF: "approval_required", Effect.HANDOFF_IF: "handoff"}
-        return self.code or defaults[self.effect]
+        return self.code or self.default_code()
 
 
 class OffLimitsSubject(Strict):

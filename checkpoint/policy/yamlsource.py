@@ -22,6 +22,15 @@ Path_ = tuple[str | int, ...]
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MAX_DEPTH = 64
+# Values a text may hold once its aliases are expanded: about one per character (without aliases
+# every value takes at least two), so this refuses only aliases that expand a few lines into
+# millions of values, which would hold the loader (a hot reload, or a proposal sent to the
+# checkpoint) for minutes and fill memory, and it costs no more than reading that much text.
+SPARE_VALUES = 1024
+# Tags a policy value may carry: YAML's core schema. Any other (`!!python/object`, `!!set`,
+# `!custom`) says the author meant something a policy file cannot hold; refuse it, never guess.
+_CORE_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in
+                       ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "binary"))
 
 
 class YamlIssue(Exception):
@@ -52,8 +61,19 @@ class SourceDocument:
 
 
 class _Builder:
-    def __init__(self) -> None:
+    def __init__(self, max_values: int) -> None:
         self._scalars = SafeConstructor()
+        self._values = 0  # built so far, aliases expanded, across the text's documents
+        self._max_values = max_values
+
+    def _scalar(self, node: Node) -> Any:
+        if node.tag not in _CORE_TAGS:
+            raise YamlIssue(node.start_mark.line + 1, f"YAML tag {node.tag!r} is not allowed in a policy file")
+        try:
+            return self._scalars.construct_object(node)
+        except Exception:  # noqa: BLE001 - `!!int abc`, `!!bool maybe`: the constructors raise anything
+            raise YamlIssue(node.start_mark.line + 1,
+                            f"cannot read {node.value!r} as YAML tag {node.tag!r}"[:300]) from None
 
     def build(self, node: Node) -> SourceDocument:
         doc = SourceDocument(data=None, line=node.start_mark.line + 1)
@@ -63,13 +83,19 @@ class _Builder:
     def _value(self, node: Node, path: Path_, doc: SourceDocument, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise YamlIssue(node.start_mark.line + 1, f"nesting deeper than {MAX_DEPTH} levels")
+        self._values += 1
+        if self._values > self._max_values:
+            raise YamlIssue(node.start_mark.line + 1,
+                            f"more than {self._max_values} values once its aliases are expanded")
         doc.lines.setdefault(path, node.start_mark.line + 1)
+        if not isinstance(node, ScalarNode) and node.tag not in _CORE_TAGS:
+            raise YamlIssue(node.start_mark.line + 1, f"YAML tag {node.tag!r} is not allowed in a policy file")
         if isinstance(node, MappingNode):
             result: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     raise YamlIssue(key_node.start_mark.line + 1, "merge keys (<<) are not allowed")
-                key = self._scalars.construct_object(key_node) if isinstance(key_node, ScalarNode) else None
+                key = self._scalar(key_node) if isinstance(key_node, ScalarNode) else None
                 if not isinstance(key, str):
                     raise YamlIssue(key_node.start_mark.line + 1, "keys must be strings")
                 if key in result:
@@ -82,7 +108,7 @@ class _Builder:
             return [self._value(item, (*path, i), doc, depth + 1) for i, item in enumerate(node.value)]
         if getattr(node, "style", None) == "|":
             doc.blocks[path] = node.start_mark.line + 2
-        value = self._scalars.construct_object(node)
+        value = self._scalar(node)
         if not isinstance(value, (str, int, float, bool)) and value is not None:
             # dates and binary scalars have no meaning in policy files; refuse rather than guess
             quote = " (quote it to write it as text)" if isinstance(value, (datetime.date, bytes)) else ""
@@ -99,5 +125,5 @@ def load_documents(text: str) -> list[SourceDocument]:
         raise YamlIssue(mark.line + 1 if mark else 1, f"YAML syntax: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
         raise YamlIssue(1, f"YAML: {exc}") from None
-    builder = _Builder()
+    builder = _Builder(len(text) + SPARE_VALUES)
     return [builder.build(n) for n in nodes]

@@ -28,7 +28,7 @@ class PinnedPolicies:
 
     def __init__(self, keep: int = 16):
         self._keep = keep
-        self._compiled: OrderedDict[str, PolicySet] = OrderedDict()
+        self._compiled: OrderedDict[str, PolicySet | Refused] = OrderedDict()  # a refusal: it does not compile
         self._lock = threading.Lock()
         self._compiling: dict[str, threading.Lock] = {}
 
@@ -39,20 +39,29 @@ class PinnedPolicies:
             found = self._compiled.get(revision)
             if found is not None:
                 self._compiled.move_to_end(revision)
+                if isinstance(found, Refused):
+                    raise Refused(found.code, found.reason, found.rule)
                 return found
             one = self._compiling.setdefault(revision, threading.Lock())
         with one:
             with self._lock:
                 found = self._compiled.get(revision)
             if found is None:
-                found = self._compile(current, revision)
+                try:
+                    found = self._compile(current, revision)
+                except Refused as refused:
+                    # a revision's files never change, so neither does the answer: kept, or every
+                    # call of a run pinned to it would compile the whole folder again, one at a time
+                    found = refused
             with self._lock:
                 self._compiled[revision] = found
                 self._compiled.move_to_end(revision)
                 while len(self._compiled) > self._keep:
                     self._compiled.popitem(last=False)
                 self._compiling.pop(revision, None)
-            return found
+        if isinstance(found, Refused):
+            raise Refused(found.code, found.reason, found.rule)
+        return found
 
     @staticmethod
     def _compile(current: PolicySet, revision: str) -> PolicySet:

@@ -59,13 +59,21 @@ class ReloadStatus:
 
 def fingerprint(directory: Path) -> str:
     """sha256 of the policy files' names and contents (what the loader reads); "" when the
-    folder changed under the reading (a file removed between listing and reading)."""
+    folder cannot be listed. A file that cannot be read (a symlink whose target is gone) adds a
+    mark instead of its bytes: an edit that leaves it so settles and fails to load, and is
+    reported, rather than looking like a folder still being written forever; a file removed
+    between listing and reading is listed no more in the next fingerprint, which then differs."""
     digest = hashlib.sha256()
     try:
-        for path in policy_files(directory):
-            digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes() + b"\0")
+        paths = policy_files(directory)
     except OSError:
         return ""
+    for path in paths:
+        try:
+            data = path.read_bytes() if path.is_file() else b"\0not a regular file"
+        except OSError as exc:
+            data = f"\0unreadable: {exc.errno}".encode()
+        digest.update(str(path.relative_to(directory)).encode() + b"\0" + data + b"\0")
     return digest.hexdigest()
 
 

@@ -179,7 +179,7 @@ def test_python_engine_uses_interpreted_runner() -> None:
     import celpy
 
     program = get_engine("python").compile("args.count == 3", POLICY_VARIABLES)
-    assert type(program._runner) is celpy.InterpretedRunner  # type: ignore[attr-defined]
+    assert isinstance(program._runner, celpy.InterpretedRunner)  # type: ignore[attr-defined]
     assert program.evaluate(base_activation()).is_true()
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from ckpt_helpers import ENGINES
 
 from checkpoint.policy import AgentCatalog, PolicyLoadError, load_policy_dir
+from checkpoint.policy.loader import load_agent_definition
 
 BASE = {
     "instance.yaml": "kind: Instance\nceilings: {turns: 10}\n",
@@ -62,6 +64,15 @@ ERRORS = [
     ("empty-file", "b.yaml", "# nothing here\n", 1, "no document"),
     ("merge-key", "b.yaml", "base: &b {persona: p}\nkind: Agent\nname: x\n<<: *b\n", 4, "merge keys"),
     ("date-value", "b.yaml", agent("description: 2024-01-01\n"), 4, "unsupported YAML value"),
+    # an explicit tag the safe constructors cannot read raised KeyError/ValueError out of the loader
+    ("tag-bool-unreadable", "b.yaml", agent("description: !!bool maybe\n"), 4, "cannot read 'maybe'"),
+    ("tag-int-unreadable", "b.yaml", agent("budget: {turns: !!int many}\n"), 4, "cannot read 'many'"),
+    ("tag-timestamp-unreadable", "b.yaml", agent("description: !!timestamp soon\n"), 4, "cannot read 'soon'"),
+    ("tag-python", "b.yaml", agent("description: !!python/name:os.system ''\n"), 4, "is not allowed"),
+    ("tag-custom", "b.yaml", agent("description: !secret x\n"), 4, "is not allowed"),
+    # and one on a collection was dropped without a word
+    ("tag-on-mapping", "b.yaml", agent("scope: !!python/object:x.Y {access: [read]}\n"), 4, "is not allowed"),
+    ("tag-set", "b.yaml", agent("allowlist: !!set {ping}\n"), 4, "is not allowed"),
     ("cel-syntax", "r.yaml", rule("args.x =="), 4, "CEL does not compile"),
     ("cel-undeclared-variable", "r.yaml", rule("secret == 1"), 4, "CEL does not compile"),
     ("cel-type-error", "r.yaml", rule("action + 1 == 2"), 4, "CEL does not compile"),
@@ -84,6 +95,13 @@ ERRORS = [
     ("delegates-itself", "b.yaml", agent("delegates: [bad]\n"), 4, "cannot delegate to itself"),
     ("unknown-tenant", "b.yaml", agent("tenant: nobody\n"), 4, "unknown tenant"),
     ("rule-unknown-tool", "r.yaml", rule("true") + "tools: [nuke]\n", 5, "unknown tool 'nuke'"),
+    # a rule's own code may not pass for another stable code: a DENY counted as `allowed`, or a
+    # handoff the driver pauses as a breaker (not naming whom the case went to)
+    ("rule-code-allowed", "r.yaml", rule("true") + "code: allowed\n", 5, "stable code warden gives"),
+    ("rule-code-off-limits", "r.yaml", rule("true") + "code: subject_off_limits\n", 5, "stable code warden gives"),
+    ("rule-code-breaker", "r.yaml", rule("true").replace("deny_if", "handoff_if") + "code: breaker_tokens\n",
+     5, "a handoff_if rule's code is 'handoff'"),
+    ("rule-code-breaker-like", "r.yaml", rule("true") + "code: breaker_custom\n", 5, "stable code warden gives"),
     ("duplicate-name-across-files", "z.yaml", "kind: Agent\nname: ok\npersona: again\n", 2,
      "defined twice (first in"),
     ("second-instance", "z.yaml", "kind: Instance\n", 1, "only one Instance"),
@@ -130,6 +148,13 @@ def test_the_base_set_loads(tmp_path):
     assert set(policies.agents) == {"ok"} and set(policies.tools) == {"ping", "admin"}
 
 
+def test_a_rule_may_name_its_own_code_or_its_effects(tmp_path):
+    rules = (rule("true") + "code: refund_frozen\n---\n" + rule("true").replace("name: r", "name: r2")
+             + "code: rule_denied\n")
+    policies = load_policy_dir(write(tmp_path / "p", {**BASE, "r.yaml": rules}))
+    assert [r.code for r in policies.rules] == ["refund_frozen", "rule_denied"]
+
+
 def test_every_error_in_every_file_is_reported_at_once_and_sorted(tmp_path):
     folder = write(tmp_path / "p", {
         **BASE,
@@ -152,6 +177,38 @@ def test_every_error_in_every_file_is_reported_at_once_and_sorted(tmp_path):
     headlines = [line for line in text.splitlines() if not line.startswith("    |")]
     assert len(headlines) == len(errors) >= 4
     assert "    | args.x ==" in text
+
+
+def test_an_alias_bomb_is_refused_with_the_other_errors(tmp_path):
+    """Eight short lines whose aliases expand to 10**8 values held the loader (and a hot reload)
+    for minutes while memory filled; it is refused at its line, and the rest is still reported."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    folder = write(tmp_path / "p", {**BASE, "bomb.yaml": "\n".join(lines) + "\n",
+                                    "other.yaml": agent("allowlist: [nuke]\n")})
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder)
+    shown = [str(e) for e in info.value.errors]
+    assert any(s.startswith(f"{folder / 'bomb.yaml'}:") and "aliases are expanded" in s for s in shown), shown
+    assert any(s.startswith(f"{folder / 'other.yaml'}:4: ") and "unknown tool 'nuke'" in s for s in shown), shown
+
+
+def test_an_alias_bomb_sent_as_a_proposal_is_refused(tmp_path):
+    """A proposed definition is a caller's text (ProposeAgentChange, 64 KiB at most): the same
+    eight lines would have held a checkpoint worker for minutes."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    policies = load_policy_dir(write(tmp_path / "p", BASE))
+    with pytest.raises(PolicyLoadError) as info:
+        load_agent_definition(agent("allowlist: [ping]\n") + "\n".join(lines) + "\n", "proposal", policies)
+    (error,) = info.value.errors
+    assert error.file == "proposal" and "aliases are expanded" in error.message
+
+
+def test_aliases_that_expand_to_little_still_load(tmp_path):
+    scope = "allowlist: [ping]\nscope: {access: [read], nodes: &lab [lab-1, lab-2], images: *lab}\n"
+    folder = write(tmp_path / "p", {**BASE, "agents/ok2.yaml": agent(scope, name="ok2")})
+    assert load_policy_dir(folder).agents["ok2"].scope.images == ["lab-1", "lab-2"]
 
 
 def test_duplicate_names_report_the_second_definition(tmp_path):
@@ -179,6 +236,21 @@ def test_a_file_that_is_not_utf8_is_an_error(tmp_path):
     with pytest.raises(PolicyLoadError) as info:
         load_policy_dir(folder)
     assert any("UTF-8" in e.message and e.file.endswith("bin.yaml") for e in info.value.errors)
+
+
+def test_a_policy_file_that_cannot_be_read_is_an_error_not_left_out(tmp_path):
+    """An off-limits list replaced by a symlink whose target is gone (a wrong relative path, a
+    volume not mounted) was skipped, and the set loaded without it: every subject in it allowed."""
+    folder = write(tmp_path / "p", {**BASE, "other.yaml": agent("allowlist: [nuke]\n")})
+    (folder / "subjects").mkdir()
+    (folder / "subjects" / "off-limits.yaml").symlink_to(tmp_path / "gone" / "off-limits.yaml")
+    os.mkfifo(folder / "pipe.yaml")  # listed too, and refused without waiting for a writer
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(folder)
+    shown = [str(e) for e in info.value.errors]
+    assert f"{folder / 'subjects' / 'off-limits.yaml'}:1: cannot be read: a symlink whose target is missing" in shown
+    assert f"{folder / 'pipe.yaml'}:1: cannot be read: not a regular file" in shown
+    assert any("unknown tool 'nuke'" in s for s in shown), "the other files' errors come with it"
 
 
 def test_an_oversized_file_is_an_error(tmp_path):

@@ -215,6 +215,30 @@ def test_args_of_several_tools_is_every_property_of_any_of_them(tmp_path, engine
     assert "args.replicas is int" in error
 
 
+SCAN = """kind: Tool
+name: scan
+access: write
+input_schema:
+  type: object
+  properties:
+    hosts: {type: [string, array], items: {type: string}}
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_rule_over_a_value_of_another_shape_than_it_expects_refuses_under_both_engines(tmp_path, engine):
+    """`hosts` may be one host or a list; a rule written for the list, given the string, is a CEL
+    error (the native runtime has no exists() over a string), so the call is refused. cel-python
+    iterated the string's characters, found no 'prod' among them and allowed the call."""
+    agents = FILES["agents.yaml"].replace("allowlist: [deploy, restart]", "allowlist: [deploy, restart, scan]")
+    root = folder(tmp_path, rule('args.hosts.exists(h, h == "prod")', "scan"),
+                  {"scan.yaml": SCAN, "agents.yaml": agents})
+    policies = load_policy_dir(root, cel_engine=engine)
+    got = [outcome(policies, build(policies, chain=["ops"], tool="scan", args={"hosts": hosts}))
+           for hosts in (["prod"], "prod", ["dev"])]
+    assert [(o.verdict, o.code) for o in got] == [("DENY", "rule_denied"), ("DENY", "policy_error"), ("ALLOW", "allowed")]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_rules_naming_no_tools_read_args_as_a_map_and_the_check_warns(tmp_path, engine):
     policies = load_policy_dir(folder(tmp_path, rule('has(args.servcie) && args.servcie == "x"')), cel_engine=engine)

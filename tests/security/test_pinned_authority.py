@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
+from checkpoint.policy import AgentCatalog, load_policy_dir
+from checkpoint.server.pins import PinnedPolicies
+from checkpoint.server.runs import Refused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 SUBNET = {"template": "web", "target": "10.20.0.0/24"}
@@ -108,3 +113,28 @@ def test_a_run_whose_revision_is_unknown_is_refused(checkpoint, policy_dir):
     checkpoint.server.service.pins = type(checkpoint.server.service.pins)()  # nothing compiled kept either
     got = checkpoint.stub().Check(call(before, SHOP), timeout=5)
     assert (got.verdict, got.code, got.rule) == (pb.VERDICT_DENY, "policy_error", "pin")
+
+
+def test_a_revision_that_no_longer_compiles_is_refused_without_compiling_it_per_call(tmp_path):
+    """Its files never change, so neither does the refusal: kept like a compiled set. Compiling
+    the whole folder again on every call of a run pinned to it (one at a time, under that
+    revision's lock) made each of those calls pay a full policy load."""
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "tool.yaml").write_text("kind: Tool\nname: ping\naccess: read\ninput_schema: {type: object}\n")
+    catalog = AgentCatalog(tmp_path / "catalog.db")
+    current = load_policy_dir(folder, catalog=catalog)
+    # an old revision a stricter loader refuses (a rule whose code passes for `allowed`)
+    catalog.record_revision("0ld", [("r.yaml", b"kind: Rule\nname: r\neffect: deny_if\ncondition: 'true'\n"
+                                                b"code: allowed\n")])
+    pins = PinnedPolicies()
+    with pytest.raises(Refused) as first:
+        pins.get(current, "0ld")
+    assert (first.value.code, first.value.rule) == ("policy_error", "pin") and "no longer compiles" in first.value.reason
+    db = sqlite3.connect(tmp_path / "catalog.db")
+    with db:
+        db.execute("DELETE FROM policy_revisions WHERE revision = '0ld'")
+    db.close()
+    with pytest.raises(Refused) as again:  # not read (nor compiled) again: the same refusal
+        pins.get(current, "0ld")
+    assert again.value.reason == first.value.reason and again.value is not first.value

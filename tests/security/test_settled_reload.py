@@ -9,6 +9,7 @@ from pathlib import Path
 from server.helpers import Traffic
 
 from checkpoint.policy import AgentCatalog, load_policy_dir
+from checkpoint.policy.subjects import read_value
 from checkpoint.server import reload as reload_module
 from checkpoint.server.reload import PolicyStore, fingerprint
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -94,6 +95,26 @@ def test_nothing_is_swapped_when_the_folder_changes_during_the_load(tmp_path, mo
     assert store.current is first and store.status.last_ok and store.status.reloads_failed == 0
     monkeypatch.setattr(reload_module, "load_policy_dir", real_load)
     assert store.reload() and store.current is not first and store.fingerprint == fingerprint(folder)
+
+
+def test_a_policy_file_turned_into_a_broken_symlink_is_a_reported_failed_reload(tmp_path):
+    """The edit that points the off-limits file at a missing target is a broken edit: it keeps the
+    last good set and says so (it used to load a set without the off-limits list, silently)."""
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "tool.yaml").write_text("kind: Tool\nname: ping\naccess: read\ninput_schema: {type: object}\n")
+    off_limits = folder / "off-limits.yaml"
+    off_limits.write_text(HEADER + '  - pattern: "*.gov"\n    reason: never\n')
+    store = PolicyStore(folder, AgentCatalog(None))
+    assert store.reload()
+    first = store.current
+    off_limits.unlink()
+    off_limits.symlink_to(tmp_path / "not-mounted" / "off-limits.yaml")
+    watcher = reload_module.PolicyWatcher(store, settle=0.01)
+    assert not watcher.check(settled=False)
+    assert store.current is first and store.status.last_ok is False and store.status.reloads_failed == 1
+    assert store.status.errors == [f"{off_limits}:1: cannot be read: a symlink whose target is missing"]
+    assert first.off_limits_reason(read_value("x.gov")) == "never"
 
 
 def test_a_broken_settled_edit_still_keeps_the_last_good_set_and_says_so(start):
