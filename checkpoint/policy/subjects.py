@@ -616,7 +616,7 @@ class OffLimits:
     that name: `localhost.`, `x.localhost` and `http://localhost/` read as hosts, not names.
     """
 
-    __slots__ = ("entries", "_any", "_hosts", "_subdomains_of", "_others", "_names", "_name_entries")
+    __slots__ = ("entries", "_any", "_hosts", "_subdomains_of", "_others", "_names", "_label_entries", "_labels")
 
     def __init__(self, entries: Iterable[tuple[Pattern, str]]):
         self.entries = tuple(entries)
@@ -628,7 +628,9 @@ class OffLimits:
                 (self._subdomains_of if p.wildcard else self._hosts).setdefault(p.host, reason)
             elif p.kind == "name" and (host := _as_host(p.glob)) is not None:
                 self._hosts.setdefault(host, reason)  # `bücher` refuses `xn--bcher-kva.` too
-        self._name_entries = tuple((p, r) for p, r in self.entries if p.kind == "name")
+        # dotless name entries are also single-label hosts: only they can match a host's last label
+        self._label_entries = tuple((p, r) for p, r in self.entries if p.kind == "name" and "." not in p.glob)
+        self._labels = GlobMatcher([p.glob for p, _ in self._label_entries], wide=True) if self._label_entries else None
         self._others = tuple((p, r) for p, r in self.entries if p.kind in ("ip", "url", "name"))
         globs = [p.glob for p, _ in self.entries if p.kind == "name"]
         # one pass says "no" for most names; the entry (for its reason) is looked for only on a hit
@@ -665,13 +667,14 @@ class OffLimits:
         return None
 
     def _name_of_host(self, host: str) -> str | None:
-        """The reason of a name glob matching the host or one of its parents (`intranet-*`), or None."""
-        if self._names is None:
+        """The reason of a dotless name glob matching the host's last label (`intranet-*` refuses
+        `intranet-wiki` and `a.intranet-wiki`, not `intranet-wiki.example.com`), or None."""
+        if self._labels is None:
             return None
-        for candidate in (host, *_parents(host)):
-            if self._names.fullmatch(candidate):
-                return next(r for p, r in self._name_entries if p.iregex and p.iregex.fullmatch(candidate))
-        return None
+        label = host.rsplit(".", 1)[-1]
+        if not self._labels.fullmatch(label):
+            return None
+        return next(r for p, r in self._label_entries if p.iregex and p.iregex.fullmatch(label))
 
 
 # IPv6 blocks that carry an IPv4 address a translator or tunnel delivers to (base, size, shift of

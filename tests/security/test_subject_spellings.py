@@ -202,6 +202,8 @@ def test_a_single_label_off_limits_name_is_also_that_host(value):
 def test_a_single_label_name_entry_refuses_no_other_host():
     assert probe("localhost.example.com") == ALLOWED  # another machine: the label is not its last
     assert probe("http://intranet/") == ALLOWED  # `intranet-*` needs the dash
+    assert probe("intranet-wiki.example.com") == ALLOWED  # a glob of a single label, not of a whole host
+    assert probe("a.intranet-wiki") == OFF_LIMITS  # that label's subdomains are its own
 
 
 @pytest.mark.parametrize("value", [
