@@ -16,8 +16,8 @@ Checks, first failure wins: cut off (max_tokens / refusal -> handoff `cut_off`, 
 partial tool input is never safe to run); each action is an object; `action` is one of the
 closed set (`unknown_action`); a final or handoff names no tool (`tool_on_final`); no unknown
 field anywhere (`unknown_field`); types are right (`malformed_response`); the tool is in this
-run's contract (`tool_not_in_contract`); the arguments have an exact JSON form no larger than
-MAX_ARGUMENT_BYTES and nested no deeper than MAX_ARGUMENT_DEPTH (`malformed_response`: the
+run's contract (`tool_not_in_contract`); the arguments have an exact JSON form, are no larger than
+MAX_ARGUMENT_BYTES as an encoded protobuf Struct (what the checkpoint measures) and nested no deeper than MAX_ARGUMENT_DEPTH (`malformed_response`: the
 checkpoint refuses such arguments, and a protobuf Struct cannot carry them to it at all, so a call
 the boundary let through would fail every time it is decided and wedge the run). Arguments are
 deep-copied so no later change to the raw reply can change what runs.
@@ -29,6 +29,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from google.protobuf import struct_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from warden import canonical
@@ -48,6 +49,14 @@ REJECTION_CODES = (UNKNOWN_FIELD, UNKNOWN_ACTION, TOOL_NOT_IN_CONTRACT, TOOL_ON_
 # protobuf decoder's depth limit) or its 1 MiB request limit the Check cannot even be sent.
 MAX_ARGUMENT_BYTES = 64 * 1024
 MAX_ARGUMENT_DEPTH = 32
+
+
+def struct_size(arguments: dict[str, Any]) -> int:
+    """The arguments' size as the checkpoint measures it: the encoded google.protobuf.Struct the
+    Check carries (their JSON text can be larger, `\n` escaped, or smaller, a list of numbers)."""
+    message = struct_pb2.Struct()
+    message.update(arguments)
+    return message.ByteSize()
 
 
 class _Strict(BaseModel):
@@ -245,7 +254,8 @@ def decide(reply: ProviderReply, contract: Iterable[str]) -> Decision:
                 call_ids=_call_ids(actions),
             )
         try:  # what the grant will bind: a number no double holds exactly would be run rounded
-            size = len(canonical.dumps(c.arguments))
+            canonical.dumps(c.arguments)
+            size = struct_size(c.arguments)
         except (ValueError, TypeError) as exc:
             return Rejection(
                 code=MALFORMED_RESPONSE,

@@ -318,14 +318,16 @@ class StreamScrubber:
         # A find that reaches past the cut could still grow with the next chunk: release only
         # what lies before it, and before the text that makes it a find (its anchor), which
         # may in turn sit inside an earlier find.
+        # Passes from the right until nothing moves: finds packed closer than their anchors reach
+        # (a tool listing access keys line by line) form a chain that one pass walks back in full;
+        # starting again from the left at every move made that quadratic per scan.
         moved = True
         while moved and cut > 0:
             moved = False
-            for span in spans:
+            for span in reversed(spans):
                 if span.anchor < cut < span.end:
                     cut = span.anchor
                     moved = True
-                    break
         carry = ""
         if cut <= 0:
             # the buffer is the rest of a find already masked: release it as it comes

@@ -195,11 +195,28 @@ class _Evaluator(Evaluator):
     def member_dot_arg(self, tree: lark.Tree) -> Any:
         # a macro over a string iterates its characters here; CEL has no such overload
         name = str(tree.children[1])
-        if name in _MACROS:
-            target = self.visit(tree.children[0])
-            if not isinstance(target, (CELEvalError, list, dict)):
-                return CELEvalError(f"no such overload: {name}() over {type(target).__name__}", TypeError, ())
-        return super().member_dot_arg(tree)
+        if name not in _MACROS:
+            return super().member_dot_arg(tree)
+        member = tree.children[0]
+        target = self.visit(member)
+        if not isinstance(target, (CELEvalError, list, dict)):
+            return CELEvalError(f"no such overload: {name}() over {type(target).__name__}", TypeError, ())
+        # cel-python visits the target again; hand it the value just computed, or each macro of
+        # a chain (`l.map(..).map(..)`) would evaluate the ones before it twice: exponential
+        saved = self.__dict__.get("visit")
+        visit = self.visit
+
+        def once(node: Any) -> Any:
+            return target if node is member else visit(node)
+
+        self.visit = once  # type: ignore[method-assign,assignment]
+        try:
+            return super().member_dot_arg(tree)
+        finally:
+            if saved is None:
+                del self.visit
+            else:
+                self.visit = saved  # type: ignore[method-assign]
 
     def macro_has_eval(self, exprlist: lark.Tree) -> Any:
         # has(e.f) is false here whenever e.f fails, e missing or not a map included; in CEL it

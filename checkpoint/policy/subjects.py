@@ -482,7 +482,7 @@ class Pattern:
         if not off_limits:
             return self.regex is not None and self.regex.fullmatch(text)
         # off-limits: the text as written or folded (`customer:ｖip-1` is `customer:vip-1`)
-        return self.iregex is not None and any(self.iregex.fullmatch(t) for t in (text, fold(text)))
+        return self.iregex is not None and any(self.iregex.fullmatch(t) for t in _as_written_and_folded(text))
 
     def covers(self, other: Pattern) -> bool:
         """Whether this entry matches every value `other` matches, in scope semantics (sound, not complete)."""
@@ -651,13 +651,14 @@ class OffLimits:
                 found = self._hosts.get(parent) or self._subdomains_of.get(parent)
             return found if found is not None else self._name_of_host(s.host)
         if s.kind == "name" and (self._names is None or not any(
-                self._names.fullmatch(t) for t in (s.text, fold(s.text)))):
+                self._names.fullmatch(t) for t in _as_written_and_folded(s.text))):
             return None
         for p, reason in self._others:
             if p.matches(s, off_limits=True):
                 return reason
         if s.kind == "ip":
-            for span in (*_embedded_v4(s.span), *_this_host(s.span)):
+            carried = tuple(_embedded_v4(s.span))
+            for span in (*carried, *_this_host(s.span), *(h for c in carried for h in _this_host(c))):
                 for p, reason in self._others:
                     if p.kind == "ip" and span[0] <= p.span[1] and p.span[0] <= span[1]:
                         return reason
@@ -704,6 +705,12 @@ def _this_host(span: tuple[int, int]) -> Iterator[tuple[int, int]]:
     refuses `0.0.0.0`, `::` and `::1`, and off-limits `::1` refuses `127.0.0.1`."""
     if any(span[0] <= high and low <= span[1] for low, high in _THIS_HOST):
         yield from _THIS_HOST
+
+
+def _as_written_and_folded(text: str) -> tuple[str, ...]:
+    """The text, and its folded form when that differs (ASCII text folds to itself: one pass)."""
+    folded = fold(text)
+    return (text,) if folded == text else (text, folded)
 
 
 def _as_host(glob: str) -> str | None:

@@ -197,3 +197,22 @@ def test_concurrent_evaluation_gives_each_caller_its_own_answer(engine) -> None:
         results = list(pool.map(worker, range(0, 8000, 1000)))
     for n, values in zip(range(0, 8000, 1000), results, strict=True):
         assert values == [(n + i) * 2 for i in range(rounds)]
+
+
+def test_the_python_engine_evaluates_each_macro_of_a_chain_once(monkeypatch) -> None:
+    """Its strict macro target check must not make cel-python evaluate the target again: a chain of
+    k macros then cost 2**k evaluations (a rule over a caller's list, under --cel-engine python)."""
+    from checkpoint.cel import pure
+
+    calls = []
+    real = pure._Evaluator.member_dot_arg
+
+    def counted(self, tree):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(self, tree)
+
+    monkeypatch.setattr(pure._Evaluator, "member_dot_arg", counted)
+    chain = "subjects" + ".map(x, x)" * 12 + ".size() == 2"
+    act = base_activation(subjects=["a.example", "b.example"])
+    assert PythonEngine().compile(chain, POLICY_VARIABLES).evaluate(act).value is True
+    assert len(calls) == 12 + 1  # each macro once, and size()

@@ -13,6 +13,7 @@ from driver.boundary import (
     Rejection,
     ToolCalls,
     decide,
+    struct_size,
 )
 
 CONTRACT = {"get_task", "create_task_from_template", "propose_plan"}
@@ -104,8 +105,25 @@ def test_final_and_handoff_and_idle():
 
 
 def test_arguments_at_the_checkpoints_bounds_pass():
-    # 32 levels with the arguments object itself, and exactly MAX_ARGUMENT_BYTES of canonical JSON
+    # 32 levels with the arguments object itself, and exactly MAX_ARGUMENT_BYTES as the Struct the
+    # checkpoint measures
     deep = decide(reply({"action": "tool_call", "tool": "get_task", "arguments": {"x": nested(31)}}), CONTRACT)
-    big = decide(reply({"action": "tool_call", "tool": "get_task",
-                        "arguments": {"x": "y" * (MAX_ARGUMENT_BYTES - len('{"x":""}'))}}), CONTRACT)
+    text = "y" * (MAX_ARGUMENT_BYTES - (struct_size({"x": "y" * MAX_ARGUMENT_BYTES}) - MAX_ARGUMENT_BYTES))
+    assert struct_size({"x": text}) == MAX_ARGUMENT_BYTES
+    big = decide(reply({"action": "tool_call", "tool": "get_task", "arguments": {"x": text}}), CONTRACT)
     assert isinstance(deep, ToolCalls) and isinstance(big, ToolCalls)
+    over = decide(reply({"action": "tool_call", "tool": "get_task", "arguments": {"x": text + "y"}}), CONTRACT)
+    assert isinstance(over, Rejection) and over.code == "malformed_response"
+
+
+def test_the_size_bound_is_the_checkpoints_not_the_json_texts():
+    # escaped newlines make the JSON half again larger than the Struct: the checkpoint takes these
+    lines = {"content": "a\n" * 30_000}
+    assert struct_size(lines) < MAX_ARGUMENT_BYTES
+    assert isinstance(decide(reply({"action": "tool_call", "tool": "get_task", "arguments": lines}), CONTRACT),
+                      ToolCalls)
+    # thirty thousand small numbers are 60 KB of JSON and 330 KB of Struct: the checkpoint refuses them
+    numbers = {"xs": [1] * 30_000}
+    assert struct_size(numbers) > MAX_ARGUMENT_BYTES
+    refused = decide(reply({"action": "tool_call", "tool": "get_task", "arguments": numbers}), CONTRACT)
+    assert isinstance(refused, Rejection) and refused.code == "malformed_response"

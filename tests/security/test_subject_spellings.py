@@ -109,7 +109,8 @@ def test_ipv6_carrying_other_ipv4_addresses_is_not_off_limits():
 
 
 @pytest.mark.parametrize("value", ["0.0.0.0", "::", "::1", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1", "0.0.0.0/32",
-                                   "::/128", "http://0.0.0.0:8080/", "http://[::]/", "http://[::1]/"])
+                                   "::/128", "http://0.0.0.0:8080/", "http://[::]/", "http://[::1]/",
+                                   "::ffff:0:7f00:1", "64:ff9b::7f00:1", "64:ff9b::0.0.0.0"])
 def test_every_spelling_of_this_host_is_off_limits_with_its_loopback(value):
     # off-limits 127.0.0.0/8: Linux connects 0.0.0.0 and :: to this host, and ::1 is its IPv6 loopback
     assert probe(value) == OFF_LIMITS

@@ -225,3 +225,15 @@ def test_a_stream_written_a_character_at_a_time_is_scanned_in_linear_work(text: 
     out.append(stream.finish())
     assert "".join(out) == counting.scrub(text)[0]  # the same result as scrubbing it whole
     assert counting.scanned <= 8 * len(text) + 4 * 1024 * 1024, counting.scanned  # every char scanned a few times
+
+
+def test_a_long_run_of_packed_finds_streams_as_when_whole() -> None:
+    """Access keys printed line after line sit closer than a find's anchor reaches back, so the
+    finds chain: holding back one holds back all before it. The result is still the whole text's,
+    and the held text is not scanned again per chunk."""
+    keys = "".join(f"AKIA{i:016d}\n".replace("0", "Q") for i in range(52_000))
+    counting = _CountingScrubber({})
+    streamed, count = _stream(counting, keys, [4096] * (len(keys) // 4096 + 1))
+    assert (streamed, count) == counting.scrub(keys)
+    assert count == 52_000 and "AKIA" not in streamed
+    assert counting.scanned <= 8 * len(keys) + 4 * 1024 * 1024, counting.scanned
