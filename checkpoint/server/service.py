@@ -742,7 +742,9 @@ class CheckpointService:
             records = self.log.follow(request.after_seq, stop_event=stop, **filters)
         with self._watch_lock:
             self._watch_stops.add(stop)
-        revision = self.store.current.revision if self.store.current is not None else ""
+        # None: the scope is asked again before the first record too, since `tenants` was worked
+        # out from whatever policy set was in force then, and a reload may have landed since
+        revision: str | None = None
         allowed = tenants
         try:
             for record in records:

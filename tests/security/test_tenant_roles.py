@@ -381,3 +381,25 @@ def test_an_open_decision_stream_stops_reading_a_tenant_when_its_auditor_is_remo
     reader.join(timeout=10)
     assert after.run_id and not [t for t, run in got if run == after.run_id]
     assert [t for t, run in got if run == marker.run_id] == ["initech"]
+
+
+def test_a_reload_between_a_streams_scope_and_its_first_record_is_not_missed(cp, policy_dir):
+    """The scope is worked out when the stream opens; a reload that lands before the stream's first
+    record must narrow it too, not only the reloads after that."""
+    import threading
+
+    cp.start_run("scout", person="dave")  # a globex record for the stream to offer
+    tenants = cp.server.service.watch_tenants("token:frank")  # asked under the old set
+    assert tenants is not None and "globex" in tenants
+    (policy_dir / "tenants" / "globex.yaml").write_text(GLOBEX.replace("auditor: [frank]", "auditor: [erin]"))
+    assert cp.server.store.reload()
+    marker = cp.start_run("", person="zed", tenant="initech")  # initech he still reads
+    stop = threading.Event()
+    stream = cp.server.service.watch(pb.WatchDecisionsRequest(after_seq=0), stop, tenants, "token:frank")
+    got = []
+    for response in stream:  # the stored records, then it would follow: stop at the marker
+        got.append(response.record.tenant)
+        if response.record.run_id == marker.run_id:
+            break
+    stop.set()
+    assert got[-1] == "initech" and "globex" not in got
