@@ -29,9 +29,9 @@ import copy
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from google.protobuf import struct_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from driver.clients import to_struct
 from warden import canonical
 
 ACTIONS = ("tool_call", "final", "handoff")
@@ -54,9 +54,7 @@ MAX_ARGUMENT_DEPTH = 32
 def struct_size(arguments: dict[str, Any]) -> int:
     """The arguments' size as the checkpoint measures it: the encoded google.protobuf.Struct the
     Check carries (their JSON text can be larger, `\n` escaped, or smaller, a list of numbers)."""
-    message = struct_pb2.Struct()
-    message.update(arguments)
-    return message.ByteSize()
+    return to_struct(arguments).ByteSize()
 
 
 class _Strict(BaseModel):

@@ -34,8 +34,6 @@ is decided and run like the model's; then `_conclude` decides the criteria.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import threading
@@ -46,6 +44,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from checkpoint.server.tokens import APPROVAL_LABEL, unverified_claims
 from driver import context, learnings, skills
 from driver.boundary import Final, Handoff, Idle, Outcome, Rejection, ToolCalls, decide
 from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
@@ -174,20 +173,6 @@ def _tool_specs(resolved: cp.ResolveAgentResponse) -> list[dict[str, Any]]:
     return specs
 
 
-def approval_claims(token: str) -> dict[str, Any] | None:
-    """What an approval token (`wapv1.<base64url claims>.<signature>`, checkpoint/server/tokens.py)
-    says, unverified: the driver holds no key. None when it is not one."""
-    label, _, rest = token.partition(".")
-    payload, _, signature = rest.partition(".")
-    if label != "wapv1" or not payload or not signature:
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (ValueError, binascii.Error):
-        return None
-    return claims if isinstance(claims, dict) else None
-
-
 # the `tool` of an approval that is a model call's, not a tool call's (no call row of its own)
 MODEL_CALL_APPROVAL = "(model call)"
 
@@ -297,7 +282,7 @@ class Driver:
         # approver relaying another's approval, or a token of another call, is refused here rather
         # than recorded as this person's decision.
         approval = self.store.approval(approval_id)
-        claims = approval_claims(approval_token)
+        claims = unverified_claims(approval_token, APPROVAL_LABEL)
         if claims is None or (claims.get("decision_id"), claims.get("run_id"), claims.get("approver")) != (
                 approval["decision_id"], approval["run_id"], person):
             named = "" if claims is None else (f" (it approves decision {str(claims.get('decision_id'))[:64]!r} "

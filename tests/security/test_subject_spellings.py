@@ -273,7 +273,9 @@ def check_refunds(customer: str) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("value", ["-iLx.lab.example.com", "-oProxyCommand=x.lab.example.com",
-                                   "web-.lab.example.com", "web.-lab.example.com", "http://-x.lab.example.com/"])
+                                   "web-.lab.example.com", "web.-lab.example.com", "http://-x.lab.example.com/",
+                                   "-ILX.LAB.EXAMPLE.COM", "\uff0diLx.lab.example.com", "-\u00fc.lab.example.com",
+                                   "x-.lab.example.com."])
 def test_a_host_label_at_a_hyphen_is_invalid(value):
     # inside the recon scope *.lab.example.com, the first would reach a tool's argv as an option
     assert probe(value, ("prober",)) == INVALID
