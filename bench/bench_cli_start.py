@@ -6,8 +6,8 @@ Rows: `warden --help`, `warden check --help`, `warden check` of README's example
 the shipped policies, and two floors to read them against: the interpreter alone, and the
 interpreter importing only the libraries a policy load cannot do without (pydantic, PyYAML,
 protobuf's JSON, fastjsonschema, Google's CEL; jsonschema only words a refusal). Goals on the
-2-core machine this was built on: `warden --help` under 150 ms and `warden check` under 300 ms
-(issue 12). Each command runs once
+2-core machine this was built on: `warden --help` under 150 ms and `warden check` under 300 ms.
+Each command runs once
 unmeasured first, so bytecode is compiled; CPU is the children's user + system time.
 
 The same by hand, with public tools: `/usr/bin/time -f '%e s %U+%S cpu' warden check ...`, and

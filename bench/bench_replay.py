@@ -1,5 +1,5 @@
 """`warden policy diff` replay rate: recorded decisions replayed per second against a candidate
-folder (issue 11: at least 5,000 a second), reading a decision log from disk as the command does.
+folder (target: at least 5,000 a second), reading a decision log from disk as the command does.
 
 The log: N tool calls of the shipped recon agent (a mix of allowed calls, scope and allowlist
 refusals, schema refusals) spread over runs, each run with its start_run record, written through
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{report.replayed / elapsed:>8,.0f} decisions/s ({len(report.flips)} flips)", flush=True)
     replay._Answers.MAX = 100_000
     print("memo: a run's repeated identical calls (same request bytes, run ids included) are decided once")
-    print("target: >= 5,000 replayed decisions/s (issue 11)")
+    print("target: >= 5,000 replayed decisions/s")
 
 
 if __name__ == "__main__":

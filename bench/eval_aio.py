@@ -1,6 +1,6 @@
 """Evaluation, not shipped: the checkpoint's own handlers under grpc.aio against the threaded server.
 
-Issue 12 asked whether grpc.aio with the decision log committed on the event loop would beat
+The question was whether grpc.aio with the decision log committed on the event loop would beat
 grpcio's thread-pool server. This runs the same CheckpointService both ways and loads each with
 h2load (c=1, and 8 connections x 4 streams):
 - `sync`: `warden checkpoint serve` as shipped (thread pool, group commit on the log's thread);

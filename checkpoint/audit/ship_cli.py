@@ -84,7 +84,7 @@ def _ship(args: argparse.Namespace, reader_of: Callable[[argparse.Namespace], An
     def report(progress: Any, records: list[dict[str, Any]]) -> None:
         if not args.quiet:
             print(f"shipped records {records[0]['seq']}..{records[-1]['seq']} to {sink.describe()} "
-                  f"({progress.shipped} this session)", file=sys.stderr, flush=True)
+                  f"({progress.shipped} since this command started)", file=sys.stderr, flush=True)
 
     try:
         progress = shipping.ship(reader, sink, cursor, batch=args.batch, follow=args.follow,

@@ -1,4 +1,4 @@
-"""Schema version 3: the shadow answer's columns (issue 11, "Shadow mode")."""
+"""Schema version 3: the shadow answer's columns."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`warden audit ship` (issue 11, "Shipping"): at least once to a JSON-lines file with rotation or
+"""`warden audit ship`: at least once to a JSON-lines file with rotation or
 to an HTTP endpoint, from a persisted cursor, so a restart neither loses nor floods."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Typed CEL at load (issue 11): rule variables with declared fields, `args` typed from the input
+"""Typed CEL at load: rule variables with declared fields, `args` typed from the input
 schemas of the tools a rule names, non-bool conditions refused, errors with file:line, a code
 frame and a "did you mean"; and `now`, the checkpoint's clock, which only decide()'s caller sets.
 

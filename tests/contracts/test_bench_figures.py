@@ -1,5 +1,5 @@
 """The side-by-side bench reads h2load's output right: a wrong parse would print a ratio against
-the targets of issue 12 that nobody measured."""
+the targets that nobody measured."""
 
 from __future__ import annotations
 

@@ -337,7 +337,7 @@ def _start_with(d: Any, goal: Any, responses: list[Any], children: dict[str, Any
 
 
 def test_a_child_is_granted_only_the_turns_its_parent_has_left(stack):
-    """Issue 9: a 3-turn budget allowed 5 turns over parent and child. Turns count across the tree:
+    """A 3-turn budget allowed 5 turns over parent and child. Turns count across the tree:
     the parent used 1 turn to delegate, so its child may take 2, and the third turn halts it."""
     d = stack.driver()
     parent_id = _start_with(d, _three_turn_goal(), [delegate(), final(summarised="the child summarised it")],

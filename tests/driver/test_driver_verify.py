@@ -1,4 +1,4 @@
-"""System-checked criteria that refer to the run's own receipts (`call_ok`, issue 9).
+"""System-checked criteria that refer to the run's own receipts (`call_ok`).
 
 A `call_ok` criterion makes the driver call a tool itself when the model reports final, with
 arguments taken from this run's own receipts (the task it created), through the real checkpoint

@@ -1,6 +1,6 @@
 """An approval token is honoured for the one decision, run and call it names, and only a
 REQUIRE_APPROVAL answer can be approved. Each test here holds a line that a mutation run over
-checkpoint/server/approvals.py (issue 8) could change without any other test noticing.
+checkpoint/server/approvals.py could change without any other test noticing.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 8 item 8: refusals cannot grow the log without bound; the stores are private files."""
+"""Refusals cannot grow the log without bound; the stores are private files."""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ def test_the_toolrunner_and_driver_stores_are_private(tmp_path, open_umask):
 
 def test_an_act_s_details_are_recorded_whole_only_when_small(checkpoint):
     """A person's act is recorded with what it changes; a caller cannot make that record as large as
-    a request (found in review, session 4): past 4 KiB the record keeps the details' hash and size."""
+    a request: past 4 KiB the record keeps the details' hash and size."""
     started = checkpoint.start_run("recon", person="alice")
     small, large = pb.RecordActRequest(run=pb.RunContext(run_token=started.run_token), act="amend", person="alice"), \
         pb.RecordActRequest(run=pb.RunContext(run_token=started.run_token), act="amend", person="alice")

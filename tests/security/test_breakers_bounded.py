@@ -1,4 +1,4 @@
-"""Issue 8 item 6: breakers on every call, finite counters and budgets, ceilings that always exist."""
+"""Breakers on every call, finite counters and budgets, ceilings that always exist."""
 
 from __future__ import annotations
 

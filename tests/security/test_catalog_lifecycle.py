@@ -323,7 +323,7 @@ def test_two_admins_approving_at_once_make_one_change(running):
     assert len(approvals) == 1 and live(running) == version
 
 
-# -- found in review (session 4): self-approval through one's own run, moving an agent's tenant ----
+# -- found in review: self-approval through one's own run, moving an agent's tenant ----
 
 
 def test_an_admin_cannot_approve_what_the_agent_of_their_own_run_proposed(running):

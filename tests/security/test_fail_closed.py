@@ -1,5 +1,5 @@
 """What the decision function gives back is not believed blindly: an answer with no verdict, or one
-the wire does not know, leaves the checkpoint as a recorded DENY with no grant (issue 8: the
+the wire does not know, leaves the checkpoint as a recorded DENY with no grant (a
 mutation run found nothing held this path).
 """
 

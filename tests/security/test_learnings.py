@@ -129,7 +129,7 @@ def test_the_driver_reports_a_failed_run_and_a_failed_task(running):
 
 
 def test_provenance_names_only_a_decision_of_the_proposing_run(running):
-    """Found in review (session 4): a caller could cite any decision, another run's or tenant's."""
+    """Found in review: a caller could cite any decision, another run's or tenant's."""
     other = running.start_run("recon")
     started = running.start_run("recon")
     refused = running.stub().ProposeLearning(pb.ProposeLearningRequest(

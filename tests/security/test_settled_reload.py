@@ -1,4 +1,4 @@
-"""Issue 8 item 7: the watcher loads a policy edit only once its files have stopped changing."""
+"""The watcher loads a policy edit only once its files have stopped changing."""
 
 from __future__ import annotations
 

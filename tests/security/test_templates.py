@@ -242,7 +242,7 @@ def test_a_person_saves_the_spec_of_a_call_that_worked_with_target_put_back(runn
             kind="template", name="x", from_call=pb.DecisionRef(run_id=run.run_id, decision_id=decision)), timeout=10)
         assert verdict(refused.decision) == ("DENY", "invalid_request")
     # a person with no role in the call's tenant learns nothing about it: the answer a call that
-    # does not exist gets (found in review, session 4: the refusal named the tenant)
+    # does not exist gets (found in review: the refusal named the tenant)
     outsider = as_(running, "frank").ProposeCatalogEntry(pb.ProposeCatalogEntryRequest(
         kind="template", name="x", from_call=pb.DecisionRef(run_id=run.run_id, decision_id=worked.decision_id)),
         timeout=10)

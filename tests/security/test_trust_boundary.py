@@ -1,7 +1,7 @@
 """Callers ask; the checkpoint establishes who acts, for whom, in which run, and who approved.
 
-One test per way a caller used to talk the checkpoint into a call the policy files forbid
-(issue 8): self-approval, an invented or impersonated person or agent, a child posing as a root
+One test per way a caller used to talk the checkpoint into a call the policy files forbid:
+self-approval, an invented or impersonated person or agent, a child posing as a root
 run, an empty run id, an approval carried over to a call that differs only in masked
 arguments, one approval raced many times, and refusals filed under someone else's run.
 Every test goes through a real gRPC server on a real port, with the shipped policies.

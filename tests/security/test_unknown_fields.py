@@ -1,4 +1,4 @@
-"""Issue 8 item 9: a binary request carrying fields this checkpoint does not know is refused."""
+"""A binary request carrying fields this checkpoint does not know is refused."""
 
 from __future__ import annotations
 

@@ -191,8 +191,8 @@ def test_an_approved_delegation_is_refused_once_the_child_agent_changed(start, p
 
 def test_the_approved_call_digest_binds_every_part_of_the_call(tmp_path):
     """An approval names one whole call. Within a run the run token already pins the agent and its
-    version, so only the digest itself can show that it binds them too (issue 8: leaving the agent
-    version out of it broke no test)."""
+    version, so only the digest itself can show that it binds them too (leaving the agent
+    version out of it once broke no test)."""
     approvals = Approvals(b"s" * 32, b"k" * 32, SingleUse(tmp_path / "used.db"))
 
     def digest(run_id="run-1", agent="recon", agent_version="recon@1", child="", args=SUBNET,

@@ -1,5 +1,5 @@
 """`warden policy diff`: recorded decisions (a real checkpoint's log) replayed against a candidate
-folder find exactly the flips an edit causes (issue 11, "Policy change impact")."""
+folder find exactly the flips an edit causes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shadow rules (issue 11, "Shadow mode"): evaluated and recorded beside the enforced answer,
+"""Shadow rules: evaluated and recorded beside the enforced answer,
 never enforced; `warden audit query --shadow-flips`; promoting is an edit."""
 
 from __future__ import annotations
