@@ -41,7 +41,7 @@ def _decide_loop(n: int) -> None:
 
 def _check_loop(n: int) -> None:
     from checkpoint.server.app import create_server
-    from checkpoint.server.auth import AuthPolicy
+    from warden.auth import AuthPolicy
     from warden.checkpoint.v1 import checkpoint_pb2 as pb
     from warden.grants import SigningKey
 
@@ -70,7 +70,7 @@ def _grpc_loop(n: int) -> None:
     import grpc
 
     from checkpoint.server.app import create_server
-    from checkpoint.server.auth import AuthPolicy
+    from warden.auth import AuthPolicy
     from warden.checkpoint.v1 import checkpoint_pb2 as pb
     from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
     from warden.grants import SigningKey

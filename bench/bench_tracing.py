@@ -32,7 +32,7 @@ def _loop(mode: str, n: int) -> None:
     import grpc
 
     from checkpoint.server.app import create_server
-    from checkpoint.server.auth import AuthPolicy
+    from warden.auth import AuthPolicy
     from warden.checkpoint.v1 import checkpoint_pb2 as pb
     from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
     from warden.grants import SigningKey

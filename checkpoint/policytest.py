@@ -23,14 +23,14 @@ from google.protobuf import json_format
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from checkpoint.engine import InvalidRequest, decide
-from checkpoint.engine.codes import DECISION_CODES
 from checkpoint.engine.decide import touched_by
 from checkpoint.policy import PolicyError, PolicyLoadError, PolicySet
 from checkpoint.policy.loader import TEST_SUFFIXES
 from checkpoint.policy.policyset import SCOPE_DIMENSIONS, TYPED_DIMENSIONS, read_touched
 from checkpoint.policy.subjects import SubjectError, SubjectSet
-from checkpoint.policy.yamlsource import YamlIssue, load_documents
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.codes import DECISION_CODES
+from warden.yamlsource import YamlIssue, load_documents
 
 
 class _Strict(BaseModel):

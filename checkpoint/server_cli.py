@@ -252,9 +252,9 @@ def _serve(args: argparse.Namespace) -> int:
 def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.audit import AuditUnavailable
     from checkpoint.server import AuthPolicy, TlsConfig, load_tokens, serve
-    from checkpoint.server.auth import TokenFileError
     from checkpoint.server.cpu_placement import should_pin
     from checkpoint.server.workers import serve_workers, worker_count
+    from warden.auth import TokenFileError
     from warden.grants import SigningKey
 
     try:

@@ -14,11 +14,11 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
-from checkpoint.server.errors import error_detail_of
 from driver.errors import DependencyUnavailable, DriverError
 from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
+from warden.errors import error_detail_of
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as tr_grpc
 

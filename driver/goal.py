@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from checkpoint.policy.yamlsource import SourceDocument
 from driver.errors import GoalError
 from driver.yamlfile import pydantic_problems, read_document
 from warden.budget import Budget
+from warden.yamlsource import SourceDocument
 
 
 class _Strict(BaseModel):

@@ -25,19 +25,19 @@ import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from grpc_health.v1 import health
 
-from checkpoint.server.auth import TokenFileError, load_tokens
-from checkpoint.server.errors import ServiceError, abort
 from driver.access import PersonRoles
 from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
 from warden import tracing
+from warden.auth import TokenFileError, load_tokens
 from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.drain import Drain, drain
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.errors import ServiceError, abort
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 

@@ -1,6 +1,6 @@
 """Reading a person's YAML file (goal, model script) strictly, remembering the line of every key.
 
-The policy loader's reader (`checkpoint.policy.yamlsource`) is reused: duplicate keys and merge
+The policy loader's reader (`warden.yamlsource`) is reused: duplicate keys and merge
 keys are errors, and each error can be reported as `file:line: message`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from checkpoint.policy.yamlsource import SourceDocument, YamlIssue, load_documents
+from warden.yamlsource import SourceDocument, YamlIssue, load_documents
 
 
 def read_document(text: str, source: str) -> tuple[SourceDocument | None, list[str]]:

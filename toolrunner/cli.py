@@ -67,12 +67,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.policy import PolicyLoadError
-    from checkpoint.server.auth import TokenFileError, load_tokens
     from toolrunner.errors import RunnerError
     from toolrunner.keys import KeyringError, load_keyring
     from toolrunner.runner import RunnerConfig
     from toolrunner.secrets import SecretsFileError, load_secrets
     from toolrunner.server import serve
+    from warden.auth import TokenFileError, load_tokens
 
     try:
         keys = load_keyring(args.key or [args.data / "grant.key"])

@@ -27,15 +27,15 @@ import grpc
 from grpc_health.v1 import health
 from prometheus_client import Gauge
 
-from checkpoint.server.auth import AuthPolicy
-from checkpoint.server.errors import ServiceError, to_status
 from toolrunner.errors import DockerUnavailable, RunnerError, Unauthenticated
 from toolrunner.policies import PolicySource
 from toolrunner.reaper import Reaper
 from toolrunner.runner import RunnerConfig, ToolRunner
 from toolrunner.store import ReceiptStore
 from warden import grants, tracing
+from warden.auth import AuthPolicy
 from warden.drain import DEFAULT_GRACE, Drain, drain
+from warden.errors import ServiceError, to_status
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
@@ -185,7 +185,7 @@ def create_server(
     Tools come from `policy_dir` (then a grant of a newer policy revision reloads the folder once)
     or, for embedding, from `tools` with the `policy_revision` they belong to (grants of any other
     revision are refused). `tokens` (sha256 of
-    token -> caller, `checkpoint.server.auth.load_tokens`) admit Cancel and GetReceipt callers.
+    token -> caller, `warden.auth.load_tokens`) admit Cancel and GetReceipt callers.
 
     Fails with DockerUnavailable (saying how to get an engine) when no engine answers: a runner
     that cannot run anything must not pretend to be healthy.

@@ -527,7 +527,7 @@ def _serve(args: argparse.Namespace) -> int:
     from checkpoint.audit.web.server import make_server
     from checkpoint.audit.web.views import DecisionViews
     from checkpoint.policy.errors import PolicyLoadError
-    from checkpoint.server.auth import TokenFileError
+    from warden.auth import TokenFileError
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)

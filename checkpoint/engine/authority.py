@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from checkpoint.engine import codes
 from checkpoint.engine.context import Call
 from checkpoint.engine.outcome import DENY
 from checkpoint.policy import AgentVersion, CompiledTool
 from checkpoint.policy.policyset import SCOPE_DIMENSIONS, TYPED_DIMENSIONS
 from checkpoint.policy.subjects import Pattern, Subject, SubjectError, SubjectSet, read_pattern
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checkpoint.engine import codes
 from checkpoint.engine.context import Call
 from checkpoint.engine.outcome import HALT
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 # How a breaker compares before an action:

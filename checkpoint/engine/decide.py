@@ -15,7 +15,7 @@ from typing import Any
 
 import fastjsonschema
 
-from checkpoint.engine import authority, breakers, codes, learnings
+from checkpoint.engine import authority, breakers, learnings
 from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
@@ -23,6 +23,7 @@ from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
 from checkpoint.policy.policyset import RuleGroup, read_touched
 from checkpoint.policy.roles import roles_of
 from checkpoint.policy.subjects import Subject, SubjectError
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 MAX_ARGUMENT_BYTES = 64 * 1024

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from checkpoint.engine import codes
 from checkpoint.engine.context import Call
 from checkpoint.engine.outcome import DENY
 from checkpoint.policy.learning_index import ERROR
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 

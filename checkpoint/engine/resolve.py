@@ -6,10 +6,10 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from checkpoint.engine import codes
 from checkpoint.engine.outcome import InvalidRequest
 from checkpoint.policy import PolicySet, model
 from checkpoint.policy.entries import FILLED
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 

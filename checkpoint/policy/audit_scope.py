@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from checkpoint.engine import codes
 from checkpoint.policy import model
 from checkpoint.policy.principals import Principals, caller_name
 from checkpoint.policy.roles import auditor_tenants
+from warden import codes
 
 
 class AuditRefused(Exception):

@@ -21,7 +21,6 @@ from pydantic import ValidationError
 from checkpoint.cel import CelCompileError, CelProgram, CelType, get_engine
 from checkpoint.cel import typed as cel_typed
 from checkpoint.cel.fastpath import FastProgram, compile_fast
-from checkpoint.engine import codes
 from checkpoint.policy import celtypes, entries, input_schemas, model
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.defaults import with_defaults
@@ -36,8 +35,8 @@ from checkpoint.policy.policyset import (
 )
 from checkpoint.policy.principals import Principals
 from checkpoint.policy.subjects import OffLimits, Pattern, SubjectError, read_pattern
-from checkpoint.policy.yamlsource import SourceDocument, YamlIssue, load_documents
-from warden import canonical
+from warden import canonical, codes
+from warden.yamlsource import SourceDocument, YamlIssue, load_documents
 
 MAX_FILE_BYTES = 1024 * 1024
 TEST_SUFFIXES = ("_test.yaml", "_test.yml")

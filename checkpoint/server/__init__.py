@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from checkpoint.server.app import CheckpointServer, TlsConfig, create_server, serve
-    from checkpoint.server.auth import AuthPolicy, load_tokens
+    from warden.auth import AuthPolicy, load_tokens
 
 # Imported on first use, so a command's --help does not load what only its work needs.
 _WHERE = {
@@ -20,8 +20,8 @@ _WHERE = {
     "TlsConfig": "checkpoint.server.app",
     "create_server": "checkpoint.server.app",
     "serve": "checkpoint.server.app",
-    "AuthPolicy": "checkpoint.server.auth",
-    "load_tokens": "checkpoint.server.auth",
+    "AuthPolicy": "warden.auth",
+    "load_tokens": "warden.auth",
 }
 
 __all__ = [

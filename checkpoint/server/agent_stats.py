@@ -16,12 +16,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from checkpoint.audit.stats import AgentStats, VersionStats
-from checkpoint.engine import codes
 from checkpoint.policy import lifecycle
 from checkpoint.policy.principals import caller_name
 from checkpoint.server.catalog_acts import owning_tenant
-from checkpoint.server.errors import PermissionDenied
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.errors import PermissionDenied
 
 if TYPE_CHECKING:
     from checkpoint.server.service import CheckpointService

@@ -27,7 +27,6 @@ from checkpoint.audit.rotate import AutoRotate
 from checkpoint.policy import AgentCatalog, input_schemas
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
-from checkpoint.server.auth import AuthPolicy, OnRefused
 from checkpoint.server.grpc_api import SERVICE_NAME, method_handlers
 from checkpoint.server.metrics import Metrics, MetricsServer
 from checkpoint.server.ratelimit import PeerLimiter
@@ -36,6 +35,7 @@ from checkpoint.server.service import CheckpointService
 from checkpoint.server.shared_state import SharedStateWatch
 from checkpoint.server.single_use import SingleUse
 from warden import tracing
+from warden.auth import AuthPolicy, OnRefused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.grants import SigningKey

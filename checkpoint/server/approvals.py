@@ -21,11 +21,11 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from checkpoint.engine.codes import APPROVAL_INVALID
 from checkpoint.server.runs import Refused
 from checkpoint.server.single_use import SingleUse
 from checkpoint.server.tokens import APPROVAL_LABEL, Signer, TokenInvalid, call_digest
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.codes import APPROVAL_INVALID
 
 
 @dataclass(frozen=True, slots=True)

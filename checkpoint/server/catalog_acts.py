@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 
-from checkpoint.engine import codes
 from checkpoint.policy import PolicySet, lifecycle
 from checkpoint.policy.catalog import CatalogError, Change
 from checkpoint.policy.loader import load_agent_definition
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
-from checkpoint.server.errors import PermissionDenied
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.errors import PermissionDenied
 
 if TYPE_CHECKING:
     from checkpoint.server.service import CheckpointService

@@ -18,7 +18,6 @@ from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
 from checkpoint.audit.bounded import bound_refusal
-from checkpoint.engine import codes
 from checkpoint.policy import PolicySet, model
 from checkpoint.policy.entries import (
     FILLED,
@@ -40,10 +39,11 @@ from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import has_role
 from checkpoint.server import convert
 from checkpoint.server.catalog_acts import MAX_DEFINITION_BYTES, CatalogActs
-from checkpoint.server.errors import InvalidArgument, PermissionDenied
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.errors import InvalidArgument, PermissionDenied
 
 if TYPE_CHECKING:
     from checkpoint.policy.entries import EntryCatalog

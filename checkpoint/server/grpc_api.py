@@ -26,11 +26,11 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from checkpoint.server import tracing, wire
-from checkpoint.server.auth import AuthPolicy, OnRefused
-from checkpoint.server.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
 from checkpoint.server.service import CheckpointService
+from warden.auth import AuthPolicy, OnRefused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.drain import Drain
+from warden.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
 
 SERVICE_NAME = "warden.checkpoint.v1.CheckpointService"
 

@@ -19,7 +19,6 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from checkpoint.engine import codes
 from checkpoint.policy import PolicySet
 from checkpoint.policy.learning_index import SEVERITIES, LearningIndex, MatchError, build_index, compile_match
 from checkpoint.policy.learnings import (
@@ -35,10 +34,11 @@ from checkpoint.policy.learnings import (
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
-from checkpoint.server.errors import InvalidArgument, PermissionDenied
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.errors import InvalidArgument, PermissionDenied
 
 if TYPE_CHECKING:
     from checkpoint.server.service import CheckpointService

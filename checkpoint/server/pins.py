@@ -13,11 +13,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from checkpoint.engine.codes import POLICY_ERROR
 from checkpoint.policy import PolicyLoadError, PolicySet
 from checkpoint.policy.loader import load_policy_files
 from checkpoint.server.runs import Refused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.codes import POLICY_ERROR
 
 _RANK = {pb.VERDICT_ALLOW: 0, pb.VERDICT_REQUIRE_APPROVAL: 1, pb.VERDICT_DENY: 2, pb.VERDICT_HALT: 2}
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from checkpoint.engine import codes
 from checkpoint.policy import PolicyLoadError, PolicySet
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server.runs import Refused
+from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 if TYPE_CHECKING:

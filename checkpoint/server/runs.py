@@ -20,10 +20,10 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from checkpoint.audit.record import CanonicalJson, json_column
-from checkpoint.engine.codes import RUN_TOKEN_INVALID
 from checkpoint.server import convert
 from checkpoint.server.tokens import RUN_LABEL, Signer, TokenInvalid
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.codes import RUN_TOKEN_INVALID
 
 _MEMO_SIZE = 4096
 _MEMO_TOKEN_BYTES = 2048  # larger tokens (big inputs) are verified each time, so the memo stays small

@@ -25,7 +25,7 @@ from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.record import CanonicalJson, format_time_ns, json_column
 from checkpoint.audit.stats import END_ACT, EndInvalid, end_details
 from checkpoint.audit.store import Filters
-from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
+from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.engine.context import MODES
 from checkpoint.policy import PolicySet
 from checkpoint.policy.audit_scope import AuditRefused, readable_tenants
@@ -37,7 +37,6 @@ from checkpoint.server.agent_stats import AgentStatsReads
 from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
 from checkpoint.server.catalog_acts import CatalogActs
 from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
-from checkpoint.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.learning_acts import LearningActs
 from checkpoint.server.metrics import Metrics
@@ -45,8 +44,9 @@ from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.reload import PolicyStore
 from checkpoint.server.runs import MAX_RUN_ID, Established, Refused, RunTokens, child_run
 from checkpoint.server.single_use import SingleUse
-from warden import canonical, grants
+from warden import canonical, codes, grants
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.errors import InvalidArgument, PermissionDenied, Unavailable
 
 MAX_LOGGED_ARGUMENT_BYTES = 64 * 1024  # the engine refuses larger arguments; the log keeps their hash
 

@@ -24,11 +24,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from checkpoint.policy.yamlsource import SourceDocument
 from driver.boundary import ProviderReply
 from driver.errors import ProviderError
 from driver.providers.base import ModelRequest, estimate_tokens
 from driver.yamlfile import read_document
+from warden.yamlsource import SourceDocument
 
 _ENTRY_KEYS = {"actions", "text", "stop_reason", "error", "usage"}
 _ERROR_STATUS = {"overloaded": 529, "credit": 400, "quota": 429, "auth": 401, "unavailable": 503}

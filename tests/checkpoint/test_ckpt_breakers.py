@@ -7,8 +7,8 @@ import shutil
 import pytest
 from ckpt_helpers import case, params
 
-from checkpoint.engine import codes
 from checkpoint.engine.breakers import BREAKERS
+from warden import codes
 
 DOC = {"doc": "doc:readme"}
 MODEL = {"provider": "anthropic", "model": "claude-haiku-4-5"}

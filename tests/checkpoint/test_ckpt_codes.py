@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from ckpt_helpers import ENGINES, case, params
 
-from checkpoint.engine import codes
+from warden import codes
 
 DOC = {"doc": "doc:readme"}
 

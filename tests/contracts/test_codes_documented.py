@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from checkpoint.engine import codes
+from warden import codes
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "codes.md"
 

@@ -37,7 +37,7 @@ def checkpoint_server(tmp_path: Path, policy_dir: Path, grant_key) -> Iterator[A
     from driver_harness import CHECKPOINT_TOKEN, PERSON_TOKEN
 
     from checkpoint.server.app import create_server
-    from checkpoint.server.auth import AuthPolicy
+    from warden.auth import AuthPolicy
 
     tokens = {hashlib.sha256(CHECKPOINT_TOKEN.encode()).digest(): "driver",  # the driver principal
               hashlib.sha256(PERSON_TOKEN.encode()).digest(): "bob"}  # a person (the people principal)

@@ -11,8 +11,8 @@ import pytest
 from driver_harness import CHECKPOINT_TOKEN, PERSON_TOKEN, PLAN, call, final, goal, kinds
 
 from checkpoint.server.app import create_server
-from checkpoint.server.auth import AuthPolicy
 from driver.clients import CheckpointClient
+from warden.auth import AuthPolicy
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 SCAN = call("create_task_from_template", template="web", target="web.lab.example.com")

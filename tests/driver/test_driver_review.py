@@ -189,7 +189,7 @@ def test_up_gives_each_process_its_own_folder_and_the_driver_no_key(tmp_path, po
     for path in stack.driver_data.rglob("*"):
         assert key.secret.hex() not in path.read_text(), path  # the driver's folder holds no key
     # The driver's token lines are its own, and match what the checkpoint and toolrunner accept.
-    from checkpoint.server.auth import load_tokens
+    from warden.auth import load_tokens
 
     for mine, theirs in (("checkpoint.tokens", stack.checkpoint_data / "checkpoint.tokens"),
                          ("toolrunner.tokens", stack.toolrunner_data / "toolrunner.tokens")):
@@ -208,8 +208,8 @@ def test_up_preflight_names_a_missing_tool_image_and_what_to_run(policy_dir: Pat
 
 
 def test_an_operators_file_line_must_name_its_person(tmp_path):
-    from checkpoint.server.auth import TokenFileError
     from driver.service import load_operators
+    from warden.auth import TokenFileError
 
     path = tmp_path / "operators"
     path.write_text("s3cr3t-token-0123456789\n")

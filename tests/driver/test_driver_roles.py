@@ -19,7 +19,6 @@ import yaml
 from driver_harness import CHECKPOINT_TOKEN, PLAN, call
 
 from checkpoint.audit import DecisionReader
-from checkpoint.server.errors import error_detail_of
 from driver.access import RPC_ROLES
 from driver.clients import CheckpointClient
 from driver.errors import DriverError
@@ -27,6 +26,7 @@ from driver.goal import parse_goal
 from driver.service import create_server, goal_to_proto
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.errors import error_detail_of
 
 PERSONS = ("alice", "bob", "dave", "erin", "frank")
 OPERATOR_TOKENS = {p: f"{p}-operator-token-0123456789" for p in PERSONS}  # the driver's operators file
@@ -60,7 +60,7 @@ def _digest(token: str) -> bytes:
 def checkpoint_server(tmp_path: Path, policy_dir: Path, grant_key) -> Iterator[Any]:
     """The conftest's checkpoint, with globex in the policies and each person's own credential."""
     from checkpoint.server.app import create_server as create_checkpoint
-    from checkpoint.server.auth import AuthPolicy
+    from warden.auth import AuthPolicy
 
     (policy_dir / "tenants" / "globex.yaml").write_text(GLOBEX)
     (policy_dir / "agents" / "scout.yaml").write_text(SCOUT)

@@ -6,8 +6,8 @@ import grpc
 import pytest
 
 from checkpoint.audit import DecisionReader
-from checkpoint.server.errors import error_detail_of
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.errors import error_detail_of
 
 from .conftest import tool_call
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import grpc
 
-from checkpoint.server.errors import error_detail_of
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
+from warden.errors import error_detail_of
 
 
 def run_context(

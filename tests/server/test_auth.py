@@ -16,7 +16,7 @@ from cryptography.x509.oid import NameOID
 
 from checkpoint.audit import DecisionReader
 from checkpoint.server import AuthPolicy, TlsConfig, create_server, load_tokens
-from checkpoint.server.auth import TokenFileError
+from warden.auth import TokenFileError
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
 from warden.grants import SigningKey

@@ -110,7 +110,7 @@ import grpc
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from checkpoint.server.app import create_server
-from checkpoint.server.auth import AuthPolicy
+from warden.auth import AuthPolicy
 from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as pb, checkpoint_pb2_grpc as pb_grpc
 from warden.grants import SigningKey

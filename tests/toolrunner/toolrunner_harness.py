@@ -194,7 +194,7 @@ def error_code(err: grpc.RpcError) -> str:
 
 def detail_code(err: grpc.RpcError) -> str:
     """The code in the standard status details (what every gRPC client reads)."""
-    from checkpoint.server.errors import error_detail_of
+    from warden.errors import error_detail_of
 
     detail = error_detail_of(err)
     return detail.code if detail else ""

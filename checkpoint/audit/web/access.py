@@ -1,7 +1,7 @@
 """Who is asking: an auditor's checkpoint credential, checked as the checkpoint checks it.
 
 The web view holds no accounts of its own. A request carries `Authorization: Bearer TOKEN`, a
-token of the checkpoint's token file (`NAME TOKEN` lines, `checkpoint/server/auth.py`); its
+token of the checkpoint's token file (`NAME TOKEN` lines, `warden/auth.py`); its
 identity `token:NAME` is then asked, against the policy folder the checkpoint loads, the same
 question `WatchDecisions` asks (`checkpoint/policy/audit_scope.py`): which tenants' records it
 may read. Both files are re-read when they change, so a token revoked or an auditor removed from
@@ -26,7 +26,7 @@ from checkpoint.policy.audit_scope import AuditRefused, readable_tenants
 from checkpoint.policy.loader import load_policy_dir, read_policy_files, revision_of
 from checkpoint.policy.policyset import PolicySet
 from checkpoint.policy.principals import caller_name
-from checkpoint.server.auth import TokenFileError, bearer_identity, load_tokens
+from warden.auth import TokenFileError, bearer_identity, load_tokens
 
 log = logging.getLogger(__name__)
 
