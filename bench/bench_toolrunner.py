@@ -55,12 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     # `python -m bench` calls main() with no arguments; its own argv is not ours.
     args = parser.parse_args(argv or [])
 
-    from checkpoint.policy.model import Tool
     from toolrunner.runner import RunnerConfig
     from toolrunner.server import create_server
     from warden import grants
     from warden.toolrunner.v1 import toolrunner_pb2 as pb
     from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
+    from warden.tools import Tool
 
     subprocess.run([str(ROOT / "scripts" / "build-images.sh")], check=True, stdout=subprocess.DEVNULL)
     tool = Tool.model_validate(

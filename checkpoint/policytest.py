@@ -25,11 +25,11 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.engine.decide import touched_by
 from checkpoint.policy import PolicyError, PolicyLoadError, PolicySet
-from checkpoint.policy.loader import TEST_SUFFIXES
 from checkpoint.policy.policyset import SCOPE_DIMENSIONS, TYPED_DIMENSIONS, read_touched
 from checkpoint.policy.subjects import SubjectError, SubjectSet
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.codes import DECISION_CODES
+from warden.policyfiles import TEST_SUFFIXES
 from warden.yamlsource import YamlIssue, load_documents
 
 

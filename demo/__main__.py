@@ -44,7 +44,8 @@ def main() -> int:
     if os.environ.get("WARDEN_DEMO_SKIP_DOCKER") != "1" and not ensure_docker():
         return 1
     from demo.scenario import play
-    from driver.up import CHECKPOINT_TOKENS_FILE, Stack, ensure_person_checkpoint_token, free_port
+    from warden.datafolder import CHECKPOINT_TOKENS_FILE, ensure_person_checkpoint_token
+    from warden.up import Stack, free_port
 
     data = Path(os.environ.get("WARDEN_DEMO_DATA") or ROOT / ".warden" / "demo")
     shutil.rmtree(data, ignore_errors=True)  # a fresh run store and decision log every time

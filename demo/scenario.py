@@ -14,11 +14,12 @@ from driver.clients import CheckpointClient
 from driver.goal import load_goal
 from driver.render import event_line
 from driver.service import goal_to_proto
-from driver.up import PERSON_CHECKPOINT_TOKEN_FILE, Stack
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
+from warden.datafolder import PERSON_CHECKPOINT_TOKEN_FILE
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.up import Stack
 
 VERIFIED = "verified success of the task it started"
 PLAN_READ = "plan read and approved before the run went on"

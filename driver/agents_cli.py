@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from driver.cli import DEFAULT_CHECKPOINT, DEFAULT_DATA
+from driver.cli import DEFAULT_CHECKPOINT
+from warden.datafolder import DEFAULT_DATA
 
 COMMANDS = ("list", "show", "history", "diff", "propose", "review", "approve", "reject", "retire", "rollback", "stats")
 
@@ -69,8 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _rpc(args: argparse.Namespace, method: str, request: Any) -> Any:
     import grpc
 
-    from driver.up import PERSON_CHECKPOINT_TOKEN_FILE
     from warden.checkpoint.v1 import checkpoint_pb2_grpc
+    from warden.datafolder import PERSON_CHECKPOINT_TOKEN_FILE
 
     token_file = Path(args.data) / PERSON_CHECKPOINT_TOKEN_FILE
     if not token_file.exists():

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from driver.clients import to_struct
 from warden import canonical
+from warden.structs import to_struct
 
 ACTIONS = ("tool_call", "final", "handoff")
 CUT_OFF_STOP_REASONS = frozenset({"max_tokens", "refusal", "model_context_window_exceeded"})

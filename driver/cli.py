@@ -13,12 +13,10 @@ from typing import Any
 
 from warden import observability
 from warden.budget_fields import FIELDS as BUDGET_FIELDS
-from warden.cli import STOP_MARGIN, add_grace_flag, add_metrics_flag
-
-UP_GRACE = 10.0  # a stack on a laptop: Ctrl-C should not take 30 s
+from warden.cli import add_grace_flag, add_metrics_flag
+from warden.datafolder import DEFAULT_DATA
 
 # WARDEN_DATA, WARDEN_DRIVER, WARDEN_CHECKPOINT, ... reach every command through warden/config.py
-DEFAULT_DATA = ".warden"
 DEFAULT_DRIVER = "127.0.0.1:7403"
 DEFAULT_CHECKPOINT = "127.0.0.1:7401"
 BUDGET_KEYS = tuple(f for f in BUDGET_FIELDS if f != "turns_total")  # what a resume may raise
@@ -52,28 +50,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
     drv.set_defaults(func=lambda _a: (drv.print_help(), 2)[1])
-
-    up = subparsers.add_parser("up", help="start checkpoint, toolrunner and driver on loopback",
-                               description="Start the three processes with embedded defaults, wait until all "
-                                           "are healthy, stop them cleanly on Ctrl-C.")
-    up.add_argument("--data", default=DEFAULT_DATA, type=Path, help="data folder (default %(default)s)")
-    up.add_argument("--policies", default="policies", type=Path, help="policy folder (default %(default)s)")
-    up.add_argument("--ports", default="7401,7402,7403", help="checkpoint,toolrunner,driver ports (default %(default)s)")
-    up.add_argument("--provider", default="anthropic", choices=("scripted", "anthropic"),
-                    help="provider of runs that name none (default %(default)s)")
-    up.add_argument("--person", default=None,
-                    help="the person at the keyboard, when DATA has no operators file yet (default: env "
-                         "WARDEN_PERSON, else alice, the sample tenant's admin); they need a role in the tenant")
-    observability.add_arguments(up, passed_on=True)
-    up.add_argument("--grace", type=float, default=UP_GRACE, metavar="SECONDS",
-                    help=f"passed on to all three: on Ctrl-C or SIGTERM calls in flight get this long to finish "
-                         f"(default {UP_GRACE:g}; a served process alone defaults to 30); a child still running "
-                         f"{STOP_MARGIN:g} s after that is killed")
-    up.add_argument("--prepare-only", action="store_true",
-                    help="create the key material under DATA (checkpoint/, toolrunner/ with its own copy of the "
-                         "grant key, driver/) and exit without starting anything: for a container per process "
-                         "(deploy/compose.yaml, docs/deploy.md)")
-    up.set_defaults(func=_up)
 
     def client_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--driver", default=DEFAULT_DRIVER, help="driver address (default %(default)s, env WARDEN_DRIVER)")
@@ -187,7 +163,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from driver.providers import make_provider
     from driver.service import OperatorsFileError, create_server, load_operators
     from driver.store import RunStore
-    from driver.up import (
+    from warden.datafolder import (
         CHECKPOINT_TOKENS_FILE,
         OPERATORS_FILE,
         TOOLRUNNER_TOKENS_FILE,
@@ -227,25 +203,6 @@ def _serve_configured(args: argparse.Namespace) -> int:
     running.stop(grace=args.grace)
     store.close()
     return 0
-
-
-def _up(args: argparse.Namespace) -> int:
-    from driver.up import Stack, run_up
-
-    try:
-        cp, tr, dr = (int(p) for p in args.ports.split(","))
-    except ValueError:
-        print("warden up: --ports takes three ports, e.g. 7401,7402,7403", file=sys.stderr)
-        return 2
-    serve_args = ["--log-format", args.log_format, "--grace", f"{args.grace:g}"]
-    serve_args += ["--otlp-endpoint", args.otlp_endpoint] if args.otlp_endpoint else []
-    stack = Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
-                  person=args.person, serve_args=serve_args, grace=args.grace)
-    if args.prepare_only:
-        from driver.up import prepare_only
-
-        return prepare_only(stack)
-    return run_up(stack)
 
 
 # -- client side ----------------------------------------------------------------------------
@@ -434,8 +391,8 @@ def _person_act(args: argparse.Namespace, approve: bool) -> int:
     """Approve or reject at the checkpoint with the person's own credential, then tell the driver."""
     from driver.clients import CheckpointClient
     from driver.errors import DriverError
-    from driver.up import PERSON_CHECKPOINT_TOKEN_FILE
     from warden.checkpoint.v1 import checkpoint_pb2 as cp
+    from warden.datafolder import PERSON_CHECKPOINT_TOKEN_FILE
     from warden.driver.v1 import driver_pb2 as pb
 
     verb = "approve" if approve else "reject"

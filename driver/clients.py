@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from google.protobuf import struct_pb2
 
 from driver.errors import DependencyUnavailable, DriverError
 from warden import tracing
@@ -25,12 +24,6 @@ from warden.toolrunner.v1 import toolrunner_pb2_grpc as tr_grpc
 CHECKPOINT_SERVICE = cp.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 TOOLRUNNER_SERVICE = tr.DESCRIPTOR.services_by_name["ToolRunnerService"].full_name
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
-
-
-def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    s.update(value)
-    return s
 
 
 def _detail_code(err: grpc.RpcError) -> str:

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from driver.cli import DEFAULT_CHECKPOINT, DEFAULT_DATA, DEFAULT_DRIVER
+from driver.cli import DEFAULT_CHECKPOINT, DEFAULT_DRIVER
+from warden.datafolder import DEFAULT_DATA
 
 KINDS = {"skills": "skill", "templates": "template"}
 
@@ -80,8 +81,8 @@ def _commands(sub: Any, group: str, kind: str) -> None:
 def _rpc(args: argparse.Namespace, method: str, request: Any) -> Any:
     import grpc
 
-    from driver.up import PERSON_CHECKPOINT_TOKEN_FILE
     from warden.checkpoint.v1 import checkpoint_pb2_grpc
+    from warden.datafolder import PERSON_CHECKPOINT_TOKEN_FILE
 
     token_file = Path(args.data) / PERSON_CHECKPOINT_TOKEN_FILE
     if not token_file.exists():

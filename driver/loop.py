@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from checkpoint.server.tokens import APPROVAL_LABEL, unverified_claims
 from driver import context, learnings, skills
 from driver.boundary import Final, Handoff, Idle, Outcome, Rejection, ToolCalls, decide
-from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
+from driver.clients import CheckpointClient, ToolRunnerClient
 from driver.errors import DependencyUnavailable, DriverError, ProviderError, RunStateError
 from driver.goal import Criterion, Goal, GoalBudget
 from driver.output_events import OutputEvents
@@ -74,6 +74,7 @@ from driver.verify import Unresolved, Verification, call_arguments, verify_outco
 from warden import canonical, tracing
 from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
+from warden.structs import struct_to_dict, to_struct
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
 
 log = logging.getLogger("warden.driver")
@@ -165,7 +166,7 @@ class _Proposal(BaseModel):
 
 def _tool_specs(resolved: cp.ResolveAgentResponse) -> list[dict[str, Any]]:
     specs = [{"name": s.name, "description": s.description, "access": s.access,
-              "input_schema": json_format.MessageToDict(s.input_schema),
+              "input_schema": struct_to_dict(s.input_schema, checked=False),
               **({"templates": s.templates} if s.templates else {})} for s in resolved.tool_specs]
     if not specs and resolved.tools:
         specs = [{"name": n, "description": "", "access": "", "input_schema": {"type": "object"}}
@@ -946,7 +947,7 @@ class Driver:
             self.store.add_to_run(run["run_id"], drift=1)
         if resp.verdict == _ALLOW:
             # a template tool's grant covers the arguments the checkpoint filled in: those are sent
-            granted = json.dumps(json_format.MessageToDict(resp.arguments)) if resp.HasField("arguments") else ""
+            granted = json.dumps(struct_to_dict(resp.arguments, checked=False)) if resp.HasField("arguments") else ""
             self.store.update_call(call["id"], status="executing", decision_id=resp.decision_id, verdict="ALLOW",
                                    code=resp.code, plan_step=plan_step, grant=resp.grant.SerializeToString(),
                                    granted_arguments=granted)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from driver.clients import to_struct
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
+from warden.structs import to_struct
 
 if TYPE_CHECKING:
     from driver.clients import CheckpointClient

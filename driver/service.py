@@ -40,6 +40,7 @@ from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 from warden.errors import ServiceError, abort
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
+from warden.structs import struct_to_dict
 
 log = logging.getLogger("warden.driver.service")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DriverService"].full_name
@@ -84,7 +85,7 @@ def goal_from_proto(g: pb.Goal) -> Goal:
             check: dict[str, Any] = {k: v for k, v in (("kind", c.check.kind), ("tool", c.check.tool),
                                                        ("output_contains", c.check.output_contains)) if v}
             if c.check.HasField("arguments"):
-                check["arguments"] = _integral(json_format.MessageToDict(c.check.arguments))
+                check["arguments"] = struct_to_dict(c.check.arguments, checked=False)
             if c.check.arguments_from:
                 check["arguments_from"] = {name: {"receipt": ref.receipt, "field": ref.field}
                                            for name, ref in c.check.arguments_from.items()}
@@ -107,17 +108,6 @@ def goal_to_proto(goal: Goal) -> pb.Goal:
             for name, ref in (c.check.arguments_from or {}).items():
                 crit.check.arguments_from[name].CopyFrom(pb.ReceiptValue(receipt=ref.receipt, field=ref.field))
     return out
-
-
-def _integral(v: Any) -> Any:
-    """A Struct carries every number as a double: 5.0 back to 5, as the person wrote it."""
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, dict):
-        return {k: _integral(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_integral(x) for x in v]
-    return v
 
 
 def run_to_proto(driver: Driver, run: dict[str, Any]) -> pb.Run:

@@ -66,13 +66,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _serve_configured(args: argparse.Namespace) -> int:
-    from checkpoint.policy import PolicyLoadError
     from toolrunner.errors import RunnerError
     from toolrunner.keys import KeyringError, load_keyring
     from toolrunner.runner import RunnerConfig
     from toolrunner.secrets import SecretsFileError, load_secrets
     from toolrunner.server import serve
     from warden.auth import TokenFileError, load_tokens
+    from warden.tools import ToolReadError
 
     try:
         keys = load_keyring(args.key or [args.data / "grant.key"])
@@ -106,7 +106,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
             metrics_address=args.metrics_address,
             grace=args.grace,
         )
-    except PolicyLoadError as exc:  # raised before anything binds: every error at file:line
+    except ToolReadError as exc:  # raised before anything binds: every error at file:line
         print(f"warden toolrunner: policies in {args.policies} do not load:\n{exc}", file=sys.stderr)
         return 2
     except RunnerError as exc:

@@ -27,7 +27,7 @@ import docker.errors
 from docker.types import LogConfig, Ulimit
 from docker.utils.socket import frames_iter
 
-from checkpoint.policy.model import Limits
+from warden.tools import Limits
 
 # Every container the runner creates carries these labels; the reaper finds leftovers by them.
 LABEL = "warden.toolrunner"

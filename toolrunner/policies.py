@@ -3,7 +3,9 @@
 A grant names the `policy_revision` it was issued under. The runner runs only the definitions of
 that same revision: running a grant with the command of another revision would run something the
 checkpoint never decided. The folder's revision is the same content hash the checkpoint computes
-(`checkpoint.policy.loader.revision_of`), so hashing the files tells whether a reload can help.
+(`warden.policyfiles.revision_of`), so hashing the files tells whether a reload can help. The runner
+reads only the Tool documents (`warden.tools.read_tools`): it compiles no rule and no CEL, and a
+folder the checkpoint refuses to load is never a revision any grant names.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkpoint.policy.loader import load_policy_dir, read_policy_files, revision_of
-from checkpoint.policy.model import Tool
+from warden.policyfiles import read_policy_files, revision_of
+from warden.tools import Tool, ToolReadError, read_tools
 
 
 def tool_specs(tools: Mapping[str, Any]) -> dict[str, Tool]:
@@ -40,6 +42,11 @@ class PolicySource:
         return revision_of(read_policy_files(self.directory))
 
     def load(self) -> LoadedTools:
-        """Load and compile the folder; raises PolicyLoadError (every error, file:line)."""
-        policies = load_policy_dir(self.directory)
-        return LoadedTools(policies.revision, tool_specs(policies.tools))
+        """Read the folder's tool definitions; raises ToolReadError (every problem, file:line)."""
+        if not self.directory.is_dir():
+            raise ToolReadError([f"{self.directory}:0: not a directory"])
+        try:
+            contents = read_policy_files(self.directory)
+        except OSError as exc:
+            raise ToolReadError([f"{exc.filename or self.directory}:1: cannot be read: {exc.strerror or exc}"]) from exc
+        return LoadedTools(revision_of(contents), read_tools(contents, str(self.directory)))

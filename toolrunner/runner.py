@@ -22,8 +22,6 @@ import docker
 import docker.errors
 import jsonschema
 
-from checkpoint.policy.model import Tool
-from checkpoint.server.convert import struct_to_dict
 from toolrunner import argv as argv_mod
 from toolrunner.container import (
     LABEL_DECISION,
@@ -51,7 +49,9 @@ from toolrunner.policies import PolicySource, tool_specs
 from toolrunner.scrub import Scrubber, StreamScrubber, apply
 from toolrunner.store import ReceiptStore
 from warden import canonical, grants, tracing
+from warden.structs import struct_to_dict
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
+from warden.tools import Tool
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class ToolRunner:
         # The checkpoint's own converter, which never raises: a NaN or an infinity reaches verify,
         # which refuses it after the grant's own checks (grant_mismatch: no grant covers it), where
         # json_format raised ValueError before any check, an internal error with no code.
-        arguments = struct_to_dict(request.arguments)
+        arguments = struct_to_dict(request.arguments, checked=False)
         grant = request.grant if request.HasField("grant") else None
         try:
             grants.verify(

@@ -22,7 +22,8 @@ _COMMAND_MODULES = (
     "checkpoint.server_cli",  # checkpoint serve, keys
     "checkpoint.audit.cli",  # audit tail/query/verify/export
     "toolrunner.cli",  # toolrunner serve
-    "driver.cli",  # driver serve, up, run, runs, watch, approve, reject, pause, resume, cancel, amend
+    "warden.up_cli",  # up
+    "driver.cli",  # driver serve, run, runs, watch, approve, reject, pause, resume, cancel, amend
     "driver.agents_cli",  # agents list/show/history/diff/propose/review/approve/reject/retire/rollback
     "driver.entries_cli",  # skills and templates: list/show/history/propose|save/approve/reject/retire
     "driver.learnings_cli",  # learnings list/show/promote/review/reject/retire
@@ -40,8 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("checkpoint.server_cli", "create key material"),
     "audit": ("checkpoint.audit.cli", "read, follow, verify and export the decision log"),
     "toolrunner": ("toolrunner.cli", "run granted tool calls in hardened containers"),
+    "up": ("warden.up_cli", "start checkpoint, toolrunner and driver on loopback"),
     "driver": ("driver.cli", "the run driver (model loop)"),
-    "up": ("driver.cli", "start checkpoint, toolrunner and driver on loopback"),
     "run": ("driver.cli", "start a run of an agent on a goal"),
     "runs": ("driver.cli", "list runs, or show one"),
     "watch": ("driver.cli", "stream a run's events"),

@@ -11,10 +11,10 @@ import json
 import re
 import sys
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from checkpoint.audit.moments import since
 from warden.config import what_to_act_on
 
 if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
@@ -24,8 +24,6 @@ if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/c
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
 DEFAULT_WEB_ADDRESS = "127.0.0.1:7405"
 DEFAULT_LIMIT = 1000  # a query prints at most this many unless told otherwise (--limit, --all)
-_RELATIVE = re.compile(r"(\d+)([smhd])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,9 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
 
     window = argparse.ArgumentParser(add_help=False)
-    window.add_argument("--since", type=_since, metavar="WHEN",
+    window.add_argument("--since", type=since, metavar="WHEN",
                         help="from this time: RFC 3339, a date, today, yesterday, or an age like 15m, 2h, 7d")
-    window.add_argument("--until", type=_since, metavar="WHEN",
+    window.add_argument("--until", type=since, metavar="WHEN",
                         help="before this time (same forms): --since yesterday --until today is yesterday")
 
     filters = argparse.ArgumentParser(add_help=False)
@@ -242,30 +240,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # -- argument types -----------------------------------------------------------------------
 
 
-def _since(text: str) -> str:
-    """A moment, stored form: an age (15m) back from now, today or yesterday (midnight UTC), a date
-    (its midnight UTC), or an RFC 3339 time with its offset."""
-    from checkpoint.audit.record import format_time
-
-    word = text.strip().lower()
-    if word in ("today", "yesterday"):
-        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        return format_time(midnight - timedelta(days=1 if word == "yesterday" else 0))
-    match = _RELATIVE.fullmatch(text.strip())
-    if match:
-        moment = datetime.now(UTC) - timedelta(**{_UNITS[match[2]]: int(match[1])})
-        return format_time(moment)
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an RFC 3339 time or an age like 15m: {text!r}") from None
-    if moment.tzinfo is None:
-        if len(text.strip()) > 10:  # a time of day without an offset is ambiguous
-            raise argparse.ArgumentTypeError(f"give a UTC offset (Z or +hh:mm): {text!r}")
-        moment = moment.replace(tzinfo=UTC)
-    return format_time(moment)
-
-
 def _anchor(text: str) -> tuple[int, str]:
     seq, _, digest = text.partition(":")
     if not seq.isdigit() or not re.fullmatch(r"[0-9a-f]{64}", digest):
@@ -428,7 +402,7 @@ def _prune(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     before_seq = int(args.before) if args.before.isdigit() else None
     try:
-        before_time = None if before_seq is not None else _since(args.before)
+        before_time = None if before_seq is not None else since(args.before)
     except argparse.ArgumentTypeError as exc:
         print(f"warden audit prune: --before: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from checkpoint.engine.convert import struct_to_dict
 from checkpoint.engine.outcome import DENY, HALT, InvalidRequest, Trace
 from checkpoint.policy import AgentVersion, PolicySet
 from checkpoint.policy.model import Tenant
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.structs import struct_to_dict
 
 MODES = {pb.RUN_MODE_INTERACTIVE: "interactive", pb.RUN_MODE_BACKGROUND: "background"}
 

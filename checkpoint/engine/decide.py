@@ -17,7 +17,6 @@ import fastjsonschema
 
 from checkpoint.engine import authority, breakers, learnings
 from checkpoint.engine.context import Call, resolve
-from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
 from checkpoint.policy.policyset import RuleGroup, read_touched
@@ -25,6 +24,7 @@ from checkpoint.policy.roles import roles_of
 from checkpoint.policy.subjects import Subject, SubjectError
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.structs import UnacceptableValue, struct_to_dict
 
 MAX_ARGUMENT_BYTES = 64 * 1024
 MAX_PLAN_STEPS = 100

@@ -6,8 +6,6 @@ an operator fixes a broken edit in one pass, not one error per run.
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -36,10 +34,13 @@ from checkpoint.policy.policyset import (
 from checkpoint.policy.principals import Principals
 from checkpoint.policy.subjects import OffLimits, Pattern, SubjectError, read_pattern
 from warden import canonical, codes
+from warden.policyfiles import (
+    MAX_FILE_BYTES,
+    policy_files,
+    read_file,
+    revision_of,
+)
 from warden.yamlsource import SourceDocument, YamlIssue, load_documents
-
-MAX_FILE_BYTES = 1024 * 1024
-TEST_SUFFIXES = ("_test.yaml", "_test.yml")
 
 # What a rule's condition may read, as the engines evaluate it (maps); their fields and types
 # are declared in celtypes.py, checked at load. Every rule sees every name; values not relevant
@@ -78,27 +79,6 @@ class _Doc:
         return self.at(*path) if start is None else start + line - 1
 
 
-def policy_files(directory: Path) -> list[Path]:
-    """The policy files: *.yaml / *.yml, not tests, and nothing hidden (a dot file or folder is
-    where an edit is written before `mv` puts it in place). A name that is not a folder is listed
-    even when it is no regular file (a symlink whose target is gone, a FIFO): reading it is then
-    an error, never a file silently left out (an off-limits list behind a broken link would widen)."""
-    return sorted(
-        p
-        for p in directory.rglob("*")
-        if p.suffix in (".yaml", ".yml") and not p.name.endswith(TEST_SUFFIXES)
-        and not any(part.startswith(".") for part in p.relative_to(directory).parts) and not p.is_dir()
-    )
-
-
-def revision_of(contents: list[tuple[str, bytes]]) -> str:
-    """The folder's content address: each file's path (relative to the folder) and bytes, in order."""
-    digest = hashlib.sha256()
-    for name, data in contents:
-        digest.update(name.encode() + b"\0" + data + b"\0")
-    return digest.hexdigest()[:16]
-
-
 def load_policy_dir(
     directory: str | Path, *, catalog: AgentCatalog | None = None, cel_engine: str = "native"
 ) -> PolicySet:
@@ -114,16 +94,10 @@ def load_policy_dir(
     for path in policy_files(root):
         name = str(path.relative_to(root))
         try:
-            contents.append((name, _read(path)))
+            contents.append((name, read_file(path)))
         except OSError as exc:
             unread.append(PolicyError(os.path.join(str(directory), name), 1, f"cannot be read: {exc.strerror or exc}"))
     return load_policy_files(contents, str(directory), catalog=catalog, cel_engine=cel_engine, unread=unread)
-
-
-def read_policy_files(root: Path) -> list[tuple[str, bytes]]:
-    """The folder's policy files as (path relative to it, bytes), in folder order; OSError when
-    one cannot be read."""
-    return [(str(path.relative_to(root)), _read(path)) for path in policy_files(root)]
 
 
 def load_policy_files(
@@ -177,14 +151,6 @@ def load_agent_definition(text: str, shown: str, policies: PolicySet) -> AgentVe
     if errors or version is None:
         raise PolicyLoadError(errors)
     return version
-
-
-def _read(path: Path) -> bytes:
-    if not path.is_file():  # checked before opening: opening a FIFO would wait for a writer
-        what = "a symlink whose target is missing" if path.is_symlink() and not path.exists() else "not a regular file"
-        raise OSError(errno.EINVAL, what, str(path))
-    with open(path, "rb") as f:
-        return f.read(MAX_FILE_BYTES + 1)  # one byte more tells a file over the cap
 
 
 def _parse_file(raw: bytes, shown: str, errors: list[PolicyError]) -> list[_Doc]:

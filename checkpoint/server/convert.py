@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf import timestamp_pb2
 
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -29,31 +29,6 @@ def verdict_name(verdict: int) -> str:
 
 def verdict_value(name: str) -> int:
     return _VERDICT_VALUES.get(name, pb.VERDICT_UNSPECIFIED)
-
-
-def value_to_py(value: struct_pb2.Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "number_value":
-        return value.number_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "struct_value":
-        return struct_to_dict(value.struct_value)
-    if kind == "list_value":
-        return [value_to_py(v) for v in value.list_value.values]
-    return None
-
-
-def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
-    fields = struct.fields
-    # keys then lookups: the map's items() view goes through a slower generic path
-    return {key: value_to_py(fields[key]) for key in fields}
-
-
-def dict_to_struct(values: dict[str, Any], out: struct_pb2.Struct) -> None:
-    out.update(values)
 
 
 def actor_chain(chain: Any) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ import watchfiles
 
 from checkpoint.policy import AgentCatalog, PolicyLoadError, PolicySet, load_policy_dir
 from checkpoint.policy.learning_index import LearningIndex
-from checkpoint.policy.loader import policy_files
+from warden.policyfiles import policy_files
 
 log = logging.getLogger("warden.checkpoint.reload")
 

@@ -47,6 +47,7 @@ from checkpoint.server.single_use import SingleUse
 from warden import canonical, codes, grants
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import InvalidArgument, PermissionDenied, Unavailable
+from warden.structs import struct_to_dict
 
 MAX_LOGGED_ARGUMENT_BYTES = 64 * 1024  # the engine refuses larger arguments; the log keeps their hash
 
@@ -377,7 +378,7 @@ class CheckpointService:
             run.actor_chain.extend(chain)
             if request.HasField("inputs"):
                 run.inputs.CopyFrom(request.inputs)
-                canonical.dumps(convert.struct_to_dict(request.inputs))  # refuses NaN: no canonical form
+                canonical.dumps(struct_to_dict(request.inputs, checked=False))  # refuses NaN: no canonical form
             out.run_id = run.run_id
             # a principal whose persons act only as themselves gets tokens only its caller can present
             bound = caller if principal.acts_as_self else ""
@@ -405,7 +406,7 @@ class CheckpointService:
             agent_version=response.agent_version or (request.agent_version[:100] or None),
             action="start_run",
             arguments={"mode": MODES.get(request.mode, "unspecified"),
-                       "inputs": convert.struct_to_dict(request.inputs) if out.run_token and request.HasField("inputs")
+                       "inputs": struct_to_dict(request.inputs, checked=False) if out.run_token and request.HasField("inputs")
                        else None,
                        **({"skills": skills} if skills and out.run_token else {})},
             latency_us=(time.perf_counter_ns() - started) // 1000,
@@ -427,7 +428,7 @@ class CheckpointService:
         response = pb.CheckResponse(verdict=DENY, rule="act", policy_revision=policies.revision)
         check = pb.CheckRequest(run=request.run)
         established = None
-        details = convert.struct_to_dict(request.details) if request.HasField("details") else {}
+        details = struct_to_dict(request.details, checked=False) if request.HasField("details") else {}
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
@@ -931,8 +932,8 @@ def _fail_closed(response: pb.CheckResponse, code: str, reason: str, *, rule: st
 
 
 def _tool_arguments(request: pb.CheckRequest, action: str | None) -> dict[str, Any] | None:
-    """A tool call's arguments as plain values (numbers as the Struct's doubles), else None."""
-    return convert.struct_to_dict(request.tool_call.arguments) if action == "tool_call" else None
+    """A tool call's arguments as plain values, else None (unchecked: the decision refused what it must)."""
+    return struct_to_dict(request.tool_call.arguments, checked=False) if action == "tool_call" else None
 
 
 def _logged_arguments(

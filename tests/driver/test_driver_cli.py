@@ -12,7 +12,7 @@ import pytest
 import yaml
 from driver_harness import PLAN, call
 
-from driver.up import Stack, free_port
+from warden.up import Stack, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,9 +19,9 @@ from driver_harness import PLAN
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from checkpoint.audit import DecisionReader
-from driver.up import Stack, free_port
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.up import Stack, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,17 +14,19 @@ import pytest
 from driver_harness import PLAN, TOOLRUNNER_TOKEN, call, goal, kinds
 
 from checkpoint.policy import load_policy_dir
-from checkpoint.policy.model import Tool
-from driver.clients import ToolRunnerClient, to_struct
+from driver.clients import ToolRunnerClient
 from driver.errors import DriverError, GoalError, RunStateError
 from driver.goal import load_goal
 from driver.providers.scripted import ScriptError, load_script
-from driver.up import GRANT_KEY_FILE, PreflightError, Stack, preflight
 from toolrunner.container import LABEL_DECISION
 from toolrunner.runner import RunnerConfig
 from toolrunner.server import create_server
 from warden import grants
+from warden.datafolder import GRANT_KEY_FILE
+from warden.structs import to_struct
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
+from warden.tools import Tool
+from warden.up import PreflightError, Stack, preflight
 
 LIST = call("list_templates")
 

@@ -273,7 +273,8 @@ def test_the_driver_may_ask_only_for_persons_it_may_vouch_for(stack, checkpoint_
 
 
 def test_warden_up_names_a_person_the_shipped_tenant_knows(tmp_path, policy_dir, monkeypatch):
-    from driver.up import DEFAULT_PERSON, ensure_operator, operator_name, roles_note
+    from warden.datafolder import DEFAULT_PERSON, ensure_operator, operator_name
+    from warden.up import roles_note
 
     monkeypatch.delenv("WARDEN_PERSON", raising=False)
     ensure_operator(tmp_path / "a")

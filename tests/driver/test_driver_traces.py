@@ -24,7 +24,7 @@ import yaml
 from driver_harness import PLAN, call
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from driver.up import Stack, free_port
+from warden.up import Stack, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT_SERVICE = "warden.checkpoint.v1.CheckpointService"

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from driver.up import Child, Stack
 from warden.cli import build_parser
+from warden.up import Child, Stack
 
 # exits on its own a while after SIGTERM, like a server draining a long call and closing its log
 SLOW_TO_STOP = """

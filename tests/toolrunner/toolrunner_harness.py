@@ -11,13 +11,13 @@ from typing import Any
 import docker
 import grpc
 
-from checkpoint.policy.model import Tool
 from toolrunner.container import LABEL, LABEL_RUNNER
 from toolrunner.runner import RunnerConfig
 from toolrunner.server import create_server
 from warden import grants
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
+from warden.tools import Tool
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "warden-tools:local"

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoint.policy.audit_scope import AuditRefused, readable_tenants
-from checkpoint.policy.loader import load_policy_dir, read_policy_files, revision_of
+from checkpoint.policy.loader import load_policy_dir
 from checkpoint.policy.policyset import PolicySet
 from checkpoint.policy.principals import caller_name
 from warden.auth import TokenFileError, bearer_identity, load_tokens
+from warden.policyfiles import read_policy_files, revision_of
 
 log = logging.getLogger(__name__)
 

@@ -171,7 +171,7 @@ class Handler(BaseHTTPRequestHandler):
         return HTTPStatus.NOT_FOUND, {"code": "not_found", "message": "no such endpoint"}
 
     def _decisions(self, params: dict[str, str], auditor: Auditor) -> dict[str, Any]:
-        from checkpoint.audit.cli import _since
+        from checkpoint.audit.moments import since as _since
 
         filters: dict[str, Any] = {STREAM_FILTERS[k]: v for k, v in params.items() if k in STREAM_FILTERS and v}
         if "verdict" in filters:

@@ -28,7 +28,6 @@ owner only (docs/driver.md).
 
 from __future__ import annotations
 
-import os
 import secrets
 import signal
 import socket
@@ -44,17 +43,19 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from warden.cli import DEFAULT_GRACE, STOP_MARGIN
+from warden.datafolder import (
+    CHECKPOINT_TOKENS_FILE,
+    GRANT_KEY_FILE,
+    OPERATOR_TOKEN_FILE,
+    OPERATORS_FILE,
+    TOOLRUNNER_TOKENS_FILE,
+    caller_line,
+    ensure_operator,
+    ensure_person_checkpoint_token,
+    operator_name,
+    write_private,
+)
 
-OPERATORS_FILE = "operators.tokens"
-OPERATOR_TOKEN_FILE = "operator.token"
-PERSON_CHECKPOINT_TOKEN_FILE = "checkpoint.token"
-CHECKPOINT_TOKENS_FILE = "checkpoint.tokens"
-TOOLRUNNER_TOKENS_FILE = "toolrunner.tokens"
-GRANT_KEY_FILE = "grant.key"
-# The person at the keyboard when none is named (`warden up --person`, WARDEN_PERSON): the sample
-# tenant's admin in policies/tenants/acme.yaml, so the shipped setup works as it comes. A person
-# must hold a role in the tenant they act in; the operating system's user name is not one.
-DEFAULT_PERSON = "alice"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -62,68 +63,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-
-
-def ensure_operator(data: Path, person: str | None = None, operators_path: Path | None = None) -> str:
-    """The operator credential of the person at this keyboard (DATA/operator.token), and the line
-    naming them in the driver's operators file; each created once, readable by its owner only."""
-    token_file = data / OPERATOR_TOKEN_FILE
-    operators_path = operators_path or data / OPERATORS_FILE
-    if not token_file.exists():
-        _write_private(token_file, secrets.token_urlsafe(32) + "\n")
-    token = token_file.read_text().strip()
-    if not operators_path.exists():
-        person = person or os.environ.get("WARDEN_PERSON") or DEFAULT_PERSON
-        _write_private(operators_path, f"# person token: operator credentials for DriverService\n{person} {token}\n")
-    return token
-
-
-def operator_name(operators_path: Path) -> str:
-    """The person the operators file names first (the one at this keyboard)."""
-    for line in operators_path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2 and not line.lstrip().startswith("#"):
-            return parts[0]
-    raise RuntimeError(f"{operators_path} names no person")
-
-
-def ensure_person_checkpoint_token(data: Path, person: str, checkpoint_tokens: Path) -> str:
-    """The person's own checkpoint credential (DATA/checkpoint.token) and its line in the
-    checkpoint's token file: a token distinct from the operator one, so the driver, which sees
-    operator tokens, never holds a credential that can approve."""
-    token_file = data / PERSON_CHECKPOINT_TOKEN_FILE
-    if not token_file.exists():
-        _write_private(token_file, secrets.token_urlsafe(32) + "\n")
-    token = token_file.read_text().strip()
-    if caller_token(checkpoint_tokens, person) != token:
-        kept = [line for line in checkpoint_tokens.read_text().splitlines() if line.split()[:1] != [person]]
-        checkpoint_tokens.unlink()
-        _write_private(checkpoint_tokens, "\n".join([*kept, f"{person} {token}"]) + "\n")
-    return token
-
-
-def caller_line(path: Path, caller: str) -> str | None:
-    """The `caller token` line for `caller` in a token file, if any."""
-    if not path.exists():
-        return None
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == caller:
-            return line.strip()
-    return None
-
-
-def caller_token(path: Path, caller: str) -> str | None:
-    """The token of `caller` in a token file, if any."""
-    line = caller_line(path, caller)
-    return line.split()[1] if line else None
 
 
 class PreflightError(RuntimeError):
@@ -275,7 +214,7 @@ class Stack:
             raise RuntimeError(f"{self.checkpoint_data / CHECKPOINT_TOKENS_FILE} holds no token for 'driver'")
         if caller_line(driver_cp, "driver") != line:
             driver_cp.unlink(missing_ok=True)
-            _write_private(driver_cp, line + "\n")
+            write_private(driver_cp, line + "\n")
         # The driver's token for the toolrunner's Cancel and GetReceipt.
         runner_tokens = self.toolrunner_data / TOOLRUNNER_TOKENS_FILE
         driver_tr = self.driver_data / TOOLRUNNER_TOKENS_FILE
@@ -284,7 +223,7 @@ class Stack:
             line = f"driver {secrets.token_urlsafe(32)}"
             for path in (runner_tokens, driver_tr):
                 path.unlink(missing_ok=True)
-                _write_private(path, line + "\n")
+                write_private(path, line + "\n")
 
     def plan(self) -> list[Child]:
         """The three children: argv, address, log; nothing started."""
@@ -355,7 +294,7 @@ def prepare_only(stack: Stack, out=sys.stdout) -> int:  # type: ignore[no-untype
     key = stack.grant_key.read_text()
     if not copy.exists() or copy.read_text() != key:
         copy.unlink(missing_ok=True)
-        _write_private(copy, key)
+        write_private(copy, key)
     for folder in (stack.checkpoint_data, stack.toolrunner_data, stack.driver_data):
         print(f"{folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}", file=out, flush=True)
     return 0
