@@ -38,6 +38,7 @@ from checkpoint.policy.policyset import AgentVersion
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import has_role
 from checkpoint.server import convert
+from checkpoint.server.act_records import act_record, forget_claimed_run, stamp
 from checkpoint.server.catalog_acts import MAX_DEFINITION_BYTES, CatalogActs
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
@@ -269,9 +270,8 @@ class EntryActs:
 
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 fields: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
-        from checkpoint.server.service import _act_record, _stamp  # one record shape for every act
 
-        return _act_record(response, _stamp(response), policies, caller_name(caller), principal,
+        return act_record(response, stamp(response), policies, caller_name(caller), principal,
                            tenant=fields.get("tenant"), agent=fields.get("agent"),
                            agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
                            root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
@@ -407,15 +407,14 @@ class EntryActs:
             response.reason = f"skill {name} {version} loaded"
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
-        from checkpoint.server.service import _act_record, _forget_claimed_run, _stamp  # one record shape
 
         if established is None:  # never filed under a run nobody vouched for
-            response.reason += _forget_claimed_run(check)
+            response.reason += forget_claimed_run(check)
         run = check.run
         chain = convert.actor_chain(run.actor_chain)
         last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
-        record = _act_record(
-            response, _stamp(response), policies, caller_name(caller), principal,
+        record = act_record(
+            response, stamp(response), policies, caller_name(caller), principal,
             tenant=run.tenant or None, run_id=run.run_id or None, root_run_id=run.root_run_id or run.run_id or None,
             parent_run_id=run.parent_run_id or None, actor_chain=chain or None,
             accountable_person=chain[0]["id"] if chain else None, agent=last.get("id"),

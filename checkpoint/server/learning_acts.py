@@ -34,6 +34,7 @@ from checkpoint.policy.learnings import (
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
+from checkpoint.server.act_records import act_record, stamp
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden import codes
@@ -286,9 +287,8 @@ class LearningActs:
 
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 change: LearningChange, fields: dict[str, Any]) -> dict[str, Any]:
-        from checkpoint.server.service import _act_record, _stamp  # one record shape for every act
 
-        return _act_record(response, _stamp(response), policies, caller, principal,
+        return act_record(response, stamp(response), policies, caller, principal,
                            tenant=change.tenant or fields.get("tenant") or None,
                            agent=change.agent or fields.get("agent") or None,
                            agent_version=change.agent_version or fields.get("agent_version") or None,

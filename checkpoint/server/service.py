@@ -33,6 +33,7 @@ from checkpoint.policy.learnings import LearningStore
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_by_tenant
 from checkpoint.server import convert, tracing
+from checkpoint.server.act_records import act_record, bounded_details, forget_claimed_run, stamp
 from checkpoint.server.agent_stats import AgentStatsReads
 from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
 from checkpoint.server.catalog_acts import CatalogActs
@@ -154,7 +155,7 @@ class CheckpointService:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
             self.metrics.refusals.labels(exc.code).inc()
-            claimed = _forget_claimed_run(request) if established is None else ""
+            claimed = forget_claimed_run(request) if established is None else ""
             self._record_refusal(request, exc.code, str(exc.message) + claimed, policies.revision, caller, principal)
             raise InvalidArgument(exc.code, str(exc.message), exc.field or "") from exc
         except Exception:
@@ -164,7 +165,7 @@ class CheckpointService:
                 verdict=DENY, code="policy_error", rule="engine", reason="the decision function failed"
             )
         if established is None:  # refused before the run was established: file it under no run
-            response.reason += _forget_claimed_run(request)
+            response.reason += forget_claimed_run(request)
         decided = time.perf_counter_ns()
         self.metrics.decision_seconds.observe((decided - started) / 1e9)
         if response.verdict not in KNOWN_VERDICTS:
@@ -394,8 +395,8 @@ class CheckpointService:
             out.run_id = out.run_token = ""
         if not run.actor_chain:
             run.actor_chain.extend(chain)
-        stamped = _stamp(response)
-        record = _act_record(
+        stamped = stamp(response)
+        record = act_record(
             response, stamped, policies, caller_name(caller), principal,
             tenant=response.tenant or None,
             run_id=run.run_id or None,
@@ -457,12 +458,12 @@ class CheckpointService:
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
         if established is None:
-            response.reason += _forget_claimed_run(check)
+            response.reason += forget_claimed_run(check)
         chain = convert.actor_chain(check.run.actor_chain)
         last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
         run = check.run
-        record = _act_record(
-            response, _stamp(response), policies, caller_name(caller), principal,
+        record = act_record(
+            response, stamp(response), policies, caller_name(caller), principal,
             tenant=run.tenant or None,
             run_id=run.run_id or None,
             root_run_id=run.root_run_id or run.run_id or None,
@@ -472,7 +473,7 @@ class CheckpointService:
             agent=last.get("id"),
             agent_version=last.get("agent_version"),
             action=request.act if request.act in RUN_ACTS else "none",
-            arguments={"person": request.person[:128], "note": request.note[:1000], "details": _bounded(details)},
+            arguments={"person": request.person[:128], "note": request.note[:1000], "details": bounded_details(details)},
         )
         if established is None:
             record = bound_refusal(record)
@@ -525,12 +526,12 @@ class CheckpointService:
                                + (f": {request.note[:500]}" if request.note else ""))
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
-        stamped = _stamp(response)
+        stamped = stamp(response)
         if response.verdict == ALLOW and approve:
             token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
         if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
             response.reason += f" (the request claimed run {request.run_id[:64]!r})"
-        record = _act_record(
+        record = act_record(
             response, stamped, policies, person, principal,
             tenant=response.tenant or None,
             run_id=asked.get("run_id"),
@@ -563,7 +564,7 @@ class CheckpointService:
                                         code=codes.PROPOSED if change.act == "propose" else codes.CATALOG_CHANGED,
                                         reason=f"{change.act} {getattr(change, 'label', change.agent)} "
                                                f"{change.version} from {change.source}")
-            record = _act_record(response, _stamp(response), policies, change.by, None, tenant=change.tenant,
+            record = act_record(response, stamp(response), policies, change.by, None, tenant=change.tenant,
                                  agent=change.agent, agent_version=change.version, action="catalog",
                                  arguments=change.details())
             try:
@@ -684,7 +685,7 @@ class CheckpointService:
         )
         revision = self.store.status.revision or None
         for item in requests:
-            claimed = _forget_claimed_run(item)
+            claimed = forget_claimed_run(item)
             self._record_refusal(item, "unauthenticated", f"{method}: no valid credentials{claimed}", revision)
 
     # -- the decision stream ---------------------------------------------------------------
@@ -786,57 +787,6 @@ WIDENING_ACTS = frozenset({"resume", "amend"})  # acts that let a run do more th
 def new_run_id() -> str:
     """Run ids are minted here, never chosen by a caller: none is empty, none is reused."""
     return "run-" + new_decision_id()
-
-
-def _stamp(response: pb.CheckResponse) -> str:
-    """Give an answer its decision id and time; the time as the record writes it."""
-    now_ns = time.time_ns()
-    response.decision_id = new_decision_id()
-    convert.timestamp_from_ns(now_ns, response.decided_at)
-    return format_time_ns(now_ns)
-
-
-def _act_record(response: pb.CheckResponse, stamped: str, policies: PolicySet, caller: str,
-                principal: Principal | None, **fields: Any) -> dict[str, Any]:
-    """The record of an answer that is not a Check (StartRun, Approve, Reject, RecordAct): what
-    every record holds, then the act's own fields (which may override `rule`)."""
-    return {
-        "decision_id": response.decision_id,
-        "time": stamped,
-        "verdict": convert.verdict_name(response.verdict),
-        "code": response.code,
-        "rule": response.rule,
-        "reason": response.reason,
-        "policy_revision": policies.revision,
-        "caller": caller,
-        "principal": principal.name if principal is not None else None,
-        **fields,
-    }
-
-
-MAX_ACT_DETAILS_BYTES = 4096
-
-
-def _bounded(details: dict[str, Any]) -> dict[str, Any]:
-    """An act's details as recorded: whole when small (what was raised, the goal version), else
-    their hash and size, so no caller can make one record (and the log) as large as a request."""
-    try:
-        size = len(canonical.dumps(details))
-    except (ValueError, TypeError) as exc:
-        return {"unrecordable": str(exc)[:200]}
-    return details if size <= MAX_ACT_DETAILS_BYTES else {"sha256": canonical.sha256_hex(details), "bytes": size}
-
-
-def _forget_claimed_run(request: Any) -> str:
-    """Drop a run context nobody vouched for, so a refusal is never filed under another run's id
-    (a caller could otherwise write DENY records into any run's history); the claim stays in the
-    reason, capped."""
-    run = getattr(request, "run", None)
-    if run is None or not request.HasField("run"):
-        return ""
-    claimed = run.run_id
-    request.ClearField("run")
-    return f" (the request claimed run {claimed[:64]!r})" if claimed else ""
 
 
 def _run_end(request: pb.RecordActRequest, principal: Principal, established: Established,
