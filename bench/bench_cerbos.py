@@ -17,7 +17,10 @@ skips. bench/cerbos/ holds its policy, an equivalent of the shipped recon agent,
    spreads connections, not calls, over workers) and h2load (C, 8 connections x 4 streams) when
    installed; p50 latency for h2load comes from its per-request log (`--log-file`). Server CPU is
    the CPU time of every server process per call, over the measured calls only.
-3. Memory: RSS of each warden worker by decisions, over `--decisions` (default 200,000).
+3. warden's CheckStream: 32 calls in flight over a few streams (`--streams`, default 8, one per
+   connection), each call recorded before its answer, against Cerbos's unary calls at c=32 (Cerbos
+   has no streaming API); and warden's server CPU per call against the no-op server's.
+4. Memory: RSS of each warden worker by decisions, over `--decisions` (default 200,000).
 
     .venv/bin/python -m bench cerbos       # or: .venv/bin/python bench/bench_cerbos.py --seconds 3
 """
@@ -65,6 +68,9 @@ CERBOS_METHOD = f"/{CERBOS_SERVICE}/CheckResources"
 CONNECTIONS = 8  # at c=32: connections x streams = 8 x 4
 TARGET_C32 = 0.6  # warden --workers auto against Cerbos with audit `local` (the goal: 1.0)
 TARGET_P50_C1 = 1.2
+TARGET_STREAM = 1.5  # CheckStream calls/s at c=32 against Cerbos's unary calls/s with audit `local`
+TARGET_CPU_NOOP = 1.25  # warden's server CPU per call against the no-op grpcio server's, c=32
+STREAM_METHOD = "/warden.checkpoint.v1.CheckpointService/CheckStream"
 
 
 # -- fetching Cerbos ------------------------------------------------------------------------
@@ -326,6 +332,48 @@ async def python_load(server: Server, concurrency: int, seconds: float) -> dict[
     return {"rps": n / elapsed, "p50_us": latencies[n // 2] / 1000, "cpu_us": cpu / n * 1e6}
 
 
+async def stream_load(server: Server, concurrency: int, seconds: float, streams: int) -> dict[str, float]:
+    """`concurrency` calls in flight over `streams` CheckStreams (one connection each): each stream
+    keeps its share of calls outstanding, sending the next as an answer comes."""
+    item = pb.CheckStreamRequest(request=pb.CheckRequest.FromString(server.request)).SerializeToString()
+    channels = [grpc.aio.insecure_channel(server.target, options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(streams)]
+    answered = 0
+    try:
+        async def one(channel: Any, in_flight: int, deadline: float) -> None:
+            nonlocal answered
+            call = channel.stream_stream(STREAM_METHOD, request_serializer=lambda b: b,
+                                         response_deserializer=pb.CheckStreamResponse.FromString)(
+                metadata=server.metadata, timeout=seconds + 60)
+            for _ in range(in_flight):
+                await call.write(item)
+            while True:
+                answer = await call.read()
+                if answer is grpc.aio.EOF or answer.WhichOneof("outcome") != "response":
+                    raise RuntimeError(f"{server.name}: CheckStream answered {answer}")
+                if time.perf_counter() < deadline:
+                    answered += 1
+                    await call.write(item)
+                else:
+                    in_flight -= 1
+                    if not in_flight:
+                        break
+            await call.done_writing()
+
+        shares = [concurrency // streams + (1 if i < concurrency % streams else 0) for i in range(streams)]
+        await asyncio.gather(*(one(ch, 8, time.perf_counter() + 0.5) for ch in channels))  # warm up
+        answered = 0
+        cpu = server.cpu()
+        started = time.perf_counter()
+        await asyncio.gather(*(one(ch, n, started + seconds) for ch, n in zip(channels, shares, strict=True) if n))
+        elapsed = time.perf_counter() - started
+        cpu = server.cpu() - cpu
+    finally:
+        for ch in channels:
+            await ch.close()
+    return {"rps": answered / elapsed, "cpu_us": cpu / max(answered, 1) * 1e6}
+
+
 def grpc_frame(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
@@ -387,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decisions", type=int, default=200_000,
                         help="decisions for the RSS-per-worker reading (default 200,000; with h2load)")
     parser.add_argument("--no-h2load", action="store_true", help="the Python client only")
+    parser.add_argument("--streams", type=int, default=CONNECTIONS,
+                        help="CheckStreams carrying warden's 32 calls in flight (default %(default)s)")
     args = parser.parse_args(argv)
 
     binary = cerbos_binary()
@@ -424,7 +474,11 @@ def main(argv: list[str] | None = None) -> int:
                         r = (asyncio.run(python_load(server, c, args.seconds)) if client == "python"
                              else h2load(server, tmp, c, args.seconds))
                         server.results.setdefault(f"{client}/{c}", []).append(r)
+        for _ in range(args.rounds):  # warden's stream against Cerbos's unary calls of the same rounds
+            auto.results.setdefault("stream/32", []).append(
+                asyncio.run(stream_load(auto, 32, args.seconds, args.streams)))
         report(servers, clients, [auto, floating], local)
+        report_stream(auto, servers[0], local, args.streams)
         if not same:
             print("equivalence check FAILED: the two policies no longer say the same")
 
@@ -468,6 +522,20 @@ def report(servers: list[Server], clients: list[str], autos: list[Server], local
                   + (f"; c=1 mean us {_med(auto, 'h2load/1', 'mean_us') / _med(local, 'h2load/1', 'mean_us'):.2f}x"
                      if client == "h2load" else ""))
         print()
+
+
+def report_stream(auto: Server, noop: Server, local: Server, streams: int) -> None:
+    rps, cpu = _med(auto, "stream/32", "rps"), _med(auto, "stream/32", "cpu_us")
+    against = rps / _med(local, "python/32", "rps")
+    print(f"{auto.name}, CheckStream, 32 in flight over {streams} streams: {rps:.0f} calls/s, "
+          f"server CPU {cpu:.0f} us/call")
+    print(f"ratio against Cerbos audit local's unary calls at c=32 (Python client): {against:.2f}x "
+          f"(target >= {TARGET_STREAM}x, {'met' if against >= TARGET_STREAM else 'NOT met'})")
+    for name, mine in (("unary Check", _med(auto, "python/32", "cpu_us")), ("CheckStream", cpu)):
+        ratio = mine / _med(noop, "python/32", "cpu_us")
+        print(f"server CPU per call, {name} / the no-op server's unary calls (c=32, Python): {ratio:.2f}x "
+              f"(target <= {TARGET_CPU_NOOP}x, {'met' if ratio <= TARGET_CPU_NOOP else 'NOT met'})")
+    print()
 
 
 def rss_by_decisions(server: Server, tmp: Path, decisions: int) -> None:

@@ -162,6 +162,7 @@ def create_server(
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     max_workers: int = 64,
     max_watchers: int = 16,
+    max_check_streams: int = 8,
     log_synchronous: str = "NORMAL",
     refusal_limiter: PeerLimiter | None = None,
     head_interval: float | None = DEFAULT_HEAD_INTERVAL,
@@ -243,7 +244,8 @@ def create_server(
     )
     on_unauthenticated = _record_unauthenticated(service, refusal_limiter or PeerLimiter())
     server.add_registered_method_handlers(
-        SERVICE_NAME, method_handlers(service, auth, on_unauthenticated, max_watchers=max_watchers, gate=gate))
+        SERVICE_NAME, method_handlers(service, auth, on_unauthenticated, max_watchers=max_watchers,
+                                      max_check_streams=max_check_streams, gate=gate))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),

@@ -100,7 +100,8 @@ def _unary(
 
 
 class Watchers:
-    """Caps concurrent WatchDecisions streams: each holds a server thread while it follows."""
+    """Caps concurrent streams of one kind (WatchDecisions, CheckStream): each holds a server thread
+    while it is open."""
 
     def __init__(self, limit: int):
         self._sem = threading.BoundedSemaphore(limit)
@@ -114,14 +115,70 @@ class Watchers:
 
 
 def handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: OnRefused, *,
-             max_watchers: int = 16, gate: Drain | None = None) -> grpc.GenericRpcHandler:
+             max_watchers: int = 16, max_check_streams: int = 8, gate: Drain | None = None) -> grpc.GenericRpcHandler:
     """The service as one generic handler (for servers that take no registered methods)."""
     return grpc.method_handlers_generic_handler(
-        SERVICE_NAME, method_handlers(service, auth, on_unauthenticated, max_watchers=max_watchers, gate=gate))
+        SERVICE_NAME, method_handlers(service, auth, on_unauthenticated, max_watchers=max_watchers,
+                                      max_check_streams=max_check_streams, gate=gate))
+
+
+def _check_stream(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: OnRefused, gate: Drain,
+                  streams: Watchers) -> Callable[[Iterator[Any], grpc.ServicerContext], Iterator[Any]]:
+    """CheckStream: each request decided, recorded and answered as a Check is, in order. The caller
+    is authenticated once, when the stream opens. A request that Check would refuse with an error
+    status gets that error as its answer, and the stream goes on. The drain gate counts each request
+    being decided, not an open stream: a request that comes while draining ends the stream with
+    UNAVAILABLE `server_draining`, and a stream left idle ends with the server at the end of the grace."""
+    method = "/" + SERVICE_NAME + "/CheckStream"
+    latency = service.metrics.check_seconds.labels("check_stream")
+
+    def handle(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[pb.CheckStreamResponse]:
+        traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
+        try:
+            try:
+                caller = auth.identity(context)
+                if caller is None:  # recorded once, as the stream opens: no request is read
+                    on_unauthenticated(method, pb.CheckStreamRequest(), context)
+                    raise UNAUTHENTICATED
+                if not streams.acquire():
+                    raise Unavailable("too_many_streams", f"at most {streams.limit} check streams at once")
+            except ServiceError as exc:
+                abort(context, exc)
+            assert caller is not None
+            try:
+                for item in requests:
+                    if not gate.enter():
+                        gate.refuse(context, method)  # draining: UNAVAILABLE server_draining, nothing recorded
+                    started = time.perf_counter()
+                    try:
+                        yield _answer(service, item, caller)
+                    finally:
+                        latency.observe(time.perf_counter() - started)
+                        gate.leave()
+            finally:
+                streams.release()
+        finally:
+            tracing.current.reset(traced)
+
+    return handle
+
+
+def _answer(service: CheckpointService, item: Any, caller: str) -> pb.CheckStreamResponse:
+    if isinstance(item, Malformed):
+        service.record_malformed(item.reason)
+        return pb.CheckStreamResponse(error=pb.ErrorDetail(code="invalid_request", message=item.reason))
+    if not item.HasField("request"):
+        return pb.CheckStreamResponse(correlation_id=item.correlation_id, error=pb.ErrorDetail(
+            code="invalid_request", message="the stream's request holds no CheckRequest", field="request"))
+    try:
+        return pb.CheckStreamResponse(correlation_id=item.correlation_id, response=service.check(item.request, caller))
+    except ServiceError as exc:
+        return pb.CheckStreamResponse(correlation_id=item.correlation_id, error=exc.detail())
 
 
 def method_handlers(service: CheckpointService, auth: AuthPolicy, on_unauthenticated: OnRefused, *,
-                    max_watchers: int = 16, gate: Drain | None = None) -> dict[str, grpc.RpcMethodHandler]:
+                    max_watchers: int = 16, max_check_streams: int = 8,
+                    gate: Drain | None = None) -> dict[str, grpc.RpcMethodHandler]:
     """Each method's handler by name. `on_unauthenticated(method, request, context)` records (or
     only counts) a refusal; `gate` counts calls in flight and refuses new ones while draining."""
     watchers = Watchers(max_watchers)
@@ -178,6 +235,11 @@ def method_handlers(service: CheckpointService, auth: AuthPolicy, on_unauthentic
     return {
             "Check": unary(service.check, pb.CheckRequest, pb.CheckResponse),
             "CheckBatch": unary(service.check_batch, pb.CheckBatchRequest, pb.CheckBatchResponse),
+            "CheckStream": grpc.stream_stream_rpc_method_handler(
+                _check_stream(service, auth, on_unauthenticated, gate, Watchers(max_check_streams)),
+                request_deserializer=_parser(pb.CheckStreamRequest),
+                response_serializer=pb.CheckStreamResponse.SerializeToString,
+            ),
             "CheckPlan": unary(service.check_plan, pb.CheckPlanRequest, pb.CheckPlanResponse),
             "ResolveAgent": unary(service.resolve_agent, pb.ResolveAgentRequest, pb.ResolveAgentResponse),
             "StartRun": unary(service.start_run, pb.StartRunRequest, pb.StartRunResponse),

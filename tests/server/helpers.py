@@ -37,7 +37,8 @@ def tool_call(agent: str, version: str, tool: str, args: dict[str, Any], **run: 
 LOOKUP_ARGS = {"order_id": "ord-1", "customer": "customer:bob"}
 
 
-class BearerAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+class BearerAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                 grpc.StreamStreamClientInterceptor):
     """Adds `authorization: Bearer <token>` to every call on an insecure channel."""
 
     def __init__(self, token: str):
@@ -52,6 +53,9 @@ class BearerAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._with_token(details), request)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(self._with_token(details), requests)
 
 
 def stub_for(channel: grpc.Channel) -> pb_grpc.CheckpointServiceStub:

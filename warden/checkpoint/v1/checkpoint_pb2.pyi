@@ -416,6 +416,24 @@ class CheckBatchResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[CheckBatchResult]
     def __init__(self, results: _Optional[_Iterable[_Union[CheckBatchResult, _Mapping]]] = ...) -> None: ...
 
+class CheckStreamRequest(_message.Message):
+    __slots__ = ("correlation_id", "request")
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    correlation_id: str
+    request: CheckRequest
+    def __init__(self, correlation_id: _Optional[str] = ..., request: _Optional[_Union[CheckRequest, _Mapping]] = ...) -> None: ...
+
+class CheckStreamResponse(_message.Message):
+    __slots__ = ("correlation_id", "response", "error")
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    correlation_id: str
+    response: CheckResponse
+    error: ErrorDetail
+    def __init__(self, correlation_id: _Optional[str] = ..., response: _Optional[_Union[CheckResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
 class CheckPlanRequest(_message.Message):
     __slots__ = ("run", "plan", "counters", "explain")
     RUN_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,11 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckBatchRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckBatchResponse.FromString,
                 _registered_method=True)
+        self.CheckStream = channel.stream_stream(
+                '/warden.checkpoint.v1.CheckpointService/CheckStream',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckStreamRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckStreamResponse.FromString,
+                _registered_method=True)
         self.CheckPlan = channel.unary_unary(
                 '/warden.checkpoint.v1.CheckpointService/CheckPlan',
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckPlanRequest.SerializeToString,
@@ -183,6 +188,16 @@ class CheckpointServiceServicer:
 
     def CheckBatch(self, request, context):
         """Decide many actions; each item gets its own result or error, matched by correlation id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckStream(self, request_iterator, context):
+        """Decide many actions over one stream, for callers that send many (a driver, a gateway): each
+        request is decided, recorded and answered as a Check is, in the order sent, each with its own
+        run token and verdict; what Check would refuse with an error status is that answer's `error`,
+        and the stream goes on. The caller is authenticated once, when the stream opens.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -404,6 +419,11 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckBatchRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckBatchResponse.SerializeToString,
             ),
+            'CheckStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.CheckStream,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckStreamRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckStreamResponse.SerializeToString,
+            ),
             'CheckPlan': grpc.unary_unary_rpc_method_handler(
                     servicer.CheckPlan,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckPlanRequest.FromString,
@@ -584,6 +604,33 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/CheckBatch',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckBatchRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/CheckStream',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckStreamRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.CheckStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
