@@ -53,8 +53,8 @@ def main() -> int:
         d = package_dir
         while d != ROOT:
             init = d / "__init__.py"
-            if not init.exists():
-                init.write_text("")
+            if not init.exists() or not init.read_text():
+                init.write_text(f'"""Generated from proto/{d.relative_to(ROOT).as_posix()}: do not edit."""\n')
             d = d.parent
     return 0
 

@@ -1,0 +1,1 @@
+"""Generated from proto/warden/checkpoint: do not edit."""

@@ -1,0 +1,1 @@
+"""Generated from proto/warden/driver: do not edit."""

@@ -1,0 +1,1 @@
+"""Generated from proto/warden/toolrunner: do not edit."""

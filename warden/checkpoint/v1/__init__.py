@@ -1,0 +1,1 @@
+"""Generated from proto/warden/checkpoint/v1: do not edit."""

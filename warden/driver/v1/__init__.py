@@ -1,0 +1,1 @@
+"""Generated from proto/warden/driver/v1: do not edit."""

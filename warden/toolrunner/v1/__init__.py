@@ -1,0 +1,1 @@
+"""Generated from proto/warden/toolrunner/v1: do not edit."""
