@@ -19,7 +19,8 @@ partial tool input is never safe to run); a stop reason other than end_turn and 
 `unknown_stop_reason`: a pause, a stop sequence the driver never set, a reason added to the API
 later or none at all says nothing about whether the turn is complete, so nothing in it runs); a
 tool call written as text where the provider has native tool calls (`malformed_response`: it has
-no id the provider could pair with its result); each action is an object; `action` is one of the
+no id the provider could pair with its result); a content block of a type the adapter does not know
+(`malformed_response`: it may be a call in a shape nothing here decides); each action is an object; `action` is one of the
 closed set (`unknown_action`); a final or handoff names no tool (`tool_on_final`); no unknown
 field anywhere (`unknown_field`); types are right (`malformed_response`); the tool is in this
 run's contract (`tool_not_in_contract`); no call id twice (`malformed_response`); the arguments have an exact JSON form, are no larger than
@@ -80,6 +81,9 @@ class ProviderReply(BaseModel):
     # Actions the model wrote as text, from a provider whose tool calls are native blocks: only a
     # final or a handoff may come this way. A scripted model puts everything under `actions`.
     text_actions: list[Any] = Field(default_factory=list)
+    # Types of content blocks the adapter does not know (a provider-run tool's call, thinking the
+    # driver never asked for, a type added later): it cannot decide or answer them.
+    unknown_blocks: list[str] = Field(default_factory=list)
     text: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
@@ -235,6 +239,10 @@ def decide(reply: ProviderReply, contract: Iterable[str]) -> Decision:
         return Handoff(code=UNKNOWN_STOP_REASON,
                        reason=f"the reply stopped for a reason the driver does not know ({reply.stop_reason!r}); "
                               "nothing in it runs")
+    if reply.unknown_blocks:
+        return Rejection(code=MALFORMED_RESPONSE,
+                         detail=f"the reply holds content the driver does not know ({', '.join(reply.unknown_blocks)})",
+                         call_ids=_call_ids(native))
     if not actions:
         return Idle(text=reply.text)
     if any(isinstance(a, dict) and a.get("action") == "tool_call" for a in reply.text_actions):

@@ -6,6 +6,7 @@ Maps a Messages API response to a `ProviderReply`:
   kept apart as a text action (the model reports ``final`` or ``handoff`` this way; a tool call
   written as text is refused at the boundary),
 - other prose becomes a reply with no action (the loop nudges),
+- a block of any other type is named in ``unknown_blocks``, and the boundary refuses the reply,
 - the stop reason is passed through as it came (none is ""), so the boundary turns max_tokens /
   refusal into `cut_off` and any reason but end_turn / tool_use into `unknown_stop_reason`.
 
@@ -170,6 +171,7 @@ class AnthropicProvider:
         actions: list[Any] = []
         texts: list[str] = []
         blocks: list[dict[str, Any]] = []
+        unknown: list[str] = []
         for block in resp.content:
             if block.type == "tool_use":
                 actions.append({"action": "tool_call", "id": block.id, "tool": block.name,
@@ -178,11 +180,14 @@ class AnthropicProvider:
             elif block.type == "text":
                 texts.append(block.text)
                 blocks.append({"type": "text", "text": block.text})
+            else:  # not replayed: the boundary refuses the reply
+                unknown.append(str(block.type))
         text = "\n".join(texts)
         return ProviderReply(
             stop_reason=str(resp.stop_reason or ""),
             actions=actions,
             text_actions=_text_action(text),
+            unknown_blocks=unknown,
             text=text,
             input_tokens=resp.usage.input_tokens,
             output_tokens=resp.usage.output_tokens,

@@ -224,3 +224,22 @@ def test_the_fake_refuses_what_the_real_api_refuses(messages, problem):
     assert fa.request_problems({"model": "m", "max_tokens": 1, "messages": [
         {"role": "user", "content": "go"}, {"role": "assistant", "content": [{"type": "text", "text": "x"}, _use("a")]},
         {"role": "user", "content": [_result("a"), {"type": "text", "text": "note"}]}]}) == []
+
+
+@pytest.mark.parametrize("block", [
+    {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "get_task", "server_name": "s", "input": {}},
+    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
+    {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+    {"type": "a_block_from_next_year", "payload": 1},
+])
+def test_a_content_block_the_driver_does_not_know_refuses_the_reply(fake, provider, block):
+    """A block type the driver never asked for may be a call in a shape it cannot decide or answer:
+    the reply is refused whole, never read as prose (Idle) or as its other blocks alone."""
+    fake.replies.append(fa.message([{"type": "tool_use", "id": "toolu_k", "name": "get_task", "input": {}}, block],
+                                   "tool_use"))
+    d = decide(provider.complete(request()), CONTRACT)
+    assert isinstance(d, Rejection) and d.code == "malformed_response" and block["type"] in d.detail
+    assert d.call_ids == ["toolu_k"]
+    fake.replies.append(fa.message([block], "end_turn"))
+    d = decide(provider.complete(request()), CONTRACT)
+    assert isinstance(d, Rejection) and d.code == "malformed_response"
