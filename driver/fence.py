@@ -41,11 +41,17 @@ def _ignorable() -> regex.Pattern[str]:
     return regex.compile(r"\p{Default_Ignorable_Code_Point}+")
 
 
-def _lookalikes(plain: str) -> str:
-    """`plain` with every character Unicode lists as confusable with it, in either case."""
+@functools.cache
+def _confusables() -> dict[str, list[dict[str, str]]]:
     from confusable_homoglyphs import utils  # its table loads on first use, not on every CLI start
 
-    table = utils.load("confusables.json")
+    table: dict[str, list[dict[str, str]]] = utils.load("confusables.json")
+    return table
+
+
+def _lookalikes(plain: str) -> str:
+    """`plain` with every character Unicode lists as confusable with it, in either case."""
+    table = _confusables()
     chars = {plain, plain.upper()}
     for key in set(chars):
         chars.update(h["c"] for h in table.get(key, []) if len(h["c"]) == 1)
