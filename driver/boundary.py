@@ -1,22 +1,29 @@
 """The model boundary: an untrusted provider reply becomes a typed decision, or a rejection.
 
-A provider adapter turns its SDK's response into a `ProviderReply`: the stop reason, token usage
-and a list of raw action objects (one per tool_use block, or the JSON object the model wrote as
-its answer). Nothing in that reply is trusted. `decide()` checks it and returns exactly one of:
+A provider adapter turns its SDK's response into a `ProviderReply`: the stop reason, token usage,
+a list of raw action objects (one per native tool call, a tool_use block) and the action objects
+the model wrote as text (its final or handoff answer). Nothing in that reply is trusted. `decide()`
+checks it and returns exactly one of:
 
 - `ToolCalls`: one or more `tool_call` proposals (a model may ask for several calls in one
   turn; each is checked by the checkpoint on its own, and the tool_calls breaker counts them),
 - `Final`: the model reports an outcome for each criterion,
-- `Handoff`: stop and give the run to a person (the model asked, or the reply was cut off),
+- `Handoff`: stop and give the run to a person (the model asked, the reply was cut off, or it
+  stopped for a reason the driver does not know),
 - `Idle`: the model wrote prose and proposed nothing (the loop nudges once, then pauses),
 - `Rejection`: the reply broke the contract; `code` is stable and the rejection is fed back to
   the model as data and counted as a failure.
 
 Checks, first failure wins: cut off (max_tokens / refusal -> handoff `cut_off`, because a
-partial tool input is never safe to run); each action is an object; `action` is one of the
+partial tool input is never safe to run); a stop reason other than end_turn and tool_use (handoff
+`unknown_stop_reason`: a pause, a stop sequence the driver never set, a reason added to the API
+later or none at all says nothing about whether the turn is complete, so nothing in it runs); a
+tool call written as text where the provider has native tool calls (`malformed_response`: it has
+no id the provider could pair with its result); a content block of a type the adapter does not know
+(`malformed_response`: it may be a call in a shape nothing here decides); each action is an object; `action` is one of the
 closed set (`unknown_action`); a final or handoff names no tool (`tool_on_final`); no unknown
 field anywhere (`unknown_field`); types are right (`malformed_response`); the tool is in this
-run's contract (`tool_not_in_contract`); the arguments have an exact JSON form, are no larger than
+run's contract (`tool_not_in_contract`); no call id twice (`malformed_response`); the arguments have an exact JSON form, are no larger than
 MAX_ARGUMENT_BYTES as an encoded protobuf Struct (what the checkpoint measures) and nested no deeper than MAX_ARGUMENT_DEPTH (`malformed_response`: the
 checkpoint refuses such arguments, and a protobuf Struct cannot carry them to it at all, so a call
 the boundary let through would fail every time it is decided and wedge the run). Arguments are
@@ -36,6 +43,8 @@ from warden.structs import to_struct
 
 ACTIONS = ("tool_call", "final", "handoff")
 CUT_OFF_STOP_REASONS = frozenset({"max_tokens", "refusal", "model_context_window_exceeded"})
+# The only stop reasons after which a reply is a whole turn whose actions may be decided.
+FINISHED_STOP_REASONS = frozenset({"end_turn", "tool_use"})
 
 UNKNOWN_FIELD = "unknown_field"
 UNKNOWN_ACTION = "unknown_action"
@@ -43,6 +52,7 @@ TOOL_NOT_IN_CONTRACT = "tool_not_in_contract"
 TOOL_ON_FINAL = "tool_on_final"
 MALFORMED_RESPONSE = "malformed_response"
 CUT_OFF = "cut_off"
+UNKNOWN_STOP_REASON = "unknown_stop_reason"
 REJECTION_CODES = (UNKNOWN_FIELD, UNKNOWN_ACTION, TOOL_NOT_IN_CONTRACT, TOOL_ON_FINAL, MALFORMED_RESPONSE)
 # The checkpoint's own bounds on a call's arguments (checkpoint/engine/decide.py MAX_ARGUMENT_BYTES,
 # checkpoint/engine/convert.py MAX_DEPTH): beyond them it refuses, and beyond about 33 levels (the
@@ -68,6 +78,12 @@ class ProviderReply(BaseModel):
 
     stop_reason: str
     actions: list[Any] = Field(default_factory=list)
+    # Actions the model wrote as text, from a provider whose tool calls are native blocks: only a
+    # final or a handoff may come this way. A scripted model puts everything under `actions`.
+    text_actions: list[Any] = Field(default_factory=list)
+    # Types of content blocks the adapter does not know (a provider-run tool's call, thinking the
+    # driver never asked for, a type added later): it cannot decide or answer them.
+    unknown_blocks: list[str] = Field(default_factory=list)
     text: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
@@ -159,10 +175,12 @@ class _Reject(Exception):
 
 
 def _call_ids(actions: list[Any]) -> list[str]:
-    ids = []
+    """The ids of the reply's tool calls, each once: the provider pairs each with one result."""
+    ids: list[str] = []
     for a in actions:
         if isinstance(a, dict) and a.get("action") == "tool_call" and isinstance(a.get("id"), str) and a["id"]:
-            ids.append(a["id"])
+            if a["id"] not in ids:
+                ids.append(a["id"])
     return ids
 
 
@@ -213,22 +231,35 @@ def _parse_action(raw: Any, contract: frozenset[str]) -> _Strict:
 def decide(reply: ProviderReply, contract: Iterable[str]) -> Decision:
     """Check one reply against the run's contract (the tool names the model may call)."""
     allowed = frozenset(contract)
-    actions = list(reply.actions)
+    native = list(reply.actions)
+    actions = native + list(reply.text_actions)
     if reply.stop_reason in CUT_OFF_STOP_REASONS:
         return Handoff(code=CUT_OFF, reason=f"the reply was cut off ({reply.stop_reason}); nothing in it runs")
+    if reply.stop_reason not in FINISHED_STOP_REASONS:
+        return Handoff(code=UNKNOWN_STOP_REASON,
+                       reason=f"the reply stopped for a reason the driver does not know ({reply.stop_reason!r}); "
+                              "nothing in it runs")
+    if reply.unknown_blocks:
+        return Rejection(code=MALFORMED_RESPONSE,
+                         detail=f"the reply holds content the driver does not know ({', '.join(reply.unknown_blocks)})",
+                         call_ids=_call_ids(native))
     if not actions:
         return Idle(text=reply.text)
+    if any(isinstance(a, dict) and a.get("action") == "tool_call" for a in reply.text_actions):
+        return Rejection(code=MALFORMED_RESPONSE,
+                         detail="a tool call written as text: call a tool only as a tool_use block",
+                         call_ids=_call_ids(native))
     try:
         parsed = [_parse_action(a, allowed) for a in actions]
     except _Reject as r:
-        return Rejection(code=r.code, detail=r.detail, call_ids=_call_ids(actions))
+        return Rejection(code=r.code, detail=r.detail, call_ids=_call_ids(native))
     calls = [p for p in parsed if isinstance(p, _RawToolCall)]
     others = [p for p in parsed if not isinstance(p, _RawToolCall)]
     if calls and others:
         return Rejection(
             code=TOOL_ON_FINAL,
             detail="a reply that finishes or hands off must not also call a tool",
-            call_ids=_call_ids(actions),
+            call_ids=_call_ids(native),
         )
     if len(others) > 1:
         return Rejection(code=MALFORMED_RESPONSE, detail="a reply holds at most one final or handoff")
@@ -243,13 +274,14 @@ def decide(reply: ProviderReply, contract: Iterable[str]) -> Decision:
     for i, c in enumerate(calls):
         call_id = c.id or f"call_{i}"
         if call_id in seen:
-            return Rejection(code=MALFORMED_RESPONSE, detail=f"call id {call_id!r} used twice")
+            return Rejection(code=MALFORMED_RESPONSE, detail=f"call id {call_id!r} used twice",
+                             call_ids=_call_ids(native))
         seen.add(call_id)
         if _depth(c.arguments) > MAX_ARGUMENT_DEPTH:
             return Rejection(
                 code=MALFORMED_RESPONSE,
                 detail=f"call {call_id!r}: the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels",
-                call_ids=_call_ids(actions),
+                call_ids=_call_ids(native),
             )
         try:  # what the grant will bind: a number no double holds exactly would be run rounded
             canonical.dumps(c.arguments)
@@ -258,13 +290,13 @@ def decide(reply: ProviderReply, contract: Iterable[str]) -> Decision:
             return Rejection(
                 code=MALFORMED_RESPONSE,
                 detail=f"call {call_id!r}: the arguments have no exact JSON form ({exc}); write such numbers as strings",
-                call_ids=_call_ids(actions),
+                call_ids=_call_ids(native),
             )
         if size > MAX_ARGUMENT_BYTES:
             return Rejection(
                 code=MALFORMED_RESPONSE,
                 detail=f"call {call_id!r}: the arguments are larger than {MAX_ARGUMENT_BYTES} bytes",
-                call_ids=_call_ids(actions),
+                call_ids=_call_ids(native),
             )
         proposals.append(
             ToolCallProposal(

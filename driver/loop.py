@@ -670,10 +670,14 @@ class Driver:
         if transcript and transcript[-1]["role"] == "assistant":
             # the driver's own verification calls are not the model's: it gets no result for them
             calls = {c["call_id"]: c for c in self.store.calls(run_id, run["turn"]) if not c["verifies"]}
-            results = []
+            results: list[dict[str, Any]] = []
+            answered: set[str] = set()  # a provider pairs each tool call id with one result
             for action in transcript[-1]["reply"].get("actions") or []:
                 if not (isinstance(action, dict) and action.get("action") == "tool_call" and action.get("id")):
                     continue
+                if action["id"] in answered:
+                    continue
+                answered.add(action["id"])
                 c = calls.get(action["id"])
                 if c is not None and c["result"]:
                     results.append({"call_id": action["id"], **c["result"]})

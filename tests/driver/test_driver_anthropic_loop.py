@@ -139,3 +139,105 @@ def test_a_breaker_tripped_by_a_plan_refuses_the_rest_of_its_turn(driver, fake):
     results = fake.requests[-1]["messages"][-1]["content"]
     assert [(r["tool_use_id"], r["is_error"]) for r in results if r["type"] == "tool_result"] == [
         ("toolu_p2", True), ("toolu_l", True)]
+
+
+# -- real response shapes: each handled or refused, and every follow-up request one the real API
+# -- takes (the fake refuses what the real API refuses: driver_fake_anthropic.request_problems)
+
+PLAN = fa.tool_use("propose_plan", {"steps": [{"id": "l", "tool": "list_templates"},
+                                              {"id": "g", "tool": "get_task"}]}, call_id="toolu_p")
+HANDOFF = fa.end_turn(json.dumps({"action": "handoff", "reason": "stopping here"}))
+
+
+def events(driver, run, kind):
+    return [e["data"] for e in driver.store.events(run["run_id"]) if e["kind"] == kind]
+
+
+def last_results(fake):
+    """The tool_result blocks of the last request's last message, as (id, is_error), and its other blocks."""
+    content = fake.requests[-1]["messages"][-1]["content"]
+    return ([(b["tool_use_id"], b["is_error"]) for b in content if b["type"] == "tool_result"],
+            [b["type"] for b in content if b["type"] != "tool_result"])
+
+
+def test_duplicate_tool_use_ids_are_refused_and_the_follow_up_is_valid(driver, fake):
+    """Two tool_use blocks with one id: nothing of the reply runs, and the next request still pairs
+    every tool_use id with exactly one tool_result (replaying the reply as it came would not)."""
+    fake.replies += [PLAN, fa.message([
+        {"type": "tool_use", "id": "toolu_d", "name": "list_templates", "input": {}},
+        {"type": "tool_use", "id": "toolu_d", "name": "get_task", "input": {"task_id": "t"}}], "tool_use"), HANDOFF]
+    run = start(driver)
+    assert fake.refused == []
+    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
+    assert [r["code"] for r in events(driver, run, "reply_rejected")] == ["malformed_response"]
+    assert driver.store.receipts(run["run_id"]) == []
+    assert last_results(fake)[0] == [("toolu_d", True)]
+
+
+def test_a_tool_call_written_as_text_is_refused_and_never_runs(driver, fake):
+    """A tool call comes only as a tool_use block: one the model writes as JSON text has no id the
+    API could pair with a result, and was run as if it had been offered."""
+    fake.replies += [PLAN, fa.end_turn(json.dumps({"action": "tool_call", "tool": "list_templates",
+                                                   "arguments": {}})), HANDOFF]
+    run = start(driver)
+    assert fake.refused == []
+    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
+    assert [r["code"] for r in events(driver, run, "reply_rejected")] == ["malformed_response"]
+    assert driver.store.receipts(run["run_id"]) == []
+
+
+def test_text_beside_tool_calls_and_several_calls_in_one_turn(driver, fake):
+    """Prose beside two tool calls: both run, in order; the follow-up answers each id once, results
+    first, and replays the prose. A final written beside a call is refused (tool_on_final)."""
+    fake.replies += [
+        PLAN,
+        fa.message([{"type": "text", "text": "Listing the templates, then reading a task."},
+                    {"type": "tool_use", "id": "toolu_a", "name": "list_templates", "input": {}},
+                    {"type": "text", "text": "And the task:"},
+                    {"type": "tool_use", "id": "toolu_b", "name": "get_task", "input": {"task_id": "task-none"}}],
+                   "tool_use"),
+        fa.message([{"type": "tool_use", "id": "toolu_c", "name": "list_templates", "input": {}},
+                    {"type": "text", "text": json.dumps({"action": "final", "outcomes": []})}], "tool_use"),
+        HANDOFF,
+    ]
+    run = start(driver)
+    assert fake.refused == []
+    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
+    assert [c["tool"] for c in driver.store.calls(run["run_id"]) if c["verdict"] == "ALLOW"] == [
+        "propose_plan", "list_templates", "get_task"]
+    second = fake.requests[2]["messages"]
+    assert [b["type"] for b in second[-2]["content"]] == ["text", "tool_use", "text", "tool_use"]
+    assert [b["tool_use_id"] for b in second[-1]["content"]] == ["toolu_a", "toolu_b"]
+    assert [r["code"] for r in events(driver, run, "reply_rejected")] == ["tool_on_final"]
+    assert last_results(fake)[0] == [("toolu_c", True)]
+
+
+def test_a_reply_cut_off_inside_a_tool_call_is_answered_after_the_resume(driver, fake):
+    """max_tokens inside a tool_use: nothing runs, the run pauses; after the person's resume the
+    cut call gets its refused result first and the person's reply after it."""
+    fake.replies += [PLAN, fa.message([{"type": "text", "text": "Reading the task"},
+                                       {"type": "tool_use", "id": "toolu_cut", "name": "get_task", "input": {}}],
+                                      "max_tokens"), HANDOFF]
+    run = start(driver)
+    assert (run["status"], run["code"]) == ("paused", "cut_off")
+    run = driver.resume(run["run_id"], "alice", "hand it over", {}, spawn=False)
+    run = driver.run_until_stopped(run["run_id"])
+    assert fake.refused == []
+    assert (run["status"], run["code"]) == ("paused", "handoff")
+    assert driver.store.receipts(run["run_id"]) == []
+    assert last_results(fake) == ([("toolu_cut", True)], ["text"])
+
+
+@pytest.mark.parametrize("stop", ["pause_turn", "stop_sequence", "a_reason_from_next_year", None])
+def test_an_unknown_stop_reason_is_never_taken_for_a_finished_turn(driver, fake, stop):
+    """Only end_turn and tool_use finish a turn; a stop reason the driver does not know (or none)
+    runs nothing of the reply and pauses the run for a person (`unknown_stop_reason`)."""
+    fake.replies += [PLAN, fa.message([{"type": "tool_use", "id": "toolu_l", "name": "list_templates",
+                                        "input": {}}], stop), HANDOFF]
+    run = start(driver)
+    assert (run["status"], run["code"]) == ("paused", "unknown_stop_reason"), (run["code"], run["reason"])
+    assert driver.store.receipts(run["run_id"]) == []
+    run = driver.resume(run["run_id"], "alice", "hand it over", {}, spawn=False)
+    run = driver.run_until_stopped(run["run_id"])
+    assert fake.refused == [] and (run["status"], run["code"]) == ("paused", "handoff")
+    assert last_results(fake)[0] == [("toolu_l", True)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from driver.boundary import (
     MAX_ARGUMENT_BYTES,
@@ -127,3 +129,31 @@ def test_the_size_bound_is_the_checkpoints_not_the_json_texts():
     assert struct_size(numbers) > MAX_ARGUMENT_BYTES
     refused = decide(reply({"action": "tool_call", "tool": "get_task", "arguments": numbers}), CONTRACT)
     assert isinstance(refused, Rejection) and refused.code == "malformed_response"
+
+
+@given(stop=st.one_of(st.text(max_size=30), st.sampled_from(["pause_turn", "stop_sequence", "END_TURN", "end_turn ",
+                                                            "tool-use", ""])))
+def test_only_end_turn_and_tool_use_finish_a_turn(stop):
+    """Whatever the reply holds, a stop reason the driver does not know runs nothing of it."""
+    final = {"action": "final", "outcomes": [{"criterion": "c", "met": True}]}
+    call = {"action": "tool_call", "id": "t1", "tool": "get_task", "arguments": {}}
+    for r in (reply(call, stop=stop), reply(final, stop=stop)):
+        d = decide(r, CONTRACT)
+        if stop in ("end_turn", "tool_use"):
+            assert isinstance(d, (ToolCalls, Final))
+        else:
+            assert isinstance(d, Handoff) and d.code in ("cut_off", "unknown_stop_reason"), (stop, d)
+
+
+def test_a_call_id_twice_is_refused_and_the_id_answered_once():
+    d = decide(reply({"action": "tool_call", "tool": "get_task", "id": "x"},
+                     {"action": "tool_call", "tool": "get_task", "id": "x", "arguments": {"id": "2"}}), CONTRACT)
+    assert isinstance(d, Rejection) and d.code == "malformed_response" and d.call_ids == ["x"]
+
+
+def test_a_tool_call_among_the_text_actions_is_refused():
+    r = ProviderReply(stop_reason="end_turn", text_actions=[{"action": "tool_call", "tool": "get_task"}])
+    d = decide(r, CONTRACT)
+    assert isinstance(d, Rejection) and d.code == "malformed_response"
+    final = ProviderReply(stop_reason="end_turn", text_actions=[{"action": "final", "outcomes": []}])
+    assert isinstance(decide(final, CONTRACT), Final)
