@@ -15,7 +15,7 @@ from typing import Any
 
 import fastjsonschema
 
-from checkpoint.engine import authority, breakers, codes, learnings
+from checkpoint.engine import authority, breakers, codes, expanded, learnings
 from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
@@ -188,10 +188,45 @@ def _touched_in_bounds(call: Call, tool: CompiledTool, args: dict[str, Any]) -> 
     """Steps 3b and 4: what the call touches, inside the chain's scope and not off-limits."""
     touched = _touched(call, tool, args)
     read = {dim: [_read(call, dim, value) for value in values] for dim, values in touched.items()}
+    names: list[Subject] = []
+    if tool.spec.templates == "resolve" and "spec" in args:
+        names = _expanded(call, args["spec"], touched, read)
     if call.agent is not None:
         authority.check_touched(call, read)
-    _off_limits(call, read.get("subjects", ()))
+    _off_limits(call, (*read.get("subjects", ()), *names))
     return touched
+
+
+def _expanded(call: Call, spec: Any, touched: dict[str, list[str]], read: dict[str, list[Subject]]) -> list[Subject]:
+    """The values a filled template expands into (expanded.py), added to the call's subjects: the
+    hosts, addresses and URLs for scope, off-limits and rules, like the target; the names (command
+    words, the image) are returned for the off-limits check alone, as scope cannot list flags.
+    A value that looks like a host or an address and is not a valid one is refused, after the
+    hosts inside it were checked against off-limits (a refusal there is evidence)."""
+    seen = {s.text for s in read.get("subjects", ())}
+    typed: list[Subject] = []
+    names: list[Subject] = []
+    unreadable: tuple[str, SubjectError] | None = None
+    for text in expanded.strings_of(spec):
+        try:
+            whole = read_touched("subjects", text)
+        except SubjectError as exc:
+            unreadable = unreadable or (text, exc)
+            found = expanded.pieces(text)
+        else:  # a host, address or URL is one subject; a name may hide one
+            found = [whole, *expanded.pieces(text)] if whole.kind == "name" else [whole]
+        for subject in found:
+            if subject.text in seen:
+                continue
+            seen.add(subject.text)
+            (names if subject.kind == "name" else typed).append(subject)
+    if unreadable is not None:
+        _off_limits(call, (*typed, *names))
+        _read(call, "subjects", unreadable[0])  # raises invalid_arguments
+    if typed:
+        read.setdefault("subjects", []).extend(typed)
+        touched["subjects"] = [*touched.get("subjects", ()), *(s.text for s in typed)]
+    return names
 
 
 def _read(call: Call, dim: str, value: str) -> Subject:

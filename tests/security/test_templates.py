@@ -391,3 +391,54 @@ def test_an_agent_proposes_only_the_spec_of_a_call_of_its_own_run_never_a_writte
     assert all(not s.pending_versions for s in summaries.entries)
     after = live(running, kind, "web-scan" if kind == "skill" else "asset-scan")
     assert (after.version if after else None) == (before.version if before else None)
+
+
+# -- every value a template expands into is a subject ----------------------------------------------------
+
+# ways a reviewed template's command can carry the off-limits payments host beside TARGET
+BESIDE_TARGET = ("payments.lab.example.com", "PAYMENTS.Lab.Example.Com.", "x.payments.lab.example.com",
+                 "payments\uff0elab\u3002example.com", "https://payments.lab.example.com/api",
+                 "--host=payments.lab.example.com", "root@payments.lab.example.com",
+                 "payments.lab.example.com:8443", "x:payments.lab.example.com", "-ipayments.lab.example.com",
+                 "TARGET,payments.lab.example.com", "customer:vip-1")
+
+
+def test_a_reviewed_template_that_names_an_off_limits_subject_beside_target_is_refused(running):
+    """The target is not the only value a template puts on the command line: a reviewed template
+    whose command names an off-limits host (or name) beside TARGET is refused like that argument."""
+    run = run_of(running)
+    for word in BESIDE_TARGET[:3]:
+        save_and_approve(running, ASSET.replace("asset-scan", "beside").replace("TARGET]", f"TARGET, {word!r}]"))
+        got = call(running, run, "create_task_from_template", template="beside", target="web.lab.example.com")
+        assert verdict(got) == ("DENY", "subject_off_limits"), word
+        assert not got.HasField("grant")
+    [record] = [r for r in running.records() if r["decision_id"] == got.decision_id]
+    assert record["code"] == "subject_off_limits"
+    # a host the template names outside the agent's scope is out of scope, as an argument would be
+    save_and_approve(running, ASSET.replace("asset-scan", "beside").replace("TARGET]", "TARGET, example.org]"))
+    got = call(running, run, "create_task_from_template", template="beside", target="web.lab.example.com")
+    assert verdict(got) == ("DENY", "subject_out_of_scope")
+
+
+@settings(max_examples=80, deadline=None)
+@given(word=st.sampled_from(BESIDE_TARGET), where=st.integers(min_value=0, max_value=3),
+       agent=st.sampled_from(["recon", "ops"]), target=st.sampled_from(["web.lab.example.com", "10.20.0.7"]))
+def test_no_spelling_of_an_off_limits_subject_in_a_template_runs(word, where, agent, target):
+    """In any spelling and at any place of the command, a value a template expands into that names
+    an off-limits subject is refused for every agent: never allowed, never sent for approval."""
+    command = ["nmap", "-sV", "TARGET"]
+    command.insert(where % (len(command) + 1), word)
+    template = Entry.of(Template.model_validate({"kind": "Template", "name": "any", "tenant": "acme",
+                                                 "description": "", "spec": {"image": "recon/nmap:7.94",
+                                                                             "command": command}}))
+    policies = _with_live(template)
+    request = request_of(policies, agent, "create_task_from_template", {"template": "any", "target": target},
+                         pb.RUN_MODE_INTERACTIVE)
+    fill_arguments(policies, request)
+    got = decide(policies, request)
+    assert got.verdict == pb.VERDICT_DENY, (command, got)
+    # off-limits (or a spelling no reader may guess at), unless the agent's scope refused it first
+    assert got.code in ("subject_off_limits", "invalid_arguments", "subject_out_of_scope"), (command, got)
+    # payments.lab.example.com is inside recon's scope (a URL is not: its scope lists no URLs)
+    if agent == "recon" and "vip" not in word and "://" not in word:
+        assert got.code in ("subject_off_limits", "invalid_arguments"), (command, got)
