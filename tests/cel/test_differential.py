@@ -121,6 +121,22 @@ CORPUS: list[tuple[str, object, dict[str, object]]] = [
     ("subjects.exists(s, s.startsWith('customer:'))", True, {}),
     ("subjects.filter(s, s.startsWith('order:'))", ["order:o-9"], {}),
     ("args.exists(k, k == 'amount')", True, {}),
+    # a predicate or an operand of || and && that is no bool is an error, as an error is: it is
+    # absorbed by a true (||, exists) or a false (&&, all), never handed on as the result
+    ("args.tags.exists(s, s)", ERR, {}),
+    ("args.tags.all(s, s)", ERR, {}),
+    ("args.tags.exists_one(s, s)", ERR, {}),
+    ("[true, 'yes'].exists_one(s, s)", ERR, {}),
+    ("args.tags.filter(s, s).size() == 0", ERR, {}),
+    ("[null, true].exists(s, s)", True, {}),
+    ("[null, false].all(s, s)", False, {}),
+    ("[1, 0].exists_one(x, 1 / x == 1)", ERR, {}),
+    ("args.mixed.filter(v, v == 1)", [1], {}),
+    ("args.note || false", ERR, {}),
+    ("false || args.customer", ERR, {}),
+    ("args.customer && true", ERR, {}),
+    ("args.customer || true", True, {}),
+    ("args.note && false", False, {}),
     ("[].all(x, x > 0)", True, {}),
     ("[1, 2, 3].map(x, x * x)", [1, 4, 9], {}),
     # maps and literals as results
