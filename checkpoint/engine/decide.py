@@ -15,7 +15,7 @@ from typing import Any
 
 import fastjsonschema
 
-from checkpoint.engine import authority, breakers, codes, expanded, learnings
+from checkpoint.engine import as_read, authority, breakers, codes, expanded, learnings
 from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
@@ -114,11 +114,15 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
             DENY, codes.AGENT_MANAGEMENT_TOOL, "allowlist.agent_management",
             f"{tool.name!r} manages agents; agent changes go through a tenant admin's review, not a tool call",
         )
-    touched = _touched_in_bounds(call, tool, args)
-    approvals = _rules(call, "tool_call", call.policies.rules_by_tool[tool.name], lambda: {
+    touched, read = _touched_in_bounds(call, tool, args)
+    group = call.policies.rules_by_tool[tool.name]
+    approvals = _rules(call, "tool_call", group, lambda: {
         "args": args,
         "tool": {"name": tool.name, "access": tool.spec.access.value},
         "subjects": touched.get("subjects", []),
+        # a map per value: only for a rule that reads it (the check above read the values already)
+        **({"touched": as_read.touched_map(read, _touched_dimensions(call, tool.name, group))}
+           if "touched" in group.reads else {}),
     })
     if call.agent is not None:
         breakers.check(call, "tool_call")
@@ -126,6 +130,15 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
     learnings.check(call, tool, args, _agent_map, response)  # advice: a warning, or a DENY
     if approvals:
         _approve_or_stop(call, approvals)
+
+
+def _touched_dimensions(call: Call, tool: str, group: RuleGroup) -> frozenset[str]:
+    """The dimensions of `touched` the tool's rules read, worked out once per load."""
+    key = ("touched_dimensions", tool)
+    found = call.policies.memo.get(key)
+    if found is None:
+        found = call.policies.memo[key] = as_read.dimensions_read(r.spec.condition for r in group.rules)
+    return found
 
 
 def _shape(call: Call, name: str, arguments: Any, validate_absent: bool = True) -> tuple[CompiledTool, dict[str, Any]]:
@@ -184,8 +197,10 @@ def _touched(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, 
     return touched
 
 
-def _touched_in_bounds(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, list[str]]:
-    """Steps 3b and 4: what the call touches, inside the chain's scope and not off-limits."""
+def _touched_in_bounds(call: Call, tool: CompiledTool,
+                       args: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, list[Subject]]]:
+    """Steps 3b and 4: what the call touches (as written, and as read), inside the chain's scope
+    and not off-limits."""
     touched = _touched(call, tool, args)
     read = {dim: [_read(call, dim, value) for value in values] for dim, values in touched.items()}
     names: list[Subject] = []
@@ -194,7 +209,7 @@ def _touched_in_bounds(call: Call, tool: CompiledTool, args: dict[str, Any]) -> 
     if call.agent is not None:
         authority.check_touched(call, read)
     _off_limits(call, (*read.get("subjects", ()), *names))
-    return touched
+    return touched, read
 
 
 def _expanded(call: Call, spec: Any, touched: dict[str, list[str]], read: dict[str, list[Subject]]) -> list[Subject]:
@@ -353,6 +368,7 @@ def _base_activation(call: Call, action: str, reads: frozenset[str]) -> dict[str
         "run": call.run_map() if "run" in reads else {},
         "counters": {name: getattr(counters, name) for name in COUNTER_FIELDS} if "counters" in reads else {},
         "subjects": [],
+        "touched": as_read.NOTHING if "touched" in reads else {},
         "model": {},
         "delegation": {},
         "plan": [],

@@ -121,6 +121,17 @@ CORPUS: list[tuple[str, object, dict[str, object]]] = [
     ("subjects.exists(s, s.startsWith('customer:'))", True, {}),
     ("subjects.filter(s, s.startsWith('order:'))", ["order:o-9"], {}),
     ("args.exists(k, k == 'amount')", True, {}),
+    # the touched values as read (engine/as_read.py): the maps rules read instead of raw text
+    ("touched.subjects.exists(s, s.host == 'bank.example' || s.host.endsWith('.bank.example'))", True, {}),
+    ("touched.subjects.filter(s, s.range).map(s, s.address)", ["10.20.0.0/24"], {}),
+    ("touched.subjects.exists(s, s.kind == 'url' && s.path.startsWith('/admin') && s.port == 443)", True, {}),
+    ("touched.subjects.map(s, s.name).filter(n, n != '')", ["customer:vip-1"], {}),
+    ("touched.subjects.all(s, s.kind in ['host', 'ip', 'url', 'name'])", True, {}),
+    ("size(touched.connections)", 0, {}),
+    ("touched.subjects[0].port + 1", 1, {}),
+    ("touched.subjects.exists(s, s.missing == 1)", ERR, {}),
+    ("touched.subjects.exists(s, s.range)", False, {"touched": {"subjects": []}}),
+    ("touched.subjects.exists(s, s.range)", ERR, {"touched": {}}),
     # a predicate or an operand of || and && that is no bool is an error, as an error is: it is
     # absorbed by a true (||, exists) or a false (&&, all), never handed on as the result
     ("args.tags.exists(s, s)", ERR, {}),
