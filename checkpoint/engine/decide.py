@@ -20,6 +20,7 @@ from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.convert import UnacceptableValue, struct_to_dict
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
+from checkpoint.policy.entries import PLACED
 from checkpoint.policy.policyset import RuleGroup, read_touched
 from checkpoint.policy.roles import roles_of
 from checkpoint.policy.subjects import Subject, SubjectError
@@ -215,14 +216,15 @@ def _touched_in_bounds(call: Call, tool: CompiledTool,
 def _expanded(call: Call, spec: Any, touched: dict[str, list[str]], read: dict[str, list[Subject]]) -> list[Subject]:
     """The values a filled template expands into (expanded.py), added to the call's subjects: the
     hosts, addresses and URLs for scope, off-limits and rules, like the target; the names (command
-    words, the image) are returned for the off-limits check alone, as scope cannot list flags.
+    words) are returned for the off-limits check alone, as scope cannot list flags. The image and
+    node are the call's `image` and `node`, decided by their own scope dimensions.
     A value that looks like a host or an address and is not a valid one is refused, after the
     hosts inside it were checked against off-limits (a refusal there is evidence)."""
     seen = {s.text for s in read.get("subjects", ())}
     typed: list[Subject] = []
     names: list[Subject] = []
     unreadable: tuple[str, SubjectError] | None = None
-    for text in expanded.strings_of(spec):
+    for text in expanded.strings_of(spec, leave_out=PLACED):
         try:
             whole = read_touched("subjects", text)
         except SubjectError as exc:

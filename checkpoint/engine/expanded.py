@@ -2,8 +2,8 @@
 
 A reviewed template is text a person read, not authority: its command may name a host beside
 TARGET, and that host reaches the tool as surely as the target does. So every string of the spec
-the checkpoint filled (`args.spec` of a `templates: resolve` tool) is read like a touched
-subject, and so is every piece of it that reads as a host or an address: a command word such
+the checkpoint filled (`args.spec` of a `templates: resolve` tool) but its image and node (the
+call's own `image` and `node`, fenced by their scope dimensions) is read like a touched subject, and so is every piece of it that reads as a host or an address: a command word such
 as `root@db.example.com`, `x:db.example.com` or `TARGET,db.example.com` hides a host inside
 text that as a whole reads as a name.
 """
@@ -11,7 +11,7 @@ text that as a whole reads as a name.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from checkpoint.policy.subjects import Subject, SubjectError, fold, read_value
@@ -22,13 +22,15 @@ _HOST_CUT = re.compile(r"[^0-9A-Za-z._\-\u0080-\U0010ffff]+")
 _ADDRESS_CUT = re.compile(r"[^0-9A-Za-z._\-:\[\]\u0080-\U0010ffff]+")
 
 
-def strings_of(value: Any) -> Iterator[str]:
-    """Every string inside a JSON value (map values and list items, at any depth)."""
+def strings_of(value: Any, leave_out: Iterable[str] = ()) -> Iterator[str]:
+    """Every string inside a JSON value (map values and list items, at any depth), but the
+    values of the top-level keys `leave_out`."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
-        for item in value.values():
-            yield from strings_of(item)
+        for key, item in value.items():
+            if key not in leave_out:
+                yield from strings_of(item)
     elif isinstance(value, list):
         for item in value:
             yield from strings_of(item)

@@ -442,3 +442,18 @@ def test_no_spelling_of_an_off_limits_subject_in_a_template_runs(word, where, ag
     # payments.lab.example.com is inside recon's scope (a URL is not: its scope lists no URLs)
     if agent == "recon" and "vip" not in word and "://" not in word:
         assert got.code in ("subject_off_limits", "invalid_arguments"), (command, got)
+
+
+def test_a_templates_image_and_node_are_decided_by_their_own_scope_not_read_as_subjects():
+    """The image and node a template names are the call's `image` and `node`, fenced by the
+    agent's images and nodes; a registry host in an image is no subject the call works on."""
+    template = Entry.of(Template.model_validate({"kind": "Template", "name": "any", "tenant": "acme",
+                                                 "description": "", "spec": {
+                                                     "image": "registry.example.org/recon/nmap:7.94",
+                                                     "node": "node.example.org", "command": ["nmap", "TARGET"]}}))
+    policies = _with_live(template)
+    request = request_of(policies, "ops", "create_task_from_template",
+                         {"template": "any", "target": "web.lab.example.com"}, pb.RUN_MODE_INTERACTIVE)
+    fill_arguments(policies, request)
+    got = decide(policies, request)
+    assert (got.verdict, got.code) == (pb.VERDICT_ALLOW, "allowed"), got
