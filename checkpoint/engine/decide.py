@@ -239,7 +239,9 @@ def _expanded(call: Call, spec: Any, touched: dict[str, list[str]], read: dict[s
             (names if subject.kind == "name" else typed).append(subject)
     if unreadable is not None:
         _off_limits(call, (*typed, *names))
-        _read(call, "subjects", unreadable[0])  # raises invalid_arguments
+        text, exc = unreadable
+        raise call.trace.stop(DENY, codes.INVALID_ARGUMENTS, "request.arguments",
+                              f"the template's value {text[:100]!r}: {str(exc)[:300]}")
     if typed:
         read.setdefault("subjects", []).extend(typed)
         touched["subjects"] = [*touched.get("subjects", ()), *(s.text for s in typed)]
