@@ -122,7 +122,7 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
         "tool": {"name": tool.name, "access": tool.spec.access.value},
         "subjects": touched.get("subjects", []),
         # a map per value: only for a rule that reads it (the check above read the values already)
-        **({"touched": as_read.touched_map(read, _touched_dimensions(call, tool.name, group))}
+        **({"touched": as_read.touched_map(read, _touched_selection(call, tool.name, group))}
            if "touched" in group.reads else {}),
     })
     if call.agent is not None:
@@ -133,12 +133,12 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
         _approve_or_stop(call, approvals)
 
 
-def _touched_dimensions(call: Call, tool: str, group: RuleGroup) -> frozenset[str]:
-    """The dimensions of `touched` the tool's rules read, worked out once per load."""
-    key = ("touched_dimensions", tool)
+def _touched_selection(call: Call, tool: str, group: RuleGroup) -> as_read.Selection:
+    """What of `touched` the tool's rules read, worked out once per load."""
+    key = ("touched_selection", tool)
     found = call.policies.memo.get(key)
     if found is None:
-        found = call.policies.memo[key] = as_read.dimensions_read(r.spec.condition for r in group.rules)
+        found = call.policies.memo[key] = as_read.selection(r.spec.condition for r in group.rules)
     return found
 
 
@@ -239,9 +239,9 @@ def _expanded(call: Call, spec: Any, touched: dict[str, list[str]], read: dict[s
             (names if subject.kind == "name" else typed).append(subject)
     if unreadable is not None:
         _off_limits(call, (*typed, *names))
-        text, exc = unreadable
+        value, problem = unreadable
         raise call.trace.stop(DENY, codes.INVALID_ARGUMENTS, "request.arguments",
-                              f"the template's value {text[:100]!r}: {str(exc)[:300]}")
+                              f"the template's value {value[:100]!r}: {str(problem)[:300]}")
     if typed:
         read.setdefault("subjects", []).extend(typed)
         touched["subjects"] = [*touched.get("subjects", ()), *(s.text for s in typed)]

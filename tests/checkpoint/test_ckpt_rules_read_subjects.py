@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoint.cel.typed import ListOf, Obj
+from checkpoint.engine.as_read import as_read
 from checkpoint.policy import PolicySet, load_policy_dir
 from checkpoint.policy.celtypes import RULE_SHAPES
+from checkpoint.policy.policyset import read_touched
 
 FILES = {
     "instance.yaml": "kind: Instance\n",
@@ -171,7 +173,10 @@ def test_the_read_subjects_are_built_only_when_an_applicable_rule_reads_them(loa
         [read] = touched["subjects"]
         item = dict(shape.fields)["subjects"]
         assert isinstance(item, ListOf) and isinstance(item.item, Obj)
-        assert list(read) == item.item.field_names()
+        # the fields the rules of `scan` select, in declared order; as_read builds every one
+        assert list(read) == [f for f in item.item.field_names() if f in ("kind", "host", "address", "range",
+                                                                             "path", "name")]
+        assert list(as_read(read_touched("subjects", "web.example.com"))) == item.item.field_names()
         assert read["host"] == "web.example.com" and read["kind"] == "host"
         # a model call: no rule of it reads `touched`, so it is the empty map
         seen.clear()
@@ -181,12 +186,17 @@ def test_the_read_subjects_are_built_only_when_an_applicable_rule_reads_them(loa
         del p.prepare_rule_activation
 
 
-def test_only_the_dimensions_a_rule_selects_are_built_and_any_other_reading_builds_all():
-    from checkpoint.engine.as_read import dimensions_read
+def test_only_the_dimensions_and_fields_a_rule_selects_are_built_and_any_other_reading_builds_all():
+    from checkpoint.engine.as_read import FIELDS, selection
 
-    assert dimensions_read(['touched.subjects.exists(s, s.range)']) == {"subjects"}
-    assert dimensions_read(['touched . nodes.exists(s, s.name == "x") || touched.images == []']) == {"nodes", "images"}
+    assert selection(['touched.subjects.exists(s, s.range)']) == ({"subjects"}, ("range",))
+    got = selection(['touched . nodes.exists(s, s.name == "x") || touched.images.exists(i, i. host == "")'])
+    assert got == ({"nodes", "images"}, ("host", "name"))
     everything = {"images", "nodes", "connections", "threads", "subjects"}
     for condition in ('touched["nodes"].exists(s, s.range)', 'size(touched) > 0', 'touched.subjects == [] || touched'):
-        assert dimensions_read([condition]) == everything, condition
-    assert dimensions_read(['args.x == 1']) == set()
+        assert selection([condition]).dimensions == everything, condition
+    assert selection(['args.x == 1']) == (set(), ())
+    # a field named by any condition that reads touched is built for all of them
+    assert selection(['touched.subjects.exists(s, s.port == 1)', 'tool.name == "x" && args.path == ""']).fields == (
+        "port",)
+    assert set(FIELDS) == {"kind", "text", "host", "address", "range", "scheme", "port", "path", "name"}
