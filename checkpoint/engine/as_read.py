@@ -4,7 +4,7 @@ reading (policy/subjects.py), not the text as written.
 A rule over raw text misses the spellings the reader folds: `args.target.endsWith(".bank.example")`
 is false for `X.BANK.EXAMPLE.`, `x.bank．example` and `https://x.bank.example/`, while scope and
 off-limits read all three as the host `x.bank.example`. Each value is one map with every field
-present (empty when it does not apply), so a rule never needs `has()`:
+a rule can read present (empty when it does not apply), so a rule never needs `has()`:
 
 - `kind`: `host`, `ip`, `url` or `name`; `text`: as the call wrote it;
 - `host`: a host's (or a URL's host's) IDNA A-label form, lower case, without the trailing dot;
@@ -15,8 +15,9 @@ present (empty when it does not apply), so a rule never needs `has()`:
 - `name`: a name folded (compatibility forms, Unicode full stops) and in lower case, as the
   off-limits subjects compare names.
 
-Built only when a rule that applies names `touched` (decide.py), from the subjects the call's
-scope and off-limits checks already read: no value is read twice.
+Built only when a rule that applies names `touched` (decide.py), with only the dimensions and
+fields those rules select (`selection`), from the subjects the call's scope and off-limits checks
+already read: no value is read twice.
 """
 
 from __future__ import annotations
