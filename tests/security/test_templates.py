@@ -457,3 +457,45 @@ def test_a_templates_image_and_node_are_decided_by_their_own_scope_not_read_as_s
     fill_arguments(policies, request)
     got = decide(policies, request)
     assert (got.verdict, got.code) == (pb.VERDICT_ALLOW, "allowed"), got
+
+
+@functools.cache
+def _shipped_with_an_off_limits_address(root: str):
+    import shutil
+    from pathlib import Path
+
+    target = Path(root) / "policies"
+    shutil.copytree(SHIPPED, target)
+    with (target / "subjects" / "off-limits.yaml").open("a") as f:
+        f.write('  - pattern: "10.20.0.9"\n    reason: the lab database\n')
+    return load_policy_dir(target)
+
+
+@settings(max_examples=60, deadline=None)
+@given(word=st.sampled_from(["10.20.0.9", "::ffff:10.20.0.9", "::FFFF:a14:9", "\uff11\uff10.20.0.9", "x:10.20.0.9",
+                             "http://10.20.0.9:8080/", "--to=[::ffff:a14:9]", "TARGET,10.20.0.9", "@10.20.0.9",
+                             "10.20.0.8/29", "64:ff9b::a14:9"]),
+       where=st.integers(min_value=0, max_value=3))
+def test_no_spelling_of_an_off_limits_address_in_a_template_runs(tmp_path_factory, word, where):
+    """An address, like a host, in any spelling and place of a template's command: off-limits
+    (or refused as a spelling no reader may guess at), never allowed."""
+    policies = _shipped_with_an_off_limits_address(str(tmp_path_factory.getbasetemp() / "address"))
+    command = ["nmap", "-sV", "TARGET"]
+    command.insert(where % (len(command) + 1), word)
+    template = Entry.of(Template.model_validate({"kind": "Template", "name": "any", "tenant": "acme",
+                                                 "description": "", "spec": {"image": "recon/nmap:7.94",
+                                                                             "command": command}}))
+    entries = policies.catalog.entries
+    if entries.status(TEMPLATE, "acme", "any", template.version) != "live":
+        if entries.status(TEMPLATE, "acme", "any", template.version) != "pending":
+            entries.propose(template, by="erin", source="test", note="")
+        entries.decide(TEMPLATE, "acme", "any", template.version, approve=True, by="carol", note="")
+    request = request_of(policies, "recon", "create_task_from_template", {"template": "any", "target": "10.20.0.7"},
+                         pb.RUN_MODE_INTERACTIVE)
+    fill_arguments(policies, request)
+    got = decide(policies, request)
+    assert got.verdict == pb.VERDICT_DENY, (command, got)
+    # a URL and the NAT64 spelling are refused by recon's scope first: it lists no URLs and no IPv6
+    outside = "://" in word or word.startswith("64:")
+    allowed = ("subject_off_limits", "invalid_arguments") + (("subject_out_of_scope",) if outside else ())
+    assert got.code in allowed, (command, got)
