@@ -200,3 +200,31 @@ def test_only_the_dimensions_and_fields_a_rule_selects_are_built_and_any_other_r
     assert selection(['touched.subjects.exists(s, s.port == 1)', 'tool.name == "x" && args.path == ""']).fields == (
         "port",)
     assert set(FIELDS) == {"kind", "text", "host", "address", "range", "scheme", "port", "path", "name"}
+
+
+def test_policy_check_warns_about_a_rule_over_the_raw_text_of_a_touched_subject(tmp_path):
+    """`warden policy check` points a rule over `args.target` (which the tool touches as a
+    subject) to `touched`, and says nothing of a rule over an argument no tool reads as one."""
+    from checkpoint.policylint import warnings
+
+    raw = FILES["rules.yaml"] + """---
+kind: Rule
+name: raw-bank
+effect: deny_if
+tools: [scan]
+condition: 'args.target.endsWith(".bank.example")'
+---
+kind: Rule
+name: any-tool
+effect: deny_if
+condition: 'has(args.target) && args.target == "x"'
+"""
+    root = tmp_path / "p"
+    root.mkdir()
+    for name, text in {**FILES, "rules.yaml": raw}.items():
+        (root / name).write_text(text)
+    found = [w for w in warnings(load_policy_dir(root)) if "as written" in w]
+    assert [w.split(" (")[0] for w in found] == ["rule 'any-tool'", "rule 'raw-bank'"], found
+    assert "args.target" in found[1] and "touched.subjects" in found[1] and "'scan'" in found[1]
+    assert not [w for w in warnings(load_policy_dir(Path(__file__).resolve().parents[2] / "policies"))
+                if "as written" in w]
