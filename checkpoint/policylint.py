@@ -13,10 +13,15 @@ what to look at:
   audit right is `*`: every person it matches reads the whole log, which no tenant's roles narrow;
 - a tool_call rule that reads `args` without naming its tools, or naming a tool whose input
   schema cannot be read as fields: there `args` is a map of dyn, so a misspelt argument is not
-  caught at load (policy/celtypes.py).
+  caught at load (policy/celtypes.py);
+- a tool_call rule that reads an argument as written (`args.target`) which a tool it applies to
+  touches as a subject or connection: scope and off-limits read that value normalised, so the
+  rule should too (`touched.subjects`), or another spelling of the same host slips past it.
 """
 
 from __future__ import annotations
+
+import re
 
 from checkpoint.engine.breakers import BREAKERS, narrowest
 from checkpoint.policy import PolicySet, model
@@ -49,6 +54,30 @@ def warnings(policies: PolicySet) -> list[str]:
                 out.append(f"{who}: no daily_spend {field}: nothing bounds the day's spend")
     out.extend(_role_warnings(policies))
     out.extend(_untyped_args_warnings(policies))
+    out.extend(_raw_subject_warnings(policies))
+    return out
+
+
+_ARG = re.compile(r"\bargs\s*\.\s*([A-Za-z_]\w*)")
+
+
+def _raw_subject_warnings(policies: PolicySet) -> list[str]:
+    """Rules over the text of an argument a tool's typed `touches` read (subjects, connections)."""
+    out: list[str] = []
+    for rule in sorted(policies.rules, key=lambda r: r.name):
+        if "args" not in rule.reads or "tool_call" not in rule.spec.actions:
+            continue
+        read = set(_ARG.findall(rule.spec.condition))
+        for name in sorted(rule.spec.tools or policies.tools):
+            tool = policies.tools.get(name)
+            if tool is None:
+                continue
+            for dim in ("subjects", "connections"):
+                source = getattr(tool.spec.touches, dim) or ""
+                for arg in sorted(read & set(_ARG.findall(source))):
+                    out.append(f"rule {rule.name!r} ({rule.where}): reads args.{arg} as written, which tool {name!r} "
+                               f"touches as one of its {dim}; scope and off-limits read it normalised (case, "
+                               f"Unicode, URL parts, address spellings): compare touched.{dim} instead")
     return out
 
 

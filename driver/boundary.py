@@ -55,7 +55,7 @@ CUT_OFF = "cut_off"
 UNKNOWN_STOP_REASON = "unknown_stop_reason"
 REJECTION_CODES = (UNKNOWN_FIELD, UNKNOWN_ACTION, TOOL_NOT_IN_CONTRACT, TOOL_ON_FINAL, MALFORMED_RESPONSE)
 # The checkpoint's own bounds on a call's arguments (checkpoint/engine/decide.py MAX_ARGUMENT_BYTES,
-# checkpoint/engine/convert.py MAX_DEPTH): beyond them it refuses, and beyond about 33 levels (the
+# warden/structs.py MAX_DEPTH): beyond them it refuses, and beyond about 33 levels (the
 # protobuf decoder's depth limit) or its 1 MiB request limit the Check cannot even be sent.
 MAX_ARGUMENT_BYTES = 64 * 1024
 MAX_ARGUMENT_DEPTH = 32

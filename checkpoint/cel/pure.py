@@ -14,7 +14,7 @@ from celpy.evaluation import CELEvalError, Evaluator, base_functions
 
 from checkpoint.cel import native
 from checkpoint.cel.api import FALSE, TRUE, CelCompileError, CelResult, CelType
-from checkpoint.cel.pure_semantics import OVERRIDES
+from checkpoint.cel.pure_semantics import OVERRIDES, logical_and, logical_or
 from checkpoint.cel.values import INT64_MAX, INT64_MIN, missing_variable, normalise
 
 # cel-python logs every evaluation error at WARNING; errors are results here, not incidents.
@@ -188,6 +188,16 @@ def _select(exprlist: lark.Tree) -> lark.Tree | None:
     return None
 
 
+_BOOL_MACROS = frozenset({"all", "exists", "exists_one", "filter"})
+
+
+def _value(sub: Callable[[Any], Any], member: Any) -> Any:
+    try:
+        return sub(member)
+    except CELEvalError as exc:
+        return exc
+
+
 class _Evaluator(Evaluator):
     """cel-python's evaluator where it is more lenient than the native runtime (and CEL), which
     would let a rule pass under one engine that the other refuses."""
@@ -201,6 +211,8 @@ class _Evaluator(Evaluator):
         target = self.visit(member)
         if not isinstance(target, (CELEvalError, list, dict)):
             return CELEvalError(f"no such overload: {name}() over {type(target).__name__}", TypeError, ())
+        if name in _BOOL_MACROS and not isinstance(target, CELEvalError):
+            return self._bool_macro(name, tree, list(target))  # a map's keys
         # cel-python visits the target again; hand it the value just computed, or each macro of
         # a chain (`l.map(..).map(..)`) would evaluate the ones before it twice: exponential
         saved = self.__dict__.get("visit")
@@ -217,6 +229,32 @@ class _Evaluator(Evaluator):
                 del self.visit
             else:
                 self.visit = saved  # type: ignore[method-assign]
+
+    def _bool_macro(self, name: str, tree: lark.Tree, members: list[Any]) -> Any:
+        """all, exists, exists_one and filter over a predicate that must give a bool: cel-python
+        folds `all`/`exists` with a lenient `||`/`&&` and counts any truthy value (an error, a
+        string) for `exists_one` and `filter`, where the native runtime gives an error."""
+        if name in ("all", "exists"):
+            fold = logical_or if name == "exists" else logical_and
+            sub = self.build_ss_macro_eval(tree)
+            result: Any = ct.BoolType(name == "all")
+            for member in members:  # commutative: a later absorbing value wins over an error
+                try:
+                    result = fold(result, _value(sub, member))
+                except TypeError as exc:
+                    result = CELEvalError(str(exc), TypeError, ())
+            return result
+        sub = self.build_macro_eval(tree)
+        values = [_value(sub, member) for member in members]
+        for value in values:
+            if isinstance(value, CELEvalError):
+                return value
+            if not isinstance(value, (bool, ct.BoolType)):
+                return CELEvalError(f"no such overload: {name}() over a predicate that gave "
+                                    f"{type(value).__name__}, not a bool", TypeError, ())
+        if name == "filter":
+            return ct.ListType(m for m, v in zip(members, values, strict=True) if v)
+        return ct.BoolType(sum(1 for v in values if v) == 1)
 
     def macro_has_eval(self, exprlist: lark.Tree) -> Any:
         # has(e.f) is false here whenever e.f fails, e missing or not a map included; in CEL it

@@ -205,7 +205,31 @@ class _Conversion:
         return hash(self.base)
 
 
+def _logic(absorbing: bool) -> Callable[[Any, Any], Any]:
+    """`||` (`absorbing` true) and `&&` (false) as the native runtime has them: commutative over
+    errors, and an operand that is no bool is an error, never handed on as the result (cel-python
+    gives `false || "yes"` as `"yes"`, so `["yes"].exists(s, s)` was "yes", not an error)."""
+    name = "_||_" if absorbing else "_&&_"
+
+    def fn(x: Any, y: Any) -> Any:
+        if any(isinstance(v, (bool, ct.BoolType)) and bool(v) is absorbing for v in (x, y)):
+            return ct.BoolType(absorbing)
+        for v in (x, y):
+            if isinstance(v, CELEvalError):
+                return v
+        if isinstance(x, (bool, ct.BoolType)) and isinstance(y, (bool, ct.BoolType)):
+            return ct.BoolType(not absorbing)
+        raise TypeError(f"no matching overload for {name} applied to ({_kind(x)}, {_kind(y)})")
+
+    fn.__name__ = name
+    return fn
+
+
+logical_or, logical_and = _logic(True), _logic(False)
+
 OVERRIDES: dict[str, Any] = {
+    "_||_": logical_or,
+    "_&&_": logical_and,
     "_==_": _guard(_eq_fn),
     "_!=_": _guard(_ne_fn),
     "_<_": _guard(_order(operator.lt)),

@@ -15,10 +15,11 @@ from typing import Any
 
 import fastjsonschema
 
-from checkpoint.engine import authority, breakers, learnings
+from checkpoint.engine import as_read, authority, breakers, expanded, learnings
 from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
+from checkpoint.policy.entries import PLACED
 from checkpoint.policy.policyset import RuleGroup, read_touched
 from checkpoint.policy.roles import roles_of
 from checkpoint.policy.subjects import Subject, SubjectError
@@ -115,11 +116,15 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
             DENY, codes.AGENT_MANAGEMENT_TOOL, "allowlist.agent_management",
             f"{tool.name!r} manages agents; agent changes go through a tenant admin's review, not a tool call",
         )
-    touched = _touched_in_bounds(call, tool, args)
-    approvals = _rules(call, "tool_call", call.policies.rules_by_tool[tool.name], lambda: {
+    touched, read = _touched_in_bounds(call, tool, args)
+    group = call.policies.rules_by_tool[tool.name]
+    approvals = _rules(call, "tool_call", group, lambda: {
         "args": args,
         "tool": {"name": tool.name, "access": tool.spec.access.value},
         "subjects": touched.get("subjects", []),
+        # a map per value: only for a rule that reads it (the check above read the values already)
+        **({"touched": as_read.touched_map(read, _touched_selection(call, tool.name, group))}
+           if "touched" in group.reads else {}),
     })
     if call.agent is not None:
         breakers.check(call, "tool_call")
@@ -127,6 +132,15 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
     learnings.check(call, tool, args, _agent_map, response)  # advice: a warning, or a DENY
     if approvals:
         _approve_or_stop(call, approvals)
+
+
+def _touched_selection(call: Call, tool: str, group: RuleGroup) -> as_read.Selection:
+    """What of `touched` the tool's rules read, worked out once per load."""
+    key = ("touched_selection", tool)
+    found = call.policies.memo.get(key)
+    if found is None:
+        found = call.policies.memo[key] = as_read.selection(r.spec.condition for r in group.rules)
+    return found
 
 
 def _shape(call: Call, name: str, arguments: Any, validate_absent: bool = True) -> tuple[CompiledTool, dict[str, Any]]:
@@ -185,14 +199,54 @@ def _touched(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, 
     return touched
 
 
-def _touched_in_bounds(call: Call, tool: CompiledTool, args: dict[str, Any]) -> dict[str, list[str]]:
-    """Steps 3b and 4: what the call touches, inside the chain's scope and not off-limits."""
+def _touched_in_bounds(call: Call, tool: CompiledTool,
+                       args: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, list[Subject]]]:
+    """Steps 3b and 4: what the call touches (as written, and as read), inside the chain's scope
+    and not off-limits."""
     touched = _touched(call, tool, args)
     read = {dim: [_read(call, dim, value) for value in values] for dim, values in touched.items()}
+    names: list[Subject] = []
+    if tool.spec.templates == "resolve" and "spec" in args:
+        names = _expanded(call, args["spec"], touched, read)
     if call.agent is not None:
         authority.check_touched(call, read)
-    _off_limits(call, read.get("subjects", ()))
-    return touched
+    _off_limits(call, (*read.get("subjects", ()), *names))
+    return touched, read
+
+
+def _expanded(call: Call, spec: Any, touched: dict[str, list[str]], read: dict[str, list[Subject]]) -> list[Subject]:
+    """The values a filled template expands into (expanded.py), added to the call's subjects: the
+    hosts, addresses and URLs for scope, off-limits and rules, like the target; the names (command
+    words) are returned for the off-limits check alone, as scope cannot list flags. The image and
+    node are the call's `image` and `node`, decided by their own scope dimensions.
+    A value that looks like a host or an address and is not a valid one is refused, after the
+    hosts inside it were checked against off-limits (a refusal there is evidence)."""
+    seen = {s.text for s in read.get("subjects", ())}
+    typed: list[Subject] = []
+    names: list[Subject] = []
+    unreadable: tuple[str, SubjectError] | None = None
+    for text in expanded.strings_of(spec, leave_out=PLACED):
+        try:
+            whole = read_touched("subjects", text)
+        except SubjectError as exc:
+            unreadable = unreadable or (text, exc)
+            found = expanded.pieces(text)
+        else:  # a host, address or URL is one subject; a name may hide one
+            found = [whole, *expanded.pieces(text)] if whole.kind == "name" else [whole]
+        for subject in found:
+            if subject.text in seen:
+                continue
+            seen.add(subject.text)
+            (names if subject.kind == "name" else typed).append(subject)
+    if unreadable is not None:
+        _off_limits(call, (*typed, *names))
+        value, problem = unreadable
+        raise call.trace.stop(DENY, codes.INVALID_ARGUMENTS, "request.arguments",
+                              f"the template's value {value[:100]!r}: {str(problem)[:300]}")
+    if typed:
+        read.setdefault("subjects", []).extend(typed)
+        touched["subjects"] = [*touched.get("subjects", ()), *(s.text for s in typed)]
+    return names
 
 
 def _read(call: Call, dim: str, value: str) -> Subject:
@@ -319,6 +373,7 @@ def _base_activation(call: Call, action: str, reads: frozenset[str]) -> dict[str
         "run": call.run_map() if "run" in reads else {},
         "counters": {name: getattr(counters, name) for name in COUNTER_FIELDS} if "counters" in reads else {},
         "subjects": [],
+        "touched": as_read.NOTHING if "touched" in reads else {},
         "model": {},
         "delegation": {},
         "plan": [],

@@ -7,7 +7,8 @@ frame and a "did you mean", not a `policy_error` on every matching call.
 
 - `tool`, `agent`, `run`, `person`, `model`, `delegation`, `counters` are objects with the
   fields decide() fills (engine/decide.py, engine/context.py; a test holds them together).
-- `plan` is a list of `{id, tool}` objects; `subjects` a list of strings; `action` a string;
+- `plan` is a list of `{id, tool}` objects; `subjects` a list of strings; `touched` an object
+  with a list per scope dimension of the values as read (engine/as_read.py); `action` a string;
   `now` a timestamp (the checkpoint's clock).
 - `args` is typed from the input_schema of the tools a rule names (`tools: [...]`): each
   property is a field, its JSON Schema type gives the field's type, and reading anything else is
@@ -39,6 +40,13 @@ PERSON = Obj("Person", "person", (("name", STR), ("roles", CelType.LIST_STRING))
 MODEL = Obj("Model", "model", (("provider", STR), ("name", STR), ("max_tokens", INT), ("input_tokens", INT)))
 DELEGATION = Obj("Delegation", "delegation", (("agent", STR), ("version", STR)))
 PLAN_STEP = Obj("PlanStep", "a plan step", (("id", STR), ("tool", STR)))
+# a touched value as the subject reader reads it (engine/as_read.py fills it)
+SUBJECT_AS_READ = Obj("SubjectAsRead", "a touched value", (
+    ("kind", STR), ("text", STR), ("host", STR), ("address", STR), ("range", BOOL), ("scheme", STR),
+    ("port", INT), ("path", STR), ("name", STR),
+))
+TOUCHED = Obj("Touched", "touched", tuple((dim, ListOf(SUBJECT_AS_READ)) for dim in
+                                          ("images", "nodes", "connections", "threads", "subjects")))
 
 
 def _counters() -> Obj:
@@ -60,6 +68,7 @@ RULE_SHAPES: dict[str, Shape] = {
     "person": PERSON,
     "counters": COUNTERS,
     "subjects": CelType.LIST_STRING,
+    "touched": TOUCHED,
     "model": MODEL,
     "delegation": DELEGATION,
     "plan": ListOf(PLAN_STEP),
@@ -74,7 +83,7 @@ _ITEMS: dict[str, Shape] = {"string": CelType.LIST_STRING, "integer": ListOf(INT
 def property_shape(schema: Any) -> Shape:
     """The CEL type of an argument with this JSON Schema, as the checkpoint hands it to CEL.
 
-    A JSON number arrives as an int when it is whole and a double otherwise (engine/convert.py),
+    A JSON number arrives as an int when it is whole and a double otherwise (warden/structs.py),
     so `number` is dyn: compared by value either way (`> 500`, `> 500.0`). `integer` is an int.
     Arrays of strings, integers or booleans are lists of them; other arrays list(dyn); objects
     map(string, dyn). A property with several types, or none, is dyn (an enum of strings only

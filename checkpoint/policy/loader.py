@@ -53,6 +53,7 @@ RULE_VARIABLES: dict[str, CelType] = {
     "run": CelType.MAP_STRING_DYN,
     "counters": CelType.MAP_STRING_DYN,
     "subjects": CelType.LIST_STRING,
+    "touched": CelType.MAP_STRING_DYN,
     "model": CelType.MAP_STRING_DYN,
     "delegation": CelType.MAP_STRING_DYN,
     "plan": CelType.LIST_DYN,

@@ -4,8 +4,9 @@ and the arguments the checkpoint fills in for a `templates:` tool.
 Nothing here widens what an agent may do. A skill's text reaches the model as data, only the
 versions the run pinned at its start (its run token names them), and every load is recorded
 before the text leaves. A template is resolved into the call's arguments *before* the call is
-decided, so its image, node and target are checked by the same allowlist, scope, off-limits and
-rules as any argument, and the grant covers exactly what the toolrunner runs.
+decided, so its image, node, target and every other value it expands into are checked by the
+same allowlist, scope, off-limits and rules as any argument (engine/expanded.py), and the grant
+covers exactly what the toolrunner runs.
 """
 
 from __future__ import annotations

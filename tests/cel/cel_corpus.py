@@ -16,6 +16,7 @@ POLICY_VARIABLES = {
     "counters": CelType.MAP_STRING_DYN,
     "action": CelType.STRING,
     "subjects": CelType.LIST_STRING,
+    "touched": CelType.MAP_STRING_DYN,
     "now": CelType.TIMESTAMP,
 }
 # a Sunday, the day summer time starts in Europe (01:00 UTC): 09:30 in Berlin
@@ -41,6 +42,17 @@ _BASE = {
     "counters": {"tool_calls": 4, "spend_usd": 1.25},
     "action": "tool_call",
     "subjects": ["customer:cus_42", "order:o-9"],
+    # what engine/as_read.py builds for subjects read as a host, a range, a URL and a name
+    "touched": {"images": [], "nodes": [], "connections": [], "threads": [], "subjects": [
+        {"kind": "host", "text": "X.Bank.Example.", "host": "x.bank.example", "address": "", "range": False,
+         "scheme": "", "port": 0, "path": "", "name": ""},
+        {"kind": "ip", "text": "::ffff:10.20.0.0/120", "host": "", "address": "10.20.0.0/24", "range": True,
+         "scheme": "", "port": 0, "path": "", "name": ""},
+        {"kind": "url", "text": "HTTPS://a.example/x/../admin", "host": "a.example", "address": "", "range": False,
+         "scheme": "https", "port": 443, "path": "/admin", "name": ""},
+        {"kind": "name", "text": "customer:\uff56ip-1", "host": "", "address": "", "range": False,
+         "scheme": "", "port": 0, "path": "", "name": "customer:vip-1"},
+    ]},
     "now": NOW,
 }
 

@@ -49,8 +49,12 @@ def test_every_shipped_expression_evaluates_alike():
          "run": {"mode": "background"}, "counters": {}, "subjects": [], "model": {"name": "x"},
          "delegation": {}, "plan": []},
     ]
+    read = {"kind": "ip", "text": "10.20.0.0/24", "host": "", "address": "10.20.0.0/24", "range": True,
+            "scheme": "", "port": 0, "path": "", "name": ""}
+    touched = [{}, {"images": [], "nodes": [], "connections": [], "threads": [], "subjects": [read]},
+               {"subjects": [{**read, "range": None}]}]
     for i, a in enumerate(activations):  # every declared variable, or every case is the same error
-        a.update(person={"name": "alice", "roles": ["operator"]},
+        a.update(person={"name": "alice", "roles": ["operator"]}, touched=touched[i],
                  now=datetime(2024, 6, 3 + i, 8 + 4 * i, 30, tzinfo=UTC))
     assert set(activations[0]) == set(RULE_VARIABLES)
     cases = []

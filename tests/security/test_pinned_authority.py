@@ -44,7 +44,7 @@ def test_dropping_an_approval_rule_does_not_free_a_running_run(checkpoint, polic
     before = checkpoint.start_run("recon").run_token
     assert answer(checkpoint, before, SUBNET) == (pb.VERDICT_REQUIRE_APPROVAL, "approval_required")
     rules = policy_dir / "rules" / "recon.yaml"
-    edit(checkpoint, rules, "condition: 'args.target.contains(\"/\")'", "condition: 'false'")
+    edit(checkpoint, rules, "condition: 'touched.subjects.exists(s, s.range)'", "condition: 'false'")
     assert answer(checkpoint, before, SUBNET) == (pb.VERDICT_REQUIRE_APPROVAL, "approval_required")
     after = checkpoint.start_run("recon").run_token  # a run that begins after the edit has it
     assert answer(checkpoint, after, SUBNET) == (pb.VERDICT_ALLOW, "allowed")

@@ -391,3 +391,111 @@ def test_an_agent_proposes_only_the_spec_of_a_call_of_its_own_run_never_a_writte
     assert all(not s.pending_versions for s in summaries.entries)
     after = live(running, kind, "web-scan" if kind == "skill" else "asset-scan")
     assert (after.version if after else None) == (before.version if before else None)
+
+
+# -- every value a template expands into is a subject ----------------------------------------------------
+
+# ways a reviewed template's command can carry the off-limits payments host beside TARGET
+BESIDE_TARGET = ("payments.lab.example.com", "PAYMENTS.Lab.Example.Com.", "x.payments.lab.example.com",
+                 "payments\uff0elab\u3002example.com", "https://payments.lab.example.com/api",
+                 "--host=payments.lab.example.com", "root@payments.lab.example.com",
+                 "payments.lab.example.com:8443", "x:payments.lab.example.com", "-ipayments.lab.example.com",
+                 "TARGET,payments.lab.example.com", "customer:vip-1")
+
+
+def test_a_reviewed_template_that_names_an_off_limits_subject_beside_target_is_refused(running):
+    """The target is not the only value a template puts on the command line: a reviewed template
+    whose command names an off-limits host (or name) beside TARGET is refused like that argument."""
+    run = run_of(running)
+    for word in BESIDE_TARGET[:3]:
+        save_and_approve(running, ASSET.replace("asset-scan", "beside").replace("TARGET]", f"TARGET, {word!r}]"))
+        got = call(running, run, "create_task_from_template", template="beside", target="web.lab.example.com")
+        assert verdict(got) == ("DENY", "subject_off_limits"), word
+        assert not got.HasField("grant")
+    [record] = [r for r in running.records() if r["decision_id"] == got.decision_id]
+    assert record["code"] == "subject_off_limits"
+    # a host the template names outside the agent's scope is out of scope, as an argument would be
+    save_and_approve(running, ASSET.replace("asset-scan", "beside").replace("TARGET]", "TARGET, example.org]"))
+    got = call(running, run, "create_task_from_template", template="beside", target="web.lab.example.com")
+    assert verdict(got) == ("DENY", "subject_out_of_scope")
+
+
+@settings(max_examples=80, deadline=None)
+@given(word=st.sampled_from(BESIDE_TARGET), where=st.integers(min_value=0, max_value=3),
+       agent=st.sampled_from(["recon", "ops"]), target=st.sampled_from(["web.lab.example.com", "10.20.0.7"]))
+def test_no_spelling_of_an_off_limits_subject_in_a_template_runs(word, where, agent, target):
+    """In any spelling and at any place of the command, a value a template expands into that names
+    an off-limits subject is refused for every agent: never allowed, never sent for approval."""
+    command = ["nmap", "-sV", "TARGET"]
+    command.insert(where % (len(command) + 1), word)
+    template = Entry.of(Template.model_validate({"kind": "Template", "name": "any", "tenant": "acme",
+                                                 "description": "", "spec": {"image": "recon/nmap:7.94",
+                                                                             "command": command}}))
+    policies = _with_live(template)
+    request = request_of(policies, agent, "create_task_from_template", {"template": "any", "target": target},
+                         pb.RUN_MODE_INTERACTIVE)
+    fill_arguments(policies, request)
+    got = decide(policies, request)
+    assert got.verdict == pb.VERDICT_DENY, (command, got)
+    # off-limits (or a spelling no reader may guess at), unless the agent's scope refused it first
+    assert got.code in ("subject_off_limits", "invalid_arguments", "subject_out_of_scope"), (command, got)
+    # payments.lab.example.com is inside recon's scope (a URL is not: its scope lists no URLs)
+    if agent == "recon" and "vip" not in word and "://" not in word:
+        assert got.code in ("subject_off_limits", "invalid_arguments"), (command, got)
+
+
+def test_a_templates_image_and_node_are_decided_by_their_own_scope_not_read_as_subjects():
+    """The image and node a template names are the call's `image` and `node`, fenced by the
+    agent's images and nodes; a registry host in an image is no subject the call works on."""
+    template = Entry.of(Template.model_validate({"kind": "Template", "name": "any", "tenant": "acme",
+                                                 "description": "", "spec": {
+                                                     "image": "registry.example.org/recon/nmap:7.94",
+                                                     "node": "node.example.org", "command": ["nmap", "TARGET"]}}))
+    policies = _with_live(template)
+    request = request_of(policies, "ops", "create_task_from_template",
+                         {"template": "any", "target": "web.lab.example.com"}, pb.RUN_MODE_INTERACTIVE)
+    fill_arguments(policies, request)
+    got = decide(policies, request)
+    assert (got.verdict, got.code) == (pb.VERDICT_ALLOW, "allowed"), got
+
+
+@functools.cache
+def _shipped_with_an_off_limits_address(root: str):
+    import shutil
+    from pathlib import Path
+
+    target = Path(root) / "policies"
+    shutil.copytree(SHIPPED, target)
+    with (target / "subjects" / "off-limits.yaml").open("a") as f:
+        f.write('  - pattern: "10.20.0.9"\n    reason: the lab database\n')
+    return load_policy_dir(target)
+
+
+@settings(max_examples=60, deadline=None)
+@given(word=st.sampled_from(["10.20.0.9", "::ffff:10.20.0.9", "::FFFF:a14:9", "\uff11\uff10.20.0.9", "x:10.20.0.9",
+                             "http://10.20.0.9:8080/", "--to=[::ffff:a14:9]", "TARGET,10.20.0.9", "@10.20.0.9",
+                             "10.20.0.8/29", "64:ff9b::a14:9"]),
+       where=st.integers(min_value=0, max_value=3))
+def test_no_spelling_of_an_off_limits_address_in_a_template_runs(tmp_path_factory, word, where):
+    """An address, like a host, in any spelling and place of a template's command: off-limits
+    (or refused as a spelling no reader may guess at), never allowed."""
+    policies = _shipped_with_an_off_limits_address(str(tmp_path_factory.getbasetemp() / "address"))
+    command = ["nmap", "-sV", "TARGET"]
+    command.insert(where % (len(command) + 1), word)
+    template = Entry.of(Template.model_validate({"kind": "Template", "name": "any", "tenant": "acme",
+                                                 "description": "", "spec": {"image": "recon/nmap:7.94",
+                                                                             "command": command}}))
+    entries = policies.catalog.entries
+    if entries.status(TEMPLATE, "acme", "any", template.version) != "live":
+        if entries.status(TEMPLATE, "acme", "any", template.version) != "pending":
+            entries.propose(template, by="erin", source="test", note="")
+        entries.decide(TEMPLATE, "acme", "any", template.version, approve=True, by="carol", note="")
+    request = request_of(policies, "recon", "create_task_from_template", {"template": "any", "target": "10.20.0.7"},
+                         pb.RUN_MODE_INTERACTIVE)
+    fill_arguments(policies, request)
+    got = decide(policies, request)
+    assert got.verdict == pb.VERDICT_DENY, (command, got)
+    # a URL and the NAT64 spelling are refused by recon's scope first: it lists no URLs and no IPv6
+    outside = "://" in word or word.startswith("64:")
+    allowed = ("subject_off_limits", "invalid_arguments") + (("subject_out_of_scope",) if outside else ())
+    assert got.code in allowed, (command, got)

@@ -265,7 +265,7 @@ def test_an_approver_of_one_rule_does_not_pass_another_rule_of_the_same_call(sta
 def test_an_approval_needed_only_under_the_pinned_revision_is_bound_and_spent(checkpoint, policy_dir):
     run, asked_id = ask(checkpoint)
     rules = policy_dir / "rules" / "recon.yaml"
-    rules.write_text(rules.read_text().replace("condition: 'args.target.contains(\"/\")'", "condition: 'false'"))
+    rules.write_text(rules.read_text().replace("condition: 'touched.subjects.exists(s, s.range)'", "condition: 'false'"))
     assert checkpoint.server.store.reload()
     token = checkpoint.stub(PERSON_TOKEN).Approve(
         pb.ApproveRequest(run_id=run.run_id, decision_id=asked_id), timeout=5).approval_token
