@@ -23,7 +23,7 @@ from google.protobuf import json_format
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.record import CanonicalJson, format_time_ns, json_column
-from checkpoint.audit.stats import END_ACT, EndInvalid, end_details
+from checkpoint.audit.stats import END_ACT, TERMINAL, EndInvalid, end_details
 from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, codes, decide, resolve_agent
 from checkpoint.engine.context import MODES
@@ -77,6 +77,7 @@ class CheckpointService:
         self.runs = RunTokens(key.secret)
         self.pins = PinnedPolicies()
         self.approvals = Approvals(key.secret, self.mask_key, single_use)
+        self.single_use = single_use  # also where runs' ends are kept: every worker reads the same
         self.metrics = metrics
         self.max_batch_items = max_batch_items
         self._watch_stops: set[threading.Event] = set()
@@ -126,6 +127,7 @@ class CheckpointService:
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not ask for agent {established.agent!r} "
                               f"of tenant {request.run.tenant!r}", "principal")
+            self._refuse_ended(established)
             # a template tool's call is decided, approved, signed and recorded as it will run
             filled = fill_arguments(policies, request)
             if request.HasField("approval"):
@@ -224,6 +226,31 @@ class CheckpointService:
         if established.principal != principal.name or established.caller not in ("", caller):
             raise Refused(codes.RUN_TOKEN_INVALID, "the run token was issued to another caller", "run_token")
         return established
+
+    def _refuse_ended(self, established: Established) -> None:
+        """Refused `run_ended` when the run, or any run it descends from, ended or was cancelled. The
+        driver stops such a run itself, but it is not trusted for authority: the checkpoint's own
+        store says whether a run may still act, and a store that cannot say refuses."""
+        run = established.run
+        ids = [run.run_id, run.parent_run_id, run.root_run_id, *(link.run_id for link in run.actor_chain)]
+        try:
+            found = self.single_use.ended(ids)
+        except Exception as exc:  # noqa: BLE001 - fail closed, and say why
+            raise Refused(codes.RUN_STATE_UNAVAILABLE, f"whether the run ended cannot be read: {str(exc)[:200]}",
+                          "run_token") from None
+        if found is not None:
+            ended, how = found
+            whose = f"run {ended}" if ended == run.run_id else f"run {run.run_id} descends from run {ended}, which"
+            raise Refused(codes.RUN_ENDED, f"{whose} ended ({how[:200]}): it acts no more", "run_token")
+
+    def _end_run(self, established: Established, how: str) -> None:
+        """Mark the run ended in the shared store before its act is answered: from that answer on,
+        no worker allows anything of it or of the runs it started."""
+        try:
+            self.single_use.end_run(established.run.run_id, how)
+        except Exception as exc:  # noqa: BLE001
+            raise Refused(codes.RUN_STATE_UNAVAILABLE, f"the run's end cannot be kept: {str(exc)[:200]}",
+                          "run_token") from None
 
     def _spend(self, approval: VerifiedApproval, request: pb.CheckRequest, response: pb.CheckResponse,
                digest: str) -> pb.CheckResponse:
@@ -450,6 +477,12 @@ class CheckpointService:
                                   f"principal {principal.name!r} may not {request.act} a run of agent "
                                   f"{established.agent!r} in tenant {check.run.tenant!r}", "principal")
                 _require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
+                if request.act in WIDENING_ACTS:  # an ended run stays ended; stopping it again is harmless
+                    self._refuse_ended(established)
+            if request.act == "cancel":
+                self._end_run(established, f"cancelled by {request.person[:100]}")
+            elif request.act == END_ACT and details["status"] in TERMINAL:
+                self._end_run(established, f"its end: {details['status']} ({details['code']})")
             response.verdict, response.code = ALLOW, codes.RECORDED
             by = f"{details['status']} ({details['code']})" if request.act == END_ACT else f"by {request.person}"
             response.reason = f"{request.act} {by}" + (f": {request.note[:500]}" if request.note else "")
