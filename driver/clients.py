@@ -12,9 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import struct_pb2
 
 from checkpoint.server.errors import error_detail_of
+from checkpoint.server.token_keys import load_public_pem
 from driver.errors import DependencyUnavailable, DriverError
 from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
@@ -105,6 +107,11 @@ class CheckpointClient(_Client):
 
     def record_act(self, request: cp.RecordActRequest) -> cp.CheckResponse:
         return self._call("RecordAct", request).decision
+
+    def token_keys(self) -> dict[str, Ed25519PublicKey]:
+        """The checkpoint's published set of token-verifying public keys, by key id."""
+        got = self._call("TokenKeys", cp.TokenKeysRequest())
+        return {k.key_id: load_public_pem(k.public_key_pem) for k in got.keys if k.algorithm == "Ed25519"}
 
     def propose_agent_change(self, request: cp.ProposeAgentChangeRequest) -> cp.CatalogActResponse:
         return self._call("ProposeAgentChange", request)

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from checkpoint.server.tokens import APPROVAL_LABEL, unverified_claims
+from checkpoint.server.tokens import APPROVAL_LABEL, TokenExpired, TokenInvalid, key_id_of, verify
 from driver import context, learnings, skills
 from driver.boundary import Final, Handoff, Idle, Outcome, Rejection, ToolCalls, decide
 from driver.clients import CheckpointClient, ToolRunnerClient, to_struct
@@ -208,6 +208,7 @@ class Driver:
         self.default_model = default_model
         self.store = store
         self.checkpoint = checkpoint
+        self._token_keys: dict[str, Any] = {}  # the checkpoint's published public keys, asked on first need
         self.toolrunner = toolrunner
         self.provider_factory = provider_factory
         self.prices = prices or Prices({})
@@ -276,13 +277,24 @@ class Driver:
                                 code="approval_token_required")
         if not person:
             raise RunStateError("an approval needs the person's id", code="person_required")
-        # The checkpoint verifies the token's signature when the call is sent again; the driver cannot.
-        # But its own history names who approved (`decided_by`, the approval_decided event), so the
-        # token must say it approves this very decision and was given to this very person: one
-        # approver relaying another's approval, or a token of another call, is refused here rather
-        # than recorded as this person's decision.
+        # The driver's own history names who approved (`decided_by`, the approval_decided event), so
+        # the token must be one the checkpoint signed (checked with its published public keys: the
+        # driver holds no key that could make one), alive, approving this very decision and given to
+        # this very person: a forged token, one approver relaying another's approval, or a token of
+        # another call is refused here rather than recorded as this person's decision. The
+        # checkpoint verifies it again when the call is sent.
         approval = self.store.approval(approval_id)
-        claims = unverified_claims(approval_token, APPROVAL_LABEL)
+        claims: dict[str, Any] | None
+        try:
+            claims = self._verified_approval(approval_token)
+        except TokenExpired as exc:
+            raise RunStateError(f"the approval token is not {person!r}'s approval of decision "
+                                f"{approval['decision_id']!r}: {exc}; ask the approver again",
+                                code="approval_invalid") from None
+        except TokenInvalid as exc:
+            raise RunStateError(f"the approval token is not {person!r}'s approval of decision "
+                                f"{approval['decision_id']!r} (not signed by the checkpoint: {exc})",
+                                code="approval_invalid") from None
         if claims is None or (claims.get("decision_id"), claims.get("run_id"), claims.get("approver")) != (
                 approval["decision_id"], approval["run_id"], person):
             named = "" if claims is None else (f" (it approves decision {str(claims.get('decision_id'))[:64]!r} "
@@ -290,6 +302,15 @@ class Driver:
             raise RunStateError(f"the approval token is not {person!r}'s approval of decision "
                                 f"{approval['decision_id']!r}{named}", code="approval_invalid")
         return self._decide_approval(approval_id, person, note, approved=True, spawn=spawn, token=approval_token)
+
+    def _verified_approval(self, token: str) -> dict[str, Any]:
+        """The claims of an approval token the checkpoint signed and that is alive; TokenInvalid
+        otherwise. A key id not in the set known here asks the checkpoint for its set again once
+        (a rotation); an unreachable checkpoint is DependencyUnavailable: nothing is approved."""
+        keys = self._token_keys
+        if key_id_of(token) not in keys:
+            keys = self._token_keys = self.checkpoint.token_keys()
+        return verify(token, APPROVAL_LABEL, keys.get, time.time())
 
     def reject(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True,
                checkpoint_decision_id: str = "") -> dict[str, Any]:

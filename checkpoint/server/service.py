@@ -45,6 +45,8 @@ from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.reload import PolicyStore
 from checkpoint.server.runs import MAX_RUN_ID, Established, Refused, RunTokens, child_run
 from checkpoint.server.single_use import SingleUse
+from checkpoint.server.token_keys import KeySet
+from checkpoint.server.tokens import APPROVAL_TOKEN_TTL_SECONDS, RUN_TOKEN_TTL_SECONDS
 from warden import canonical, grants
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -68,15 +70,20 @@ class CheckpointService:
         *,
         max_batch_items: int = MAX_BATCH_ITEMS,
         learnings: LearningStore | None = None,
+        token_keys: KeySet | None = None,
+        run_token_ttl: float = RUN_TOKEN_TTL_SECONDS,
+        approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
     ):
         self.store = store
         self.log = decisions
         self.key = key
         # masked audit fields are keyed digests: a card number cannot be brute-forced from the log
         self.mask_key = hmac.new(key.secret, b"warden audit masking v1", hashlib.sha256).digest()
-        self.runs = RunTokens(key.secret)
+        # tokens expire by the checkpoint's own clock, the one rules read as `now`
+        self.token_keys = token_keys or KeySet(None)
+        self.runs = RunTokens(self.token_keys, run_token_ttl, self._seconds)
         self.pins = PinnedPolicies()
-        self.approvals = Approvals(key.secret, self.mask_key, single_use)
+        self.approvals = Approvals(self.token_keys, self.mask_key, single_use, approval_token_ttl, self._seconds)
         self.single_use = single_use  # also where runs' ends are kept: every worker reads the same
         self.metrics = metrics
         self.max_batch_items = max_batch_items
@@ -93,6 +100,9 @@ class CheckpointService:
         store.on_catalog = self._record_catalog_changes
         self.learnings = LearningActs(self, learnings or LearningStore(None))
         store.learnings = self.learnings.index_for  # compiled into every policy set it serves
+
+    def _seconds(self) -> float:
+        return self.clock().timestamp()
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -730,6 +740,16 @@ class CheckpointService:
             return readable_tenants(policies.principals, policies.tenants, caller)
         except AuditRefused as refused:
             raise PermissionDenied(refused.code, refused.message) from None
+
+    # -- token keys ------------------------------------------------------------------------
+
+    def token_keys_rpc(self, request: pb.TokenKeysRequest, caller: str) -> pb.TokenKeysResponse:
+        """The public set that verifies run and approval tokens: public by nature, so any caller
+        that got past authentication reads it. Not recorded."""
+        out = pb.TokenKeysResponse()
+        for key in self.token_keys.published():
+            out.keys.add(key_id=key.key_id, algorithm="Ed25519", public_key_pem=key.pem, active=key.active)
+        return out
 
     # -- roles -----------------------------------------------------------------------------
 

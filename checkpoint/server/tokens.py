@@ -12,9 +12,12 @@ what it established once travels in a token it signed, and every later request p
   the REQUIRE_APPROVAL decision, a keyed digest of the whole call (every argument, masked or not)
   and the approver's identity.
 
-Format: `<label>.<base64url(canonical JSON claims)>.<base64url(HMAC-SHA256(label.claims))>`, keyed
-by a key derived from the grant key, so rotating the grant key retires every token. (Run tokens
-are memoised by `runs`, once established: a run presents the same token on every call.)
+Format: `<label>.<key id>.<base64url(canonical JSON claims)>.<base64url(Ed25519 signature)>`, the
+signature over `<label>.<key id>.<claims>` by the key the id names (`token_keys`: the checkpoint
+holds the private keys, anyone may hold the public set). The claims carry `iat` and `exp` (Unix
+seconds): a token is refused from `exp` on. Labels `wrun2` and `wapv2`; tokens of the earlier
+shared-secret format (`wrun1`, `wapv1`) are refused. (Run tokens are memoised by `runs`, once
+established: a run presents the same token on every call.)
 """
 
 from __future__ import annotations
@@ -24,17 +27,32 @@ import binascii
 import hashlib
 import hmac
 import json
+import math
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from checkpoint.server.token_keys import KeySet
 from warden import canonical
 
-RUN_LABEL = "wrun1"
-APPROVAL_LABEL = "wapv1"
+RUN_LABEL = "wrun2"
+APPROVAL_LABEL = "wapv2"
+RETIRED_LABELS = frozenset({"wrun1", "wapv1"})  # the shared-secret (HMAC) format: never accepted
 MAX_TOKEN_BYTES = 64 * 1024
+RUN_TOKEN_TTL_SECONDS = 7 * 24 * 3600  # a run's stretches (2 h each by default) and days of waiting for a person
+APPROVAL_TOKEN_TTL_SECONDS = 3600  # `warden approve` relays it at once; an hour covers a driver's restart
 
 
 class TokenInvalid(ValueError):
     """A token that is not one this checkpoint signed (or not of the expected kind)."""
+
+
+class TokenExpired(TokenInvalid):
+    """A token this checkpoint signed whose lifetime is over."""
 
 
 def _b64(data: bytes) -> str:
@@ -45,55 +63,91 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-class Signer:
-    """Signs and verifies one kind of token. Thread-safe."""
+PublicKeys = Callable[[str], Ed25519PublicKey | None]
 
-    def __init__(self, secret: bytes, label: str):
+
+def verify(token: str, label: str, public_key: PublicKeys, now: float) -> dict[str, Any]:
+    """The claims of a token of kind `label` signed by a key of the set `public_key` looks up (key
+    id -> public key, None when it is not in the set), alive at `now`; TokenInvalid otherwise
+    (TokenExpired when only its lifetime is over). Needs no private key: any process may call it."""
+    if len(token) > MAX_TOKEN_BYTES:
+        raise TokenInvalid("token too long")
+    parts = token.split(".")
+    kind = parts[0]
+    if kind in RETIRED_LABELS and kind[:-1] == label[:-1]:
+        raise TokenInvalid(f"a {kind} token: that shared-secret format is no longer accepted")
+    if len(parts) != 4 or kind != label or not all(parts[1:]):
+        raise TokenInvalid(f"not a {label} token")
+    _, kid, payload, signature = parts
+    public = public_key(kid)
+    if public is None:
+        raise TokenInvalid(f"signed with key {kid[:32]!r}, which is not in the published set")
+    try:
+        given = _unb64(signature)
+        # One spelling per token: base64 that gives the same bytes another way (a character added,
+        # the last character's unused bits set) would be another string that verifies, and a token
+        # is memoised and compared as a string.
+        if _b64(given) != signature:
+            raise TokenInvalid("signature does not verify")
+        try:
+            public.verify(given, f"{label}.{kid}.{payload}".encode("ascii"))
+        except InvalidSignature:
+            raise TokenInvalid("signature does not verify") from None
+        claims = json.loads(_unb64(payload))
+    except (binascii.Error, ValueError, UnicodeError) as exc:
+        if isinstance(exc, TokenInvalid):
+            raise
+        raise TokenInvalid("token is not well formed") from None
+    if not isinstance(claims, dict):
+        raise TokenInvalid("token claims are not an object")
+    expires = claims.get("exp")
+    if not isinstance(expires, int) or isinstance(expires, bool):
+        raise TokenInvalid("token claims name no lifetime")
+    if now >= expires:
+        raise TokenExpired(f"the token expired at {_utc(expires)}")
+    return claims
+
+
+def _utc(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Signer:
+    """Signs and verifies one kind of token with the checkpoint's key set. Thread-safe."""
+
+    def __init__(self, keys: KeySet, label: str, ttl_seconds: float, clock: Callable[[], float] = time.time):
         self.label = label
-        self._key = hmac.new(secret, f"warden {label} token".encode(), hashlib.sha256).digest()
+        self.keys = keys
+        self.ttl_seconds = ttl_seconds
+        self.clock = clock
 
     def sign(self, claims: dict[str, Any]) -> str:
-        body = f"{self.label}.{_b64(canonical.dumps(claims))}"
-        return f"{body}.{_b64(hmac.new(self._key, body.encode('ascii'), hashlib.sha256).digest())}"
+        """`claims` with `iat` and `exp` added, signed by the active key."""
+        kid, key = self.keys.signing_key()
+        issued = int(self.clock())
+        stamped = {**claims, "iat": issued, "exp": issued + max(1, math.ceil(self.ttl_seconds))}
+        body = f"{self.label}.{kid}.{_b64(canonical.dumps(stamped))}"
+        return f"{body}.{_b64(key.sign(body.encode('ascii')))}"
 
     def verify(self, token: str) -> dict[str, Any]:
-        """The claims of a token this signer made; raises TokenInvalid otherwise."""
-        if len(token) > MAX_TOKEN_BYTES:
-            raise TokenInvalid("token too long")
-        label, _, rest = token.partition(".")
-        payload, _, signature = rest.partition(".")
-        if label != self.label or not payload or not signature:
-            raise TokenInvalid(f"not a {self.label} token")
-        body = f"{label}.{payload}"
-        try:
-            given = _unb64(signature)
-            expected = hmac.new(self._key, body.encode("ascii"), hashlib.sha256).digest()
-            # One spelling per token: base64 that gives the same bytes another way (a character
-            # added, the last character's unused bits set) would be another string that verifies,
-            # and a token is memoised and compared as a string. Compared only once the bytes are
-            # right, so the text comparison tells nothing about the key.
-            if not hmac.compare_digest(given, expected) or _b64(given) != signature:
-                raise TokenInvalid("signature does not verify")
-            claims = json.loads(_unb64(payload))
-        except (binascii.Error, ValueError, UnicodeError) as exc:
-            if isinstance(exc, TokenInvalid):
-                raise
-            raise TokenInvalid("token is not well formed") from None
-        if not isinstance(claims, dict):
-            raise TokenInvalid("token claims are not an object")
-        return claims
+        """The claims of a token this checkpoint's key set signed, alive now; raises TokenInvalid otherwise."""
+        return verify(token, self.label, self.keys.public_key, self.clock())
+
+
+def key_id_of(token: str) -> str:
+    """The key id a token names (its signature not checked): '' when it names none."""
+    parts = token.split(".", 2)
+    return parts[1] if len(parts) == 3 else ""
 
 
 def unverified_claims(token: str, label: str) -> dict[str, Any] | None:
     """What a token of kind `label` says, its signature NOT checked; None when it is not one.
-    For a holder of no key (the driver names the approver in its own history from this); the
-    checkpoint verifies the token when it is used."""
-    kind, _, rest = token.partition(".")
-    payload, _, signature = rest.partition(".")
-    if kind != label or not payload or not signature or len(token) > MAX_TOKEN_BYTES:
+    For reading a token already verified (`verify`), never for believing one."""
+    parts = token.split(".")
+    if len(parts) != 4 or parts[0] != label or not all(parts[1:]) or len(token) > MAX_TOKEN_BYTES:
         return None
     try:
-        claims = json.loads(_unb64(payload))
+        claims = json.loads(_unb64(parts[2]))
     except (binascii.Error, ValueError, UnicodeError):
         return None
     return claims if isinstance(claims, dict) else None

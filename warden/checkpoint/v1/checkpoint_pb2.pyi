@@ -770,6 +770,28 @@ class CatalogActResponse(_message.Message):
     version: AgentVersionInfo
     def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., version: _Optional[_Union[AgentVersionInfo, _Mapping]] = ...) -> None: ...
 
+class TokenKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TokenKey(_message.Message):
+    __slots__ = ("key_id", "algorithm", "public_key_pem", "active")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_PEM_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    algorithm: str
+    public_key_pem: str
+    active: bool
+    def __init__(self, key_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., public_key_pem: _Optional[str] = ..., active: _Optional[bool] = ...) -> None: ...
+
+class TokenKeysResponse(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[TokenKey]
+    def __init__(self, keys: _Optional[_Iterable[_Union[TokenKey, _Mapping]]] = ...) -> None: ...
+
 class RolesRequest(_message.Message):
     __slots__ = ("person",)
     PERSON_FIELD_NUMBER: _ClassVar[int]
