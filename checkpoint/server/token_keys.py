@@ -75,11 +75,13 @@ class KeySet:
         self._lock = threading.Lock()
         self._stamp: int | None = None
         self._keys: dict[str, Ed25519PrivateKey] = {}
+        self._public: dict[str, Ed25519PublicKey] = {}  # derived once: deriving costs more than a check
         self._active = ""
         if self.folder is None:
             key = Ed25519PrivateKey.generate()
             self._active = key_id(key.public_key())
             self._keys = {self._active: key}
+            self._public = {self._active: key.public_key()}
         else:
             ensure(self.folder)
             self._refresh()
@@ -104,6 +106,7 @@ class KeySet:
             # leave it where it is. Until the time read is older than any tick, it is not trusted
             # and the folder is read again on every use (as git treats a racily clean index).
             racy = time.time_ns() - stamp < RACY_NS
+            self._public = {kid: key.public_key() for kid, key in keys.items()}
             self._keys, self._active, self._stamp = keys, active, None if racy else stamp
 
     def signing_key(self) -> tuple[str, Ed25519PrivateKey]:
@@ -114,8 +117,7 @@ class KeySet:
     def public_key(self, kid: str) -> Ed25519PublicKey | None:
         """The key `kid` names when it is in the set now, else None."""
         self._refresh()
-        key = self._keys.get(kid)
-        return key.public_key() if key is not None else None
+        return self._public.get(kid)
 
     def published(self) -> list[PublishedKey]:
         """The public set, the active key first."""
