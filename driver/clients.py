@@ -106,7 +106,11 @@ class CheckpointClient(_Client):
         return self._call("StartRun", request)
 
     def record_act(self, request: cp.RecordActRequest) -> cp.CheckResponse:
-        return self._call("RecordAct", request).decision
+        return self.record_act_answer(request).decision
+
+    def record_act_answer(self, request: cp.RecordActRequest) -> cp.RecordActResponse:
+        """The whole answer: a recorded resume carries the run's renewed token."""
+        return self._call("RecordAct", request)
 
     def token_keys(self) -> dict[str, Ed25519PublicKey]:
         """The checkpoint's published set of token-verifying public keys, by key id."""

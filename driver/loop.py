@@ -535,13 +535,16 @@ class Driver:
         request = cp.RecordActRequest(run=cp.RunContext(run_token=run["run_token"]), act=act, person=person,
                                       note=note, details=to_struct(details))
         try:
-            decision = self.checkpoint.record_act(request)
+            answer = self.checkpoint.record_act_answer(request)
+            decision = answer.decision
             problem = "" if decision.verdict == _ALLOW else f"{decision.code}: {decision.reason}"
         except DriverError as exc:
             if required:
                 raise
             problem = f"{exc.code}: {exc.message}"
         if not problem:
+            if answer.run_token:  # a resume renewed the run's lifetime: present the new token from now on
+                self.store.update_run(run["run_id"], run_token=answer.run_token)
             return
         if required:
             raise RunStateError(f"the checkpoint did not record the {act}: {problem}", code="act_not_recorded")

@@ -520,7 +520,15 @@ class CheckpointService:
             record = bound_refusal(record)
         self._append_or_deny(record, response)
         self._count(response.verdict, response.code)
-        return pb.RecordActResponse(decision=response)
+        out = pb.RecordActResponse(decision=response)
+        if request.act == "resume" and response.verdict == ALLOW and established is not None:
+            # A person let the run go on: its authority lives another lifetime from now, so a run
+            # lasts as long as people keep resuming it, and no longer unattended.
+            try:
+                out.run_token = self.runs.renew(established.run.run_token)
+            except Exception as exc:  # noqa: BLE001 - the resume stands; the run keeps the token it has
+                log.error("run %s: its token could not be renewed: %s", established.run.run_id, exc)
+        return out
 
     def approve(self, request: pb.ApproveRequest, caller: str) -> pb.ApproveResponse:
         response, token = self._person_act(request, caller, approve=True)

@@ -184,3 +184,30 @@ def test_any_one_character_changed_anywhere_in_a_token_is_refused(part, position
     except TokenInvalid:
         return
     raise AssertionError(f"{changed!r} verified")
+
+
+def test_a_recorded_resume_renews_the_run_token_for_another_lifetime(start):
+    """A run lasts as long as people keep resuming it: each recorded resume answers a token for
+    the same run with a new lifetime; a pause, a cancel or a refused resume renews nothing."""
+    checkpoint = start(run_token_ttl=3600)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    at(checkpoint, now)
+    run = started(checkpoint)
+    pause = pb.RecordActRequest(run=pb.RunContext(run_token=run.run_token), act="pause", person="alice")
+    assert not checkpoint.stub().RecordAct(pause, timeout=5).run_token
+    at(checkpoint, now + timedelta(seconds=3000))
+    resume = pb.RecordActRequest(run=pb.RunContext(run_token=run.run_token), act="resume", person="alice")
+    got = checkpoint.stub().RecordAct(resume, timeout=5)
+    assert got.decision.code == "recorded" and got.run_token and got.run_token != run.run_token
+    renewed = claims(got.run_token)
+    assert renewed["exp"] == claims(run.run_token)["iat"] + 3000 + 3600
+    assert {k: v for k, v in renewed.items() if k not in ("iat", "exp")} == {
+        k: v for k, v in claims(run.run_token).items() if k not in ("iat", "exp")}
+    at(checkpoint, now + timedelta(seconds=3600))  # the first token is over; the renewed one lives on
+    assert checkpoint.stub().Check(call(run.run_token), timeout=5).code == "run_token_expired"
+    assert checkpoint.stub().Check(call(got.run_token), timeout=5).verdict == pb.VERDICT_ALLOW
+    cancel = pb.RecordActRequest(run=pb.RunContext(run_token=got.run_token), act="cancel", person="alice")
+    assert not checkpoint.stub().RecordAct(cancel, timeout=5).run_token
+    again = checkpoint.stub().RecordAct(
+        pb.RecordActRequest(run=pb.RunContext(run_token=got.run_token), act="resume", person="alice"), timeout=5)
+    assert (again.decision.code, again.run_token) == ("run_ended", "")

@@ -647,10 +647,12 @@ class RecordActRequest(_message.Message):
     def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., act: _Optional[str] = ..., person: _Optional[str] = ..., note: _Optional[str] = ..., details: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class RecordActResponse(_message.Message):
-    __slots__ = ("decision",)
+    __slots__ = ("decision", "run_token")
     DECISION_FIELD_NUMBER: _ClassVar[int]
+    RUN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     decision: CheckResponse
-    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ...) -> None: ...
+    run_token: str
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., run_token: _Optional[str] = ...) -> None: ...
 
 class AgentVersionInfo(_message.Message):
     __slots__ = ("agent", "version", "tenant", "status", "source", "proposed_by", "proposed_at", "note", "decided_by", "decided_at", "decision_note", "first_seen", "definition", "widens", "diff")
