@@ -170,7 +170,11 @@ def read(folder: Path) -> tuple[dict[str, Ed25519PrivateKey], str]:
     a set that cannot be read whole signs and verifies nothing."""
     keys: dict[str, Ed25519PrivateKey] = {}
     for path in sorted(folder.glob(f"*{SUFFIX}")):
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # retired between the listing and the read: it verifies nothing now
+            continue
+        key = serialization.load_pem_private_key(data, password=None)
         if not isinstance(key, Ed25519PrivateKey):
             raise ValueError(f"{path}: not an Ed25519 private key")
         kid = key_id(key.public_key())
