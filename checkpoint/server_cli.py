@@ -120,6 +120,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "many megabytes; the chain continues (docs/audit.md, 'Retention')")
     serve.add_argument("--rotate-age", type=_duration, metavar="AGE",
                        help="seal the decision log when its oldest live record is this old: seconds, or 30m, 12h, 7d")
+    serve.add_argument("--run-token-ttl", type=_duration, default=7 * 86400, metavar="AGE",
+                       help="how long a run token lives: seconds, or 30m, 12h, 7d (default 7d)")
+    serve.add_argument("--approval-token-ttl", type=_duration, default=3600, metavar="AGE",
+                       help="how long an approval token lives (default 1h)")
     serve.add_argument("-v", "--verbose", action="store_true")
     observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
@@ -144,6 +148,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--caller", default="driver", help="name of the caller the token is for (default driver)"
     )
     init.set_defaults(func=_keys_init)
+    for name, text, description in (
+        ("list", "show the token-signing keys", "Show the Ed25519 keys in DATA/token-keys/ that sign and "
+         "verify run and approval tokens: key id, whether it signs new tokens, the public key."),
+        ("rotate", "make a new token-signing key the one that signs",
+         "Add an Ed25519 key to DATA/token-keys/ and make it sign new run and approval tokens. The older "
+         "keys still verify the tokens they signed; running checkpoints pick the change up at their "
+         "next token, with no restart."),
+        ("retire", "remove a token-signing key",
+         "Remove a key from DATA/token-keys/: every token it signed is refused from the next check on "
+         "(run_token_invalid). The active key cannot be retired; rotate first."),
+    ):
+        command = key_commands.add_parser(name, help=text, description=description)
+        command.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
+                             help=f"data folder (default {DEFAULT_DATA})")
+        if name == "retire":
+            command.add_argument("key_id", help="the key id (`warden keys list`)")
+        command.set_defaults(func=functools.partial(_token_keys, name))
 
 
 def _duration(text: str) -> float:
@@ -236,6 +257,25 @@ def _keys_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token_keys(command: str, args: argparse.Namespace) -> int:
+    from warden import token_keys
+
+    folder = Path(args.data) / token_keys.FOLDER
+    try:
+        if command == "rotate":
+            print(f"key {token_keys.rotate(folder)} signs new tokens; the older keys still verify theirs")
+        elif command == "retire":
+            token_keys.retire(folder, args.key_id)
+            print(f"retired key {args.key_id}: the tokens it signed are refused from the next check on")
+        for key in token_keys.KeySet(folder).published():
+            print(f"{key.key_id} {'active' if key.active else 'verifies'}")
+            print(key.pem, end="")
+    except (OSError, ValueError) as exc:
+        print(f"warden: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     from warden import tracing
 
@@ -320,6 +360,8 @@ def _serve_configured(args: argparse.Namespace) -> int:
             grace=args.grace,
             rotate_bytes=int(args.rotate_size * 1_000_000) if args.rotate_size else None,
             rotate_age=args.rotate_age,
+            run_token_ttl=args.run_token_ttl,
+            approval_token_ttl=args.approval_token_ttl,
         )
     except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)

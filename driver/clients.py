@@ -12,12 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from driver.errors import DependencyUnavailable, DriverError
 from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
 from warden.errors import error_detail_of
+from warden.token_keys import load_public_pem
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as tr_grpc
 
@@ -97,7 +99,16 @@ class CheckpointClient(_Client):
         return self._call("StartRun", request)
 
     def record_act(self, request: cp.RecordActRequest) -> cp.CheckResponse:
-        return self._call("RecordAct", request).decision
+        return self.record_act_answer(request).decision
+
+    def record_act_answer(self, request: cp.RecordActRequest) -> cp.RecordActResponse:
+        """The whole answer: a recorded resume carries the run's renewed token."""
+        return self._call("RecordAct", request)
+
+    def token_keys(self) -> dict[str, Ed25519PublicKey]:
+        """The checkpoint's published set of token-verifying public keys, by key id."""
+        got = self._call("TokenKeys", cp.TokenKeysRequest())
+        return {k.key_id: load_public_pem(k.public_key_pem) for k in got.keys if k.algorithm == "Ed25519"}
 
     def propose_agent_change(self, request: cp.ProposeAgentChangeRequest) -> cp.CatalogActResponse:
         return self._call("ProposeAgentChange", request)

@@ -44,7 +44,6 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from checkpoint.server.tokens import APPROVAL_LABEL, unverified_claims
 from driver import context, learnings, skills
 from driver.boundary import Final, Handoff, Idle, Outcome, Rejection, ToolCalls, decide
 from driver.clients import CheckpointClient, ToolRunnerClient
@@ -75,6 +74,7 @@ from warden import canonical, tracing
 from warden.budget import FIELDS as BUDGET_FIELDS
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.structs import struct_to_dict, to_struct
+from warden.tokens import APPROVAL_LABEL, TokenExpired, TokenInvalid, key_id_of, verify
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
 
 log = logging.getLogger("warden.driver")
@@ -209,6 +209,7 @@ class Driver:
         self.default_model = default_model
         self.store = store
         self.checkpoint = checkpoint
+        self._token_keys: dict[str, Any] = {}  # the checkpoint's published public keys, asked on first need
         self.toolrunner = toolrunner
         self.provider_factory = provider_factory
         self.prices = prices or Prices({})
@@ -277,13 +278,24 @@ class Driver:
                                 code="approval_token_required")
         if not person:
             raise RunStateError("an approval needs the person's id", code="person_required")
-        # The checkpoint verifies the token's signature when the call is sent again; the driver cannot.
-        # But its own history names who approved (`decided_by`, the approval_decided event), so the
-        # token must say it approves this very decision and was given to this very person: one
-        # approver relaying another's approval, or a token of another call, is refused here rather
-        # than recorded as this person's decision.
+        # The driver's own history names who approved (`decided_by`, the approval_decided event), so
+        # the token must be one the checkpoint signed (checked with its published public keys: the
+        # driver holds no key that could make one), alive, approving this very decision and given to
+        # this very person: a forged token, one approver relaying another's approval, or a token of
+        # another call is refused here rather than recorded as this person's decision. The
+        # checkpoint verifies it again when the call is sent.
         approval = self.store.approval(approval_id)
-        claims = unverified_claims(approval_token, APPROVAL_LABEL)
+        claims: dict[str, Any] | None
+        try:
+            claims = self._verified_approval(approval_token)
+        except TokenExpired as exc:
+            raise RunStateError(f"the approval token is not {person!r}'s approval of decision "
+                                f"{approval['decision_id']!r}: {exc}; ask the approver again",
+                                code="approval_invalid") from None
+        except TokenInvalid as exc:
+            raise RunStateError(f"the approval token is not {person!r}'s approval of decision "
+                                f"{approval['decision_id']!r} (not signed by the checkpoint: {exc})",
+                                code="approval_invalid") from None
         if claims is None or (claims.get("decision_id"), claims.get("run_id"), claims.get("approver")) != (
                 approval["decision_id"], approval["run_id"], person):
             named = "" if claims is None else (f" (it approves decision {str(claims.get('decision_id'))[:64]!r} "
@@ -291,6 +303,15 @@ class Driver:
             raise RunStateError(f"the approval token is not {person!r}'s approval of decision "
                                 f"{approval['decision_id']!r}{named}", code="approval_invalid")
         return self._decide_approval(approval_id, person, note, approved=True, spawn=spawn, token=approval_token)
+
+    def _verified_approval(self, token: str) -> dict[str, Any]:
+        """The claims of an approval token the checkpoint signed and that is alive; TokenInvalid
+        otherwise. A key id not in the set known here asks the checkpoint for its set again once
+        (a rotation); an unreachable checkpoint is DependencyUnavailable: nothing is approved."""
+        keys = self._token_keys
+        if key_id_of(token) not in keys:
+            keys = self._token_keys = self.checkpoint.token_keys()
+        return verify(token, APPROVAL_LABEL, keys.get, time.time())
 
     def reject(self, approval_id: str, person: str, note: str = "", *, spawn: bool = True,
                checkpoint_decision_id: str = "") -> dict[str, Any]:
@@ -515,13 +536,16 @@ class Driver:
         request = cp.RecordActRequest(run=cp.RunContext(run_token=run["run_token"]), act=act, person=person,
                                       note=note, details=to_struct(details))
         try:
-            decision = self.checkpoint.record_act(request)
+            answer = self.checkpoint.record_act_answer(request)
+            decision = answer.decision
             problem = "" if decision.verdict == _ALLOW else f"{decision.code}: {decision.reason}"
         except DriverError as exc:
             if required:
                 raise
             problem = f"{exc.code}: {exc.message}"
         if not problem:
+            if answer.run_token:  # a resume renewed the run's lifetime: present the new token from now on
+                self.store.update_run(run["run_id"], run_token=answer.run_token)
             return
         if required:
             raise RunStateError(f"the checkpoint did not record the {act}: {problem}", code="act_not_recorded")

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS: dict[str, list[str]] = {
     "checkpoint/server/approvals.py": ["*"],
     "checkpoint/server/runs.py": ["*"],
-    "checkpoint/server/tokens.py": ["*"],
+    "warden/tokens.py": ["*"],
     "checkpoint/server/single_use.py": ["SingleUse.claim"],
     "checkpoint/policy/principals.py": ["*"],
     "checkpoint/server/service.py": [

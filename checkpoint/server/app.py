@@ -40,6 +40,9 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.grants import SigningKey
 from warden.private import private_folder
+from warden.token_keys import FOLDER as TOKEN_KEYS_FOLDER
+from warden.token_keys import KeySet
+from warden.tokens import APPROVAL_TOKEN_TTL_SECONDS, RUN_TOKEN_TTL_SECONDS
 
 log = logging.getLogger("warden.checkpoint")
 
@@ -170,6 +173,8 @@ def create_server(
     rotate_age: float | None = None,
     rotate_interval: float = 30.0,
     shared: bool = False,
+    run_token_ttl: float = RUN_TOKEN_TTL_SECONDS,
+    approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -189,6 +194,9 @@ def create_server(
     folder: the port is bound with SO_REUSEPORT, the log takes turns with the other writers,
     other workers' catalog and learning acts are picked up before each decision, and heads are
     left to the supervisor, which signs them for all.
+    `run_token_ttl`, `approval_token_ttl`: seconds a run token and an approval token live
+    (docs/checkpoint-service.md, "Token lifetimes and keys"); they are signed by the Ed25519 keys
+    in DATA/token-keys/, made on first use.
     """
     data = Path(data_dir)
     private_folder(data)
@@ -221,8 +229,14 @@ def create_server(
     except BaseException:
         decisions.close()
         raise
+    try:
+        token_keys = KeySet(data / TOKEN_KEYS_FOLDER)
+    except BaseException:
+        decisions.close()
+        raise
     service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"),
-                                learnings=LearningStore(data / "learnings.db"))
+                                learnings=LearningStore(data / "learnings.db"), token_keys=token_keys,
+                                run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl)
     if shared:
         service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], store.refresh).sync
     store.reload()  # after the service: what the first load changes in the catalog is recorded

@@ -15,6 +15,7 @@ Anything else is denied `approval_invalid` and recorded like every decision.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +24,17 @@ from google.protobuf import json_format
 
 from checkpoint.server.runs import Refused
 from checkpoint.server.single_use import SingleUse
-from checkpoint.server.tokens import APPROVAL_LABEL, Signer, TokenInvalid, call_digest
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
-from warden.codes import APPROVAL_INVALID
+from warden.codes import APPROVAL_EXPIRED, APPROVAL_INVALID
+from warden.token_keys import KeySet
+from warden.tokens import (
+    APPROVAL_LABEL,
+    APPROVAL_TOKEN_TTL_SECONDS,
+    Signer,
+    TokenExpired,
+    TokenInvalid,
+    call_digest,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +54,9 @@ def asked_rules(asked: Mapping[str, Any]) -> list[str]:
 
 
 class Approvals:
-    def __init__(self, secret: bytes, digest_key: bytes, single_use: SingleUse):
-        self._signer = Signer(secret, APPROVAL_LABEL)
+    def __init__(self, keys: KeySet, digest_key: bytes, single_use: SingleUse,
+                 ttl_seconds: float = APPROVAL_TOKEN_TTL_SECONDS, clock: Callable[[], float] = time.time):
+        self._signer = Signer(keys, APPROVAL_LABEL, ttl_seconds, clock)
         self._digest_key = digest_key
         self._single_use = single_use
 
@@ -125,6 +135,9 @@ class Approvals:
                 rules=frozenset(str(r) for r in claims["rules"]),
                 approval_id=str(claims.get("approval_id") or ""),
             )
+        except TokenExpired as exc:
+            raise Refused(APPROVAL_EXPIRED, f"the approval token is not valid: {exc} (ask the approver again)",
+                          "approval") from None
         except (TokenInvalid, KeyError, TypeError) as exc:
             reason = str(exc) if isinstance(exc, TokenInvalid) else "claims are not well formed"
             raise Refused(APPROVAL_INVALID, f"the approval token is not valid: {reason}", "approval") from None

@@ -252,6 +252,7 @@ def method_handlers(service: CheckpointService, auth: AuthPolicy, on_unauthentic
             "ReviewAgentChange": unary(service.catalog.review, pb.ReviewAgentChangeRequest, pb.CatalogActResponse),
             "RetireAgentVersion": unary(service.catalog.retire, pb.RetireAgentVersionRequest, pb.CatalogActResponse),
             "Roles": unary(service.roles, pb.RolesRequest, pb.RolesResponse),
+            "TokenKeys": unary(service.token_keys_rpc, pb.TokenKeysRequest, pb.TokenKeysResponse),
             "AgentStats": unary(service.agent_stats.agent_stats, pb.AgentStatsRequest, pb.AgentStatsResponse),
             # skills and templates (docs/skills.md)
             "ListCatalogEntries": unary(service.entries.list_entries, pb.ListCatalogEntriesRequest,

@@ -11,9 +11,11 @@ which is signed, and ceilings only narrow down the chain).
 from __future__ import annotations
 
 import base64
+import math
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from google.protobuf import json_format
@@ -21,9 +23,17 @@ from google.protobuf.message import DecodeError
 
 from checkpoint.audit.record import CanonicalJson, json_column
 from checkpoint.server import convert
-from checkpoint.server.tokens import RUN_LABEL, Signer, TokenInvalid
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
-from warden.codes import RUN_TOKEN_INVALID
+from warden.codes import RUN_TOKEN_EXPIRED, RUN_TOKEN_INVALID
+from warden.token_keys import KeySet
+from warden.tokens import (
+    RUN_LABEL,
+    RUN_TOKEN_TTL_SECONDS,
+    Signer,
+    TokenExpired,
+    TokenInvalid,
+    key_id_of,
+)
 
 _MEMO_SIZE = 4096
 _MEMO_TOKEN_BYTES = 2048  # larger tokens (big inputs) are verified each time, so the memo stays small
@@ -53,11 +63,13 @@ class Established:
     policy revision in force when the run began (it bounds the run: see `pins`), and the skill
     versions it may load (docs/skills.md)."""
 
-    __slots__ = ("run", "principal", "caller", "revision", "skills", "_logged_chain")
+    __slots__ = ("run", "principal", "caller", "revision", "skills", "_logged_chain", "key_id", "expires")
 
     def __init__(self, run: pb.RunContext, principal: str, caller: str, revision: str,
-                 skills: Mapping[str, str] | None = None):
+                 skills: Mapping[str, str] | None = None, key_id: str = "", expires: float = math.inf):
         self.run = run
+        self.key_id = key_id  # the key that signed the token: a memoised run is refused once it is retired
+        self.expires = expires  # Unix seconds: from then on the token is refused
         self.principal = principal
         self.caller = caller  # "" for any credential of the principal; else the one identity
         self.revision = revision
@@ -79,8 +91,9 @@ class Established:
 
 
 class RunTokens:
-    def __init__(self, secret: bytes):
-        self._signer = Signer(secret, RUN_LABEL)
+    def __init__(self, keys: KeySet, ttl_seconds: float = RUN_TOKEN_TTL_SECONDS,
+                 clock: Callable[[], float] = time.time):
+        self._signer = Signer(keys, RUN_LABEL, ttl_seconds, clock)
         self._memo: OrderedDict[str, Established] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -106,12 +119,24 @@ class RunTokens:
         run.run_token = self._signer.sign(claims)
         return run.run_token
 
+    def renew(self, token: str) -> str:
+        """`token` (one that verifies now) signed again with a new lifetime and nothing else changed."""
+        claims = self._signer.verify(token)
+        return self._signer.sign({k: v for k, v in claims.items() if k not in ("iat", "exp")})
+
     def _verified(self, token: str) -> Established:
         with self._lock:
             found = self._memo.get(token)
             if found is not None:
                 self._memo.move_to_end(token)
-                return found
+        if found is not None:
+            # remembered, not believed for ever: its lifetime and its key are asked on every call
+            if self._signer.clock() >= found.expires:
+                raise Refused(RUN_TOKEN_EXPIRED, "the run token expired: start the run again", "run_token")
+            if self._signer.keys.public_key(found.key_id) is None:
+                raise Refused(RUN_TOKEN_INVALID, f"the run token is not valid: signed with key {found.key_id!r}, "
+                              "which is not in the published set", "run_token")
+            return found
         try:
             claims = self._signer.verify(token)
             run = pb.RunContext(
@@ -129,7 +154,10 @@ class RunTokens:
             if not isinstance(skills, dict):
                 raise TypeError("skills")
             established = Established(run, str(claims["principal"]), str(claims["caller"]), str(claims["revision"]),
-                                      {str(k): str(v) for k, v in skills.items()})
+                                      {str(k): str(v) for k, v in skills.items()}, key_id_of(token),
+                                      float(claims["exp"]))
+        except TokenExpired as exc:
+            raise Refused(RUN_TOKEN_EXPIRED, f"{exc}: start the run again", "run_token") from None
         except TokenInvalid as exc:
             raise Refused(RUN_TOKEN_INVALID, f"the run token is not valid: {exc}", "run_token") from None
         except (KeyError, TypeError, ValueError, json_format.ParseError, DecodeError):

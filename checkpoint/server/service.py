@@ -23,7 +23,7 @@ from google.protobuf import json_format
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.record import CanonicalJson, format_time_ns, json_column
-from checkpoint.audit.stats import END_ACT, EndInvalid, end_details
+from checkpoint.audit.stats import END_ACT, TERMINAL, EndInvalid, end_details
 from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.engine.context import MODES
@@ -49,6 +49,8 @@ from warden import canonical, codes, grants
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import InvalidArgument, PermissionDenied, Unavailable
 from warden.structs import struct_to_dict
+from warden.token_keys import KeySet
+from warden.tokens import APPROVAL_TOKEN_TTL_SECONDS, RUN_TOKEN_TTL_SECONDS
 
 MAX_LOGGED_ARGUMENT_BYTES = 64 * 1024  # the engine refuses larger arguments; the log keeps their hash
 
@@ -70,15 +72,21 @@ class CheckpointService:
         *,
         max_batch_items: int = MAX_BATCH_ITEMS,
         learnings: LearningStore | None = None,
+        token_keys: KeySet | None = None,
+        run_token_ttl: float = RUN_TOKEN_TTL_SECONDS,
+        approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
     ):
         self.store = store
         self.log = decisions
         self.key = key
         # masked audit fields are keyed digests: a card number cannot be brute-forced from the log
         self.mask_key = hmac.new(key.secret, b"warden audit masking v1", hashlib.sha256).digest()
-        self.runs = RunTokens(key.secret)
+        # tokens expire by the checkpoint's own clock, the one rules read as `now`
+        self.token_keys = token_keys or KeySet(None)
+        self.runs = RunTokens(self.token_keys, run_token_ttl, self._seconds)
         self.pins = PinnedPolicies()
-        self.approvals = Approvals(key.secret, self.mask_key, single_use)
+        self.approvals = Approvals(self.token_keys, self.mask_key, single_use, approval_token_ttl, self._seconds)
+        self.single_use = single_use  # also where runs' ends are kept: every worker reads the same
         self.metrics = metrics
         self.max_batch_items = max_batch_items
         self._watch_stops: set[threading.Event] = set()
@@ -94,6 +102,9 @@ class CheckpointService:
         store.on_catalog = self._record_catalog_changes
         self.learnings = LearningActs(self, learnings or LearningStore(None))
         store.learnings = self.learnings.index_for  # compiled into every policy set it serves
+
+    def _seconds(self) -> float:
+        return self.clock().timestamp()
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -128,6 +139,7 @@ class CheckpointService:
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not ask for agent {established.agent!r} "
                               f"of tenant {request.run.tenant!r}", "principal")
+            self._refuse_ended(established)
             # a template tool's call is decided, approved, signed and recorded as it will run
             filled = fill_arguments(policies, request)
             if request.HasField("approval"):
@@ -226,6 +238,31 @@ class CheckpointService:
         if established.principal != principal.name or established.caller not in ("", caller):
             raise Refused(codes.RUN_TOKEN_INVALID, "the run token was issued to another caller", "run_token")
         return established
+
+    def _refuse_ended(self, established: Established) -> None:
+        """Refused `run_ended` when the run, or any run it descends from, ended or was cancelled. The
+        driver stops such a run itself, but it is not trusted for authority: the checkpoint's own
+        store says whether a run may still act, and a store that cannot say refuses."""
+        run = established.run
+        ids = [run.run_id, run.parent_run_id, run.root_run_id, *(link.run_id for link in run.actor_chain)]
+        try:
+            found = self.single_use.ended(ids)
+        except Exception as exc:  # noqa: BLE001 - fail closed, and say why
+            raise Refused(codes.RUN_STATE_UNAVAILABLE, f"whether the run ended cannot be read: {str(exc)[:200]}",
+                          "run_token") from None
+        if found is not None:
+            ended, how = found
+            whose = f"run {ended}" if ended == run.run_id else f"run {run.run_id} descends from run {ended}, which"
+            raise Refused(codes.RUN_ENDED, f"{whose} ended ({how[:200]}): it acts no more", "run_token")
+
+    def _end_run(self, established: Established, how: str) -> None:
+        """Mark the run ended in the shared store before its act is answered: from that answer on,
+        no worker allows anything of it or of the runs it started."""
+        try:
+            self.single_use.end_run(established.run.run_id, how)
+        except Exception as exc:  # noqa: BLE001
+            raise Refused(codes.RUN_STATE_UNAVAILABLE, f"the run's end cannot be kept: {str(exc)[:200]}",
+                          "run_token") from None
 
     def _spend(self, approval: VerifiedApproval, request: pb.CheckRequest, response: pb.CheckResponse,
                digest: str) -> pb.CheckResponse:
@@ -452,6 +489,12 @@ class CheckpointService:
                                   f"principal {principal.name!r} may not {request.act} a run of agent "
                                   f"{established.agent!r} in tenant {check.run.tenant!r}", "principal")
                 _require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
+                if request.act in WIDENING_ACTS:  # an ended run stays ended; stopping it again is harmless
+                    self._refuse_ended(established)
+            if request.act == "cancel":
+                self._end_run(established, f"cancelled by {request.person[:100]}")
+            elif request.act == END_ACT and details["status"] in TERMINAL:
+                self._end_run(established, f"its end: {details['status']} ({details['code']})")
             response.verdict, response.code = ALLOW, codes.RECORDED
             by = f"{details['status']} ({details['code']})" if request.act == END_ACT else f"by {request.person}"
             response.reason = f"{request.act} {by}" + (f": {request.note[:500]}" if request.note else "")
@@ -479,7 +522,15 @@ class CheckpointService:
             record = bound_refusal(record)
         self._append_or_deny(record, response)
         self._count(response.verdict, response.code)
-        return pb.RecordActResponse(decision=response)
+        out = pb.RecordActResponse(decision=response)
+        if request.act == "resume" and response.verdict == ALLOW and established is not None:
+            # A person let the run go on: its authority lives another lifetime from now, so a run
+            # lasts as long as people keep resuming it, and no longer unattended.
+            try:
+                out.run_token = self.runs.renew(established.run.run_token)
+            except Exception as exc:  # noqa: BLE001 - the resume stands; the run keeps the token it has
+                log.error("run %s: its token could not be renewed: %s", established.run.run_id, exc)
+        return out
 
     def approve(self, request: pb.ApproveRequest, caller: str) -> pb.ApproveResponse:
         response, token = self._person_act(request, caller, approve=True)
@@ -699,6 +750,16 @@ class CheckpointService:
             return readable_tenants(policies.principals, policies.tenants, caller)
         except AuditRefused as refused:
             raise PermissionDenied(refused.code, refused.message) from None
+
+    # -- token keys ------------------------------------------------------------------------
+
+    def token_keys_rpc(self, request: pb.TokenKeysRequest, caller: str) -> pb.TokenKeysResponse:
+        """The public set that verifies run and approval tokens: public by nature, so any caller
+        that got past authentication reads it. Not recorded."""
+        out = pb.TokenKeysResponse()
+        for key in self.token_keys.published():
+            out.keys.add(key_id=key.key_id, algorithm="Ed25519", public_key_pem=key.pem, active=key.active)
+        return out
 
     # -- roles -----------------------------------------------------------------------------
 

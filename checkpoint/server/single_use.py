@@ -5,6 +5,11 @@ both see "unused" and both answer ALLOW. Here the claim *is* the write: an INSER
 whose primary key is the approved decision's id either succeeds, for exactly one caller, or
 fails. The claim is taken before the decision is recorded, so a record that then fails to write
 leaves the approval spent and the call denied: the safe direction.
+
+A run's end is a one-way step of the same kind: `end_run` INSERTs the run's id into `ended_runs`
+(the first end stays, later ones change nothing), and `ended` asks for the run and its
+ancestors by key. Every worker on the data folder opens this file, so the answer to a cancel
+binds each of them from then on, with no cache to go stale.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from checkpoint.audit.record import now
@@ -34,6 +40,9 @@ class SingleUse:
                 self._conn.execute(
                     "CREATE TABLE IF NOT EXISTS used (key TEXT PRIMARY KEY, used_by TEXT NOT NULL, at TEXT NOT NULL)"
                 )
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS ended_runs (run_id TEXT PRIMARY KEY, how TEXT NOT NULL, at TEXT NOT NULL)"
+                )
         finally:
             opening.close()
         self._lock = threading.Lock()
@@ -52,6 +61,23 @@ class SingleUse:
         with self._lock:
             row = self._conn.execute("SELECT used_by FROM used WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+    def end_run(self, run_id: str, how: str) -> None:
+        """Mark `run_id` ended, for good: a run that ended once stays ended, however it is said after."""
+        with self._lock:
+            self._conn.execute("INSERT INTO ended_runs (run_id, how, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                               (run_id, how, now()))
+
+    def ended(self, run_ids: Sequence[str]) -> tuple[str, str] | None:
+        """(run id, how it ended) for one of `run_ids` that ended, else None."""
+        ids = [r for r in dict.fromkeys(run_ids) if r]
+        if not ids:
+            return None
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT run_id, how FROM ended_runs WHERE run_id IN ({','.join('?' * len(ids))}) LIMIT 1", ids
+            ).fetchone()
+        return (row[0], row[1]) if row else None
 
     def close(self) -> None:
         with self._lock:

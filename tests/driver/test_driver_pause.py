@@ -196,8 +196,11 @@ def test_pausing_a_parent_pauses_its_active_child_which_resumes_with_it(stack, c
     assert d.store.run(child_id)["status"] == PAUSED and acts(checkpoint_server, child_id, "resume") == []
 
     # resuming the parent resumes the child with it, and the tree goes on to the end
+    tokens = {r: d.store.run(r)["run_token"] for r in (parent_id, child_id)}
     _, resumed = d.resume_with_children(parent_id, "bob", "carry on")
     assert [c["run_id"] for c in resumed] == [child_id]
+    # each recorded resume renewed that run's token, which the driver presents from then on
+    assert all(d.store.run(r)["run_token"] not in ("", old) for r, old in tokens.items())
     parent = settled(d, parent_id)
     assert parent["status"] == SUCCEEDED, (parent["code"], parent["reason"])
     assert d.store.run(child_id)["status"] == SUCCEEDED

@@ -317,3 +317,35 @@ def test_an_approver_relays_only_their_own_approval_of_that_very_call(api, stack
     # alice relays her own approval: hers, on the record as hers
     api("alice", "ApproveCall", pb.ApproveCallRequest(approval_id=waiting.approval_id, approval_token=alices))
     assert api.driver.store.approval(waiting.approval_id)["decided_by"] == "alice"
+
+
+def test_an_approval_token_the_checkpoint_never_signed_is_refused_by_the_driver_itself(api, stack):
+    """The driver verifies an approval token with the checkpoint's published keys before it names
+    anyone as approver: a token with the right claims (this decision, this run, this person) signed
+    by any other key is refused, and so is a real one whose lifetime is over."""
+    import base64
+    import json
+
+    from warden.token_keys import KeySet
+    from warden.tokens import APPROVAL_LABEL, Signer
+
+    first = api.start("bob", "recon", WIDE_SCAN)
+    [waiting] = first.pending_approvals
+    client = CheckpointClient(stack.checkpoint_address, timeout=5, token=CHECKPOINT_TOKENS["alice"])
+    try:
+        real = client.approve(waiting.run_id, waiting.decision_id, "ok").approval_token
+    finally:
+        client.close()
+    payload = real.split(".")[2]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims = {k: v for k, v in claims.items() if k not in ("iat", "exp")}
+    claims["approver"] = "bob"  # bob never approved: he signs his own approval with a key of his own
+    forged = Signer(KeySet(None), APPROVAL_LABEL, 3600).sign(claims)
+    stale = Signer(KeySet(None), APPROVAL_LABEL, 3600, clock=lambda: 0.0).sign(claims)
+    for token in (forged, stale):
+        code, detail, message = api.refused("bob", "ApproveCall", pb.ApproveCallRequest(
+            approval_id=waiting.approval_id, approval_token=token))
+        assert (code, detail) == (grpc.StatusCode.FAILED_PRECONDITION, "approval_invalid"), message
+        assert "not signed by the checkpoint" in message or "expired" in message
+    assert api.driver.store.approval(waiting.approval_id)["status"] == "pending"
+    assert "approval_decided" not in [e["kind"] for e in api.driver.store.events(first.run_id)]

@@ -78,9 +78,9 @@ def test_an_approval_token_names_the_approver_their_principal_and_the_recorded_a
     run = checkpoint.start_run("recon")
     asked = ask(checkpoint, run)
     approved = approve(checkpoint, run.run_id, asked)
-    label, payload, _ = approved.approval_token.split(".")
+    label, _, payload, _ = approved.approval_token.split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    assert label == "wapv1"
+    assert label == "wapv2"
     assert claims["decision_id"] == asked and claims["run_id"] == run.run_id
     assert (claims["approver"], claims["principal"]) == ("carol", "people")
     assert claims["approval_id"] == approved.decision.decision_id == checkpoint.records()[-1]["decision_id"]

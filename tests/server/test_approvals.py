@@ -8,6 +8,7 @@ import math
 from checkpoint.server.approvals import Approvals
 from checkpoint.server.single_use import SingleUse
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.token_keys import KeySet
 
 from .conftest import PERSON_TOKEN
 from .helpers import tool_call
@@ -44,7 +45,7 @@ def test_an_approval_by_a_person_allows_the_call_with_a_grant(checkpoint):
     run, asked_id = asked(checkpoint)
     approval = approve(checkpoint, run, asked_id)
     assert (approval.decision.verdict, approval.decision.code) == (pb.VERDICT_ALLOW, "approved")
-    assert approval.approval_token.startswith("wapv1.")
+    assert approval.approval_token.startswith("wapv2.")
     act = checkpoint.records()[-1]
     assert (act["action"], act["caller"], act["principal"]) == ("approval", "carol", "people")
     assert act["arguments"] == {"decision_id": asked_id, "note": "looks fine"}
@@ -193,14 +194,14 @@ def test_the_approved_call_digest_binds_every_part_of_the_call(tmp_path):
     """An approval names one whole call. Within a run the run token already pins the agent and its
     version, so only the digest itself can show that it binds them too (leaving the agent
     version out of it once broke no test)."""
-    approvals = Approvals(b"s" * 32, b"k" * 32, SingleUse(tmp_path / "used.db"))
+    approvals = Approvals(KeySet(None), b"k" * 32, SingleUse(tmp_path / "used.db"))
 
     def digest(run_id="run-1", agent="recon", agent_version="recon@1", child="", args=SUBNET,
                action="tool_call", key=None) -> str:
         req = subnet_call("", args)
         req.run.run_id = run_id
         resp = pb.CheckResponse(agent=agent, agent_version=agent_version, child_agent_version=child)
-        signer = approvals if key is None else Approvals(b"s" * 32, key, SingleUse(tmp_path / "other.db"))
+        signer = approvals if key is None else Approvals(KeySet(None), key, SingleUse(tmp_path / "other.db"))
         return signer.digest(req, resp, action)
 
     same = digest()

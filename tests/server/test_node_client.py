@@ -50,7 +50,7 @@ def test_node_client_allow_deny_and_refusal(node, checkpoint, tmp_path):
         out["run_id"],
         "alice",
     )
-    assert out["run_id"].startswith("run-") and out["run_token"].startswith("wrun1.")
+    assert out["run_id"].startswith("run-") and out["run_token"].startswith("wrun2.")
     assert record["decision_id"] == out["decision_id"] and record["run_id"] == out["run_id"]
     # The grant the node client saw is bound to the arguments it sent.
     expected = grants.sign(

@@ -8,8 +8,9 @@ from google.protobuf.struct_pb2 import Struct, Value
 
 from checkpoint.server import runs as runs_module
 from checkpoint.server.runs import Refused, RunTokens
-from checkpoint.server.tokens import RUN_LABEL, Signer
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.token_keys import KeySet
+from warden.tokens import RUN_LABEL, RUN_TOKEN_TTL_SECONDS, Signer
 
 from .conftest import PERSON_TOKEN
 from .helpers import tool_call
@@ -29,7 +30,7 @@ def call(token: str, tool="get_task", args=None) -> pb.CheckRequest:
 
 def test_start_run_mints_the_run_and_pins_the_current_version(checkpoint):
     got = started(checkpoint)
-    assert got.run_id.startswith("run-") and got.run_token.startswith("wrun1.")
+    assert got.run_id.startswith("run-") and got.run_token.startswith("wrun2.")
     assert got.agent.agent_version == checkpoint.version("recon") and got.agent.tools
     record = checkpoint.records()[-1]
     assert (record["action"], record["verdict"], record["run_id"]) == ("start_run", "ALLOW", got.run_id)
@@ -56,10 +57,10 @@ def test_a_check_without_a_token_is_refused_and_recorded(checkpoint):
 
 def test_a_forged_or_altered_token_is_refused(checkpoint):
     token = started(checkpoint).run_token
-    label, payload, signature = token.split(".")
+    label, kid, payload, signature = token.split(".")
     flipped = signature[:-2] + ("A" if signature[-2] != "A" else "B") + signature[-1]
-    for bad in (f"{label}.{payload}.{flipped}", f"{label}.{payload[:-4]}.{signature}", "wrun1..", "x" * 70000,
-                "wapv1." + payload + "." + signature):
+    for bad in (f"{label}.{kid}.{payload}.{flipped}", f"{label}.{kid}.{payload[:-4]}.{signature}", "wrun2...",
+                "x" * 70000, "wapv2." + kid + "." + payload + "." + signature):
         resp = checkpoint.stub().Check(call(bad), timeout=5)
         assert (resp.verdict, resp.code, resp.rule) == (pb.VERDICT_DENY, "run_token_invalid", "run_token"), bad[:40]
         assert resp.reason.startswith("the run token is not valid"), bad[:40]
@@ -173,8 +174,9 @@ def test_a_run_started_with_inputs_is_decided_under_them(checkpoint):
 
 
 def test_a_signed_token_whose_claims_are_not_a_run_is_refused():
-    runs = RunTokens(b"s" * 32)
-    signer = Signer(b"s" * 32, RUN_LABEL)  # the checkpoint's own key, claims it never issues
+    keys = KeySet(None)
+    runs = RunTokens(keys)
+    signer = Signer(keys, RUN_LABEL, RUN_TOKEN_TTL_SECONDS)  # the checkpoint's own key, claims it never issues
     for claims in ({"run_id": "run-1"}, {"run_id": "run-1", "root_run_id": "", "parent_run_id": "", "tenant": "acme",
                                          "mode": 1, "chain": [{"kind": "nonsense"}], "inputs": None, "principal": "p"}):
         with pytest.raises(Refused) as refused:
@@ -187,7 +189,7 @@ def test_verified_tokens_are_remembered_within_a_bound(monkeypatch):
     """Tokens are memoised so a run's every call does not re-verify its token; the memo is bounded,
     so a flood of distinct valid tokens cannot grow it without end."""
     monkeypatch.setattr(runs_module, "_MEMO_SIZE", 3)
-    runs = RunTokens(b"s" * 32)
+    runs = RunTokens(KeySet(None))
     issued = []
     for i in range(6):
         run = pb.RunContext(run_id=f"run-{i}", tenant="acme", actor_chain=[pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="a")])

@@ -59,3 +59,24 @@ def test_fingerprint_ignores_editor_and_hidden_files(tmp_path):
     assert fingerprint(tmp_path) == before
     (tmp_path / "a.yaml").write_text("y")
     assert fingerprint(tmp_path) != before
+
+
+def test_keys_rotate_list_and_retire_the_token_keys(tmp_path, capsys):
+    """`warden keys rotate` adds a key that signs, the older ones still listed (they verify);
+    `retire` removes one that no longer signs, never the active one. Key files are owner only."""
+    from warden import token_keys
+
+    assert main(["keys", "list", "--data", str(tmp_path)]) == 0  # the first use makes one key
+    first = capsys.readouterr().out.split()[0]
+    assert main(["keys", "rotate", "--data", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{first} verifies" in out and "active" in out and "PRIVATE" not in out
+    second = token_keys.KeySet(tmp_path / token_keys.FOLDER).signing_key()[0]
+    assert second != first
+    for path in (tmp_path / token_keys.FOLDER).iterdir():
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    assert main(["keys", "retire", "--data", str(tmp_path), second]) == 1  # the active key
+    assert "rotate first" in capsys.readouterr().err
+    assert main(["keys", "retire", "--data", str(tmp_path), first]) == 0
+    capsys.readouterr()
+    assert [k.key_id for k in token_keys.KeySet(tmp_path / token_keys.FOLDER).published()] == [second]

@@ -665,10 +665,12 @@ class RecordActRequest(_message.Message):
     def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., act: _Optional[str] = ..., person: _Optional[str] = ..., note: _Optional[str] = ..., details: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class RecordActResponse(_message.Message):
-    __slots__ = ("decision",)
+    __slots__ = ("decision", "run_token")
     DECISION_FIELD_NUMBER: _ClassVar[int]
+    RUN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     decision: CheckResponse
-    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ...) -> None: ...
+    run_token: str
+    def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., run_token: _Optional[str] = ...) -> None: ...
 
 class AgentVersionInfo(_message.Message):
     __slots__ = ("agent", "version", "tenant", "status", "source", "proposed_by", "proposed_at", "note", "decided_by", "decided_at", "decision_note", "first_seen", "definition", "widens", "diff")
@@ -787,6 +789,28 @@ class CatalogActResponse(_message.Message):
     decision: CheckResponse
     version: AgentVersionInfo
     def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ..., version: _Optional[_Union[AgentVersionInfo, _Mapping]] = ...) -> None: ...
+
+class TokenKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TokenKey(_message.Message):
+    __slots__ = ("key_id", "algorithm", "public_key_pem", "active")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_PEM_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    algorithm: str
+    public_key_pem: str
+    active: bool
+    def __init__(self, key_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., public_key_pem: _Optional[str] = ..., active: _Optional[bool] = ...) -> None: ...
+
+class TokenKeysResponse(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[TokenKey]
+    def __init__(self, keys: _Optional[_Iterable[_Union[TokenKey, _Mapping]]] = ...) -> None: ...
 
 class RolesRequest(_message.Message):
     __slots__ = ("person",)

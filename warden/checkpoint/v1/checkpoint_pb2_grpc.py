@@ -114,6 +114,11 @@ class CheckpointServiceStub:
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.SerializeToString,
                 response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.FromString,
                 _registered_method=True)
+        self.TokenKeys = channel.unary_unary(
+                '/warden.checkpoint.v1.CheckpointService/TokenKeys',
+                request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.TokenKeysRequest.SerializeToString,
+                response_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.TokenKeysResponse.FromString,
+                _registered_method=True)
         self.AgentStats = channel.unary_unary(
                 '/warden.checkpoint.v1.CheckpointService/AgentStats',
                 request_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.AgentStatsRequest.SerializeToString,
@@ -306,6 +311,16 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TokenKeys(self, request, context):
+        """The public keys that verify run and approval tokens (docs/checkpoint-service.md, "Token
+        lifetimes and keys"): every key of the set, the one that signs new tokens first. Any
+        authenticated caller may read them; with them it can check a token, never make one. A read:
+        not recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AgentStats(self, request, context):
         """Per-version statistics of an agent (docs/catalog.md, "Statistics"): runs, how they ended,
         pauses, breaker trips and tokens, computed from the decision log, so they survive restarts and
@@ -488,6 +503,11 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.Roles,
                     request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.FromString,
                     response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.SerializeToString,
+            ),
+            'TokenKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.TokenKeys,
+                    request_deserializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.TokenKeysRequest.FromString,
+                    response_serializer=warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.TokenKeysResponse.SerializeToString,
             ),
             'AgentStats': grpc.unary_unary_rpc_method_handler(
                     servicer.AgentStats,
@@ -982,6 +1002,33 @@ class CheckpointService:
             '/warden.checkpoint.v1.CheckpointService/Roles',
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesRequest.SerializeToString,
             warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.RolesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TokenKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warden.checkpoint.v1.CheckpointService/TokenKeys',
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.TokenKeysRequest.SerializeToString,
+            warden_dot_checkpoint_dot_v1_dot_checkpoint__pb2.TokenKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,
