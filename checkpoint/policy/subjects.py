@@ -11,7 +11,8 @@ types, and only values and entries of the same type are compared:
 - `name`: anything else (`customer:vip-1`), matched by glob as before.
 
 How text is read (`read_value`, and `read_pattern` for entries; docs/policies.md has the table):
-text is NFKC-folded and the Unicode full stops become `.`; then it is a URL when it contains
+text is NFKC-folded, its default-ignorable code points dropped, and the Unicode full stops become
+`.`; then it is a URL when it contains
 `://`; a value is refused when it is a URL written another way (`//host`, `https:host`); an IPv6
 address when it is hex digits and at least two `:`; an IPv4 address when the part before its
 first `/` or `:` ends in a number (the WHATWG URL rule: the last label is decimal or
@@ -20,6 +21,13 @@ looks like an address, host or URL but is not a valid one raises SubjectError: a
 is refused with `invalid_arguments`, a policy entry is a load error. Only canonical dotted quads
 are IPv4 addresses, so `167641093`, `0x0a090909`, `10.9.2313` and `010.9.9.9` are refused, never
 guessed at.
+
+A name also carries the host a URL parser would find in it (`localhost:8080` is the host
+`localhost`; `Subject.machine`), which off-limits weighs too; a name that holds a login before a
+host, a percent-escaped host or a bracketed address is refused. A host carries its IDNA 2003
+spelling beside its IDNA 2008 one when they differ (`Subject.alt`: `weiß` is also `weiss`), and a
+URL its path with slash look-alikes kept beside the path that reads them as `/` (`alt_path`):
+off-limits refuses when any reading matches, scope admits only when every reading is inside.
 
 Everything here runs at policy load, except `read_value`, once per touched value per call.
 """

@@ -83,7 +83,7 @@ def test_names_that_reach_no_off_limits_machine_are_still_names():
 
 
 @pytest.mark.parametrize("value", [
-    "weiss.example", "WEISS.example", "weiß.example", "WEIẞ.example", "xn--wei-1ha.example", "www.weiss.example",
+    "weiss.example", "WEISS.example", "weiß.example", "WEIẞ.example", "xn--wei-7ka.example", "www.weiss.example",
     "fuß.example", "FUẞ.EXAMPLE", "fuss.example",
     "σοφοσ.example", "ΣΟΦΟΣ.example", "σοφος.example",
     "क्\u200cष.example", "क्\u200dष.example",
