@@ -44,7 +44,6 @@ from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 import idna
-import regex
 
 Kind = Literal["host", "ip", "url", "name"]
 KINDS: tuple[Kind, ...] = ("host", "ip", "url", "name")
@@ -80,7 +79,14 @@ _URL_WITHOUT_SLASHES = re.compile(r"(?:(?:https?|wss?|ftp):|[/\\]{2})", re.IGNOR
 # invisible format characters) are drawn as nothing, and IDNA and many services drop them: a reader
 # that kept them would see `local<U+FE0F>host` where a client sees `localhost`. ZWJ and ZWNJ stay:
 # IDNA 2008 keeps them in some labels, so the host reader reads both spellings (`_host_2003`).
-_IGNORABLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}--[\u200c\u200d]]+", regex.V1)
+# Compiled on the first non-ASCII text: importing `regex` and building the class costs ~40 ms,
+# which a CLI start on ASCII policies need not pay.
+@functools.cache
+def _ignorable() -> re.Pattern[str]:
+    import regex
+
+    pattern: re.Pattern[str] = regex.compile(r"[\p{Default_Ignorable_Code_Point}--[\u200c\u200d]]+", regex.V1)
+    return pattern
 
 
 def fold(text: str) -> str:
@@ -89,7 +95,7 @@ def fold(text: str) -> str:
     if text.isascii():
         return text
     text = unicodedata.normalize("NFKC", text)
-    stripped = _IGNORABLE.sub("", text)
+    stripped = _ignorable().sub("", text)
     if stripped != text:  # a mark that followed a removed character may now compose
         text = unicodedata.normalize("NFKC", stripped)
     return text.translate(_DOTS)
@@ -533,6 +539,19 @@ def _machine_in(text: str, folded: str) -> Subject | None:
 _read_cached = functools.lru_cache(maxsize=8192)(_read_value)
 
 
+def _plain(text: str) -> Subject:
+    return Subject("name", text)
+
+
+_plain_cached = functools.lru_cache(maxsize=8192)(_plain)
+
+
+def plain_name(text: str) -> Subject:
+    """An untyped value (an image, a node) as a name, as written: short ones built once per process,
+    like `read_value`'s, since building a Subject costs more than a cache lookup."""
+    return _plain_cached(text) if len(text) <= 512 else Subject("name", text)
+
+
 def _read_url(text: str, folded: str, *, pattern: bool) -> tuple[Subject, bool]:
     """A URL value, or a URL pattern's parts (then the host may start `*.`; returns the wildcard)."""
     if _URL_REFUSED.search(folded):
@@ -758,6 +777,8 @@ class SubjectSet:
         if self._any:
             return True
         if s.kind == "host":  # every spelling a client may look up is inside
+            if not s.alt:
+                return s.host in self._hosts or any(p in self._subdomains_of for p in _parents(s.host))
             return all(h in self._hosts or any(p in self._subdomains_of for p in _parents(h)) for h in s.hosts())
         if s.kind == "name":
             return self._names is not None and self._names.fullmatch(s.text)
@@ -809,6 +830,8 @@ class OffLimits:
         if self._any is not None:
             return self._any
         if s.kind == "host":  # any spelling a client may look up
+            if not s.alt:
+                return self._host_reason(s.host)
             for host in s.hosts():
                 found = self._host_reason(host)
                 if found is not None:
