@@ -177,3 +177,27 @@ def machine_spelling(draw: st.DrawFn) -> str:
 @given(value=machine_spelling())
 def test_no_spelling_of_an_off_limits_machine_is_allowed(value):
     refused_for_everyone(value)
+
+
+SLASH_LIKES = ["\u2215", "\u2044", "\u29f8", "\u2571", "\u27cb", "\u1735", "\u2041", "\u31d3", "\U0001d23a"]
+
+
+@st.composite
+def slash_spelling(draw: st.DrawFn) -> str:
+    char = draw(st.sampled_from(SLASH_LIKES))
+    return draw(st.sampled_from([char, "".join(f"%{b:02X}" for b in char.encode()),
+                                 "".join(f"%{b:02x}" for b in char.encode())]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(slash=slash_spelling(), segments=st.lists(st.sampled_from(["users", "me", "..", ".", "admin", "x", ""]),
+                                                  min_size=1, max_size=4))
+def test_no_slash_look_alike_admits_more_than_a_slash(slash, segments):
+    for base, chain in (("https://api.example.com/v1/", ("webber",)), ("https://docs.example.com/admin/", ()),
+                        ("https://docs.example.com/admin/", ("browser",))):
+        with_slash = probe(base + "/".join(segments), chain)
+        with_look_alike = probe(base + slash.join(segments), chain)
+        if with_look_alike == ALLOWED:
+            assert with_slash == ALLOWED, (base + slash.join(segments), chain)
+        if with_slash in REFUSED and with_slash != INVALID:  # off-limits with `/`: so with its look-alike
+            assert with_look_alike in REFUSED, (base + slash.join(segments), chain)
