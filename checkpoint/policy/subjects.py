@@ -504,12 +504,8 @@ def _machine_in(text: str, folded: str) -> Subject | None:
     number where the host goes (`127?x` is 0.0.0.127 to a URL parser)."""
     authority = _AUTHORITY_END.split(folded, 1)[0]
     if "%" in authority and _AN_ESCAPE.search(authority):
-        decoded = authority
-        for _ in range(4):  # `%252e` is `%2e` to a first decoder and `.` to a second
-            decoded = unquote(decoded)
-            if not _AN_ESCAPE.search(decoded):
-                break
-        else:
+        decoded = _decoded(authority)
+        if _AN_ESCAPE.search(decoded):
             raise SubjectError(f"{_show(text)}: escapes of escapes of escapes are refused where a host could be")
         try:
             plain = _read_value(decoded)
@@ -905,9 +901,24 @@ def _this_host(span: tuple[int, int]) -> Iterator[tuple[int, int]]:
 
 
 def _as_written_and_folded(text: str) -> tuple[str, ...]:
-    """The text, and its folded form when that differs (ASCII text folds to itself: one pass)."""
+    """The text, its folded form when that differs (ASCII text folds to itself: one pass), and,
+    when it holds percent-escapes, the folded form of it decoded: a service that decodes the value
+    works on `customer:vip-1` when the call wrote `customer:vip%2D1`."""
     folded = fold(text)
-    return (text,) if folded == text else (text, folded)
+    forms = (text,) if folded == text else (text, folded)
+    if "%" in text and _AN_ESCAPE.search(text):
+        forms += (fold(_decoded(text)),)
+    return forms
+
+
+def _decoded(text: str) -> str:
+    """`text` with its percent-escapes decoded until none is left, at most four times (`%252D` is
+    `%2D` to a first decoder and `-` to a second)."""
+    for _ in range(4):
+        text = unquote(text)
+        if not _AN_ESCAPE.search(text):
+            break
+    return text
 
 
 def _as_host(glob: str) -> tuple[str, ...]:

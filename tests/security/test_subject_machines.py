@@ -70,6 +70,14 @@ def test_a_bracketed_address_is_refused(value):
     refused_for_everyone(value)
 
 
+@pytest.mark.parametrize("value", ["customer:vip%2D1", "customer%3Avip-1", "customer:%76ip-1/x", "customer:vip%252D1",
+                                   "CUSTOMER:VIP%2d1"])
+def test_a_percent_escaped_off_limits_name_is_refused(value):
+    # a service that decodes the value works on customer:vip-1 (off-limits `customer:vip-*`): ALLOWED before
+    refused_for_everyone(value)
+    assert probe(value, ("refunder",)) != ALLOWED
+
+
 def test_names_that_reach_no_off_limits_machine_are_still_names():
     assert probe("customer:42", ("refunder",)) == ALLOWED  # a port-shaped name: host `customer` is not off-limits
     assert probe("customer:regular-x", ()) == ALLOWED
