@@ -905,7 +905,7 @@ def _as_written_and_folded(text: str) -> tuple[str, ...]:
     when it holds percent-escapes, the folded form of it decoded: a service that decodes the value
     works on `customer:vip-1` when the call wrote `customer:vip%2D1`."""
     folded = fold(text)
-    forms = (text,) if folded == text else (text, folded)
+    forms: tuple[str, ...] = (text,) if folded == text else (text, folded)
     if "%" in text and _AN_ESCAPE.search(text):
         forms += (fold(_decoded(text)),)
     return forms
