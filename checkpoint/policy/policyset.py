@@ -17,7 +17,7 @@ from checkpoint.policy.input_schemas import Explainer
 from checkpoint.policy.learning_index import EMPTY as NO_LEARNINGS
 from checkpoint.policy.learning_index import LearningIndex
 from checkpoint.policy.principals import Principals
-from checkpoint.policy.subjects import OffLimits, Subject, SubjectSet, read_value
+from checkpoint.policy.subjects import OffLimits, Subject, SubjectSet, plain_name, read_value
 
 if TYPE_CHECKING:
     from checkpoint.policy.catalog import AgentCatalog
@@ -29,7 +29,7 @@ TYPED_DIMENSIONS = frozenset({"connections", "subjects"})
 
 def read_touched(dim: str, text: str) -> Subject:
     """A touched value of dimension `dim`, read once per call; SubjectError when it is malformed."""
-    return read_value(text) if dim in TYPED_DIMENSIONS else Subject("name", text)
+    return read_value(text) if dim in TYPED_DIMENSIONS else plain_name(text)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ types, and only values and entries of the same type are compared:
 - `name`: anything else (`customer:vip-1`), matched by glob as before.
 
 How text is read (`read_value`, and `read_pattern` for entries; docs/policies.md has the table):
-text is NFKC-folded and the Unicode full stops become `.`; then it is a URL when it contains
+text is NFKC-folded, its default-ignorable code points dropped, and the Unicode full stops become
+`.`; then it is a URL when it contains
 `://`; a value is refused when it is a URL written another way (`//host`, `https:host`); an IPv6
 address when it is hex digits and at least two `:`; an IPv4 address when the part before its
 first `/` or `:` ends in a number (the WHATWG URL rule: the last label is decimal or
@@ -20,6 +21,13 @@ looks like an address, host or URL but is not a valid one raises SubjectError: a
 is refused with `invalid_arguments`, a policy entry is a load error. Only canonical dotted quads
 are IPv4 addresses, so `167641093`, `0x0a090909`, `10.9.2313` and `010.9.9.9` are refused, never
 guessed at.
+
+A name also carries the host a URL parser would find in it (`localhost:8080` is the host
+`localhost`; `Subject.machine`), which off-limits weighs too; a name that holds a login before a
+host, a percent-escaped host or a bracketed address is refused. A host carries its IDNA 2003
+spelling beside its IDNA 2008 one when they differ (`Subject.alt`: `weiß` is also `weiss`), and a
+URL its path with slash look-alikes kept beside the path that reads them as `/` (`alt_path`):
+off-limits refuses when any reading matches, scope admits only when every reading is inside.
 
 Everything here runs at policy load, except `read_value`, once per touched value per call.
 """
@@ -33,7 +41,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import idna
 
@@ -67,9 +75,30 @@ _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]*))?")  # a URL's netloc w
 _URL_WITHOUT_SLASHES = re.compile(r"(?:(?:https?|wss?|ftp):|[/\\]{2})", re.IGNORECASE)
 
 
+# Default-ignorable code points (variation selectors, the soft hyphen, tags, Hangul fillers, the
+# invisible format characters) are drawn as nothing, and IDNA and many services drop them: a reader
+# that kept them would see `local<U+FE0F>host` where a client sees `localhost`. ZWJ and ZWNJ stay:
+# IDNA 2008 keeps them in some labels, so the host reader reads both spellings (`_host_2003`).
+# Compiled on the first non-ASCII text: importing `regex` and building the class costs ~40 ms,
+# which a CLI start on ASCII policies need not pay.
+@functools.cache
+def _ignorable() -> re.Pattern[str]:
+    import regex
+
+    pattern: re.Pattern[str] = regex.compile(r"[\p{Default_Ignorable_Code_Point}--[\u200c\u200d]]+", regex.V1)
+    return pattern
+
+
 def fold(text: str) -> str:
-    """Compatibility forms folded (full-width letters and digits, `⒈`), Unicode full stops as `.`."""
-    return text if text.isascii() else unicodedata.normalize("NFKC", text).translate(_DOTS)
+    """Compatibility forms folded (full-width letters and digits, `⒈`), default-ignorable code
+    points removed, Unicode full stops as `.`."""
+    if text.isascii():
+        return text
+    text = unicodedata.normalize("NFKC", text)
+    stripped = _ignorable().sub("", text)
+    if stripped != text:  # a mark that followed a removed character may now compose
+        text = unicodedata.normalize("NFKC", stripped)
+    return text.translate(_DOTS)
 
 
 def _ends_in_number(host: str) -> bool:
@@ -110,6 +139,20 @@ def normalise_host(text: str) -> str:
         except (idna.IDNAError, UnicodeError) as exc:
             raise SubjectError(f"{_show(text)} is not a host name: {exc}") from None
     return ".".join(labels)
+
+
+def _host_2003(text: str, host: str) -> str:
+    """The host as IDNA 2003 spells `text` (CPython's `idna` codec, the one its resolver uses: `ß`
+    and `ẞ` are `ss`, `ς` is `σ`, ZWJ and ZWNJ are dropped), when that is another name than `host`,
+    its IDNA 2008 spelling; "" otherwise. Both are names a client may look up for the same text."""
+    if text.isascii():
+        return ""
+    try:
+        alt = text.encode("idna").decode("ascii").lower()
+    except UnicodeError:  # no IDNA 2003 spelling: a client on it reaches nothing
+        return ""
+    alt = alt[:-1] if alt.endswith(".") else alt
+    return "" if alt == host else alt
 
 
 def _span(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> tuple[int, int]:
@@ -159,6 +202,57 @@ def _unescape(m: re.Match[str]) -> str:
         raise SubjectError(f"the escape %{hex_} is refused in a URL path")
     char = chr(int(hex_, 16))
     return char if char in _UNRESERVED else "%" + hex_
+
+
+_HIGH_ESCAPES = re.compile(r"(?:%[89A-Fa-f][0-9A-Fa-f])+")
+
+
+@functools.cache
+def _slash_look_alikes() -> tuple[frozenset[str], frozenset[str]]:
+    """Symbols that Unicode's confusables (TR39) list as look-alikes of `/` and of `\\`: a server
+    that maps characters to a code page's best fit (IIS) or folds confusables reads them as the
+    slash. Letters (`ノ`, `丿`) are left alone: they are words in a path. Loaded on first need."""
+    from confusable_homoglyphs import confusables
+
+    def of(char: str) -> frozenset[str]:
+        found = confusables.is_confusable(char, preferred_aliases=[], greedy=True) or []
+        return frozenset(h["c"] for f in found for h in f["homoglyphs"]
+                         if not unicodedata.category(h["c"]).startswith("L"))
+
+    return of("/"), of("\\")
+
+
+def _as_slash(char: str) -> str:
+    """`/` for a slash look-alike (or a character NFKC folds to `/`), the character otherwise;
+    SubjectError for a backslash look-alike (a backslash is refused in a URL)."""
+    folded = unicodedata.normalize("NFKC", char)
+    slashes, backslashes = _slash_look_alikes()
+    if folded == "/" or char in slashes:
+        return "/"
+    if folded == "\\" or char in backslashes:
+        raise SubjectError(f"U+{ord(char):04X} reads as a backslash; refused in a URL path")
+    return char
+
+
+def _unescape_look_alikes(m: re.Match[str]) -> str:
+    try:
+        text = bytes.fromhex(m.group().replace("%", "")).decode("utf-8")
+    except UnicodeDecodeError:
+        return m.group()
+    out = []
+    for char in text:
+        mapped = _as_slash(char)
+        out.append(mapped if mapped == "/" else "".join(f"%{b:02X}" for b in char.encode()))
+    return "".join(out)
+
+
+def map_look_alikes(path: str) -> str:
+    """The path with each slash look-alike, written or percent-escaped as UTF-8, as `/`."""
+    if path.isascii() and "%" not in path:
+        return path
+    if "%" in path:
+        path = _HIGH_ESCAPES.sub(_unescape_look_alikes, path)
+    return path if path.isascii() else "".join(_as_slash(c) if not c.isascii() else c for c in path)
 
 
 def normalise_path(path: str) -> str:
@@ -334,12 +428,19 @@ class Subject:
 
     kind: Kind
     text: str  # as the call wrote it: names are matched on it, messages quote it
-    host: str = ""  # host: the A-label form
+    host: str = ""  # host: the A-label form (IDNA 2008)
     span: tuple[int, int] = (0, -1)  # ip: first and last address (IPv4 as IPv4-mapped IPv6)
     scheme: str = ""  # url: lower case
     port: int | None = None  # url: None when the scheme has no default and none is written
-    path: str = ""  # url: normalised; query and fragment are not part of what a scope names
+    path: str = ""  # url: normalised, slash look-alikes read as `/`; no query or fragment
     of: Subject | None = None  # url: its host, a `host` or an `ip` subject
+    alt: str = ""  # host: the IDNA 2003 spelling when it is another name (`weiß` -> `weiss`), else ""
+    alt_path: str = ""  # url: the normalised path with its slash look-alikes kept, when they were any
+    machine: Subject | None = None  # name: the host a URL parser reads in it (`localhost:8080`), else None
+
+    def hosts(self) -> tuple[str, ...]:
+        """A host's spellings a client may look up: IDNA 2008's, and IDNA 2003's when it differs."""
+        return (self.host, self.alt) if self.alt else (self.host,)
 
 
 def read_value(text: str) -> Subject:
@@ -365,27 +466,86 @@ def _read_value(text: str) -> Subject:
         host = normalise_host(folded)
         if _ends_in_number(host):  # an address spelled in other characters: only canonical ones count
             return Subject("ip", text, span=_ip_span(host, strict=False, prefix_ok=False))
-        return Subject("host", text, host=host)
-    return _read_name(text)
+        return Subject("host", text, host=host, alt=_host_2003(folded, host))
+    return _read_name(text, folded)
 
 
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_AUTHORITY_END = re.compile(r"[/\\?#]")
+_AN_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+_PORT = re.compile(r"[0-9]*")
 
 
-def _read_name(text: str) -> Subject:
+def _read_name(text: str, folded: str) -> Subject:
     """A name, unless it holds characters a reader could drop or show otherwise: controls, invisible
     format characters (U+200B, the bidi overrides) or whitespace at either end make
     `customer:vip-1\n` or `customer:vi\u200bp-1` look like a name no off-limits entry matches, while a
-    service that trims or ignores them works on `customer:vip-1`."""
+    service that trims or ignores them works on `customer:vip-1`. The machine a URL parser would
+    find in it comes along (`_machine_in`), for off-limits to weigh."""
     if text != text.strip():
         raise SubjectError(f"{_show(text)}: a name does not start or end with whitespace")
     if _ASCII_CONTROL.search(text) if text.isascii() else any(
             unicodedata.category(c) in ("Cc", "Cf") for c in text):
         raise SubjectError(f"{_show(text)}: control and invisible format characters are refused in a name")
-    return Subject("name", text)
+    return Subject("name", text, machine=_machine_in(text, folded))
+
+
+def _machine_in(text: str, folded: str) -> Subject | None:
+    """The host a URL parser finds in a name, or None; SubjectError when the name names a machine
+    in a way that cannot be read without doubt.
+
+    curl takes a value without a scheme as `http://` and the value, and a tool may put any value
+    after `http://` itself: then what comes before the first `/`, `\\`, `?` or `#` is
+    `[userinfo@]host[:port]`. So `localhost:8080`, `localhost/x` and `db-main?x` are the hosts
+    `localhost` and `db-main`; `customer:vip-1` is no host (its "port" is not a number).
+    Refused: a login before a host (`u:p@127.0.0.1`, `customer:x@localhost`: the machine is after
+    the `@`, as the docs promise for URLs), a host spelled with percent-escapes (WHATWG URL
+    decodes them: `payments%2elab%2eexample%2ecom`), an address in brackets (`[::1]:80`), and a
+    number where the host goes (`127?x` is 0.0.0.127 to a URL parser)."""
+    authority = _AUTHORITY_END.split(folded, 1)[0]
+    if "%" in authority and _AN_ESCAPE.search(authority):
+        decoded = _decoded(authority)
+        if _AN_ESCAPE.search(decoded):
+            raise SubjectError(f"{_show(text)}: escapes of escapes of escapes are refused where a host could be")
+        try:
+            plain = _read_value(decoded)
+        except SubjectError:
+            plain = None
+        if plain is None or plain.kind != "name" or plain.machine is not None:
+            raise SubjectError(f"{_show(text)}: a host or address spelled with percent-escapes is refused")
+        return None
+    _, at, hostport = authority.rpartition("@")
+    if at and hostport:
+        raise SubjectError(f"{_show(text)}: a login before a host (user@host) is refused; a URL parser"
+                           " goes to the host after the '@'")
+    if hostport.startswith("[") and ":" in hostport:
+        raise SubjectError(f"{_show(text)}: an address in brackets is written scheme://[address]/ or bare")
+    host_text, colon, port = hostport.partition(":")
+    if colon and _PORT.fullmatch(port) is None:
+        return None
+    try:
+        host = normalise_host(host_text)
+    except SubjectError:
+        return None
+    if _ends_in_number(host):
+        raise SubjectError(f"{_show(text)}: a URL parser reads {host_text!r} as an address; write the canonical address")
+    return Subject("host", host_text, host=host, alt=_host_2003(host_text, host))
 
 
 _read_cached = functools.lru_cache(maxsize=8192)(_read_value)
+
+
+def _plain(text: str) -> Subject:
+    return Subject("name", text)
+
+
+_plain_cached = functools.lru_cache(maxsize=8192)(_plain)
+
+
+def plain_name(text: str) -> Subject:
+    """An untyped value (an image, a node) as a name, as written: short ones built once per process,
+    like `read_value`'s, since building a Subject costs more than a cache lookup."""
+    return _plain_cached(text) if len(text) <= 512 else Subject("name", text)
 
 
 def _read_url(text: str, folded: str, *, pattern: bool) -> tuple[Subject, bool]:
@@ -420,11 +580,16 @@ def _read_url(text: str, folded: str, *, pattern: bool) -> tuple[Subject, bool]:
         if _ends_in_number(host):
             of = Subject("ip", host_text, span=_ip_span(host, strict=True, prefix_ok=False))
         else:
-            of = Subject("host", host_text, host=host)
+            of = Subject("host", host_text, host=host, alt=_host_2003(host_text, host))
     port = int(port_text) if port_text else DEFAULT_PORTS.get(parts.scheme)
     if port is not None and port > 65535:
         raise SubjectError(f"{_show(text)}: port {port} is out of range")
-    url = Subject("url", text, scheme=parts.scheme, port=port, path=normalise_path(parts.path), of=of)
+    path = normalise_path(parts.path)
+    mapped = map_look_alikes(parts.path)
+    # a server that maps look-alikes serves `/v1/a∕b` as `/v1/a/b`, one that does not as a segment
+    # `a∕b`: both readings are kept, scope admits the path when both are inside, off-limits refuses either
+    alt_path, path = (path, normalise_path(mapped)) if mapped != parts.path else ("", path)
+    url = Subject("url", text, scheme=parts.scheme, port=port, path=path, of=of, alt_path=alt_path)
     return url, wildcard
 
 
@@ -444,6 +609,7 @@ class Pattern:
     port: int | None = None  # url
     glob: str = ""  # name: the glob; url: the normalised path glob
     of: Pattern | None = None  # url: its host pattern
+    alt: str = ""  # host: the IDNA 2003 spelling when it is another name, else ""
     # the glob compiled, exact (scope) and ignoring case (off-limits); built here, once per load
     regex: GlobMatcher | None = field(default=None, init=False, compare=False)
     iregex: GlobMatcher | None = field(default=None, init=False, compare=False)
@@ -462,21 +628,30 @@ class Pattern:
         if self.kind != s.kind:
             return False
         if self.kind == "host":
-            if self.wildcard or (off_limits and s.host != self.host):
-                return s.host.endswith("." + self.host)
-            return s.host == self.host
+            # a spelling of the value against a spelling of the entry (IDNA 2008 and 2003): scope
+            # admits a value when every spelling is inside, off-limits refuses it when any is
+            mine = (self.host, self.alt) if self.alt else (self.host,)
+            if off_limits:
+                return any(self._host_matches(p, h, True) for p in mine for h in s.hosts())
+            return all(any(self._host_matches(p, h, False) for p in mine) for h in s.hosts())
         if self.kind == "ip":
             (low, high), (lo, hi) = self.span, s.span
             return (lo <= high and low <= hi) if off_limits else (low <= lo and hi <= high)
         if self.kind == "url":
             assert self.of is not None and s.of is not None
-            return (
-                self.scheme == s.scheme and self.port == s.port and self.of.matches(s.of, off_limits=off_limits)
-                and (self._glob_matches(s.path, off_limits)
-                     # a server that merges slashes serves `//admin/x` as `/admin/x`
-                     or (off_limits and "//" in s.path and self._glob_matches(_SLASHES.sub("/", s.path), True)))
-            )
+            if not (self.scheme == s.scheme and self.port == s.port and self.of.matches(s.of, off_limits=off_limits)):
+                return False
+            if not off_limits:
+                return self._glob_matches(s.path, False) and (not s.alt_path or self._glob_matches(s.alt_path, False))
+            # a server that merges slashes serves `//admin/x` as `/admin/x`
+            return any(self._glob_matches(path, True) or ("//" in path and self._glob_matches(_SLASHES.sub("/", path), True))
+                       for path in ((s.path, s.alt_path) if s.alt_path else (s.path,)))
         return self._glob_matches(s.text, off_limits)
+
+    def _host_matches(self, entry: str, host: str, off_limits: bool) -> bool:
+        if self.wildcard or (off_limits and host != entry):
+            return host.endswith("." + entry)
+        return host == entry
 
     def _glob_matches(self, text: str, off_limits: bool) -> bool:
         if not off_limits:
@@ -491,9 +666,11 @@ class Pattern:
         if self.kind != other.kind:
             return False
         if self.kind == "host":
+            mine = (self.host, self.alt) if self.alt else (self.host,)
+            theirs = (other.host, other.alt) if other.alt else (other.host,)
             if not self.wildcard:
-                return not other.wildcard and other.host == self.host
-            return other.host.endswith("." + self.host) or (other.wildcard and other.host == self.host)
+                return not other.wildcard and all(h in mine for h in theirs)
+            return all(any(h.endswith("." + p) or (other.wildcard and h == p) for p in mine) for h in theirs)
         if self.kind == "ip":
             return self.span[0] <= other.span[0] and other.span[1] <= self.span[1]
         if self.kind == "url":
@@ -526,7 +703,7 @@ def _read_pattern(text: str) -> Pattern:
         url, wildcard = _read_url(text, folded, pattern=True)
         assert url.of is not None
         of = (Pattern("ip", url.of.text, span=url.of.span) if url.of.kind == "ip"
-              else Pattern("host", url.of.text, host=url.of.host, wildcard=wildcard))
+              else Pattern("host", url.of.text, host=url.of.host, wildcard=wildcard, alt=url.of.alt))
         return Pattern("url", text, scheme=url.scheme, port=url.port, glob=url.path, of=of)
     if _IPV6ISH.fullmatch(folded):
         return Pattern("ip", text, span=_ip_span(folded, strict=True))
@@ -546,7 +723,7 @@ def _read_pattern(text: str) -> Pattern:
         host = normalise_host(rest)
         if _ends_in_number(host):
             raise SubjectError(f"{_show(text)} is an address spelled as a host; write the canonical address")
-        return Pattern("host", text, host=host, wildcard=wildcard)
+        return Pattern("host", text, host=host, wildcard=wildcard, alt=_host_2003(rest, host))
     return Pattern("name", text, glob=text)
 
 
@@ -573,8 +750,9 @@ class SubjectSet:
     def __init__(self, patterns: Iterable[Pattern]):
         self.patterns = tuple(patterns)
         self._any = any(p.kind == "any" for p in self.patterns)
-        self._hosts = frozenset(p.host for p in self.patterns if p.kind == "host" and not p.wildcard)
-        self._subdomains_of = frozenset(p.host for p in self.patterns if p.kind == "host" and p.wildcard)
+        hosts = [p for p in self.patterns if p.kind == "host"]
+        self._hosts = frozenset(h for p in hosts if not p.wildcard for h in (p.host, p.alt) if h)
+        self._subdomains_of = frozenset(h for p in hosts if p.wildcard for h in (p.host, p.alt) if h)
         self._others = tuple(p for p in self.patterns if p.kind in ("ip", "url"))
         globs = [p.glob for p in self.patterns if p.kind == "name"]
         self._names = GlobMatcher(globs) if globs else None
@@ -594,8 +772,10 @@ class SubjectSet:
     def matches(self, s: Subject) -> bool:
         if self._any:
             return True
-        if s.kind == "host":
-            return s.host in self._hosts or any(p in self._subdomains_of for p in _parents(s.host))
+        if s.kind == "host":  # every spelling a client may look up is inside
+            if not s.alt:
+                return s.host in self._hosts or any(p in self._subdomains_of for p in _parents(s.host))
+            return all(h in self._hosts or any(p in self._subdomains_of for p in _parents(h)) for h in s.hosts())
         if s.kind == "name":
             return self._names is not None and self._names.fullmatch(s.text)
         return any(p.matches(s) for p in self._others)
@@ -624,10 +804,12 @@ class OffLimits:
         self._hosts: dict[str, str] = {}
         self._subdomains_of: dict[str, str] = {}
         for p, reason in self.entries:
-            if p.kind == "host":
-                (self._subdomains_of if p.wildcard else self._hosts).setdefault(p.host, reason)
-            elif p.kind == "name" and (host := _as_host(p.glob)) is not None:
-                self._hosts.setdefault(host, reason)  # `bücher` refuses `xn--bcher-kva.` too
+            if p.kind == "host":  # under each of its spellings: `weiß.example` also refuses `weiss.example`
+                for host in (p.host, p.alt) if p.alt else (p.host,):
+                    (self._subdomains_of if p.wildcard else self._hosts).setdefault(host, reason)
+            elif p.kind == "name":
+                for host in _as_host(p.glob):
+                    self._hosts.setdefault(host, reason)  # `bücher` refuses `xn--bcher-kva.` too
         # dotless name entries are also single-label hosts: only they can match a host's last label
         self._label_entries = tuple((p, r) for p, r in self.entries if p.kind == "name" and "." not in p.glob)
         self._labels = GlobMatcher([p.glob for p, _ in self._label_entries], wide=True) if self._label_entries else None
@@ -643,16 +825,19 @@ class OffLimits:
         """Why `s` is off-limits, or None."""
         if self._any is not None:
             return self._any
-        if s.kind == "host":
-            found = self._hosts.get(s.host)
-            for parent in _parents(s.host):
+        if s.kind == "host":  # any spelling a client may look up
+            if not s.alt:
+                return self._host_reason(s.host)
+            for host in s.hosts():
+                found = self._host_reason(host)
                 if found is not None:
-                    break
-                found = self._hosts.get(parent) or self._subdomains_of.get(parent)
-            return found if found is not None else self._name_of_host(s.host)
-        if s.kind == "name" and (self._names is None or not any(
-                self._names.fullmatch(t) for t in _as_written_and_folded(s.text))):
+                    return found
             return None
+        if s.kind == "name":
+            if s.machine is not None and (found := self.reason(s.machine)) is not None:
+                return found  # `localhost:8080` is the host localhost
+            if self._names is None or not any(self._names.fullmatch(t) for t in _as_written_and_folded(s.text)):
+                return None
         for p, reason in self._others:
             if p.matches(s, off_limits=True):
                 return reason
@@ -666,6 +851,14 @@ class OffLimits:
             assert s.of is not None
             return self.reason(s.of)
         return None
+
+    def _host_reason(self, host: str) -> str | None:
+        found = self._hosts.get(host)
+        for parent in _parents(host):
+            if found is not None:
+                break
+            found = self._hosts.get(parent) or self._subdomains_of.get(parent)
+        return found if found is not None else self._name_of_host(host)
 
     def _name_of_host(self, host: str) -> str | None:
         """The reason of a dotless name glob matching the host's last label (`intranet-*` refuses
@@ -708,18 +901,38 @@ def _this_host(span: tuple[int, int]) -> Iterator[tuple[int, int]]:
 
 
 def _as_written_and_folded(text: str) -> tuple[str, ...]:
-    """The text, and its folded form when that differs (ASCII text folds to itself: one pass)."""
+    """The text, its folded form when that differs (ASCII text folds to itself: one pass), and,
+    when it holds percent-escapes, the folded form of it decoded: a service that decodes the value
+    works on `customer:vip-1` when the call wrote `customer:vip%2D1`."""
     folded = fold(text)
-    return (text,) if folded == text else (text, folded)
+    forms: tuple[str, ...] = (text,) if folded == text else (text, folded)
+    if "%" in text and _AN_ESCAPE.search(text):
+        forms += (fold(_decoded(text)),)
+    return forms
 
 
-def _as_host(glob: str) -> str | None:
+def _decoded(text: str) -> str:
+    """`text` with its percent-escapes decoded until none is left, at most four times (`%252D` is
+    `%2D` to a first decoder and `-` to a second)."""
+    for _ in range(4):
+        text = unquote(text)
+        if not _AN_ESCAPE.search(text):
+            break
+    return text
+
+
+def _as_host(glob: str) -> tuple[str, ...]:
     """A name entry without wildcards that is a valid host name (a single label: it holds no dot,
-    or it would have been read as a host), as the host; None otherwise."""
+    or it would have been read as a host), as its host spellings (IDNA 2008, and 2003 when it
+    differs); () otherwise."""
     if "*" in glob or "?" in glob:
-        return None
+        return ()
+    folded = fold(glob)
     try:
-        host = normalise_host(fold(glob))
+        host = normalise_host(folded)
     except SubjectError:
-        return None
-    return None if _ends_in_number(host) else host
+        return ()
+    if _ends_in_number(host):
+        return ()
+    alt = _host_2003(folded, host)
+    return (host, alt) if alt else (host,)

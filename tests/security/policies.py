@@ -30,6 +30,11 @@ subjects:
   - {pattern: "localhost", reason: a single-label host read as a name}
   - {pattern: "intranet-*", reason: single-label hosts by glob}
   - {pattern: "https://docs.example.com/admin/**", reason: a URL path}
+  - {pattern: "weiß.example", reason: a host written with a deviation character}
+  - {pattern: "fuss.example", reason: a host another spelling writes with ß}
+  - {pattern: "σοφος.example", reason: a host with a final sigma}
+  - {pattern: "क्ष.example", reason: a host another spelling writes with ZWNJ}
+  - {pattern: "db-main", reason: a single-label host}
 """,
     "tools/probe.yaml": """\
 kind: Tool

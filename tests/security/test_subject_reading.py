@@ -130,3 +130,37 @@ def test_a_single_label_name_entry_is_the_host_in_any_spelling():
         assert off.reason(read_value(value)) == "a Unicode label", value
     assert off.reason(read_value("db-main.")) == "by glob"
     assert off.reason(read_value("bücher.example")) is None  # the label is not the host's last
+
+
+def test_what_the_reader_returns_for_a_machine_inside_a_name():
+    s = read_value("LOCALHOST:8080/x")
+    assert s.kind == "name" and s.text == "LOCALHOST:8080/x"
+    assert s.machine is not None and (s.machine.kind, s.machine.host) == ("host", "localhost")
+    assert read_value("customer:vip-1").machine is None  # its "port" is no number: no host
+    assert read_value("customer:42").machine.host == "customer"
+    assert read_value("local\ufe0fhost").machine.host == "localhost"  # a variation selector is dropped
+    for text in ("u:p@127.0.0.1", "payments%2elab%2eexample%2ecom", "[::1]:80", "127?x"):
+        with pytest.raises(SubjectError):
+            read_value(text)
+
+
+def test_what_the_reader_returns_for_a_deviation_spelling():
+    s = read_value("Weiß.example")
+    assert (s.host, s.alt, s.hosts()) == ("xn--wei-7ka.example", "weiss.example", ("xn--wei-7ka.example", "weiss.example"))
+    assert read_value("weiss.example").alt == ""  # ASCII has one spelling
+    assert read_value("xn--wei-7ka.example").alt == ""  # an A-label is looked up as written
+    off = OffLimits([(read_pattern("fuss.example"), "ss"), (read_pattern("*.weiß.example"), "ß")])
+    assert off.reason(read_value("FUẞ.example")) == "ss"
+    assert off.reason(read_value("www.weiss.example")) == "ß"
+    scope = SubjectSet([read_pattern("weiss.example")])
+    assert not scope.matches(read_value("weiß.example"))  # its IDNA 2008 spelling is another name
+    assert SubjectSet([read_pattern("weiß.example")]).matches(read_value("weiß.example"))
+
+
+def test_what_the_reader_returns_for_a_slash_look_alike():
+    s = read_value("https://api.example.com/v1/a\u2215b")
+    assert (s.path, s.alt_path) == ("/v1/a/b", "/v1/a\u2215b")
+    assert read_value("https://api.example.com/v1/a%E2%88%95b").path == "/v1/a/b"
+    assert read_value("https://api.example.com/v1/%C3%BC").alt_path == ""  # no look-alike: one reading
+    assert SubjectSet([read_pattern("https://api.example.com/v1/**")]).matches(s)
+    assert not SubjectSet([read_pattern("https://api.example.com/v1/*")]).matches(s)
