@@ -1287,8 +1287,8 @@ class Driver:
                                 truncated=receipt.truncated, masked=receipt.masked_count, replayed=receipt.replayed,
                                 output=receipt.output[:2000],
                                 **({"verifies": call["verifies"]} if call["verifies"] else {}))
-        if not ok and not call["verifies"]:  # a failed task becomes a proposed learning
-            failed = receipt.code or ("timeout" if receipt.timed_out else f"exit_{receipt.exit_code}")
+        failed = learnings.task_failure(receipt.code, receipt.exit_code, receipt.timed_out)
+        if failed and not call["verifies"]:  # a failed task becomes a proposed learning
             learnings.report(self, run, cp.LEARNING_SOURCE_TASK_FAILED, failed,
                              f"{call['tool']} failed ({failed}): {receipt.output[-300:].strip()}",
                              tool=call["tool"], decision_id=call["decision_id"])
