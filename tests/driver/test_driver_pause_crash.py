@@ -84,3 +84,37 @@ def test_a_pause_survives_a_driver_killed_at_any_point_and_applies_once(stack, c
             assert [r["arguments"]["person"] for r in acts(checkpoint_server, run_id, "pause")] == ["bob"], point
     finally:
         _kill(recovering)
+
+
+@pytest.mark.usefixtures("triage_waits")
+def test_a_pause_whose_answer_was_lost_is_finished_once_when_asked_again_or_on_restart(stack, checkpoint_server):
+    """The checkpoint cannot be reached while a person pauses: it may have recorded the act
+    before the answer was lost, so the pause stays open; asked again, it is sent under the same
+    id and applied once, and a driver that restarts first applies it the same way."""
+    from driver.errors import DependencyUnavailable
+
+    d = stack.driver()
+    parent_id = start_parent(d, [], [TRIAGE_PLAN])
+    [child] = d.store.children(parent_id)
+    until(d, child["run_id"], lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    for finish in ("asked_again", "restart"):
+        if finish == "restart":
+            d.resume_with_children(parent_id, "bob")
+            until(d, child["run_id"], lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval again")
+        cut_off = stack.driver(checkpoint="127.0.0.1:1")  # nothing listens there
+        with pytest.raises(DependencyUnavailable):
+            cut_off.pause(parent_id, "bob", "hold everything")
+        assert d.store.run(parent_id)["status"] != PAUSED and len(d.store.open_pauses()) == 1
+        again = stack.driver()
+        if finish == "asked_again":
+            again.pause(parent_id, "bob", "hold everything")
+        else:
+            again.recover()
+        for run_id, code in ((parent_id, "paused"), (child["run_id"], "parent_paused")):
+            run = again.store.run(run_id)
+            assert (run["status"], run["code"]) == (PAUSED, code), finish
+        assert not again.store.open_pauses()
+    for run_id in (parent_id, child["run_id"]):
+        assert len(acts(checkpoint_server, run_id, "pause")) == 2  # one per pause, none twice
+        assert _paused_events(d.store, run_id) == [
+            "paused" if run_id == parent_id else "parent_paused"] * 2
