@@ -61,7 +61,6 @@ from driver.store import (
     CANCELLED,
     FAILED,
     PARENT_PAUSED,
-    PAUSABLE,
     PAUSED,
     PERSON_PAUSED,
     RUNNING,
@@ -412,22 +411,7 @@ class Driver:
         person. A run already paused keeps its own reason and is not resumed with the parent; ended
         ones are skipped. Safe to repeat: only runs still running or waiting are moved, and a run
         with a pause under way gets no second one."""
-        pauses: list[dict[str, Any]] = []
-        above = [run["run_id"]]
-        while above:
-            for child in self.store.children(above.pop()):
-                if child["status"] in TERMINAL:
-                    continue
-                if child["status"] not in PAUSABLE:
-                    above.append(child["run_id"])
-                    continue
-                parent = child["parent_run_id"]
-                why = f"paused with its parent run {parent} by {person}" + (f": {reason}" if reason else "")
-                added = self.store.add_pause(child["run_id"], PARENT_PAUSED, person, why, reason,
-                                             parent_run_id=parent)
-                if added is not None:
-                    pauses.append(added)
-        return self._apply_pauses(pauses)
+        return self._apply_pauses(self.store.pause_below(run["run_id"], person, reason))
 
     def resume(self, run_id: str, person: str, reply: str = "", raise_budget: dict[str, Any] | None = None,
                *, spawn: bool = True) -> dict[str, Any]:

@@ -340,6 +340,27 @@ class RunStore:
         with self._lock:
             self.db.execute("DELETE FROM pauses WHERE pause_id = ? AND state = 'intent'", [pause_id])
 
+    def pause_below(self, run_id: str, person: str, note: str) -> list[dict[str, Any]]:
+        """A `parent_paused` intent for every active run below `run_id`, reached through runs paused
+        for their own reason (they keep it) but not through an active one: its own pause, once
+        applied, reaches further. A run with a pause under way gets no second one."""
+        added: list[dict[str, Any]] = []
+        with self._lock:
+            above = [run_id]
+            while above:
+                for child in self.children(above.pop()):
+                    if child["status"] in TERMINAL:
+                        continue
+                    if child["status"] not in PAUSABLE:
+                        above.append(child["run_id"])
+                        continue
+                    parent = child["parent_run_id"]
+                    why = f"paused with its parent run {parent} by {person}" + (f": {note}" if note else "")
+                    pause = self.add_pause(child["run_id"], PARENT_PAUSED, person, why, note, parent_run_id=parent)
+                    if pause is not None:
+                        added.append(pause)
+        return added
+
     def void_open_pauses(self, run_id: str) -> None:
         with self._lock:
             self.db.execute(f"UPDATE pauses SET state = 'void' WHERE run_id = ? AND state IN "
@@ -362,24 +383,7 @@ class RunStore:
                 moved = self._hold(p["run_id"], p["code"], p["reason"], p["person"], **extra, **event)
                 self.db.execute("UPDATE pauses SET state = ? WHERE pause_id = ?",
                                 ["applied" if moved else "void", pause_id])
-                below: list[dict[str, Any]] = []
-                # Every active run below, through runs paused for their own reason (they keep it)
-                # but not below an active one: its own pause, once applied, reaches further.
-                above = [p["run_id"]] if moved else []
-                while above:
-                    for child in self.children(above.pop()):
-                        if child["status"] in TERMINAL:
-                            continue
-                        if child["status"] not in PAUSABLE:
-                            above.append(child["run_id"])
-                            continue
-                        parent = child["parent_run_id"]
-                        why = (f"paused with its parent run {parent} by {p['person']}"
-                               + (f": {p['note']}" if p["note"] else ""))
-                        added = self.add_pause(child["run_id"], PARENT_PAUSED, p["person"], why, p["note"],
-                                               parent_run_id=parent)
-                        if added is not None:
-                            below.append(added)
+                below = self.pause_below(p["run_id"], p["person"], p["note"]) if moved else []
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise

@@ -58,7 +58,8 @@ TARGETS: dict[str, list[str]] = {
         "CheckpointService.start_run", "CheckpointService._person_act",
     ],
     # execute up to the container's run: the grant, the replay, the spec (its user) and the claim
-    "toolrunner/runner.py": ["ToolRunner.execute:receipt = self._run(", "ToolRunner._check_revision"],
+    "toolrunner/runner.py": ["ToolRunner.execute:receipt = self._run(", "ToolRunner._check_revision",
+                             "ToolRunner._remove_containers_of"],
     "toolrunner/container.py": ["create"],
     "checkpoint/engine/decide.py": ["_approve_or_stop"],
 }
@@ -69,7 +70,7 @@ CHECKPOINT_TESTS = [
 ]
 A, R = "checkpoint/server/approvals.py", "checkpoint/server/runs.py"
 _RUNNER_TESTS = ["tests/toolrunner/test_toolrunner_review.py", "tests/toolrunner/test_toolrunner_execute.py",
-                 "tests/toolrunner/test_toolrunner_claims.py"]
+                 "tests/toolrunner/test_toolrunner_claims.py", "tests/toolrunner/test_toolrunner_crash.py"]
 TESTS: dict[str, list[str]] = {
     "toolrunner/runner.py": [*_RUNNER_TESTS, *CHECKPOINT_TESTS],
     "toolrunner/container.py": [*_RUNNER_TESTS, "tests/toolrunner/test_toolrunner_hardening.py"],
