@@ -8,7 +8,7 @@ end-of-file and the watchdog kills and removes every container labelled with the
 then exits. A runner that stops normally closes the pipe itself, after its calls ended, and the
 watchdog sweeps whatever is left.
 
-The watchdog runs in a session of its own, so a signal sent to the runner's process group (a
+The watchdog runs in a process group of its own (setsid), so a signal sent to the runner's group (a
 terminal's Ctrl-C, a supervisor's SIGTERM to the group) does not end it before it has swept.
 Where the watchdog dies with the runner (a whole container or cgroup killed), the next runner's
 start-up removes the containers of the calls its store shows were cut off, and the reaper removes
