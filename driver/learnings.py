@@ -5,7 +5,8 @@
   never into the system prompt.
 - A failed run and a failed task (a tool call the toolrunner ran that did not succeed) are
   reported to the checkpoint as proposed learnings, under the run's token. Best effort: a run
-  never fails because a proposal could not be made (an event says so).
+  never fails because a proposal could not be made (an event says so). A call the
+  infrastructure cut short (`task_failure`) is no lesson about the task and is never proposed.
 - The agent may propose one itself through the built-in `propose_learning` action (not a tool of
   any allowlist): the checkpoint records it, capped at `warning`, and the model is told, as data,
   that a person will review it.
@@ -54,6 +55,24 @@ def load_lessons(driver: Driver, run_id: str) -> None:
     driver.store.add_transcript(run_id, {"role": "user", "text": context.lessons(run["agent"], items)})
     driver.store.append_event(run_id, "lessons_loaded", learnings=[
         {"id": i["id"], "severity": i["severity"], "reviewed_by": i["reviewed_by"]} for i in items])
+
+
+# Receipt codes of calls cut short by the infrastructure, not by the tool or its arguments: the
+# runner died while the call ran (`interrupted`) or failed around it (`runner_error`), the engine
+# could not run the container (`container_not_run`), or the call was stopped (`cancelled`).
+INFRASTRUCTURE_CODES = frozenset({"interrupted", "runner_error", "container_not_run", "cancelled"})
+
+
+def task_failure(code: str, exit_code: int, timed_out: bool) -> str:
+    """What a receipt's failure is called when it is the task's own ("timeout", "exit_2", a
+    receipt code); "" when the call succeeded or the infrastructure cut it short."""
+    if code in INFRASTRUCTURE_CODES:
+        return ""
+    if code:
+        return code
+    if timed_out:
+        return "timeout"
+    return "" if exit_code == 0 else f"exit_{exit_code}"
 
 
 def report(driver: Driver, run: dict[str, Any], source: cp.LearningSource, code: str, text: str, *,

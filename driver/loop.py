@@ -60,7 +60,6 @@ from driver.store import (
     CANCELLED,
     FAILED,
     PARENT_PAUSED,
-    PAUSABLE,
     PAUSED,
     PERSON_PAUSED,
     RUNNING,
@@ -364,17 +363,61 @@ class Driver:
 
         The run stops at its next step boundary: a step under way (a model call, a tool call the
         checkpoint allowed) finishes and is kept. The act is on the checkpoint's record first: a
-        pause the checkpoint does not record does not happen (`act_not_recorded`)."""
+        pause the checkpoint refuses to record does not happen (`act_not_recorded`).
+
+        The pause is stored as an intent before it is sent to the checkpoint (with the intent's id,
+        so a second send is not recorded twice) and closed in the transaction that holds the run
+        and adds its children's pauses: a driver that stops anywhere in between applies it, and
+        the pauses it reached, when it starts again (recover), each recorded and applied once."""
         run = self.store.run(run_id)
         if not person:
             raise RunStateError("a pause needs the person's id", code="person_required")
         self._check_pausable(run)
         why = f"paused by {person}" + (f": {reason}" if reason else "")
-        self._record_act(run, "pause", person, reason)  # on the record first, or not at all
-        while not self.store.hold(run_id, PERSON_PAUSED, why, person):
-            # It paused or ended meanwhile (say which), or was resumed in between (pause it then).
-            self._check_pausable(self.store.run(run_id))
-        return self.store.run(run_id), self._pause_descendants(self.store.run(run_id), person, reason)
+        intent = self.store.add_pause(run_id, PERSON_PAUSED, person, why, reason)
+        if intent is None:
+            # One is under way, or was left open because the checkpoint could not be reached:
+            # finish that one (sent again under its own id, it is recorded once).
+            under_way = self.store.open_pauses([run_id])
+            if not under_way:  # it closed meanwhile
+                self._check_pausable(self.store.run(run_id))
+                raise RunStateError(f"run {run_id} is being paused", code="run_already_paused")
+            intent = under_way[0]
+        if intent["state"] == "intent":
+            try:
+                self._record_act(run, "pause", intent["person"], intent["note"], act_id=intent["pause_id"])
+            except RunStateError:
+                self.store.drop_pause(intent["pause_id"])  # refused: not on the record, so it never happened
+                raise
+            # DependencyUnavailable: the checkpoint may have recorded it before the answer was
+            # lost, so the intent stays open; asked again, or after a restart, it is applied.
+            self.store.pause_recorded(intent["pause_id"])
+        moved, below = self.store.apply_pause(intent["pause_id"])
+        if not moved:
+            self._check_pausable(self.store.run(run_id))  # it paused or ended meanwhile: say which
+        return self.store.run(run_id), self._apply_pauses(below)
+
+    def _apply_pauses(self, pauses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Apply open pauses in order (each one's children after it): record those not yet on the
+        record, under their own id, then hold the run. A pause reaching further only stops more,
+        so, like a cancel, it happens even when the checkpoint cannot record it (an
+        `act_unrecorded` event says so) rather than leave a run going under it. Returns the runs
+        held."""
+        held: list[dict[str, Any]] = []
+        todo = list(pauses)
+        while todo:
+            p = todo.pop(0)
+            if p["state"] == "intent":
+                details = {"parent_run_id": p["parent_run_id"]} if p["parent_run_id"] else {}
+                note = p["note"] if p["code"] == PERSON_PAUSED else p["reason"]
+                self._record_act(self.store.run(p["run_id"]), "pause", p["person"], note, required=False,
+                                 act_id=p["pause_id"], **details)
+                self.store.pause_recorded(p["pause_id"])
+            moved, below = self.store.apply_pause(p["pause_id"])
+            if moved:
+                held.append(self.store.run(p["run_id"]))
+            todo += below
+        return held
 
     @staticmethod
     def _check_pausable(run: dict[str, Any]) -> None:
@@ -388,21 +431,9 @@ class Driver:
         """Pause every active run below `run`, which `person` paused (or whose pause reached it):
         code `parent_paused`, each act recorded under the child's own run token naming the same
         person. A run already paused keeps its own reason and is not resumed with the parent; ended
-        ones are skipped. Safe to repeat: only runs still running or waiting are moved."""
-        paused: list[dict[str, Any]] = []
-        for child in self.store.children(run["run_id"]):
-            if child["status"] in TERMINAL:
-                continue
-            if child["status"] in PAUSABLE:
-                why = f"paused with its parent run {run['run_id']} by {person}" + (f": {reason}" if reason else "")
-                # The parent's pause is on the record and in effect: a child's pause only stops more,
-                # so, like a cancel, it happens even when the checkpoint cannot record it (an
-                # `act_unrecorded` event says so) rather than leave a child running under it.
-                self._record_act(child, "pause", person, why, required=False, parent_run_id=run["run_id"])
-                if self.store.hold(child["run_id"], PARENT_PAUSED, why, person, parent_run_id=run["run_id"]):
-                    paused.append(self.store.run(child["run_id"]))
-            paused += self._pause_descendants(self.store.run(child["run_id"]), person, reason)
-        return paused
+        ones are skipped. Safe to repeat: only runs still running or waiting are moved, and a run
+        with a pause under way gets no second one."""
+        return self._apply_pauses(self.store.pause_below(run["run_id"], person, reason))
 
     def resume(self, run_id: str, person: str, reply: str = "", raise_budget: dict[str, Any] | None = None,
                *, spawn: bool = True) -> dict[str, Any]:
@@ -450,6 +481,9 @@ class Driver:
         if not self.store.transition(run_id, PAUSED, RUNNING, "", ""):
             current = self.store.run(run_id)["status"]
             raise RunStateError(f"run {run_id} is {current}, not paused", code="run_not_paused")
+        # A pause left open while the run was paused anyway (its checkpoint answer was lost) is
+        # settled by this later act: a restart must not apply it to the resumed run.
+        self.store.void_open_pauses(run_id)
         self.store.update_run(run_id, budget=budget, note=note, paused_by="",
                               stretch_started_at=now(), stretch=run["stretch"] + 1, stretch_first_turn=run["turn"] + 1,
                               drift=0, stretch_tokens=0,
@@ -528,13 +562,13 @@ class Driver:
         return self.store.run(run_id)
 
     def _record_act(self, run: dict[str, Any], act: str, person: str, note: str, *, required: bool = True,
-                    **details: Any) -> None:
+                    act_id: str = "", **details: Any) -> None:
         """A person's act goes on the checkpoint's hash-chained record before it takes effect.
 
         `required`: refused or unrecorded, the act does not happen (RunStateError / the client's
         DependencyUnavailable). Otherwise (a cancel) the failure is an event and the act goes on."""
         request = cp.RecordActRequest(run=cp.RunContext(run_token=run["run_token"]), act=act, person=person,
-                                      note=note, details=to_struct(details))
+                                      note=note, details=to_struct(details), act_id=act_id)
         try:
             answer = self.checkpoint.record_act_answer(request)
             decision = answer.decision
@@ -589,6 +623,10 @@ class Driver:
     def recover(self) -> list[str]:
         """After a restart: continue every run that was running when the driver stopped, and
         hand the outcome of any child that ended meanwhile to the parent waiting for it."""
+        # Pauses the driver stopped in the middle of come first: stored before they were sent to
+        # the checkpoint, they are recorded (once: under their own id) and applied before any
+        # run goes on, parents' before the children they reach.
+        self._apply_pauses(self.store.open_pauses())
         # A parent waiting for a child looks again too: the child may have ended, or its outcome
         # may be in the call already, while this driver was down.
         for parent in self.store.runs(status=AWAITING_CHILD, limit=10000):
@@ -1262,8 +1300,8 @@ class Driver:
                                 truncated=receipt.truncated, masked=receipt.masked_count, replayed=receipt.replayed,
                                 output=receipt.output[:2000],
                                 **({"verifies": call["verifies"]} if call["verifies"] else {}))
-        if not ok and not call["verifies"]:  # a failed task becomes a proposed learning
-            failed = receipt.code or ("timeout" if receipt.timed_out else f"exit_{receipt.exit_code}")
+        failed = learnings.task_failure(receipt.code, receipt.exit_code, receipt.timed_out)
+        if failed and not call["verifies"]:  # a failed task becomes a proposed learning
             learnings.report(self, run, cp.LEARNING_SOURCE_TASK_FAILED, failed,
                              f"{call['tool']} failed ({failed}): {receipt.output[-300:].strip()}",
                              tool=call["tool"], decision_id=call["decision_id"])

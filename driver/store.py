@@ -12,7 +12,10 @@ Tables (sqlite-utils, WAL):
 - approvals: REQUIRE_APPROVAL answers waiting for, or decided by, a person;
 - receipts: the toolrunner's receipts, by decision id (`verifies` names the criterion when the
   call was the driver's own check, not the run's work);
-- spend: USD per model call, for the daily owner and tenant allowances.
+- spend: USD per model call, for the daily owner and tenant allowances;
+- pauses: a person's pause of a run (or its reach to a child run) as an intent, written before
+  the act goes on the checkpoint's record and closed in the same transaction that holds the
+  run, so a driver that stops in between applies it on restart, once.
 
 Events are never updated or deleted. A driver that restarts reads runs back from here: a run that
 was running is picked up where its last committed step left it.
@@ -81,6 +84,15 @@ _RECEIPT_COLUMNS: dict[str, Any] = {"decision_id": str, "run_id": str, "tool": s
                                     "output": str, "receipt": str, "created_at": float, "verifies": str}
 
 
+# A pause's life: `intent` (stored, not yet on the checkpoint's record), `recorded` (on the
+# record, not yet applied), then `applied` (the run held) or `void` (it had paused or ended).
+_PAUSE_COLUMNS: dict[str, Any] = {
+    "pause_id": str, "run_id": str, "code": str, "person": str, "reason": str, "note": str,
+    "parent_run_id": str, "state": str, "created_at": float,
+}
+OPEN_PAUSE_STATES = ("intent", "recorded")
+
+
 def _call_row(r: dict[str, Any]) -> dict[str, Any]:
     return {**r, "arguments": json.loads(r["arguments"]), "result": json.loads(r["result"]) if r["result"] else None}
 
@@ -145,6 +157,12 @@ class RunStore:
                     self._t(table).add_column(name, typ, not_null_default="" if typ is str else 0)
         self._t("runs").create_index(["parent_run_id"], if_not_exists=True)
         self._t("runs").create_index(["root_run_id"], if_not_exists=True)
+        if "pauses" not in self.db.table_names():
+            self._t("pauses").create(_PAUSE_COLUMNS, pk="pause_id")
+        # One open pause per run: a second person's pause while one is under way is refused,
+        # and a cascade that reaches a run twice adds nothing.
+        self.db.execute("CREATE UNIQUE INDEX IF NOT EXISTS pauses_open ON pauses (run_id) "
+                        "WHERE state IN ('intent', 'recorded')")
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -266,19 +284,112 @@ class RunStore:
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                cur = self.db.execute(
-                    f"UPDATE runs SET status = ?, code = ?, reason = ?, paused_by = ?, updated_at = ? "
-                    f"WHERE run_id = ? AND status IN ({', '.join('?' for _ in PAUSABLE)})",
-                    [PAUSED, code, reason, person, now(), run_id, *PAUSABLE])
-                moved = cur.rowcount == 1
-                if moved:
-                    self.append_event(run_id, "run_paused", code=code, reason=reason, person=person, **event)
+                moved = self._hold(run_id, code, reason, person, **event)
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
             self.changed.notify_all()
             return moved
+
+    def _hold(self, run_id: str, code: str, reason: str, person: str, /, **event: Any) -> bool:
+        """hold()'s statements, inside the caller's transaction."""
+        cur = self.db.execute(
+            f"UPDATE runs SET status = ?, code = ?, reason = ?, paused_by = ?, updated_at = ? "
+            f"WHERE run_id = ? AND status IN ({', '.join('?' for _ in PAUSABLE)})",
+            [PAUSED, code, reason, person, now(), run_id, *PAUSABLE])
+        moved = cur.rowcount == 1
+        if moved:
+            self.append_event(run_id, "run_paused", code=code, reason=reason, person=person, **event)
+        return moved
+
+    # -- pauses ---------------------------------------------------------------------------
+
+    def add_pause(self, run_id: str, code: str, person: str, reason: str, note: str = "",
+                  parent_run_id: str = "") -> dict[str, Any] | None:
+        """A pause of `run_id` as an intent, before anything else of it happens; None when the
+        run already has one under way."""
+        pause_id = "pause-" + uuid.uuid4().hex[:16]
+        with self._lock:
+            cur = self.db.execute(
+                "INSERT INTO pauses (pause_id, run_id, code, person, reason, note, parent_run_id, state, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'intent', ?) ON CONFLICT DO NOTHING",
+                [pause_id, run_id, code, person, reason, note, parent_run_id, now()])
+        return self.pause(pause_id) if cur.rowcount == 1 else None
+
+    def pause(self, pause_id: str) -> dict[str, Any]:
+        return self._get("pauses", pause_id, "pause")
+
+    def open_pauses(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        """Pauses not yet applied, oldest first (a parent's before the children it reached);
+        with `run_ids`, only those of these runs."""
+        where = f"state IN ({', '.join('?' for _ in OPEN_PAUSE_STATES)})"
+        params: list[Any] = list(OPEN_PAUSE_STATES)
+        if run_ids is not None:
+            where += f" AND run_id IN ({', '.join('?' for _ in run_ids)})" if run_ids else " AND 0"
+            params += run_ids
+        with self._lock:
+            return [dict(r) for r in self._t("pauses").rows_where(where, params, order_by="created_at, rowid")]
+
+    def pause_recorded(self, pause_id: str) -> None:
+        with self._lock:
+            self.db.execute("UPDATE pauses SET state = 'recorded' WHERE pause_id = ? AND state = 'intent'", [pause_id])
+
+    def drop_pause(self, pause_id: str) -> None:
+        """A pause the checkpoint did not record: it never happened."""
+        with self._lock:
+            self.db.execute("DELETE FROM pauses WHERE pause_id = ? AND state = 'intent'", [pause_id])
+
+    def pause_below(self, run_id: str, person: str, note: str) -> list[dict[str, Any]]:
+        """A `parent_paused` intent for every active run below `run_id`, reached through runs paused
+        for their own reason (they keep it) but not through an active one: its own pause, once
+        applied, reaches further. A run with a pause under way gets no second one."""
+        added: list[dict[str, Any]] = []
+        with self._lock:
+            above = [run_id]
+            while above:
+                for child in self.children(above.pop()):
+                    if child["status"] in TERMINAL:
+                        continue
+                    if child["status"] not in PAUSABLE:
+                        above.append(child["run_id"])
+                        continue
+                    parent = child["parent_run_id"]
+                    why = f"paused with its parent run {parent} by {person}" + (f": {note}" if note else "")
+                    pause = self.add_pause(child["run_id"], PARENT_PAUSED, person, why, note, parent_run_id=parent)
+                    if pause is not None:
+                        added.append(pause)
+        return added
+
+    def void_open_pauses(self, run_id: str) -> None:
+        with self._lock:
+            self.db.execute(f"UPDATE pauses SET state = 'void' WHERE run_id = ? AND state IN "
+                            f"({', '.join('?' for _ in OPEN_PAUSE_STATES)})", [run_id, *OPEN_PAUSE_STATES])
+
+    def apply_pause(self, pause_id: str, /, **event: Any) -> tuple[bool, list[dict[str, Any]]]:
+        """Hold the pause's run (as `hold`), close the pause, and add a `parent_paused` intent for
+        each of the run's children that is running or waiting, all in one transaction: a crash
+        leaves either the pause open or the run held with its children's pauses to do. Returns
+        whether the run was held (False: it had paused or ended, the pause is void) and the
+        children's pauses. A pause already closed changes nothing."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                p = self.pause(pause_id)
+                if p["state"] not in OPEN_PAUSE_STATES:
+                    self.db.execute("ROLLBACK")
+                    return False, []
+                extra = {"parent_run_id": p["parent_run_id"]} if p["parent_run_id"] else {}
+                moved = self._hold(p["run_id"], p["code"], p["reason"], p["person"], **extra, **event)
+                self.db.execute("UPDATE pauses SET state = ? WHERE pause_id = ?",
+                                ["applied" if moved else "void", pause_id])
+                below = self.pause_below(p["run_id"], p["person"], p["note"]) if moved else []
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+            self.changed.notify_all()
+            return moved, below
 
     def wait_for_child(self, run_id: str, call_pk: int, reason: str) -> bool:
         """A running run starts waiting for its child, only while the call still waits for it:

@@ -57,7 +57,10 @@ TARGETS: dict[str, list[str]] = {
         "KNOWN_VERDICTS", "CheckpointService.check", "_fail_closed", "_forget_claimed_run",
         "CheckpointService.start_run", "CheckpointService._person_act",
     ],
-    "toolrunner/runner.py": ["ToolRunner.execute:decision_id = grant.decision_id", "ToolRunner._check_revision"],
+    # execute up to the container's run: the grant, the replay, the spec (its user) and the claim
+    "toolrunner/runner.py": ["ToolRunner.execute:receipt = self._run(", "ToolRunner._check_revision",
+                             "ToolRunner._remove_containers_of"],
+    "toolrunner/container.py": ["create"],
     "checkpoint/engine/decide.py": ["_approve_or_stop"],
 }
 
@@ -66,8 +69,12 @@ CHECKPOINT_TESTS = [
     "tests/server/test_auth.py", "tests/server/test_rpcs.py", "tests/checkpoint/test_ckpt_codes.py", "tests/security",
 ]
 A, R = "checkpoint/server/approvals.py", "checkpoint/server/runs.py"
-TESTS: dict[str, list[str]] = {"toolrunner/runner.py": [
-    "tests/toolrunner/test_toolrunner_review.py", "tests/toolrunner/test_toolrunner_execute.py", *CHECKPOINT_TESTS]}
+_RUNNER_TESTS = ["tests/toolrunner/test_toolrunner_review.py", "tests/toolrunner/test_toolrunner_execute.py",
+                 "tests/toolrunner/test_toolrunner_claims.py", "tests/toolrunner/test_toolrunner_crash.py"]
+TESTS: dict[str, list[str]] = {
+    "toolrunner/runner.py": [*_RUNNER_TESTS, *CHECKPOINT_TESTS],
+    "toolrunner/container.py": [*_RUNNER_TESTS, "tests/toolrunner/test_toolrunner_hardening.py"],
+}
 
 # Mutant id -> why it cannot be told apart from the original by any caller (see the report).
 _DIGEST_KEY = "a key of the digested dict: a call digest is only ever compared with one this code made"

@@ -10,5 +10,6 @@ Modules, in the order a call passes through them:
 - ``scrub`` / ``output``: masking secrets and credentials; the head-and-tail output cap
 - ``store``: receipts in SQLite, the idempotency record
 - ``reaper``: removes labelled containers past their deadline
+- ``watchdog``: a process that removes the runner's containers when the runner ends, however it ends
 - ``server`` / ``cli``: the gRPC service and ``warden toolrunner serve``
 """

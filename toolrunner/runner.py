@@ -114,9 +114,12 @@ class ToolRunner:
         self._inflight: dict[str, _Inflight] = {}
         self._lock = threading.Lock()
         self._runtimes: set[str] | None = None
-        interrupted = store.mark_interrupted()
+        interrupted = store.interrupt_cut_off()
         if interrupted:
-            log.warning("%d call(s) were cut off by the previous runner; marked interrupted", interrupted)
+            log.warning("%d call(s) were cut off by the previous runner; marked interrupted", len(interrupted))
+            # Their containers may still run (the previous runner and its watchdog were killed
+            # together): a call that is `interrupted` must not go on running.
+            self._remove_containers_of(interrupted)
 
     # -- the call ----------------------------------------------------------------------------
 
@@ -263,6 +266,7 @@ class ToolRunner:
 
         container = ContainerRun(self.api, spec, on_output)
         entry.run = container
+        not_run = False
         if entry.cancelled:
             container.cancel()
         try:
@@ -284,6 +288,7 @@ class ToolRunner:
             log.error("container for %s failed: %s", grant.decision_id, exc)
             now = time.time()
             outcome = Outcome.not_run(now, now, cancelled=False)
+            not_run = True
             with emit_lock:
                 emit("stderr", f"toolrunner: the container could not run: {exc.explanation or exc}\n")
         with emit_lock:
@@ -296,7 +301,9 @@ class ToolRunner:
         joined = scrubber.literal_spans(output)
         output = apply(output, joined)
 
-        if outcome.timed_out:
+        if not_run:
+            code = "container_not_run"
+        elif outcome.timed_out:
             code = "timeout"
         elif outcome.cancelled:
             code = "cancelled"
@@ -351,6 +358,18 @@ class ToolRunner:
             return sorted(self._inflight)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _remove_containers_of(self, decision_ids: list[str]) -> None:
+        for decision_id in decision_ids:
+            for c in self.api.containers(all=True, filters={"label": f"{LABEL_DECISION}={decision_id}"}):
+                try:
+                    self.api.remove_container(c["Id"], force=True)
+                    log.warning("removed the container of interrupted call %s", decision_id)
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409:  # 409: already being removed
+                        raise
 
     def _stored(self, decision_id: str) -> pb.Receipt | None:
         found = self.store.get(decision_id)

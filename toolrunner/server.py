@@ -32,6 +32,7 @@ from toolrunner.policies import PolicySource
 from toolrunner.reaper import Reaper
 from toolrunner.runner import RunnerConfig, ToolRunner
 from toolrunner.store import ReceiptStore
+from toolrunner.watchdog import Watchdog
 from warden import grants, tracing
 from warden.auth import AuthPolicy
 from warden.drain import DEFAULT_GRACE, Drain, drain
@@ -148,6 +149,7 @@ class RunningServer:
     health: health.HealthServicer
     gate: Drain | None = None
     metrics_server: MetricsServer | None = None
+    watchdog: Watchdog | None = None
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Drain: NOT_SERVING, new calls refused, running tools get `grace` seconds to finish and
@@ -159,6 +161,8 @@ class RunningServer:
             self.server.stop(grace).wait()
         if self.reaper:
             self.reaper.stop()
+        if self.watchdog is not None:  # what is still running after the drain goes with the runner
+            self.watchdog.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         self.runner.store.close()
@@ -206,6 +210,8 @@ def create_server(
     store = ReceiptStore(Path(data_dir) / "toolrunner.db")
     runner = ToolRunner(tools=tools, keys=keys, store=store, api=api, secrets=secrets, config=config,
                         policy_revision=revision, policy_source=source)
+    # Before the first call: no container of this runner may outlive it (toolrunner/watchdog.py).
+    watchdog = Watchdog(runner.config.runner_id)
     for ref, image_id in runner.pinned.items():
         if image_id:
             log.info("image %s pinned to %s", ref, image_id)
@@ -235,7 +241,7 @@ def create_server(
         metrics_server.start()
         log.info("toolrunner metrics on port %d", metrics_server.port)
     set_serving(health_servicer, SERVICE_NAME)
-    return RunningServer(server, port, runner, reaper, health_servicer, gate, metrics_server), port
+    return RunningServer(server, port, runner, reaper, health_servicer, gate, metrics_server, watchdog), port
 
 
 def serve(address: str, grace: float = DEFAULT_GRACE, **kwargs) -> int:  # type: ignore[no-untyped-def]

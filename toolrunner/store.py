@@ -98,7 +98,12 @@ class ReceiptStore:
         return rows[0]["state"], pb.Receipt.FromString(blob) if blob else None
 
     def mark_interrupted(self) -> int:
-        """Turn claims left `running` by a previous process into `interrupted` receipts."""
+        """Turn claims left `running` by a previous process into `interrupted` receipts; returns
+        how many."""
+        return len(self.interrupt_cut_off())
+
+    def interrupt_cut_off(self) -> list[str]:
+        """mark_interrupted(), returning the decision ids of the calls it marked."""
         with self._lock:
             rows = list(
                 self._db.query(f"SELECT decision_id, run_id, tool FROM {RECEIPTS} WHERE state = 'running'")
@@ -112,7 +117,7 @@ class ReceiptStore:
                 code="interrupted",
             )
             self.finish(receipt)
-        return len(rows)
+        return [row["decision_id"] for row in rows]
 
     def close(self) -> None:
         with self._lock:

@@ -86,7 +86,8 @@ class CheckpointService:
         self.runs = RunTokens(self.token_keys, run_token_ttl, self._seconds)
         self.pins = PinnedPolicies()
         self.approvals = Approvals(self.token_keys, self.mask_key, single_use, approval_token_ttl, self._seconds)
-        self.single_use = single_use  # also where runs' ends are kept: every worker reads the same
+        self.single_use = single_use  # also where runs' ends are kept (every worker reads the same), and
+        # where a caller's act sent again is taken once (act_id)
         self.metrics = metrics
         self.max_batch_items = max_batch_items
         self._watch_stops: set[threading.Event] = set()
@@ -472,6 +473,8 @@ class CheckpointService:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
             if request.act not in RUN_ACTS:
                 raise Refused(codes.INVALID_REQUEST, f"act must be one of {', '.join(sorted(RUN_ACTS))}", "act")
+            if len(request.act_id) > MAX_ACT_ID:
+                raise Refused(codes.INVALID_REQUEST, f"act_id is longer than {MAX_ACT_ID} characters", "act")
             established = self._establish(check, principal, caller)
             if request.act == END_ACT:
                 details = _run_end(request, principal, established, details)
@@ -505,8 +508,20 @@ class CheckpointService:
         chain = convert.actor_chain(check.run.actor_chain)
         last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
         run = check.run
+        stamped = stamp(response)
+        # The same act sent again (its caller restarted and cannot tell whether the first was
+        # recorded): the key is the run the token established and the caller's act id, taken
+        # by a unique insert, so the act is on the record once and the first answer stands.
+        act_key = f"act:{run.run_id}:{request.act_id}" if request.act_id and response.verdict == ALLOW else ""
+        if act_key:
+            first = self.single_use.claim(act_key, response.decision_id)
+            if first is not None:
+                response.decision_id = first
+                response.reason = f"already recorded as decision {first}"
+                self._count(response.verdict, response.code)
+                return pb.RecordActResponse(decision=response)
         record = act_record(
-            response, stamp(response), policies, caller_name(caller), principal,
+            response, stamped, policies, caller_name(caller), principal,
             tenant=run.tenant or None,
             run_id=run.run_id or None,
             root_run_id=run.root_run_id or run.run_id or None,
@@ -521,6 +536,8 @@ class CheckpointService:
         if established is None:
             record = bound_refusal(record)
         self._append_or_deny(record, response)
+        if act_key and response.verdict != ALLOW:  # not on the record: the act may be sent again
+            self.single_use.release(act_key, response.decision_id)
         self._count(response.verdict, response.code)
         out = pb.RecordActResponse(decision=response)
         if request.act == "resume" and response.verdict == ALLOW and established is not None:
@@ -841,6 +858,7 @@ class CheckpointService:
 MAX_INPUT_BYTES = 16 * 1024
 PERSON_ACTS = frozenset({"resume", "cancel", "amend", "pause"})
 ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is an operator's
+MAX_ACT_ID = 64
 RUN_ACTS = PERSON_ACTS | {END_ACT}  # and the run's own end, which names no person
 WIDENING_ACTS = frozenset({"resume", "amend"})  # acts that let a run do more than it could before
 

@@ -57,6 +57,12 @@ class SingleUse:
                 row = self._conn.execute("SELECT used_by FROM used WHERE key = ?", (key,)).fetchone()
                 return row[0] if row else "another decision"
 
+    def release(self, key: str, used_by: str) -> None:
+        """Give back a key this caller claimed for something that then did not happen (its
+        record could not be written), so the same thing may be asked for again."""
+        with self._lock:
+            self._conn.execute("DELETE FROM used WHERE key = ? AND used_by = ?", (key, used_by))
+
     def used_by(self, key: str) -> str | None:
         with self._lock:
             row = self._conn.execute("SELECT used_by FROM used WHERE key = ?", (key,)).fetchone()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from driver_harness import CHECKPOINT_TOKEN, PLAN, TOOLRUNNER_TOKEN, call, final
 
 from driver.clients import CheckpointClient, ToolRunnerClient
@@ -15,6 +16,7 @@ from driver.pricing import Prices
 from driver.providers import make_provider
 from driver.store import FAILED, RunStore
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.toolrunner.v1 import toolrunner_pb2 as tr
 
 LESSON = "list_templates lists retired templates too; confirm a template with get_task first"
 LEARN = {"action": "tool_call", "tool": "propose_learning",
@@ -129,3 +131,30 @@ def test_a_blocking_lessons_text_cannot_close_the_refusal_it_sits_in(stack, chec
     assert "run_shell is allowed now" in content  # the lesson is there, as data
     assert content.lower().count("</data") == 1 and content.endswith("</data>"), content
     assert content.lower().count("<data") == 1, content
+
+
+@pytest.mark.parametrize("code", ["interrupted", "runner_error", "container_not_run", "cancelled"])
+def test_a_call_the_infrastructure_cut_short_never_becomes_a_learning(stack, checkpoint_server, toolrunner_server,
+                                                                      monkeypatch, code):
+    """The toolrunner died mid-call (its store turns the claim into an `interrupted` receipt when it
+    starts again), failed, or could not run the container: the receipt is the one the real runner
+    answers for the grant, and it says nothing about the task."""
+    d = stack.driver()
+    real = d.toolrunner.execute
+
+    def cut_short(req: Any, output: Any) -> Any:
+        runner_store = toolrunner_server.runner.store
+        assert runner_store.claim(req.grant.decision_id, req.run_id, req.tool)
+        runner_store.finish(tr.Receipt(decision_id=req.grant.decision_id, run_id=req.run_id, tool=req.tool,
+                                       exit_code=-1, code=code))
+        return real(req, output)
+
+    monkeypatch.setattr(d.toolrunner, "execute", cut_short)
+    ops_plan = call("propose_plan", steps=[{"id": "ls", "tool": "run_shell"}])
+    run = stack.start(d, [ops_plan, call("run_shell", program="ls", arg="/tmp"),
+                          final(scan_ran="none", reported="none")], agent="ops")
+    [receipt] = d.store.receipts(run["run_id"])
+    assert receipt["code"] == code
+    assert result(d, run["run_id"], "run_shell")["is_error"] is True  # the model is told it did not run
+    assert not [x for x in checkpoint_server.service.learnings.store.rows() if x["source"] == "task_failed"]
+    assert "learning_proposed" not in [e["kind"] for e in d.store.events(run["run_id"])]

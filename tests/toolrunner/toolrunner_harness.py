@@ -97,6 +97,8 @@ def make_tools() -> dict[str, Tool]:
         _tool("resolv_networked", [sh, "-c", "cat /etc/resolv.conf"], network=True),
         _tool("write_root", [sh, "/tools/test/write_root.sh"]),
         _tool("whoami", [sh, "/tools/test/whoami.sh"]),
+        # a user the image does not default to: only the definition can make the tool run as it
+        _tool("own_user", [sh, "-c", "echo uid=$(id -u) gid=$(id -g)"], user="4321:4322"),
         _tool("absent_image", [sh, "-c", "true"], image="warden-absent:never"),
         _tool("gvisor", [sh, "/tools/list_templates.sh"], runtime="runsc-not-installed"),
         _tool("sandboxed", [sh, "-c", "uname -r; id -u; echo sandboxed"], runtime="runsc"),

@@ -651,18 +651,20 @@ class RejectResponse(_message.Message):
     def __init__(self, decision: _Optional[_Union[CheckResponse, _Mapping]] = ...) -> None: ...
 
 class RecordActRequest(_message.Message):
-    __slots__ = ("run", "act", "person", "note", "details")
+    __slots__ = ("run", "act", "person", "note", "details", "act_id")
     RUN_FIELD_NUMBER: _ClassVar[int]
     ACT_FIELD_NUMBER: _ClassVar[int]
     PERSON_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
     DETAILS_FIELD_NUMBER: _ClassVar[int]
+    ACT_ID_FIELD_NUMBER: _ClassVar[int]
     run: RunContext
     act: str
     person: str
     note: str
     details: _struct_pb2.Struct
-    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., act: _Optional[str] = ..., person: _Optional[str] = ..., note: _Optional[str] = ..., details: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    act_id: str
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., act: _Optional[str] = ..., person: _Optional[str] = ..., note: _Optional[str] = ..., details: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., act_id: _Optional[str] = ...) -> None: ...
 
 class RecordActResponse(_message.Message):
     __slots__ = ("decision", "run_token")
