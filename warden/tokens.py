@@ -129,9 +129,10 @@ class Signer:
         body = f"{self.label}.{kid}.{_b64(canonical.dumps(stamped))}"
         return f"{body}.{_b64(key.sign(body.encode('ascii')))}"
 
-    def verify(self, token: str) -> dict[str, Any]:
-        """The claims of a token this checkpoint's key set signed, alive now; raises TokenInvalid otherwise."""
-        return verify(token, self.label, self.keys.public_key, self.clock())
+    def verify(self, token: str, at: float | None = None) -> dict[str, Any]:
+        """The claims of a token this checkpoint's key set signed, alive at `at` (default: now);
+        raises TokenInvalid otherwise."""
+        return verify(token, self.label, self.keys.public_key, self.clock() if at is None else at)
 
 
 def key_id_of(token: str) -> str:

@@ -121,12 +121,12 @@ class Approvals:
         if used is not None:
             raise Refused(APPROVAL_INVALID, f"decision {decision_id[:64]!r} is settled ({used[:100]})", "approval")
 
-    def verify(self, request: pb.CheckRequest) -> VerifiedApproval:
+    def verify(self, request: pb.CheckRequest, at: float | None = None) -> VerifiedApproval:
         """The approval the request presents, if its token is one this checkpoint signed for this
         run and decision; Refused otherwise. The call itself is compared in `spend`."""
         approval = request.approval
         try:
-            claims = self._signer.verify(approval.token)
+            claims = self._signer.verify(approval.token, at)
             verified = VerifiedApproval(
                 decision_id=str(claims["decision_id"]),
                 run_id=str(claims["run_id"]),

@@ -124,21 +124,21 @@ class RunTokens:
         claims = self._signer.verify(token)
         return self._signer.sign({k: v for k, v in claims.items() if k not in ("iat", "exp")})
 
-    def _verified(self, token: str) -> Established:
+    def _verified(self, token: str, at: float | None) -> Established:
         with self._lock:
             found = self._memo.get(token)
             if found is not None:
                 self._memo.move_to_end(token)
         if found is not None:
             # remembered, not believed for ever: its lifetime and its key are asked on every call
-            if self._signer.clock() >= found.expires:
+            if (self._signer.clock() if at is None else at) >= found.expires:
                 raise Refused(RUN_TOKEN_EXPIRED, "the run token expired: start the run again", "run_token")
             if self._signer.keys.public_key(found.key_id) is None:
                 raise Refused(RUN_TOKEN_INVALID, f"the run token is not valid: signed with key {found.key_id!r}, "
                               "which is not in the published set", "run_token")
             return found
         try:
-            claims = self._signer.verify(token)
+            claims = self._signer.verify(token, at)
             run = pb.RunContext(
                 run_token=token,
                 run_id=claims["run_id"],
@@ -169,14 +169,15 @@ class RunTokens:
                     self._memo.popitem(last=False)
         return established
 
-    def establish(self, request: pb.CheckRequest) -> Established:
-        """Replace the request's run context by its token's (in place) and return what was established."""
+    def establish(self, request: pb.CheckRequest, at: float | None = None) -> Established:
+        """Replace the request's run context by its token's (in place) and return what was established;
+        `at`: the moment the token must be alive at (default: now), the decision's own."""
         given = request.run
         if not given.run_token:
             raise Refused(
                 RUN_TOKEN_INVALID, "every check presents the run token StartRun or a delegation returned", "run_token"
             )
-        established = self._verified(given.run_token)
+        established = self._verified(given.run_token, at)
         signed = established.run
         for name in ("tenant", "run_id", "root_run_id", "parent_run_id"):
             value = getattr(given, name)

@@ -128,6 +128,8 @@ class CheckpointService:
         established = None
         filled = False
         shadow: tuple[str, str, str] | None = None
+        now = self.clock()  # one instant for the whole decision: tokens' lifetimes and both decisions
+        at = now.timestamp()
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
@@ -135,7 +137,7 @@ class CheckpointService:
                 raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
             if action is None:
                 raise InvalidRequest(codes.INVALID_REQUEST, "the request proposes no action", "action")
-            established = self._establish(request, principal, caller)
+            established = self._establish(request, principal, caller, at)
             if not principal.may_check(request.run.tenant, established.agent):
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not ask for agent {established.agent!r} "
@@ -144,11 +146,10 @@ class CheckpointService:
             # a template tool's call is decided, approved, signed and recorded as it will run
             filled = fill_arguments(policies, request)
             if request.HasField("approval"):
-                approval = self.approvals.verify(request)
+                approval = self.approvals.verify(request, at)
             approver = approval.approver if approval else ""
             approved = approval.rules if approval else frozenset()
             pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
-            now = self.clock()  # one instant for both decisions
             response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
             pinned_answer = None
             if pinned is not policies:
@@ -232,10 +233,11 @@ class CheckpointService:
             self.learnings.after_check(request, response)  # triggers; a breaker proposes a learning
         return response
 
-    def _establish(self, request: Any, principal: Principal, caller: str) -> Established:
+    def _establish(self, request: Any, principal: Principal, caller: str, at: float | None = None) -> Established:
         """The run the request's token establishes (its run context replaced by the token's), if
-        the token was issued to this principal (and, when it binds one, to this credential)."""
-        established = self.runs.establish(request)
+        the token was issued to this principal (and, when it binds one, to this credential), alive
+        at `at` (default: now)."""
+        established = self.runs.establish(request, at)
         if established.principal != principal.name or established.caller not in ("", caller):
             raise Refused(codes.RUN_TOKEN_INVALID, "the run token was issued to another caller", "run_token")
         return established

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from driver.service import create_server
 from driver.store import AWAITING_APPROVAL, AWAITING_CHILD, PAUSED, SUCCEEDED, TERMINAL
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.tokens import RUN_LABEL, unverified_claims
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_TOKEN = "bob-operator-token-0123456789"
@@ -197,10 +199,16 @@ def test_pausing_a_parent_pauses_its_active_child_which_resumes_with_it(stack, c
 
     # resuming the parent resumes the child with it, and the tree goes on to the end
     tokens = {r: d.store.run(r)["run_token"] for r in (parent_id, child_id)}
+    later = datetime.now(UTC) + timedelta(minutes=1)  # the checkpoint's clock a minute on: a new lifetime
+    checkpoint_server.service.clock = lambda: later
     _, resumed = d.resume_with_children(parent_id, "bob", "carry on")
     assert [c["run_id"] for c in resumed] == [child_id]
     # each recorded resume renewed that run's token, which the driver presents from then on
-    assert all(d.store.run(r)["run_token"] not in ("", old) for r, old in tokens.items())
+    for run_id, old in tokens.items():
+        renewed = unverified_claims(d.store.run(run_id)["run_token"], RUN_LABEL)
+        before = unverified_claims(old, RUN_LABEL)
+        assert renewed is not None and before is not None
+        assert renewed["run_id"] == run_id and renewed["exp"] > before["exp"]
     parent = settled(d, parent_id)
     assert parent["status"] == SUCCEEDED, (parent["code"], parent["reason"])
     assert d.store.run(child_id)["status"] == SUCCEEDED
