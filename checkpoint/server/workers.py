@@ -77,13 +77,17 @@ def _split(address: str) -> tuple[str, int]:
 def claim_port(address: str) -> str:
     """The address with a concrete port, after checking nobody serves it.
 
-    A plain bind (no SO_REUSEPORT) fails when anything listens there, so a second checkpoint
-    cannot join this one's port and take half its traffic unnoticed. Port 0 is resolved here,
-    once, so every worker binds the same port.
+    A bind without SO_REUSEPORT fails when anything listens there, so a second checkpoint
+    cannot join this one's port and take half its traffic unnoticed. It is made with
+    SO_REUSEADDR, as gRPC binds its own listeners: after a stop under load the port's closed
+    connections stay in TIME_WAIT for a minute, and they must not keep a restart from serving
+    (SO_REUSEADDR never lets a bind past a live listener). Port 0 is resolved here, once, so
+    every worker binds the same port.
     """
     host, port = _split(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
