@@ -7,6 +7,7 @@ the log is read back from its SQLite file and checked with `warden audit verify`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -307,12 +308,6 @@ def test_pin_cpus_off_leaves_workers_to_the_scheduler(tmp_path, policy_dir, cpus
         assert cluster.stop() == 0
 
 
-def _hog(cpu: int) -> subprocess.Popen:
-    """Other work that keeps one CPU busy (a busy loop pinned there)."""
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-
-
 def _wait_on(pid: int, cpu: int, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while _affinities(pid) != {frozenset({cpu})}:
@@ -320,35 +315,86 @@ def _wait_on(pid: int, cpu: int, seconds: float = 60) -> None:
         time.sleep(0.2)
 
 
+class CrowdedCpus:
+    """How busy each CPU looks to a Balancer, decided by the test: a named pipe in /proc/stat's
+    format, read in place of /proc/stat. Every read gets 1000 more clock ticks per CPU, all of
+    them busy on the CPU other work crowds (`crowded`), none on the others. A real /proc/stat
+    tells what the rest of the machine does, and on a machine others keep busy every CPU looks
+    crowded, so where a worker belongs would depend on them; here it depends on the test alone,
+    and each look sees time pass however long the machine takes between two."""
+
+    def __init__(self, path: Path, cpus: list[int], crowded: int):
+        self.path, self.cpus, self.crowded = path, cpus, crowded
+        os.mkfifo(path)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        busy = dict.fromkeys(self.cpus, 0)
+        idle = dict.fromkeys(self.cpus, 0)
+        while not self._stop.is_set():
+            crowded = self.crowded  # one value per read
+            for cpu in self.cpus:
+                busy[cpu] += 1000 if cpu == crowded else 0
+                idle[cpu] += 0 if cpu == crowded else 1000
+            text = "cpu  0 0 0 0 0 0 0 0\n" + "".join(
+                f"cpu{cpu} {busy[cpu]} 0 0 {idle[cpu]} 0 0 0 0\n" for cpu in self.cpus)
+            with open(self.path, "w") as pipe:  # waits for the reader: one content per read
+                pipe.write(text)
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):  # let a writer waiting for a reader go
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            os.read(fd, 1 << 16)
+            os.close(fd)
+        self._thread.join(10)
+
+
+PINNED_PROCESS = """
+import logging, sys, threading, time
+from pathlib import Path
+from checkpoint.server.cpu_placement import Balancer, pin_this_process
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+for _ in range(4):  # threads that exist before the pin, as a checkpoint's do
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+print(pin_this_process(0.5, balancer=Balancer(stat=Path(sys.argv[1]))), flush=True)
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # and one started after it
+time.sleep(600)
+"""
+
+
 @pytest.mark.timeout(180)
-def test_a_pinned_checkpoint_starts_beside_busy_work_and_moves_when_it_is_crowded(tmp_path, policy_dir):
+def test_a_pinned_checkpoint_starts_beside_busy_work_and_moves_when_it_is_crowded(tmp_path):
+    # the one-process pin (`serve --pin-cpus` with one worker) and its looking thread, as the
+    # CLI runs them (test_one_pinned_checkpoint_runs_on_one_cpu_in_sched_batch starts it there)
     first, second = _whole_machine()[:2]
-    hog = _hog(first)
-    cluster = None
+    cpus = CrowdedCpus(tmp_path / "stat", [first, second], crowded=first)
+    pinned = subprocess.Popen([sys.executable, "-c", PINNED_PROCESS, str(cpus.path)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: os.sched_setaffinity(0, {first, second}))
     try:
-        time.sleep(1.0)  # /proc/stat shows the hog's CPU busy
-        cluster = Cluster(tmp_path, policy_dir, workers="1", extra=("--rebalance-interval", "0.5"),
-                          cpus={first, second})  # two CPUs: the one the hog leaves is the freest
-        cluster.wait_serving(workers=1)
-        # placed on the CPU the hog leaves free (other work's share is looked at for 0.1 s first)
-        assert _affinities(cluster.proc.pid) == {frozenset({second})}
-        os.sched_setaffinity(hog.pid, {second})  # now other work crowds the checkpoint's CPU
-        _wait_on(cluster.proc.pid, first)
-        # every thread moved, and it still answers
-        cluster.wait_serving(workers=1)
+        assert pinned.stdout is not None
+        assert pinned.stdout.readline().strip() == str(second)  # placed beside the busy CPU
+        assert _affinities(pinned.pid) == {frozenset({second})}
+        assert {os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{pinned.pid}/task")} == {os.SCHED_BATCH}
+        cpus.crowded = second  # now other work crowds the checkpoint's CPU
+        _wait_on(pinned.pid, first)  # every thread moved, those started after the pin too
     finally:
-        hog.kill()
-        hog.wait()
-        code = cluster.stop() if cluster else 0
-    assert code == 0
-    assert f"moved from CPU {second} to CPU {first}" in cluster.proc.stderr.read().decode()
+        pinned.kill()
+        _, err = pinned.communicate(timeout=30)
+        cpus.close()  # after: a look waiting on the pipe must not outlive the writer
+    assert f"the checkpoint moved from CPU {second} to CPU {first}" in err, err
 
 
 SLEEPING_SUPERVISOR = """
-import time
+import sys, time
+from pathlib import Path
 from checkpoint.server.cpu_placement import Balancer
 from checkpoint.server.workers import Supervisor
-raise SystemExit(Supervisor(1, lambda index: time.sleep(600) or 0, balancer=Balancer(), rebalance_interval=0.5).run())
+balancer = Balancer(stat=Path(sys.argv[1]))
+raise SystemExit(Supervisor(1, lambda index: time.sleep(600) or 0, balancer=balancer, rebalance_interval=0.5).run())
 """
 
 
@@ -356,27 +402,25 @@ raise SystemExit(Supervisor(1, lambda index: time.sleep(600) or 0, balancer=Bala
 def test_the_supervisor_moves_a_crowded_worker(tmp_path):
     # the supervisor's own loop, with a worker that only sleeps (one worker, so it has a CPU to go to)
     first, second = _whole_machine()[:2]
-    supervisor = subprocess.Popen([sys.executable, "-c", SLEEPING_SUPERVISOR], cwd=REPO,
+    cpus = CrowdedCpus(tmp_path / "stat", [first, second], crowded=first)
+    supervisor = subprocess.Popen([sys.executable, "-c", SLEEPING_SUPERVISOR, str(cpus.path)], cwd=REPO,
                                   preexec_fn=lambda: os.sched_setaffinity(0, {first, second}))
-    hog = None
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not _children(supervisor.pid):
             assert time.monotonic() < deadline, "no worker"
             time.sleep(0.1)
         (worker,) = _children(supervisor.pid)
-        time.sleep(0.5)
-        (on,) = next(iter(_affinities(worker)))
+        _wait_on(worker, second)  # placed beside the busy CPU (the pin lands once the fork runs)
         assert os.sched_getscheduler(worker) == os.SCHED_BATCH
-        hog = _hog(on)
-        _wait_on(worker, first if on == second else second)
+        cpus.crowded = second
+        _wait_on(worker, first)
         assert _children(supervisor.pid) == {worker}  # moved, not restarted
     finally:
-        if hog:
-            hog.kill()
-            hog.wait()
         supervisor.terminate()
-        assert supervisor.wait(timeout=60) == 0
+        code = supervisor.wait(timeout=60)
+        cpus.close()  # after: a look waiting on the pipe must not outlive the writer
+    assert code == 0
 
 
 @pytest.mark.timeout(300)
