@@ -334,9 +334,14 @@ def _bind_unix_socket(server: grpc.Server, path: Path, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def serve(grace: float = DEFAULT_GRACE, **kwargs: Any) -> int:
-    """Run until SIGTERM or SIGINT, then drain in-flight calls (up to `grace` seconds) and close the log."""
+def serve(grace: float = DEFAULT_GRACE, *, hold: list[Any] | None = None, **kwargs: Any) -> int:
+    """Run until SIGTERM or SIGINT, then drain in-flight calls (up to `grace` seconds) and close the log.
+
+    `hold`: the server is appended there, for a caller that ends its process with os._exit
+    (a worker) and so never needs gRPC torn down, with the risks of a teardown, before it."""
     server, port = create_server(**kwargs)
+    if hold is not None:
+        hold.append(server)
     server.start()
     where = [f"tcp port {port}"] if port else []
     if server.uds_path:
