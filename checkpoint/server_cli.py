@@ -9,12 +9,14 @@ socket `checkpoint.sock`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import math
 import os
 import secrets
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -277,9 +279,17 @@ def _token_keys(command: str, args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from checkpoint.server.workers import worker_count
     from warden import tracing
 
-    problem = observability.start(args, "warden-checkpoint", level=logging.DEBUG if args.verbose else logging.INFO)
+    try:
+        forks = worker_count(args.workers) > 1
+    except ValueError:
+        forks = False  # _serve_configured says why
+    # Workers are forked, and a process that forks must not run gRPC (grpcio's rule): the OTLP
+    # exporter is a gRPC channel, so each worker starts its own tracing, not the supervisor.
+    problem = observability.start(args, "warden-checkpoint", level=logging.DEBUG if args.verbose else logging.INFO,
+                                  trace=not forks)
     if problem:
         print(f"warden: {problem}", file=sys.stderr)
         return 2
@@ -287,6 +297,18 @@ def _serve(args: argparse.Namespace) -> int:
         return _serve_configured(args)
     finally:
         tracing.shutdown()  # the spans still buffered go out before the process ends
+
+
+@contextlib.contextmanager
+def _worker_tracing(endpoint: str | None) -> Iterator[None]:
+    """Tracing for one worker of `serve --workers N`, from its start to its end."""
+    from warden import tracing
+
+    tracing.configure("warden-checkpoint", endpoint)
+    try:
+        yield
+    finally:
+        tracing.shutdown()
 
 
 def _serve_configured(args: argparse.Namespace) -> int:
@@ -334,7 +356,8 @@ def _serve_configured(args: argparse.Namespace) -> int:
     run: Any = serve
     pin = should_pin(args.pin_cpus, workers)
     if workers > 1:
-        run = functools.partial(serve_workers, workers, pin_cpus=pin, rebalance_interval=args.rebalance_interval)
+        run = functools.partial(serve_workers, workers, pin_cpus=pin, rebalance_interval=args.rebalance_interval,
+                                worker_context=functools.partial(_worker_tracing, args.otlp_endpoint))
     elif pin:
         from checkpoint.server.cpu_placement import pin_this_process
 

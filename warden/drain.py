@@ -7,6 +7,12 @@ handler threads go on running while the server closes its database under them. I
 UNAVAILABLE `server_draining`, while health (NOT_SERVING) and reflection still answer. `drain()`
 then waits for the calls in flight, up to the grace period; only after that the server stops and
 the caller closes its log.
+
+grpc's stop also cancels every call that has reached the server but not yet a handler (and those
+arriving before the clients see its GOAWAY): such a call ends CANCELLED, which no retry policy
+retries. So the server stops only once it has been quiet for `QUIET_SECONDS` (no call arrived,
+every one arriving was refused with `server_draining` and its client went elsewhere), or when
+the grace runs out.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from warden.metrics import ServerMetrics
 log = logging.getLogger("warden.drain")
 
 DRAINING_CODE = "server_draining"
+# Longer than a loaded machine takes to hand an arrived call to a handler: a call grpc holds
+# that long unseen at the stop would still be cancelled.
+QUIET_SECONDS = 0.5
 # Health and reflection answer while draining: that is how the outside learns to stop sending.
 _ALWAYS = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
@@ -38,6 +47,7 @@ class Drain(grpc.ServerInterceptor):
                  on_refused: Callable[[str], None] | None = None) -> None:
         self._lock = threading.Condition()
         self._in_flight = 0
+        self._last_arrival = 0.0  # monotonic time the last call reached the gate
         self.draining = False
         self._on_refused = on_refused
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
@@ -53,6 +63,7 @@ class Drain(grpc.ServerInterceptor):
     def enter(self) -> bool:
         """Count a call in flight; False (nothing counted) once draining: refuse it then."""
         with self._lock:
+            self._last_arrival = time.monotonic()
             if self.draining:
                 return False
             self._in_flight += 1
@@ -88,6 +99,20 @@ class Drain(grpc.ServerInterceptor):
                     return False
                 self._lock.wait(left)
             return True
+
+    def wait_quiet(self, quiet: float, timeout: float) -> bool:
+        """True once no call has reached the gate for `quiet` seconds and none is in flight;
+        False when `timeout` ran out first."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                calm = self._last_arrival + quiet - now
+                if calm <= 0 and not self._in_flight:
+                    return True
+                if now >= deadline:
+                    return False
+                self._lock.wait(min(max(calm, 0.01), deadline - now))
 
     def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
@@ -161,6 +186,9 @@ def drain(server: grpc.Server, health: Any, gate: Drain, grace: float, *, end_st
     finished = gate.wait(grace)
     if not finished:
         log.warning("%s: %d call(s) still in flight after %.1fs: cancelled", name, gate.in_flight, grace)
+    elif not gate.wait_quiet(QUIET_SECONDS, deadline - time.monotonic()):
+        log.warning("%s: calls kept arriving until the end of the %.1fs grace: those arriving at the stop "
+                    "may be cancelled", name, grace)
     # A handler that returned has not necessarily sent its answer yet: grpc's own grace lets those
     # answers go out (it ends as soon as they have), stop(0) here would cancel them on the wire.
     server.stop(max(deadline - time.monotonic(), 1.0) if finished else 0).wait()

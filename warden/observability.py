@@ -27,10 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, passed_on: bool = False) -
     )
 
 
-def start(args: argparse.Namespace, service: str, *, level: int = logging.INFO, always_trace: bool = False) -> str | None:
-    """Logging, then tracing; returns an error to print (and exit 2 with) or None."""
+def start(args: argparse.Namespace, service: str, *, level: int = logging.INFO, always_trace: bool = False,
+          trace: bool = True) -> str | None:
+    """Logging, then tracing (unless `trace` is False: a process that forks sets it up in each
+    child, see checkpoint/server/workers.py); returns an error to print (and exit 2 with) or None."""
     logsetup.setup_logging(args.log_format, level)
     try:
+        if not trace:
+            tracing.check(args.otlp_endpoint)  # a missing SDK is said once, before any child starts
+            return None
         exporting = tracing.configure(service, args.otlp_endpoint, always=always_trace)
     except tracing.TracingUnavailable as exc:
         return str(exc)

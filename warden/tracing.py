@@ -88,6 +88,21 @@ def configure(service: str, endpoint_flag: str | None = None, *, always: bool = 
     return endpoint is not None
 
 
+def check(endpoint_flag: str | None = None) -> None:
+    """Raise TracingUnavailable where `configure` would, making nothing: for a process that forks
+    and configures tracing in each child (no gRPC channel may exist before a fork)."""
+    endpoint = endpoint_from(endpoint_flag)
+    if endpoint is None:
+        return
+    try:
+        import opentelemetry.exporter.otlp.proto.grpc.trace_exporter  # noqa: F401
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError as exc:
+        raise TracingUnavailable(
+            f"traces to {endpoint} need the OTLP exporter: pip install 'warden[tracing]' ({exc})"
+        ) from None
+
+
 def enabled() -> bool:
     return _tracer is not None
 

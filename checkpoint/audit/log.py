@@ -28,6 +28,13 @@ sleeps 1, 2, 5, 10... ms between tries, where a file lock hands over as soon as 
 The kernel drops the lock of a killed process; SQLite drops its uncommitted frames. The seq
 check above stays as the backstop for any writer that does not take the lock.
 
+Writable or not. A failed commit marks the log unwritable and a successful one writable again;
+`on_writable` hears every change (the checkpoint's health follows it: NOT_SERVING while every
+decision would be refused `audit_unavailable`). While unwritable, a probe writes and removes a
+file of `PROBE_BYTES` beside the log every `probe_interval` seconds, so the log is seen writable
+again once the disk has room, even when no caller sends a record (a load balancer that saw
+NOT_SERVING sends none).
+
 Cost. A lone record is one INSERT in autocommit mode (a transaction of its own), one statement
 where BEGIN / SELECT head / INSERT / COMMIT took four; a batch is BEGIN / INSERTs / COMMIT. Each
 statement releases and retakes the GIL, and on a busy server every retake is a wait behind the
@@ -38,9 +45,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -53,6 +61,11 @@ from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
 log = logging.getLogger(__name__)
+
+# What a probe writes while the log is unwritable: room for a batch of records (WAL frames of a
+# few pages each), so a disk with less room than one batch is not called writable.
+PROBE_BYTES = 256 * 1024
+PROBE_INTERVAL = 1.0
 
 
 class _Batch:
@@ -97,8 +110,15 @@ class DecisionLog:
         append_timeout: float = 10.0,
         busy_timeout_ms: int = 5000,
         shared: bool = False,
+        probe_interval: float = PROBE_INTERVAL,
     ) -> None:
         self.path = Path(path)
+        self._probe_interval = probe_interval
+        self._writable = True
+        self._writable_lock = threading.Lock()  # changes reach on_writable in the order they happen
+        self._on_writable: Callable[[bool], None] | None = None
+        self._stop_probe = threading.Event()
+        self._prober: threading.Thread | None = None
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._append_timeout = append_timeout
@@ -273,6 +293,7 @@ class DecisionLog:
             # Start the next batch on a fresh connection: after an I/O error or a connection
             # closed underneath us the old one is not to be trusted.
             self._discard_connection()
+            self._set_writable(False)
             raise AuditUnavailable(f"decision log write failed: {exc}") from exc
         n = len(batch)
         self._batches += 1
@@ -280,7 +301,68 @@ class DecisionLog:
         self._last_batch = n
         self._committed_seq, self._committed_hash = seq, prev
         self._head_known = True
+        if not self._writable:
+            self._set_writable(True)
         return seq - n + 1
+
+    # -- writable or not -------------------------------------------------------------------
+
+    @property
+    def writable(self) -> bool:
+        """False from a failed commit until a commit or a probe succeeds."""
+        return self._writable
+
+    def on_writable(self, callback: Callable[[bool], None]) -> None:
+        """Call `callback(writable)` now and at every change from now on."""
+        with self._writable_lock:
+            self._on_writable = callback
+            callback(self._writable)
+
+    def _set_writable(self, writable: bool) -> None:
+        with self._writable_lock:
+            self._change(writable)
+
+    def _change(self, writable: bool) -> None:
+        """The caller holds _writable_lock."""
+        if writable == self._writable:
+            return
+        self._writable = writable
+        if writable:
+            log.warning("decision log %s is writable again", self.path)
+        else:
+            log.error("decision log %s cannot be written: every decision is refused until it can", self.path)
+        if self._on_writable is not None:
+            self._on_writable(writable)
+        if not writable and self._prober is None and not self._stop_probe.is_set():
+            self._prober = threading.Thread(target=self._probe_until_writable, name="decision-log-probe", daemon=True)
+            self._prober.start()
+
+    def _probe_until_writable(self) -> None:
+        while not self._stop_probe.wait(self._probe_interval):
+            probed = not self._writable and self.probe()
+            with self._writable_lock:  # ends only under the lock, so a new failure never finds it ending
+                if self._writable or probed:
+                    self._change(True)
+                    self._prober = None
+                    return
+        with self._writable_lock:
+            self._prober = None
+
+    def probe(self) -> bool:
+        """True when a file of PROBE_BYTES can be written and synced beside the log (then removed)."""
+        path = self.path.with_name(f"{self.path.name}.probe-{os.getpid()}")
+        try:
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as probe:
+                probe.write(b"\0" * PROBE_BYTES)  # a short write raises here, not a silent success
+                probe.flush()
+                os.fsync(probe.fileno())
+            return True
+        except OSError as exc:
+            log.debug("decision log probe failed: %s", exc)
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     @staticmethod
     def _insert(
@@ -324,6 +406,7 @@ class DecisionLog:
         with self._lock:
             self._closing = True
             self._work.notify()
+        self._stop_probe.set()
         self._writer.join(timeout)
         if not self._writer.is_alive():
             self._discard_connection()

@@ -135,10 +135,10 @@ class CheckpointServer:
 
     def health_details(self) -> dict[str, Any]:
         status = self.store.status
-        serving = status.loaded and not self.gate.draining
+        serving = status.loaded and self.log.writable and not self.gate.draining
         out: dict[str, Any] = {"status": "SERVING" if serving else "NOT_SERVING", **status.as_dict()}
         out["draining"] = self.gate.draining
-        out["decision_log"] = self.log.stats() | {"closed": self.log.closed}
+        out["decision_log"] = self.log.stats() | {"closed": self.log.closed, "writable": self.log.writable}
         return out
 
     def __enter__(self) -> CheckpointServer:
@@ -211,19 +211,30 @@ def create_server(
     for name in ("", SERVICE_NAME, RELOAD_HEALTH_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    # SERVING needs a policy set and a decision log that takes records: without either, every
+    # decision is a refusal, and health says so until it is not
+    ready = {"policies": False, "log": True}
+    ready_lock = threading.Lock()  # the reload thread and the log's writers both report
+
+    def publish(part: str, ok: bool) -> None:
+        with ready_lock:
+            ready[part] = ok
+            for name in ("", SERVICE_NAME):
+                health_servicer.set(name, serving if all(ready.values()) else not_serving)
+
     def on_reload(status: ReloadStatus) -> None:
-        serving = health_pb2.HealthCheckResponse.SERVING
-        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
         metrics.reloads.labels("ok" if status.last_ok else "error").inc()
         metrics.policy_loaded.set(1 if status.loaded else 0)
         metrics.policy_last_reload_ok.set(1 if status.last_ok else 0)
         metrics.policy_errors.set(len(status.errors))
-        for name in ("", SERVICE_NAME):
-            health_servicer.set(name, serving if status.loaded else not_serving)
+        publish("policies", status.loaded)
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
     decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous, shared=shared)  # type: ignore[arg-type]
+    decisions.on_writable(lambda writable: publish("log", writable))
     try:
         head_signer = None if shared else HeadSigner(decisions.head, data / "decisions.db", interval=head_interval)
     except BaseException:
@@ -339,9 +350,14 @@ def _bind_unix_socket(server: grpc.Server, path: Path, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def serve(grace: float = DEFAULT_GRACE, **kwargs: Any) -> int:
-    """Run until SIGTERM or SIGINT, then drain in-flight calls (up to `grace` seconds) and close the log."""
+def serve(grace: float = DEFAULT_GRACE, *, hold: list[Any] | None = None, **kwargs: Any) -> int:
+    """Run until SIGTERM or SIGINT, then drain in-flight calls (up to `grace` seconds) and close the log.
+
+    `hold`: the server is appended there, for a caller that ends its process with os._exit
+    (a worker) and so never needs gRPC torn down, with the risks of a teardown, before it."""
     server, port = create_server(**kwargs)
+    if hold is not None:
+        hold.append(server)
     server.start()
     where = [f"tcp port {port}"] if port else []
     if server.uds_path:

@@ -318,11 +318,12 @@ def log_moves(moves: Mapping[int, tuple[int, int, float]], names: Mapping[int, s
                  names.get(pid, f"pid {pid}"), was, now, was, share * 100)
 
 
-def pin_this_process(interval: float, mode: str = "on") -> int | None:
+def pin_this_process(interval: float, mode: str = "on", balancer: Balancer | None = None) -> int | None:
     """`serve` with one process: pin it to the freest CPU, and keep looking from a thread of its
     own about every `interval` seconds (0: never move). Returns the CPU; None where the system
-    refuses (the process then runs unpinned, as with --pin-cpus off)."""
-    balancer = Balancer()
+    refuses (the process then runs unpinned, as with --pin-cpus off). `balancer`: one reading
+    another stat file than /proc/stat (a test's, which decides how busy each CPU looks)."""
+    balancer = balancer or Balancer()
     if not start(balancer):
         return None
     cpu = balancer.choose()

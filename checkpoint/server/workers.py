@@ -21,8 +21,10 @@ work crowds (checkpoint/server/cpu_placement.py, which says why pinning pays).
 Per worker: its metrics (`--metrics-address HOST:PORT` gives worker i PORT+i), its refusal rate
 limiter, its gRPC threads. The Unix socket is worker 0's (a socket path has no SO_REUSEPORT).
 
-The supervisor forks the workers before it creates any gRPC object (grpcio's multiprocessing
-pattern), restarts one that dies, gives up (stopping all, exit 2) when a worker keeps dying
+The supervisor runs no gRPC at all, before or after it forks (grpcio's multiprocessing pattern:
+gRPC's fork handlers skip their reset when another thread is inside gRPC at the fork, and the
+child then polls the parent's epoll instance); so traces (an OTLP/gRPC exporter) are set up in
+each worker (`worker_context`), never in the supervisor. It restarts a worker that dies, gives up (stopping all, exit 2) when a worker keeps dying
 right after it starts, forwards SIGTERM/SIGINT to every worker, waits for them, signs the last
 head and exits. Workers get SIGTERM if the supervisor itself is killed (PR_SET_PDEATHSIG).
 """
@@ -77,13 +79,17 @@ def _split(address: str) -> tuple[str, int]:
 def claim_port(address: str) -> str:
     """The address with a concrete port, after checking nobody serves it.
 
-    A plain bind (no SO_REUSEPORT) fails when anything listens there, so a second checkpoint
-    cannot join this one's port and take half its traffic unnoticed. Port 0 is resolved here,
-    once, so every worker binds the same port.
+    A bind without SO_REUSEPORT fails when anything listens there, so a second checkpoint
+    cannot join this one's port and take half its traffic unnoticed. It is made with
+    SO_REUSEADDR, as gRPC binds its own listeners: after a stop under load the port's closed
+    connections stay in TIME_WAIT for a minute, and they must not keep a restart from serving
+    (SO_REUSEADDR never lets a bind past a live listener). Port 0 is resolved here, once, so
+    every worker binds the same port.
     """
     host, port = _split(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
@@ -152,6 +158,8 @@ class Supervisor:
                 log.exception("worker %d failed", index)
             finally:
                 logging.shutdown()
+                # _HELD still holds the worker's gRPC server: gRPC is never torn down here, where
+                # its teardown would close the epoll instance its poller threads may still be in
                 os._exit(code)
         self._pids[pid] = index
         self._started[index] = time.monotonic()
@@ -212,9 +220,10 @@ class Supervisor:
             if index is None:
                 continue
             lived = time.monotonic() - self._started[index]
-            how = (f"signal {-os.waitstatus_to_exitcode(status)}" if os.WIFSIGNALED(status)
-                   else f"exit code {os.waitstatus_to_exitcode(status)}")
+            how = _how(status)
             if self._stopping:
+                if status != 0:
+                    log.error("worker %d (pid %d) ended by %s at stop", index, pid, how)
                 continue
             self._quick_exits = self._quick_exits + 1 if lived < QUICK_EXIT_SECONDS else 0
             if self._quick_exits >= QUICK_EXITS_ALLOWED:
@@ -232,13 +241,15 @@ class Supervisor:
         deadline = time.monotonic() + self._stop_wait
         while self._pids and time.monotonic() < deadline:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 time.sleep(0.05)
             else:
-                self._pids.pop(pid, None)
+                index = self._pids.pop(pid, None)
+                if status != 0:  # an abort at stop must be seen, not taken for a clean end
+                    log.error("worker %s (pid %d) ended by %s at stop", index, pid, _how(status))
         for pid in list(self._pids):
             log.error("worker pid %d did not stop within %.0f s: killing it", pid, self._stop_wait)
             with contextlib.suppress(ProcessLookupError):
@@ -256,6 +267,11 @@ class Supervisor:
             log.exception("signing the decision log's head failed")
 
 
+def _how(status: int) -> str:
+    return (f"signal {-os.waitstatus_to_exitcode(status)}" if os.WIFSIGNALED(status)
+            else f"exit code {os.waitstatus_to_exitcode(status)}")
+
+
 def _tag_logs(index: int) -> None:
     """Every line a worker logs names the worker: in the text format, and as a `worker` field in JSON."""
     from warden.logsetup import JsonFormatter
@@ -270,11 +286,18 @@ def _tag_logs(index: int) -> None:
             handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s worker {index} %(name)s: %(message)s"))
 
 
+# In a worker: what must live until its os._exit (its gRPC server)
+_HELD: list[Any] = []
+
+
 def serve_workers(count: int, *, address: str | None, uds_path: str | Path | None,
                   metrics_address: str | None, data_dir: str | Path,
                   head_interval: float | None, pin_cpus: bool = False,
-                  rebalance_interval: float = cpu_placement.REBALANCE_INTERVAL, **kwargs: Any) -> int:
-    """Run `count` workers (see the module docstring) until SIGTERM or SIGINT."""
+                  rebalance_interval: float = cpu_placement.REBALANCE_INTERVAL,
+                  worker_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+                  **kwargs: Any) -> int:
+    """Run `count` workers (see the module docstring) until SIGTERM or SIGINT. `worker_context`:
+    entered in each worker around its whole life (its tracing)."""
     from checkpoint.audit.heads import HeadSigner
     from checkpoint.audit.reader import DecisionReader
     from checkpoint.audit.record import GENESIS_HASH
@@ -294,9 +317,10 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
 
     def run_worker(index: int) -> int:
         _tag_logs(index)
-        return serve(address=address, uds_path=uds_path if index == 0 else None,
-                     metrics_address=_metrics_for(metrics_address, index), data_dir=data_dir,
-                     head_interval=None, shared=True, **kwargs)
+        with worker_context() if worker_context else contextlib.nullcontext():
+            return serve(address=address, uds_path=uds_path if index == 0 else None,
+                         metrics_address=_metrics_for(metrics_address, index), data_dir=data_dir,
+                         head_interval=None, shared=True, hold=_HELD, **kwargs)
 
     cpus = cpu_placement.usable_cpus()
     if count > cpus:  # `--workers` counted gRPC threads before it counted processes

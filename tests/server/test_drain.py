@@ -11,16 +11,20 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from checkpoint.audit import DecisionReader
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
+from warden.drain import DRAINING_CODE
 
 from .conftest import REPO
 from .helpers import tool_call
@@ -72,11 +76,12 @@ def test_sigterm_lets_calls_in_flight_finish_and_refuses_new_ones(tmp_path, poli
             assert time.monotonic() < deadline, "the three calls never reached the server"
             time.sleep(0.05)
 
+        # the health stream tells each change as it happens: waiting on it waits for the event
+        changes = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=120)
+        assert next(changes).status == health_pb2.HealthCheckResponse.SERVING
         proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while health(channel) != health_pb2.HealthCheckResponse.NOT_SERVING:
-            assert time.monotonic() < deadline, "health never went NOT_SERVING"
-            time.sleep(0.05)
+        assert next(changes).status == health_pb2.HealthCheckResponse.NOT_SERVING, "health never went NOT_SERVING"
+        changes.cancel()
         try:
             stub.Check(check(99), timeout=10)
             raise AssertionError("a call after SIGTERM was answered")
@@ -137,3 +142,44 @@ def test_the_gate_in_the_handlers_refuses_every_checkpoint_method_and_records_no
         iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
     names = {s.name for s in next(iter(reflected)).list_services_response.service}
     assert "warden.checkpoint.v1.CheckpointService" in names
+
+
+class _Caller:
+    """A client that calls until the server tells it to go: `server_draining`, or a connection
+    refused once the server has gone. Every answer's status code is kept."""
+
+    def __init__(self, checkpoint) -> None:
+        self.stub = checkpoint.stub()
+        self.codes: list[tuple[str, str]] = []
+        self.answered = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.stub.ResolveAgent(pb.ResolveAgentRequest(agent="recon"), timeout=30)
+                self.answered.set()
+            except grpc.RpcError as exc:  # told to go elsewhere, the server gone, or cut off
+                self.codes.append((exc.code().name, exc.details() or ""))
+                return
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(callers=st.integers(min_value=1, max_value=8), grace=st.sampled_from([1.0, 5.0]))
+def test_calls_arriving_at_the_end_of_a_drain_are_refused_never_cancelled(start, callers, grace):
+    """Clients call back to back while the server drains: each call is answered, or refused with
+    UNAVAILABLE (`server_draining`, or no server any more), which a retry policy retries
+    elsewhere. CANCELLED, which none retries, is never an answer to a call that arrived."""
+    checkpoint = start()
+    clients = [_Caller(checkpoint) for _ in range(callers)]
+    for client in clients:
+        client.thread.start()
+    for client in clients:
+        assert client.answered.wait(30), "a client never got an answer"
+    checkpoint.server.stop(grace=grace)
+    for client in clients:
+        client.thread.join(60)
+        assert not client.thread.is_alive()
+    ended = [code for client in clients for code in client.codes]
+    assert len(ended) == callers and all(code == "UNAVAILABLE" for code, _ in ended), ended
+    assert any(DRAINING_CODE in details for _, details in ended), ended
