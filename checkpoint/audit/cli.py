@@ -588,15 +588,12 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     scheme = "http"
     if all(tls):
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
-            context.load_cert_chain(args.tls_cert, args.tls_key)
+            server.use_tls(args.tls_cert, args.tls_key)
         except (OSError, ssl.SSLError) as exc:
             print(f"warden audit serve: {exc}", file=sys.stderr)
             server.server_close()
             return EXIT_USAGE
-        server.socket = context.wrap_socket(server.socket, server_side=True)
         scheme = "https"
     shown = f"[{host}]" if ":" in host else host
     print(f"warden audit serve: {scheme}://{shown}:{server.port}/ (log {log_path}, policies {args.policies}, "
@@ -606,7 +603,6 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        server.stopping.set()
         server.server_close()
     return EXIT_OK
 
