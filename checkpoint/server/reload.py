@@ -27,7 +27,7 @@ import watchfiles
 
 from checkpoint.policy import AgentCatalog, PolicyLoadError, PolicySet, load_policy_dir
 from checkpoint.policy.learning_index import LearningIndex
-from checkpoint.policy.loader import policy_files
+from checkpoint.policy.loader import MANIFEST, policy_files
 
 log = logging.getLogger("warden.checkpoint.reload")
 
@@ -74,6 +74,10 @@ def fingerprint(directory: Path) -> str:
         except OSError as exc:
             data = f"\0unreadable: {exc.errno}".encode()
         digest.update(str(path.relative_to(directory)).encode() + b"\0" + data + b"\0")
+    try:  # the manifest decides whether the set is whole: a change to it is a change to the set
+        digest.update(b"\0manifest\0" + (directory / MANIFEST).read_bytes())
+    except OSError:
+        pass
     return digest.hexdigest()
 
 
