@@ -73,10 +73,11 @@ def _write_private(path: Path, text: str) -> None:
 
 def read_credential(token_file: Path) -> str:
     """A credential file of this user's (DATA/operator.token, DATA/checkpoint.token): one another
-    user could have written would make this user act as whoever that user chose."""
+    user could have written would make this user act as whoever that user chose. (`warden up`
+    makes them 0600; one readable by others is the owner's choice to share it, as before.)"""
     from warden.private import read_trusted_text
 
-    return read_trusted_text(token_file, "credential file", secret=True).strip()
+    return read_trusted_text(token_file, "credential file").strip()
 
 
 def ensure_operator(data: Path, person: str | None = None, operators_path: Path | None = None) -> str:

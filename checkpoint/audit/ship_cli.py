@@ -109,7 +109,7 @@ def _sink(args: argparse.Namespace) -> Any:
         if args.token_file:
             from warden.private import read_trusted_text
 
-            token = read_trusted_text(args.token_file, "token file", secret=True).strip()
+            token = read_trusted_text(args.token_file, "token file").strip()
             if not token or any(c in token for c in "\r\n"):
                 raise ValueError(f"{args.token_file}: the token must be one non-empty line")
             headers["Authorization"] = f"Bearer {token}"

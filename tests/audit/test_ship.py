@@ -204,7 +204,6 @@ def test_ship_over_http_retries_a_refusing_endpoint_and_sends_the_token(data, tm
     siem = _Siem(refuse=2)
     token = tmp_path / "token"
     token.write_text("s3cret\n")
-    token.chmod(0o600)  # a token file others can read is refused
     reader = DecisionReader(data / "decisions.db")
     sink = shipping.HttpSink(siem.url, headers={"Authorization": "Bearer s3cret", "X-Source": "warden"})
     cursor = shipping.Cursor(tmp_path / "c.json", siem.url)
