@@ -590,7 +590,7 @@ def _serve(args: argparse.Namespace) -> int:
     if all(tls):
         try:
             server.use_tls(args.tls_cert, args.tls_key)
-        except (OSError, ssl.SSLError) as exc:
+        except (OSError, ssl.SSLError, ValueError) as exc:
             print(f"warden audit serve: {exc}", file=sys.stderr)
             server.server_close()
             return EXIT_USAGE

@@ -164,7 +164,12 @@ class AuditWebServer:
         return int(self._server.bind_addr[1])
 
     def use_tls(self, cert: str, key: str) -> None:
-        """Serve HTTPS with this certificate and key (TLS 1.2 at least); raises when they do not load."""
+        """Serve HTTPS with this certificate and key (TLS 1.2 at least); raises when they do not load,
+        or when another user could have written them (UntrustedFileError)."""
+        from warden.private import read_trusted
+
+        read_trusted(key, "TLS private key")
+        read_trusted(cert, "TLS certificate")
         adapter = BuiltinSSLAdapter(cert, key)
         adapter.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._server.ssl_adapter = adapter
