@@ -25,6 +25,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--cel-engine", choices=("native", "python"), default="native")
     check.set_defaults(func=cmd_policy_check)
 
+    apply = policy_sub.add_parser(
+        "apply", help="install a policy folder as a whole: a new snapshot with a manifest, then one link switched",
+        description="Copies SOURCE into a new snapshot folder beside the link (LINK.versions/TIME-REVISION), "
+        "writes its manifest of digests (SHA256SUMS), loads the snapshot as the checkpoint would, and only then "
+        "points LINK at it, in one atomic rename. A running checkpoint started with --policies LINK loads the new "
+        "set when the link changes, whole. Exit codes: 0 applied, 2 usage (LINK is a real folder), 3 the set "
+        "does not load (nothing switched).",
+    )
+    apply.add_argument("source", type=Path, help="the folder to install (a working copy, a checkout)")
+    apply.add_argument("--policies", type=Path, required=True, metavar="LINK",
+                       help="the link the checkpoint's --policies names; made on first use")
+    apply.add_argument("--cel-engine", choices=("native", "python"), default="native")
+    apply.set_defaults(func=cmd_policy_apply)
+
     test = policy_sub.add_parser(
         "test", help="run the *_test.yaml cases beside the policies",
         description="Exit codes: 0 all cases pass, 1 a case failed, 3 the policies or the tests do not load.",
@@ -112,6 +126,25 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
     for warning in warnings(policies):  # advice only: the exit status is the load's
         print(f"warning: {warning}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_policy_apply(args: argparse.Namespace) -> int:
+    from checkpoint.policy import PolicyLoadError
+    from checkpoint.policy.snapshot import ApplyError, apply
+
+    try:
+        applied = apply(args.source, args.policies, cel_engine=args.cel_engine)
+    except ApplyError as exc:
+        print(f"warden policy apply: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except PolicyLoadError as exc:
+        _print_errors(exc)
+        print(f"{len(exc.errors)} error(s); the link was not switched: {args.policies} still serves what it did",
+              file=sys.stderr)
+        return EXIT_LOAD
+    was = f" (was {applied.previous})" if applied.previous else ""
+    print(f"applied revision {applied.revision}: {args.policies} -> {applied.snapshot}{was}")
     return EXIT_OK
 
 

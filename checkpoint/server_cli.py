@@ -240,7 +240,12 @@ def _keys_init(args: argparse.Namespace) -> int:
     key_path = _data_file(args.key, data, KEY_FILE)
     tokens_path = _data_file(args.tokens, data, TOKENS_FILE)
     if key_path.exists():
-        print(f"kept existing key {key_path} (id {SigningKey.load(key_path).key_id})")
+        try:
+            kept = SigningKey.load(key_path)
+        except (ValueError, KeyError) as exc:
+            print(f"warden: bad grant key {key_path}: {exc}", file=sys.stderr)
+            return 2
+        print(f"kept existing key {key_path} (id {kept.key_id})")
     else:
         key = SigningKey.generate()
         key.save(key_path)

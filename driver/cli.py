@@ -208,6 +208,16 @@ def _serve_configured(args: argparse.Namespace) -> int:
 # -- client side ----------------------------------------------------------------------------
 
 
+def _credential(token_file: Path) -> str:
+    from warden.datafolder import read_credential
+    from warden.private import UntrustedFileError
+
+    try:
+        return read_credential(token_file)
+    except UntrustedFileError as exc:
+        raise SystemExit(f"warden: {exc}") from None
+
+
 class _Client:
     def __init__(self, args: argparse.Namespace) -> None:
         import grpc
@@ -217,7 +227,7 @@ class _Client:
         token_file = Path(args.data) / "operator.token"
         if not token_file.exists():
             raise SystemExit(f"warden: no operator credential at {token_file} (start the stack with `warden up`)")
-        self.metadata = [("authorization", "Bearer " + token_file.read_text().strip())]
+        self.metadata = [("authorization", "Bearer " + _credential(token_file))]
         self.channel = grpc.insecure_channel(args.driver)
         self.stub = driver_pb2_grpc.DriverServiceStub(self.channel)
 
@@ -405,7 +415,7 @@ def _person_act(args: argparse.Namespace, approve: bool) -> int:
     if pending is None:
         print(f"warden {verb}: approval {args.approval_id!r} is not pending (approval_not_pending)", file=sys.stderr)
         return 1
-    checkpoint = CheckpointClient(args.checkpoint, token=token_file.read_text().strip())
+    checkpoint = CheckpointClient(args.checkpoint, token=_credential(token_file))
     try:
         act = (checkpoint.approve if approve else checkpoint.reject)(pending.run_id, pending.decision_id, args.note)
     except DriverError as exc:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from driver.cli import DEFAULT_CHECKPOINT, DEFAULT_DRIVER
+from driver.cli import DEFAULT_CHECKPOINT, DEFAULT_DRIVER, _credential
 from warden.datafolder import DEFAULT_DATA
 
 KINDS = {"skills": "skill", "templates": "template"}
@@ -88,7 +88,7 @@ def _rpc(args: argparse.Namespace, method: str, request: Any) -> Any:
     if not token_file.exists():
         raise SystemExit(f"warden {args.group}: no checkpoint credential of yours at {token_file} "
                          "(`warden up` makes one)")
-    metadata = [("authorization", "Bearer " + token_file.read_text().strip())]
+    metadata = [("authorization", "Bearer " + _credential(token_file))]
     with grpc.insecure_channel(args.checkpoint) as channel:
         try:
             return getattr(checkpoint_pb2_grpc.CheckpointServiceStub(channel), method)(

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from driver.cli import DEFAULT_CHECKPOINT
+from driver.cli import DEFAULT_CHECKPOINT, _credential
 from warden.datafolder import DEFAULT_DATA
 
 COMMANDS = ("list", "show", "promote", "review", "reject", "retire")
@@ -72,7 +72,7 @@ def _rpc(args: argparse.Namespace, method: str, request: Any) -> Any:
     token_file = Path(args.data) / PERSON_CHECKPOINT_TOKEN_FILE
     if not token_file.exists():
         raise SystemExit(f"warden learnings: no checkpoint credential of yours at {token_file} (`warden up` makes one)")
-    metadata = [("authorization", "Bearer " + token_file.read_text().strip())]
+    metadata = [("authorization", "Bearer " + _credential(token_file))]
     with grpc.insecure_channel(args.checkpoint) as channel:
         try:
             return getattr(checkpoint_pb2_grpc.CheckpointServiceStub(channel), method)(

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from warden.private import UntrustedFileError, read_trusted_text
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
@@ -30,9 +32,12 @@ def load_secrets(path: str | Path | None) -> dict[str, str]:
         return {}
     path = Path(path)
     try:
-        text = path.read_text()
+        # values reach tool containers as credentials: one another user could have written is refused
+        text = read_trusted_text(path, "secrets file")
     except OSError as exc:
         raise SecretsFileError(f"{path}: cannot read the secrets file: {exc.strerror}") from None
+    except UntrustedFileError as exc:
+        raise SecretsFileError(str(exc)) from None
     mode = os.stat(path).st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         log.warning("%s: the secrets file is readable by others; chmod 600 it", path)

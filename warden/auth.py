@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
+
+from warden.private import UntrustedFileError, read_trusted_text
 
 _BEARER = "bearer "
 
@@ -41,11 +42,12 @@ def load_tokens(path: str | Path, *, require_names: bool = False) -> dict[bytes,
     record keeps, so it may not be made up).
     """
     path = Path(path)
-    mode = path.stat().st_mode
-    if mode & stat.S_IRWXO:
-        raise TokenFileError(f"{path}: token file must not be readable by others (chmod 600)")
+    try:
+        text = read_trusted_text(path, "token file", secret=True)
+    except UntrustedFileError as exc:
+        raise TokenFileError(str(exc)) from None
     tokens: dict[bytes, str] = {}
-    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+    for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

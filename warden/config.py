@@ -243,10 +243,16 @@ class ConfigFile:
 def read_file(path: Path) -> ConfigFile:
     import tomllib  # only when a file is there: most runs have none
 
+    from warden.private import UntrustedFileError, read_trusted_text
+
     try:
-        text = path.read_text()
+        # a settings file picks keys, token files and the toolrunner's network: one that another
+        # user could have written is not the operator's
+        text = read_trusted_text(path, "settings file")
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from None
+    except UntrustedFileError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -27,6 +27,15 @@ def write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
+def read_credential(token_file: Path) -> str:
+    """A credential file of this user's (DATA/operator.token, DATA/checkpoint.token): one another
+    user could have written would make this user act as whoever that user chose. (`warden up`
+    makes them 0600; one readable by others is the owner's choice to share it, as before.)"""
+    from warden.private import read_trusted_text
+
+    return read_trusted_text(token_file, "credential file").strip()
+
+
 def ensure_operator(data: Path, person: str | None = None, operators_path: Path | None = None) -> str:
     """The operator credential of the person at this keyboard (DATA/operator.token), and the line
     naming them in the driver's operators file; each created once, readable by its owner only."""
@@ -34,7 +43,7 @@ def ensure_operator(data: Path, person: str | None = None, operators_path: Path 
     operators_path = operators_path or data / OPERATORS_FILE
     if not token_file.exists():
         write_private(token_file, secrets.token_urlsafe(32) + "\n")
-    token = token_file.read_text().strip()
+    token = read_credential(token_file)
     if not operators_path.exists():
         person = person or os.environ.get("WARDEN_PERSON") or DEFAULT_PERSON
         write_private(operators_path, f"# person token: operator credentials for DriverService\n{person} {token}\n")
@@ -57,7 +66,7 @@ def ensure_person_checkpoint_token(data: Path, person: str, checkpoint_tokens: P
     token_file = data / PERSON_CHECKPOINT_TOKEN_FILE
     if not token_file.exists():
         write_private(token_file, secrets.token_urlsafe(32) + "\n")
-    token = token_file.read_text().strip()
+    token = read_credential(token_file)
     if caller_token(checkpoint_tokens, person) != token:
         kept = [line for line in checkpoint_tokens.read_text().splitlines() if line.split()[:1] != [person]]
         checkpoint_tokens.unlink()

@@ -20,7 +20,7 @@ from typing import Any
 
 from warden import canonical
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
-from warden.private import private_folder
+from warden.private import private_folder, read_trusted_text
 
 DEFAULT_TTL_SECONDS = 120
 KEY_BYTES = 32
@@ -48,7 +48,7 @@ class SigningKey:
 
     @classmethod
     def load(cls, path: str | Path) -> SigningKey:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_trusted_text(path, "grant key", secret=True))
         secret = bytes.fromhex(data["secret"])
         if len(secret) < KEY_BYTES:
             raise ValueError(f"{path}: key is shorter than {KEY_BYTES} bytes")

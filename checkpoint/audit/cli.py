@@ -119,8 +119,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "each manifest line signed) and the live file; a log whose oldest segments were pruned is proved from "
         "the last pruned head. Exit 0 when the chain is whole, 1 when it is "
         "broken (the first broken record is named), 2 when the log cannot be read. Records deleted "
-        "from the end leave a shorter whole chain: pass signed heads kept elsewhere with --anchors "
-        "(`warden audit anchors`), or a head recorded earlier with --expect-head.",
+        "from the end leave a shorter whole chain: the data folder's signed heads are checked as anchors "
+        "(a log without any is verified on its chain alone, with a warning); pass signed heads kept "
+        "elsewhere with --anchors (`warden audit anchors`), or a head recorded earlier with --expect-head.",
     )
     verify.add_argument(
         "--expect-head",
@@ -132,7 +133,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--anchors",
         metavar="FILE",
         help="signed heads from `warden audit anchors`, kept elsewhere: each signature is checked, then "
-        "that the log still holds each anchored record (no rewrite, no truncation since)",
+        "that the log still holds each anchored record (no rewrite, no truncation since); default: the "
+        "data folder's decisions.heads.jsonl",
     )
     verify.add_argument(
         "--pubkey",
@@ -341,32 +343,51 @@ def _verify(args: argparse.Namespace) -> int:
     reader = _reader(args, manifest=False)
     if reader is None:
         return EXIT_USAGE
-    anchors = []
-    public = None
     from checkpoint.audit import heads
 
+    # Without --anchors the data folder's own signed heads are the anchors: the chain alone cannot
+    # show records deleted from the end, or a tail rewritten and rehashed, and the heads can. They
+    # are read before the log, so a head signed meanwhile never lies beyond what is read.
+    own = not args.anchors
+    source = heads.heads_path(_log_path(args)) if own else Path(args.anchors)
+    key_file = Path(args.pubkey) if args.pubkey else heads.key_path(_log_path(args))
+    signed: list[heads.SignedHead] = []
+    public = None
     try:
-        signed = heads.read_heads(Path(args.anchors)) if args.anchors else []
+        if not own or source.exists():
+            signed = heads.read_heads(source)
         if args.pubkey:  # the auditor's own copy: for the anchors and the manifest's seals
-            public = heads.load_public_key(Path(args.pubkey))
-        elif args.anchors:
-            public = heads.load_public_key(heads.key_path(_log_path(args)))
+            public = heads.load_public_key(key_file)
+        if signed and public is None:
+            public = heads.load_public_key(key_file)
     except (OSError, ValueError) as exc:
-        print(f"warden audit verify: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.anchors:
+        if not own:
+            print(f"warden audit verify: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        # the folder's own heads are part of what is verified: one that cannot be read or checked
+        # is a log that does not verify, not a reason to verify without them
+        print(f"BROKEN: the data folder's signed heads {source} cannot be checked ({exc}); pass your own "
+              "copies with --anchors and --pubkey", file=sys.stderr)
+        return EXIT_BROKEN
+    anchors = []
+    for number, head in enumerate(signed, 1):
         assert public is not None
-        if not args.pubkey:
-            print("warden audit verify: checking the anchors with the data folder's own key; pass your copy "
-                  "with --pubkey to rule out a replaced key", file=sys.stderr)
-        for number, head in enumerate(signed, 1):
-            name = f"anchor {number} of {args.anchors}"
-            if not head.verifies(public):
-                print(f"BROKEN: {name} (seq {head.seq}, signed {head.time}): its signature does not verify with "
-                      f"key {heads.key_id(public)} (the anchor was altered, or another key signed it)",
-                      file=sys.stderr)
-                return EXIT_BROKEN
-            anchors.append(head.anchor(name))
+        name = f"anchor {number} of {source}"
+        if not head.verifies(public):
+            print(f"BROKEN: {name} (seq {head.seq}, signed {head.time}): its signature does not verify with "
+                  f"key {heads.key_id(public)} (the anchor was altered, or another key signed it)",
+                  file=sys.stderr)
+            return EXIT_BROKEN
+        anchors.append(head.anchor(name))
+    if anchors and not args.pubkey:
+        what = f"the data folder's signed heads ({source})" if own else "the anchors"
+        print(f"warden audit verify: checking {what} with the data folder's own key; whoever can rewrite the "
+              "log may have replaced both: pass your own copies with --anchors and --pubkey", file=sys.stderr)
+    elif own and not signed:
+        print(f"warden audit verify: WARNING: no signed heads in {source}: records deleted from the end of this "
+              "log, or a tail rewritten and rehashed, would not show. The checkpoint signs its head every "
+              "minute and when it stops; check against copies kept elsewhere with --anchors and --pubkey",
+              file=sys.stderr)
     report = reader.verify(expect_head=args.expect_head, anchors=anchors, public_key=public)
     summary = report.summary()
     if report.ok and anchors:
@@ -541,15 +562,12 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     scheme = "http"
     if all(tls):
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
-            context.load_cert_chain(args.tls_cert, args.tls_key)
-        except (OSError, ssl.SSLError) as exc:
+            server.use_tls(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError, ValueError) as exc:
             print(f"warden audit serve: {exc}", file=sys.stderr)
             server.server_close()
             return EXIT_USAGE
-        server.socket = context.wrap_socket(server.socket, server_side=True)
         scheme = "https"
     shown = f"[{host}]" if ":" in host else host
     print(f"warden audit serve: {scheme}://{shown}:{server.port}/ (log {log_path}, policies {args.policies}, "
@@ -559,7 +577,6 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        server.stopping.set()
         server.server_close()
     return EXIT_OK
 

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from checkpoint.audit.record import now as now_text
 from checkpoint.audit.verify import Anchor
 from warden import canonical
-from warden.private import FILE_MODE, private_folder
+from warden.private import FILE_MODE, private_folder, read_trusted
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def load_or_create_key(path: Path) -> Ed25519PrivateKey:
         else:
             with os.fdopen(fd, "wb") as f:
                 f.write(pem)
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    key = serialization.load_pem_private_key(read_trusted(path, "head-signing key", secret=True), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path}: not an Ed25519 private key")
     return key
@@ -87,7 +87,8 @@ def load_or_create_key(path: Path) -> Ed25519PrivateKey:
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
     """A public key PEM (`warden audit pubkey`), or the private key file itself."""
-    data = path.read_bytes()
+    # whoever could swap this key could sign heads that hide a cut log
+    data = read_trusted(path, "head-signing key")
     if b"PRIVATE KEY" in data:
         private = serialization.load_pem_private_key(data, password=None)
         if not isinstance(private, Ed25519PrivateKey):

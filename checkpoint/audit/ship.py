@@ -168,12 +168,29 @@ class HttpSink:
         body = "".join(line + "\n" for line in lines).encode("utf-8")
         request = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:  # noqa: S310 - the operator's address
+            with _OPENER.open(request, timeout=self.timeout) as answer:
                 answer.read()
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                where = exc.headers.get("Location", "") if exc.headers else ""
+                raise SinkRefused(f"{self.url} answered {exc.code} {exc.reason}, a redirect{' to ' + where if where else ''}"
+                                  ": a redirect is not delivery, and the batch and its credentials go only to the "
+                                  "address given; give --to the address that takes the records") from None
             raise SinkRefused(f"{self.url} answered {exc.code} {exc.reason}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise SinkRefused(f"{self.url}: {getattr(exc, 'reason', exc)}") from None
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is answered as it stands: urllib would otherwise follow it, resending the headers
+    (the bearer token among them) to wherever Location points and counting that page's 200 as the
+    batch taken, so the cursor would move past records the SIEM never received."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class SinkRefused(Exception):

@@ -107,7 +107,9 @@ def _sink(args: argparse.Namespace) -> Any:
     if args.to.startswith(("http://", "https://")):
         headers = shipping.parse_headers(args.header)
         if args.token_file:
-            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+            from warden.private import read_trusted_text
+
+            token = read_trusted_text(args.token_file, "token file").strip()
             if not token or any(c in token for c in "\r\n"):
                 raise ValueError(f"{args.token_file}: the token must be one non-empty line")
             headers["Authorization"] = f"Bearer {token}"

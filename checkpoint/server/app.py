@@ -39,7 +39,7 @@ from warden.auth import AuthPolicy, OnRefused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.grants import SigningKey
-from warden.private import private_folder
+from warden.private import private_folder, read_trusted
 from warden.token_keys import FOLDER as TOKEN_KEYS_FOLDER
 from warden.token_keys import KeySet
 from warden.tokens import APPROVAL_TOKEN_TTL_SECONDS, RUN_TOKEN_TTL_SECONDS
@@ -320,8 +320,8 @@ def _bind(
     if address:
         if tls is not None:
             creds = grpc.ssl_server_credentials(
-                [(tls.key.read_bytes(), tls.cert.read_bytes())],
-                root_certificates=tls.client_ca.read_bytes(),
+                [(read_trusted(tls.key, "TLS private key"), read_trusted(tls.cert, "TLS certificate"))],
+                root_certificates=read_trusted(tls.client_ca, "client CA certificate"),
                 require_client_auth=True,
             )
             port = server.add_secure_port(address, creds)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,12 +28,14 @@ import watchfiles
 
 from checkpoint.policy import AgentCatalog, PolicyLoadError, PolicySet, load_policy_dir
 from checkpoint.policy.learning_index import LearningIndex
+from checkpoint.policy.loader import MANIFEST
 from warden.policyfiles import policy_files
 
 log = logging.getLogger("warden.checkpoint.reload")
 
 DEFAULT_SETTLE = 1.0  # seconds without a change before an edit is loaded
 DEFAULT_RECHECK = 5.0  # seconds between content checks when no event comes
+TICK = 1.0  # seconds: the watches wake at least this often (a look at the link, a new watch known set up)
 
 
 @dataclass
@@ -74,6 +77,10 @@ def fingerprint(directory: Path) -> str:
         except OSError as exc:
             data = f"\0unreadable: {exc.errno}".encode()
         digest.update(str(path.relative_to(directory)).encode() + b"\0" + data + b"\0")
+    try:  # the manifest decides whether the set is whole: a change to it is a change to the set
+        digest.update(b"\0manifest\0" + (directory / MANIFEST).read_bytes())
+    except OSError:
+        pass
     return digest.hexdigest()
 
 
@@ -176,6 +183,12 @@ class PolicyWatcher:
     folder's fingerprint with the last load's, which catches an edit made while the watcher
     started or one whose events never came; such an edit is loaded after `settle` seconds in
     which the fingerprint did not change.
+
+    The folder's own name is watched too, in its parent: `warden policy apply` switches a link
+    there (or a deploy renames a new folder into place), which raises no event inside the folder
+    watched so far. A switch is loaded at once, without the settle wait (what a link is switched to
+    is complete by construction, and its manifest says so), and the folder it now names is watched
+    from then on.
     """
 
     def __init__(
@@ -191,34 +204,93 @@ class PolicyWatcher:
         self.recheck = recheck
         self.force_polling = force_polling
         self._stop = threading.Event()
+        self._switched = threading.Event()  # the name now points elsewhere: watch the new folder
+        self._rewatched = threading.Event()  # the folder watch is set up on the folder the name points at
+        self.watching = threading.Event()  # both watches are set up (tests wait for it)
         self._thread = threading.Thread(target=self._run, name="policy-watcher", daemon=True)
+        self._link_thread = threading.Thread(target=self._run_link, name="policy-link-watcher", daemon=True)
+        self._folder_ready = threading.Event()
+        self._link_ready = threading.Event()
 
     def start(self) -> None:
         self._thread.start()
+        self._link_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        for thread in (self._thread, self._link_thread):
+            if thread.is_alive():
+                thread.join(timeout=5)
+
+    def _ready(self, which: threading.Event) -> None:
+        which.set()
+        if self._folder_ready.is_set() and self._link_ready.is_set():
+            self.watching.set()
 
     def _run(self) -> None:
         step_ms = max(int(self.settle * 1000), 1)
+        either = _Either(self._stop, self._switched)
+        # the watch yields at least this often, so a new watch is known to be set up within it; the
+        # fingerprint is still compared only every `recheck` seconds
+        tick = min(self.recheck, TICK)
         while not self._stop.is_set():
+            self._switched.clear()
+            rechecked = time.monotonic()
             try:
                 for changes in watchfiles.watch(
                     self.store.directory,
                     watch_filter=_policy_events(self.store.directory),
                     step=step_ms,  # yield once no change came for `settle` seconds ...
                     debounce=max(step_ms * 60, 60_000),  # ... or a writer has gone on this long
-                    rust_timeout=max(int(self.recheck * 1000), 1),
+                    rust_timeout=max(int(tick * 1000), 1),
                     yield_on_timeout=True,
+                    stop_event=either,
+                    force_polling=self.force_polling,
+                    raise_interrupt=False,
+                ):
+                    self._rewatched.set()
+                    self._ready(self._folder_ready)
+                    if changes:
+                        self.check(settled=True)
+                    elif time.monotonic() - rechecked >= self.recheck:
+                        rechecked = time.monotonic()
+                        self.check(settled=False)
+            except Exception:  # keep watching whatever one round hit (folder gone, permissions)
+                log.exception("policy watcher failed; watching again")
+                self._stop.wait(self.settle)
+
+    def _run_link(self) -> None:
+        """Watch the folder's name in its parent (not recursively: the parent may be large)."""
+        name = self.store.directory.absolute()
+        parent = name.parent
+        last = _target(name)
+        while not self._stop.is_set():
+            try:
+                for _changes in watchfiles.watch(
+                    parent,
+                    watch_filter=lambda _c, path: Path(path).name == name.name,
+                    recursive=False,
+                    step=20,
+                    rust_timeout=max(int(min(self.recheck, TICK) * 1000), 1),
+                    yield_on_timeout=True,  # and a look at the name every TICK: events may not come
                     stop_event=self._stop,
                     force_polling=self.force_polling,
                     raise_interrupt=False,
                 ):
-                    self.check(settled=bool(changes))
-            except Exception:  # keep watching whatever one round hit (folder gone, permissions)
-                log.exception("policy watcher failed; watching again")
+                    self._ready(self._link_ready)
+                    now = _target(name)
+                    if now == last:
+                        continue
+                    last = now
+                    log.info("policy folder %s now names %s; loading it", name, now[0] or "another folder")
+                    # the folder watch follows the name first, so an edit in the new folder made
+                    # right after this load is seen by it
+                    self._rewatched.clear()
+                    self._switched.set()
+                    self._rewatched.wait(max(4 * TICK, 4 * self.settle))
+                    self.check(settled=True)
+            except Exception:
+                log.exception("policy link watcher failed; watching again")
                 self._stop.wait(self.settle)
 
     def check(self, *, settled: bool) -> bool:
@@ -231,6 +303,26 @@ class PolicyWatcher:
         if not settled and (self._stop.wait(self.settle) or fingerprint(self.store.directory) != current):
             return False  # still changing: its events, or the next recheck, come back to it
         return self.store.reload()
+
+
+class _Either:
+    """A stop event for watchfiles that is set when either of two events is."""
+
+    def __init__(self, a: threading.Event, b: threading.Event) -> None:
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return self.a.is_set() or self.b.is_set()
+
+
+def _target(path: Path) -> tuple[str, int, int]:
+    """What the folder's name points at now: the link's text and the folder's identity."""
+    try:
+        text = os.readlink(path) if path.is_symlink() else ""
+        st = path.stat()
+        return text, st.st_dev, st.st_ino
+    except OSError:
+        return "", 0, 0
 
 
 def _policy_events(directory: Path) -> Callable[[watchfiles.Change, str], bool]:

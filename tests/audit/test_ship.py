@@ -353,3 +353,93 @@ def test_a_sealed_segment_deleted_without_a_prune_stops_the_ship(data, tmp_path,
     with pytest.raises(shipping.ShipError, match=r"records 1\.\.10 .*missing"):
         shipping.ship(reader, shipping.FileSink(out), cursor)
     assert not out.exists()
+
+
+# -- a redirect is not delivery ------------------------------------------------------------------
+
+
+class _Redirector:
+    """A real HTTP endpoint that answers every POST with `status` and a Location elsewhere."""
+
+    def __init__(self, status: int, location: str) -> None:
+        self.posts = 0
+        box = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                self.rfile.read(int(self.headers["Content-Length"]))
+                box.posts += 1
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/ingest"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _Elsewhere:
+    """Another origin that takes anything (GET or POST) with 200 and notes what reached it."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        box = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _take(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                box.requests.append((self.command, dict(self.headers)))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            do_GET = do_POST = do_PUT = _take  # noqa: N815 - the stdlib's names
+
+            def log_message(self, *_args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/landing"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("where", ["elsewhere", "same origin"])
+def test_a_redirect_is_not_delivery_and_the_token_stays_with_the_configured_origin(data, tmp_path, capsys,
+                                                                                   status, where):
+    """A 3xx to a page that answers 200 is not the SIEM taking the batch: the cursor stays, the run
+    fails naming the redirect, and the bearer token never reaches the redirect's target (another
+    origin, or another path of the same one: the configured address is the only one spoken to)."""
+    elsewhere = _Elsewhere()
+    redirector = _Redirector(status, elsewhere.url if where == "elsewhere" else "/landing")
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    cursor = tmp_path / "c.json"
+    try:
+        code = main(["audit", "ship", "--data", str(data), "--to", redirector.url, "--token-file", str(token),
+                     "--cursor", str(cursor), "--retries", "0"])
+        err = capsys.readouterr().err
+        assert code == 1, err
+        assert f"answered {status}" in err and "redirect" in err and "not delivery" in err, err
+        assert not cursor.exists()
+        assert elsewhere.requests == []
+        assert redirector.posts == 1
+    finally:
+        redirector.close()
+        elsewhere.close()

@@ -87,7 +87,8 @@ def test_a_truncated_log_is_caught_naming_the_anchor(signed, tmp_path, capsys):
     with conn:
         conn.execute("DELETE FROM decisions WHERE seq > 7")  # the chain left is whole
     conn.close()
-    assert _cli(capsys, "verify", "--data", str(signed))[0] == 0  # the chain alone cannot tell
+    # the chain alone cannot tell; plain verify checks the data folder's signed heads too
+    assert _cli(capsys, "verify", "--data", str(signed))[0] == 1
     code, _, err = _cli(capsys, "verify", "--data", str(signed), "--anchors", str(anchors), "--pubkey", str(pub))
     assert code == 1
     assert "BROKEN at seq 8: truncated" in err and f"anchor 2 of {anchors} (seq 10, signed " in err
@@ -108,7 +109,8 @@ def test_a_rewritten_and_rehashed_log_is_caught_naming_the_anchor(signed, tmp_pa
             conn.execute("UPDATE decisions SET verdict = ?, code = ?, prev_hash = ?, hash = ? WHERE seq = ?",
                          (row["verdict"], row["code"], row["prev_hash"], row["hash"], row["seq"]))  # fmt: skip
     conn.close()
-    assert _cli(capsys, "verify", "--data", str(signed))[0] == 0  # the chain alone cannot tell
+    # the chain alone cannot tell; plain verify checks the data folder's signed heads too
+    assert _cli(capsys, "verify", "--data", str(signed))[0] == 1
     code, _, err = _cli(capsys, "verify", "--data", str(signed), "--anchors", str(anchors), "--pubkey", str(pub))
     assert code == 1
     assert "BROKEN at seq 4: head_mismatch" in err and f"anchor 1 of {anchors} (seq 4, signed " in err
@@ -173,3 +175,77 @@ def test_the_timer_signs_while_the_log_grows(tmp_path, make_record):
     finally:
         signer.close()
         log.close()
+
+
+# -- plain `verify` checks the data folder's signed heads -----------------------------------------
+
+
+def _truncate(data: Path, after: int) -> None:
+    conn = sqlite3.connect(data / "decisions.db")
+    with conn:
+        conn.execute("DELETE FROM decisions WHERE seq > ?", (after,))  # the chain left is whole
+    conn.close()
+
+
+@pytest.mark.parametrize("after", [0, 1, 3, 4, 7, 9])
+def test_plain_verify_catches_a_truncated_log_with_the_folders_signed_heads(signed, capsys, after):
+    """No --anchors: the heads the checkpoint signed in the data folder are the anchors. Any cut
+    below the newest head (seq 10) is caught, naming the heads file."""
+    _truncate(signed, after)
+    code, _, err = _cli(capsys, "verify", "--data", str(signed))
+    assert code == 1, err
+    assert f"BROKEN at seq {after + 1}: truncated" in err and "decisions.heads.jsonl" in err
+
+
+def test_plain_verify_catches_a_rewritten_log_with_the_folders_signed_heads(signed, capsys):
+    conn = sqlite3.connect(signed / "decisions.db")
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT * FROM decisions ORDER BY seq")]
+    prev = rows[5]["hash"]
+    with conn:
+        for row in rows[6:]:
+            row["reason"] = "rewritten"
+            row["prev_hash"] = prev
+            row["hash"] = prev = record_hash(prev, tuple(row[name] for name in HASHED_FIELDS))
+            conn.execute("UPDATE decisions SET reason = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+                         (row["reason"], row["prev_hash"], row["hash"], row["seq"]))  # fmt: skip
+    conn.close()
+    code, _, err = _cli(capsys, "verify", "--data", str(signed))
+    assert code == 1 and "BROKEN at seq 10: head_mismatch" in err
+
+
+def test_plain_verify_on_a_whole_log_says_which_heads_it_used(signed, capsys):
+    code, out, err = _cli(capsys, "verify", "--data", str(signed))
+    assert code == 0 and "ok: 10 records" in out and "2 signed anchor(s) hold, the last at seq 10" in out
+    assert "the data folder's own key" in err and "--pubkey" in err
+
+
+def test_plain_verify_says_loudly_when_a_log_has_no_signed_heads(signed, capsys):
+    (signed / "decisions.heads.jsonl").unlink()
+    _truncate(signed, 7)
+    code, out, err = _cli(capsys, "verify", "--data", str(signed))
+    assert code == 0 and "ok: 7 records" in out
+    assert "WARNING" in err and "no signed heads" in err and "deleted from the end" in err
+
+
+@pytest.mark.parametrize("damage", ["altered", "not json", "another key"])
+def test_plain_verify_refuses_signed_heads_that_do_not_hold(signed, capsys, damage):
+    kept = signed / "decisions.heads.jsonl"
+    lines = kept.read_text().splitlines()
+    if damage == "altered":
+        head = json.loads(lines[1])
+        head["seq"] = 7  # moved back to cover a cut after 7
+        lines[1] = json.dumps(head)
+        _truncate(signed, 7)
+    elif damage == "not json":
+        lines[1] = lines[1][:20]
+    else:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        (signed / "audit-head.key").write_bytes(Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    kept.write_text("\n".join(lines) + "\n")
+    code, _, err = _cli(capsys, "verify", "--data", str(signed))
+    assert code == 1, err
+    assert "BROKEN" in err and "decisions.heads.jsonl" in err

@@ -1,4 +1,11 @@
-"""`warden audit serve`: the auditor's read-only web view, over the standard library's HTTP server.
+"""`warden audit serve`: the auditor's read-only web view, a WSGI application served by cheroot.
+
+The server is cheroot (CherryPy's HTTP server: pure Python, threaded, TLS built in) rather than the
+standard library's development server, which ignores a GET's body and so parsed it as a second
+request. cheroot parses the framing itself (Content-Length, chunked) with header and body limits;
+on top, a request that carries a body at all is refused and its connection closed before the body
+is read: nothing here takes one, and no front proxy and this server can then disagree on where a
+request ends. Threads suit the views, which block (a long poll waits for the log).
 
 Only GET (and HEAD) exist: there is no endpoint that writes, so nothing the view offers can change
 the log, the policies or a run. The routes:
@@ -19,14 +26,17 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
+import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from cheroot import server as cheroot_server
+from cheroot import wsgi
+from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.web.access import Auditor, AuditRefused, Gate
@@ -44,6 +54,15 @@ STATIC = {
 }
 MAX_PARAM = 256  # characters of one query parameter: ids, names and subjects are shorter
 MAX_WAITERS = 16  # long polls held at once; more are answered at once (no wait), not queued
+THREADS = MAX_WAITERS + 8  # so the long polls held never take the last thread from other requests
+# The request line and headers together: a token, a URL of at most 64 parameters of MAX_PARAM
+# characters and a browser's usual headers fit well inside; more is refused (400) unread.
+MAX_HEADER_BYTES = 32 * 1024
+MAX_HEADERS = 100  # header lines of one request, as the standard library's http.client allows
+MAX_BODY_BYTES = 1024  # nothing takes a body; cheroot refuses a larger one (413) before our check
+# A connection that sends nothing for this long is closed: idle or slow clients cannot hold
+# threads for ever (a long poll answers within MAX_WAIT, well inside it).
+IDLE_TIMEOUT = 60
 # The stream's filters: query parameter -> the log's filter. Anything else is refused (400), so a
 # misspelt filter never widens a query silently.
 STREAM_FILTERS = {
@@ -60,90 +79,165 @@ class BadRequest(Exception):
     """A request the API refuses: 400 with code `invalid_request` and what was wrong."""
 
 
-class AuditWebServer(ThreadingHTTPServer):
-    daemon_threads = True
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_SINGLE = {b"Content-Length", b"Transfer-Encoding", b"Host", b"Authorization"}
+
+
+class _StrictHeaders(cheroot_server.HeaderReader):
+    """Header lines as RFC 9112 wants a server to take them, where cheroot is lenient: a folded line
+    (which cheroot lets replace the value before it), a name with spaces before its colon, a
+    second Content-Length (cheroot keeps the last), a CR or NUL in a value. Each is how a front
+    proxy and this server come to disagree on where a request ends, so each is refused (400)."""
+
+    def __call__(self, rfile: Any, hdict: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
+        hdict = {} if hdict is None else hdict
+        for _ in range(MAX_HEADERS + 1):
+            line = rfile.readline()
+            if not line:
+                raise ValueError("Illegal end of headers.")
+            if line == b"\r\n":
+                return hdict
+            if not line.endswith(b"\r\n"):
+                raise ValueError("HTTP requires CRLF terminators")
+            if line[:1] in (b" ", b"\t"):
+                raise ValueError("Folded header lines are not accepted.")
+            name, colon, value = line[:-2].partition(b":")
+            if not colon or not _TOKEN.fullmatch(name):
+                raise ValueError("Illegal header line.")
+            value = value.strip(b" \t")
+            if any(c in value for c in b"\r\n\x00"):
+                raise ValueError("Illegal header value.")
+            if b"_" in name:
+                continue  # as cheroot's DropUnderscoreHeaderReader: X_A would pass for X-A in the environ
+            key = name.title()
+            if key in hdict:
+                if key in _SINGLE:
+                    raise ValueError(f"Repeated {key.decode()} header.")
+                value = hdict[key] + b", " + value  # a repeated field is one list (RFC 9110, 5.3)
+            hdict[key] = value
+        raise ValueError(f"More than {MAX_HEADERS} header lines.")
+
+
+class _Request(cheroot_server.HTTPRequest):
+    """cheroot's request, refusing any request that carries a body before a byte of it is read."""
+
+    header_reader = _StrictHeaders()
+
+    def read_request_headers(self) -> bool:
+        if not super().read_request_headers():
+            return False
+        declared = self.inheaders.get(b"Content-Length", b"0").strip()
+        if self.inheaders.get(b"Transfer-Encoding") is not None or declared not in (b"", b"0"):
+            # a view that only reads takes no body; answering and closing, unread, leaves nothing
+            # of it on the connection to be parsed as the next request
+            self.simple_response("400 Bad Request", "this view takes no request body")
+            self.close_connection = True
+            return False
+        return True
+
+
+class _Connection(cheroot_server.HTTPConnection):
+    RequestHandlerClass = _Request
+
+
+class AuditWebServer:
+    """The page's server: bound when made (`port` is known, a busy address fails at once)."""
 
     def __init__(self, address: tuple[str, int], gate: Gate, views: DecisionViews) -> None:
         self.gate = gate
         self.views = views
         self.stopping = threading.Event()
         self.waiters = threading.BoundedSemaphore(MAX_WAITERS)
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, Handler)
+        self.app = AuditApp(self)
+        self._server = wsgi.Server(address, self.app, numthreads=THREADS, max=THREADS, timeout=IDLE_TIMEOUT,
+                                   server_name="warden-audit")
+        self._server.version = "warden-audit"  # the Server header names no library or version
+        self._server.max_request_header_size = MAX_HEADER_BYTES
+        self._server.max_request_body_size = MAX_BODY_BYTES
+        self._server.ConnectionClass = _Connection
+        self._server.error_log = _error_log  # type: ignore[method-assign]
+        self._server.prepare()  # binds and listens; serve_forever() then accepts
+        self._served = threading.Event()
 
     @property
     def port(self) -> int:
-        return int(self.server_address[1])
+        return int(self._server.bind_addr[1])
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
+    def use_tls(self, cert: str, key: str) -> None:
+        """Serve HTTPS with this certificate and key (TLS 1.2 at least); raises when they do not load,
+        or when another user could have written them (UntrustedFileError)."""
+        from warden.private import read_trusted
 
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return  # a browser that moved on (a new filter aborts the poll it had open): not an error
-        super().handle_error(request, client_address)
+        read_trusted(key, "TLS private key")
+        read_trusted(cert, "TLS certificate")
+        adapter = BuiltinSSLAdapter(cert, key)
+        adapter.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._server.ssl_adapter = adapter
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Serve until `shutdown()` (from another thread) or KeyboardInterrupt."""
+        self._server.expiration_interval = poll_interval
+        self._served.set()
+        try:
+            self._server.serve()
+        finally:
+            self.server_close()
 
     def shutdown(self) -> None:
         self.stopping.set()  # long polls answer at once
-        super().shutdown()
+        self._server.stop()
+
+    def server_close(self) -> None:
+        self.stopping.set()
+        self._server.stop()
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: AuditWebServer
-    server_version = "warden-audit"
-    sys_version = ""
-    protocol_version = "HTTP/1.1"
-    # A connection that sends nothing for this long is closed: idle or slow clients cannot hold
-    # threads for ever (a long poll answers within MAX_WAIT, well inside it).
-    timeout = 60
+def _error_log(msg: str = "", level: int = 20, traceback: bool = False) -> None:
+    # cheroot reports a client that went away (a new filter aborts the poll the page had open) as
+    # an error; only what is worse than that is worth a line
+    if level >= logging.ERROR:
+        log.error("%s", msg, exc_info=traceback)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        log.info("%s %s", self.address_string(), format % args)
 
-    # -- methods ---------------------------------------------------------------------------
+class AuditApp:
+    """The WSGI application: routes, authentication, answers."""
 
-    def do_GET(self) -> None:
-        self._handle(head=False)
+    def __init__(self, server: AuditWebServer) -> None:
+        self.server = server
 
-    def do_HEAD(self) -> None:
-        self._handle(head=True)
-
-    def _refuse_method(self) -> None:
-        self._send_json(HTTPStatus.METHOD_NOT_ALLOWED, {"code": "method_not_allowed",
-                                                        "message": "this view only reads: GET"},
-                        extra={"Allow": "GET, HEAD"})
-
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _refuse_method
-
-    # -- routing ---------------------------------------------------------------------------
-
-    def _handle(self, *, head: bool) -> None:
-        self._head = head
-        url = urlsplit(self.path)
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method = environ["REQUEST_METHOD"]
+        head = method == "HEAD"
+        if method not in ("GET", "HEAD"):
+            return self._json(start_response, head, HTTPStatus.METHOD_NOT_ALLOWED,
+                              {"code": "method_not_allowed", "message": "this view only reads: GET"},
+                              {"Allow": "GET, HEAD"})
+        # the target as sent: PATH_INFO is already percent-decoded, and a run id may hold "%2F"
+        target = environ.get("REQUEST_URI") or quote(environ.get("PATH_INFO", "/"), safe="/")
+        url = urlsplit(target)
         path = url.path
+        query = url.query if environ.get("REQUEST_URI") else environ.get("QUERY_STRING", "")
         if path in STATIC:
-            self._send_static(*STATIC[path])
-            return
+            return self._static(start_response, head, *STATIC[path])
         if not path.startswith("/api/"):
-            self._send_json(HTTPStatus.NOT_FOUND, {"code": "not_found", "message": "no such page"})
-            return
+            return self._json(start_response, head, HTTPStatus.NOT_FOUND, {"code": "not_found", "message": "no such page"})
         try:
-            auditor = self.server.gate.authenticate(self.headers.get("Authorization"))
+            auditor = self.server.gate.authenticate(environ.get("HTTP_AUTHORIZATION"))
         except AuditRefused as refused:
-            self._send_json(HTTPStatus.FORBIDDEN, {"code": refused.code, "message": refused.message})
-            return
+            return self._json(start_response, head, HTTPStatus.FORBIDDEN, {"code": refused.code, "message": refused.message})
         if auditor is None:
-            self._send_json(HTTPStatus.UNAUTHORIZED, {"code": "unauthenticated"},
-                            extra={"WWW-Authenticate": 'Bearer realm="warden-audit"'})
-            return
+            return self._json(start_response, head, HTTPStatus.UNAUTHORIZED, {"code": "unauthenticated"},
+                              {"WWW-Authenticate": 'Bearer realm="warden-audit"'})
         try:
-            params = _params(url.query)
+            params = _params(query)
             status, body = self._api(path, params, auditor)
         except BadRequest as exc:
             status, body = HTTPStatus.BAD_REQUEST, {"code": "invalid_request", "message": str(exc)}
         except (AuditUnavailable, FileNotFoundError) as exc:
             status, body = HTTPStatus.SERVICE_UNAVAILABLE, {"code": "audit_unavailable", "message": str(exc)}
-        self._send_json(status, body)
+        return self._json(start_response, head, status, body)
+
+    # -- routing ---------------------------------------------------------------------------
 
     def _api(self, path: str, params: dict[str, str], auditor: Auditor) -> tuple[HTTPStatus, dict[str, Any]]:
         views = self.server.views
@@ -199,36 +293,34 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- answers ---------------------------------------------------------------------------
 
-    def _headers(self, status: HTTPStatus, content_type: str, length: int, extra: dict[str, str]) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(length))
-        self.send_header("Content-Security-Policy", CSP)
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("X-Frame-Options", "DENY")
-        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        for name, value in extra.items():
-            self.send_header(name, value)
-        self.end_headers()
+    @staticmethod
+    def _answer(start_response: Callable[..., Any], head: bool, status: HTTPStatus, content_type: str,
+                data: bytes, extra: dict[str, str]) -> list[bytes]:
+        headers = [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(data))),
+            ("Content-Security-Policy", CSP),
+            ("X-Content-Type-Options", "nosniff"),
+            ("Referrer-Policy", "no-referrer"),
+            ("X-Frame-Options", "DENY"),
+            ("Cross-Origin-Resource-Policy", "same-origin"),
+            *extra.items(),
+        ]
+        start_response(f"{status.value} {status.phrase}", headers)
+        return [] if head else [data]
 
-    def _send_json(self, status: HTTPStatus, body: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+    def _json(self, start_response: Callable[..., Any], head: bool, status: HTTPStatus, body: dict[str, Any],
+              extra: dict[str, str] | None = None) -> list[bytes]:
         text = json.dumps(body, ensure_ascii=True, separators=(",", ":"))
         # < > & only ever stand inside JSON strings: escaped, no answer reads as markup to anything
         # that sniffs, whatever a record holds.
         data = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
-        self._headers(status, "application/json", len(data), {"Cache-Control": "no-store", **(extra or {})})
-        if not self._head_only():
-            self.wfile.write(data)
+        return self._answer(start_response, head, status, "application/json", data,
+                            {"Cache-Control": "no-store", **(extra or {})})
 
-    def _send_static(self, name: str, content_type: str) -> None:
+    def _static(self, start_response: Callable[..., Any], head: bool, name: str, content_type: str) -> list[bytes]:
         data = resources.files("checkpoint.audit.web").joinpath("static", name).read_bytes()
-        self._headers(HTTPStatus.OK, content_type, len(data), {"Cache-Control": "no-cache"})
-        if not self._head_only():
-            self.wfile.write(data)
-
-    def _head_only(self) -> bool:
-        return getattr(self, "_head", False)
+        return self._answer(start_response, head, HTTPStatus.OK, content_type, data, {"Cache-Control": "no-cache"})
 
 
 def _params(query: str) -> dict[str, str]:
