@@ -6,6 +6,7 @@ an operator fixes a broken edit in one pass, not one error per run.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -41,6 +42,7 @@ from warden.policyfiles import (
     revision_of,
 )
 from warden.yamlsource import SourceDocument, YamlIssue, load_documents
+
 # A manifest of digests in `sha256sum` format: when the folder holds one, the set loads only when
 # its files are exactly the ones the manifest names (docs/policies.md, "Applying a whole set").
 MANIFEST = "SHA256SUMS"

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
         threading.Event().wait()
     run_id, stop_at = rest
     runs = {r["run_token"]: r["run_id"] for r in store.runs(root_run_id=run_id, limit=100)}
-    real = d.checkpoint.record_act
+    real = d.checkpoint.record_act_answer  # every act the driver records goes through it
 
     def record_act(request: Any) -> Any:
         of = runs.get(request.run.run_token, "")
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> None:
             _stop(stop_at)
         return answer
 
-    d.checkpoint.record_act = record_act  # type: ignore[method-assign]
+    d.checkpoint.record_act_answer = record_act  # type: ignore[method-assign]
     d.pause(run_id, "bob", "hold everything")
     _stop("returned")
 
