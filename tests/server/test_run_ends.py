@@ -145,3 +145,18 @@ def test_any_order_of_acts_ends_the_run_exactly_when_a_cancel_or_a_final_end_cam
             assert_ended(answer)
         else:
             assert answer.verdict == pb.VERDICT_ALLOW, (acts, answer)
+
+
+def test_a_store_that_cannot_say_whether_the_run_ended_refuses_and_records_why(checkpoint):
+    """Fail closed: with the ended runs unreadable (their table gone under the running checkpoint),
+    no call is allowed, a cancel is not answered as recorded, and each refusal is on the record."""
+    import sqlite3
+
+    run = started(checkpoint)
+    assert checkpoint.stub().Check(call(run.run_token), timeout=5).verdict == pb.VERDICT_ALLOW
+    with sqlite3.connect(checkpoint.data / "approvals-used.db") as db:
+        db.execute("DROP TABLE ended_runs")
+    answer = checkpoint.stub().Check(call(run.run_token), timeout=5)
+    assert (answer.verdict, answer.code) == (pb.VERDICT_DENY, "run_state_unavailable") and not answer.HasField("grant")
+    assert act(checkpoint, run.run_token, "cancel").code == "run_state_unavailable"
+    assert [r["code"] for r in checkpoint.records()[-2:]] == ["run_state_unavailable", "run_state_unavailable"]
