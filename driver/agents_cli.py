@@ -133,14 +133,13 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from checkpoint.policy import lifecycle
+    from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
-    history = _history_of(args)
+    history = _rpc(args, "AgentHistory", pb.AgentHistoryRequest(
+        agent=args.agent, compare_from=args.from_version or "", compare_to=args.version or ""))
     new = _version(history, args.version)
-    if args.from_version:
-        old = _version(history, args.from_version)
-        lines = lifecycle.diff(_snapshot(old), _snapshot(new))
-        widens = lifecycle.widenings(_snapshot(old), _snapshot(new))
+    if args.from_version:  # compared by the checkpoint, as its review compares them
+        lines, widens = list(history.comparison.diff), list(history.comparison.widens)
     else:
         lines, widens = list(new.diff), list(new.widens)
     print(f"{args.agent}: {args.from_version or history.live_version} -> {new.version} ({new.status})")
@@ -150,16 +149,6 @@ def _diff(args: argparse.Namespace) -> int:
     for line in lines or ["(no difference)"]:
         print(f"  {line}")
     return 0
-
-
-def _snapshot(v: Any) -> dict[str, Any]:
-    """A version's definition as lifecycle compares it (the snapshot's shape)."""
-    from google.protobuf import json_format
-
-    d = json_format.MessageToDict(v.definition)
-    return {"tenant": d.get("tenant", ""), "persona": d.get("persona", ""), "description": d.get("description", ""),
-            "wildcard": d.get("allowlist") == ["*"], "tools": [t for t in d.get("allowlist", []) if t != "*"],
-            "delegates": d.get("delegates", []), "scope": d.get("scope", {}), "budget": d.get("budget", {})}
 
 
 def _acted(args: argparse.Namespace, response: Any) -> int:

@@ -26,7 +26,7 @@ from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
-from warden.errors import PermissionDenied
+from warden.errors import InvalidArgument, PermissionDenied
 
 if TYPE_CHECKING:
     from checkpoint.server.service import CheckpointService
@@ -97,6 +97,17 @@ class CatalogActs:
                                    f"no agent {request.agent[:100]!r} that {caller_name(caller)!r} may read", "agent")
         out = pb.AgentHistoryResponse(live_version=policies.catalog.live_version(request.agent) or "")
         out.versions.extend(version_info(policies, r, request.agent) for r in rows)
+        if request.compare_from:
+            by_version = {r["version"]: r["snapshot"] for r in rows}
+            to = request.compare_to or out.live_version
+            for field, wanted in (("compare_from", request.compare_from), ("compare_to", to)):
+                if wanted not in by_version:
+                    raise InvalidArgument(codes.UNKNOWN_AGENT_VERSION,
+                                          f"no version {wanted[:100]!r} of agent {request.agent[:100]!r}", field)
+            before, after = by_version[request.compare_from], by_version[to]
+            out.comparison.CopyFrom(pb.AgentVersionComparison(
+                from_version=request.compare_from, to_version=to, diff=lifecycle.diff(before, after),
+                widens=lifecycle.widenings(before, after)))
         return out
 
     # -- acts ----------------------------------------------------------------------------------

@@ -62,3 +62,9 @@ def test_without_a_credential_file_the_command_says_where_it_looked(running, tmp
     with pytest.raises(SystemExit) as exit_:
         main(["agents", "list", "--data", str(tmp_path / "nowhere")])
     assert "no checkpoint credential of yours" in str(exit_.value.code)
+
+
+def test_a_comparison_with_a_version_the_agent_never_had_is_refused(running, capsys):
+    with pytest.raises(SystemExit) as refused:
+        agents(capsys, running, "erin", "diff", "triage", live(running), "--from", "0000000000000000")
+    assert "unknown_agent_version: no version '0000000000000000' of agent 'triage'" in str(refused.value)

@@ -733,18 +733,36 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ...) -> None: ...
 
 class AgentHistoryRequest(_message.Message):
-    __slots__ = ("agent",)
+    __slots__ = ("agent", "compare_from", "compare_to")
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    COMPARE_FROM_FIELD_NUMBER: _ClassVar[int]
+    COMPARE_TO_FIELD_NUMBER: _ClassVar[int]
     agent: str
-    def __init__(self, agent: _Optional[str] = ...) -> None: ...
+    compare_from: str
+    compare_to: str
+    def __init__(self, agent: _Optional[str] = ..., compare_from: _Optional[str] = ..., compare_to: _Optional[str] = ...) -> None: ...
 
 class AgentHistoryResponse(_message.Message):
-    __slots__ = ("live_version", "versions")
+    __slots__ = ("live_version", "versions", "comparison")
     LIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    COMPARISON_FIELD_NUMBER: _ClassVar[int]
     live_version: str
     versions: _containers.RepeatedCompositeFieldContainer[AgentVersionInfo]
-    def __init__(self, live_version: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[AgentVersionInfo, _Mapping]]] = ...) -> None: ...
+    comparison: AgentVersionComparison
+    def __init__(self, live_version: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[AgentVersionInfo, _Mapping]]] = ..., comparison: _Optional[_Union[AgentVersionComparison, _Mapping]] = ...) -> None: ...
+
+class AgentVersionComparison(_message.Message):
+    __slots__ = ("from_version", "to_version", "diff", "widens")
+    FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DIFF_FIELD_NUMBER: _ClassVar[int]
+    WIDENS_FIELD_NUMBER: _ClassVar[int]
+    from_version: str
+    to_version: str
+    diff: _containers.RepeatedScalarFieldContainer[str]
+    widens: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, from_version: _Optional[str] = ..., to_version: _Optional[str] = ..., diff: _Optional[_Iterable[str]] = ..., widens: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ProposeAgentChangeRequest(_message.Message):
     __slots__ = ("agent", "definition_yaml", "changes", "rollback_to", "note", "run")
