@@ -50,7 +50,7 @@ def _check_loop(n: int) -> None:
         auth=AuthPolicy(tokens={hashlib.sha256(b"t" * 20).digest(): "driver"}), watch_interval=None,
     )
     service = server.service
-    token = service.start_run(pb.StartRunRequest(agent="recon", person="alice", mode=pb.RUN_MODE_INTERACTIVE),
+    token = service.run_acts.start_run(pb.StartRunRequest(agent="recon", person="alice", mode=pb.RUN_MODE_INTERACTIVE),
                               "token:driver").run_token
 
     def check() -> None:

@@ -114,7 +114,7 @@ class CheckpointServer:
         self._stopped.set()
         if self.watcher is not None:
             self.watcher.stop()
-        drain(self.grpc_server, self.health, self.gate, grace or 0.0, end_streams=self.service.stop_watchers,
+        drain(self.grpc_server, self.health, self.gate, grace or 0.0, end_streams=self.service.stream.stop_watchers,
               name="checkpoint")
         self.service.learnings.stop()
         if self.metrics_server is not None:

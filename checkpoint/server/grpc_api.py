@@ -204,7 +204,7 @@ def method_handlers(service: CheckpointService, auth: AuthPolicy, on_unauthentic
                     tracing.current.reset(traced)
                 raise UNAUTHENTICATED
             _well_formed(request)
-            tenants = service.watch_tenants(caller)
+            tenants = service.stream.watch_tenants(caller)
             if not watchers.acquire():
                 raise Unavailable("too_many_watchers", f"at most {watchers.limit} decision streams at once")
         except ServiceError as exc:
@@ -214,10 +214,10 @@ def method_handlers(service: CheckpointService, auth: AuthPolicy, on_unauthentic
             # Wakes the follower at once when the client goes away or the server stops.
             def on_done() -> None:
                 stop.set()
-                service.wake_watchers()
+                service.stream.wake_watchers()
 
             context.add_callback(on_done)
-            yield from service.watch(request, stop, tenants, caller)
+            yield from service.stream.watch(request, stop, tenants, caller)
         except ServiceError as exc:
             abort(context, exc)
         finally:
@@ -242,10 +242,10 @@ def method_handlers(service: CheckpointService, auth: AuthPolicy, on_unauthentic
             ),
             "CheckPlan": unary(service.check_plan, pb.CheckPlanRequest, pb.CheckPlanResponse),
             "ResolveAgent": unary(service.resolve_agent, pb.ResolveAgentRequest, pb.ResolveAgentResponse),
-            "StartRun": unary(service.start_run, pb.StartRunRequest, pb.StartRunResponse),
-            "Approve": unary(service.approve, pb.ApproveRequest, pb.ApproveResponse),
-            "Reject": unary(service.reject, pb.RejectRequest, pb.RejectResponse),
-            "RecordAct": unary(service.record_act, pb.RecordActRequest, pb.RecordActResponse),
+            "StartRun": unary(service.run_acts.start_run, pb.StartRunRequest, pb.StartRunResponse),
+            "Approve": unary(service.approval_acts.approve, pb.ApproveRequest, pb.ApproveResponse),
+            "Reject": unary(service.approval_acts.reject, pb.RejectRequest, pb.RejectResponse),
+            "RecordAct": unary(service.run_acts.record_act, pb.RecordActRequest, pb.RecordActResponse),
             "ListAgents": unary(service.catalog.list_agents, pb.ListAgentsRequest, pb.ListAgentsResponse),
             "AgentHistory": unary(service.catalog.agent_history, pb.AgentHistoryRequest, pb.AgentHistoryResponse),
             "ProposeAgentChange": unary(service.catalog.propose, pb.ProposeAgentChangeRequest, pb.CatalogActResponse),

@@ -47,3 +47,8 @@ def new_decision_id() -> str:
     # The same text as str(uuid.UUID(int=value)), without building the object.
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def new_run_id() -> str:
+    """Run ids are minted here, never chosen by a caller: none is empty, none is reused."""
+    return "run-" + new_decision_id()

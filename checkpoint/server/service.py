@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,26 +22,26 @@ from google.protobuf import json_format
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.record import CanonicalJson, format_time_ns, json_column
-from checkpoint.audit.stats import END_ACT, TERMINAL, EndInvalid, end_details
-from checkpoint.audit.store import Filters
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
-from checkpoint.engine.context import MODES
 from checkpoint.policy import PolicySet
-from checkpoint.policy.audit_scope import AuditRefused, readable_tenants
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_by_tenant
 from checkpoint.server import convert, tracing
-from checkpoint.server.act_records import act_record, bounded_details, forget_claimed_run, stamp
+from checkpoint.server.act_records import act_record, forget_claimed_run, stamp
 from checkpoint.server.agent_stats import AgentStatsReads
-from checkpoint.server.approvals import Approvals, VerifiedApproval, asked_rules
+from checkpoint.server.approval_acts import ApprovalActs
+from checkpoint.server.approvals import Approvals, VerifiedApproval
 from checkpoint.server.catalog_acts import CatalogActs
+from checkpoint.server.decision_stream import DecisionStream
 from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
-from checkpoint.server.ids import new_decision_id
+from checkpoint.server.ids import new_decision_id, new_run_id
 from checkpoint.server.learning_acts import LearningActs
 from checkpoint.server.metrics import Metrics
 from checkpoint.server.pins import PinnedPolicies, stricter
+from checkpoint.server.refusals import no_principal
 from checkpoint.server.reload import PolicyStore
+from checkpoint.server.run_acts import RunActs
 from checkpoint.server.runs import MAX_RUN_ID, Established, Refused, RunTokens, child_run
 from checkpoint.server.single_use import SingleUse
 from warden import canonical, codes, grants
@@ -90,12 +89,13 @@ class CheckpointService:
         # where a caller's act sent again is taken once (act_id)
         self.metrics = metrics
         self.max_batch_items = max_batch_items
-        self._watch_stops: set[threading.Event] = set()
-        self._watch_lock = threading.Lock()
         self._decision_counters: dict[tuple[int, str], Any] = {}
         # set when other processes share the data folder (`serve --workers N`): see shared_state.py
         self.sync_shared: Callable[[], None] | None = None
         self.catalog = CatalogActs(self)
+        self.run_acts = RunActs(self)
+        self.approval_acts = ApprovalActs(self)
+        self.stream = DecisionStream(self)
         self.agent_stats = AgentStatsReads(self)
         # the time rules read as `now`: the checkpoint's own clock, never a caller's (tests fix it)
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
@@ -132,7 +132,7 @@ class CheckpointService:
         at = now.timestamp()
         try:
             if principal is None:
-                raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
+                raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(caller), "principal")
             if not request.HasField("run"):
                 raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
             if action is None:
@@ -364,267 +364,10 @@ class CheckpointService:
 
     # -- runs and a person's acts ------------------------------------------------------------
 
-    def start_run(self, request: pb.StartRunRequest, caller: str) -> pb.StartRunResponse:
-        """A run begins with a recorded decision; on ALLOW the checkpoint mints its id and token."""
-        started = time.perf_counter_ns()
-        policies = self._policies()
-        principal = policies.principals.of(caller)
-        out = pb.StartRunResponse()
-        run = pb.RunContext(mode=request.mode, tenant=request.tenant)
-        chain = [pb.Actor(kind=pb.ACTOR_KIND_PERSON, id=request.person[:MAX_RUN_ID])]
-        response = pb.CheckResponse(verdict=DENY, rule="start_run", policy_revision=policies.revision,
-                                    accountable_person=request.person[:MAX_RUN_ID])
-        skills: dict[str, str] = {}
-        try:
-            if principal is None:
-                raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
-            if not request.person or len(request.person) > MAX_RUN_ID:
-                raise Refused(codes.INVALID_REQUEST, f"a run names its accountable person (1 to {MAX_RUN_ID} characters)",
-                              "start_run.person")
-            if request.mode not in MODES:
-                raise Refused(codes.INVALID_REQUEST, "mode must be INTERACTIVE or BACKGROUND", "start_run.mode")
-            if request.HasField("inputs") and request.inputs.ByteSize() > MAX_INPUT_BYTES:
-                raise Refused(codes.INVALID_REQUEST, f"inputs are larger than {MAX_INPUT_BYTES} bytes", "start_run.inputs")
-            tenant = request.tenant or "default"
-            if request.agent:
-                try:
-                    agent = resolve_agent(policies, request.agent, request.agent_version, to_pin=True)
-                except InvalidRequest as exc:
-                    raise Refused(exc.code, str(exc.message), "start_run.agent") from None
-                response.agent, response.agent_version = agent.agent, agent.agent_version
-                if request.tenant and request.tenant != agent.tenant:
-                    raise Refused(codes.INVALID_REQUEST,
-                                  f"tenant {request.tenant[:100]!r} is not the agent's tenant {agent.tenant!r}",
-                                  "start_run.tenant")
-                tenant = agent.tenant
-                out.agent.CopyFrom(agent)
-            elif tenant not in policies.tenants:
-                raise Refused(codes.INVALID_REQUEST, f"unknown tenant {tenant[:100]!r}", "start_run.tenant")
-            response.tenant = tenant
-            if not principal.may_check(tenant, request.agent):
-                raise Refused(codes.CALLER_NOT_PERMITTED,
-                              f"principal {principal.name!r} may not start runs of agent {request.agent[:100]!r} "
-                              f"in tenant {tenant!r}", "principal")
-            if not principal.may_vouch(request.person, caller_name(caller)):
-                raise Refused(codes.CALLER_NOT_PERMITTED,
-                              f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
-                              "principal")
-            _require_role(policies, tenant, request.person, "operator")
-            run.run_id = new_run_id()
-            run.root_run_id = run.run_id
-            run.tenant = tenant
-            if request.agent:
-                chain.append(pb.Actor(kind=pb.ACTOR_KIND_AGENT, id=out.agent.agent,
-                                      agent_version=out.agent.agent_version, run_id=run.run_id))
-            run.actor_chain.extend(chain)
-            if request.HasField("inputs"):
-                run.inputs.CopyFrom(request.inputs)
-                canonical.dumps(struct_to_dict(request.inputs, checked=False))  # refuses NaN: no canonical form
-            out.run_id = run.run_id
-            # a principal whose persons act only as themselves gets tokens only its caller can present
-            bound = caller if principal.acts_as_self else ""
-            skills = pins(policies, policies.agent_version(out.agent.agent, out.agent.agent_version)
-                          if request.agent else None)
-            out.run_token = self.runs.issue(run, principal.name, policies.revision, bound, skills)
-            response.verdict, response.code, response.reason = ALLOW, codes.ALLOWED, "run started"
-        except Refused as refused:
-            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
-            out.ClearField("agent")
-        except (ValueError, TypeError) as exc:
-            response.code, response.rule, response.reason = codes.INVALID_REQUEST, "start_run.inputs", str(exc)[:200]
-            out.run_id = out.run_token = ""
-        if not run.actor_chain:
-            run.actor_chain.extend(chain)
-        stamped = stamp(response)
-        record = act_record(
-            response, stamped, policies, caller_name(caller), principal,
-            tenant=response.tenant or None,
-            run_id=run.run_id or None,
-            root_run_id=run.run_id or None,
-            actor_chain=convert.actor_chain(run.actor_chain),
-            accountable_person=request.person[:MAX_RUN_ID] or None,
-            agent=response.agent or (request.agent[:100] or None),
-            agent_version=response.agent_version or (request.agent_version[:100] or None),
-            action="start_run",
-            arguments={"mode": MODES.get(request.mode, "unspecified"),
-                       "inputs": struct_to_dict(request.inputs, checked=False) if out.run_token and request.HasField("inputs")
-                       else None,
-                       **({"skills": skills} if skills and out.run_token else {})},
-            latency_us=(time.perf_counter_ns() - started) // 1000,
-        )
-        self._append_or_deny(record, response)
-        if response.verdict != ALLOW:
-            out.run_id = out.run_token = ""
-            out.ClearField("agent")
-        self._count(response.verdict, response.code)
-        out.decision.CopyFrom(response)
-        return out
 
-    def record_act(self, request: pb.RecordActRequest, caller: str) -> pb.RecordActResponse:
-        """A person's act on a run, recorded before it takes effect; filed under the run its token
-        establishes, naming the person the caller vouches for. Or a run's `end`, recorded by the
-        holder of its token, naming nobody (docs/audit.md, "A run's end")."""
-        policies = self._policies()
-        principal = policies.principals.of(caller)
-        response = pb.CheckResponse(verdict=DENY, rule="act", policy_revision=policies.revision)
-        check = pb.CheckRequest(run=request.run)
-        established = None
-        details = struct_to_dict(request.details, checked=False) if request.HasField("details") else {}
-        try:
-            if principal is None:
-                raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
-            if request.act not in RUN_ACTS:
-                raise Refused(codes.INVALID_REQUEST, f"act must be one of {', '.join(sorted(RUN_ACTS))}", "act")
-            if len(request.act_id) > MAX_ACT_ID:
-                raise Refused(codes.INVALID_REQUEST, f"act_id is longer than {MAX_ACT_ID} characters", "act")
-            established = self._establish(check, principal, caller)
-            if request.act == END_ACT:
-                details = _run_end(request, principal, established, details)
-            elif not principal.may_vouch(request.person, caller_name(caller)):
-                raise Refused(codes.CALLER_NOT_PERMITTED,
-                              f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
-                              "principal")
-            else:
-                if request.act in WIDENING_ACTS and not principal.may_check(check.run.tenant or "default",
-                                                                            established.agent):
-                    # a resume lifts a pause (a person's, a breaker's) and an amendment may raise the
-                    # run's ceilings: only a principal that may still ask for the run's agent there
-                    # gives a run more to do. A pause or cancel only stops things, so it is recorded.
-                    raise Refused(codes.CALLER_NOT_PERMITTED,
-                                  f"principal {principal.name!r} may not {request.act} a run of agent "
-                                  f"{established.agent!r} in tenant {check.run.tenant!r}", "principal")
-                _require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
-                if request.act in WIDENING_ACTS:  # an ended run stays ended; stopping it again is harmless
-                    self._refuse_ended(established)
-            if request.act == "cancel":
-                self._end_run(established, f"cancelled by {request.person[:100]}")
-            elif request.act == END_ACT and details["status"] in TERMINAL:
-                self._end_run(established, f"its end: {details['status']} ({details['code']})")
-            response.verdict, response.code = ALLOW, codes.RECORDED
-            by = f"{details['status']} ({details['code']})" if request.act == END_ACT else f"by {request.person}"
-            response.reason = f"{request.act} {by}" + (f": {request.note[:500]}" if request.note else "")
-        except Refused as refused:
-            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
-        if established is None:
-            response.reason += forget_claimed_run(check)
-        chain = convert.actor_chain(check.run.actor_chain)
-        last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
-        run = check.run
-        stamped = stamp(response)
-        # The same act sent again (its caller restarted and cannot tell whether the first was
-        # recorded): the key is the run the token established and the caller's act id, taken
-        # by a unique insert, so the act is on the record once and the first answer stands.
-        act_key = f"act:{run.run_id}:{request.act_id}" if request.act_id and response.verdict == ALLOW else ""
-        if act_key:
-            first = self.single_use.claim(act_key, response.decision_id)
-            if first is not None:
-                response.decision_id = first
-                response.reason = f"already recorded as decision {first}"
-                self._count(response.verdict, response.code)
-                return pb.RecordActResponse(decision=response)
-        record = act_record(
-            response, stamped, policies, caller_name(caller), principal,
-            tenant=run.tenant or None,
-            run_id=run.run_id or None,
-            root_run_id=run.root_run_id or run.run_id or None,
-            parent_run_id=run.parent_run_id or None,
-            actor_chain=chain or None,
-            accountable_person=chain[0]["id"] if chain else None,
-            agent=last.get("id"),
-            agent_version=last.get("agent_version"),
-            action=request.act if request.act in RUN_ACTS else "none",
-            arguments={"person": request.person[:128], "note": request.note[:1000], "details": bounded_details(details)},
-        )
-        if established is None:
-            record = bound_refusal(record)
-        self._append_or_deny(record, response)
-        if act_key and response.verdict != ALLOW:  # not on the record: the act may be sent again
-            self.single_use.release(act_key, response.decision_id)
-        self._count(response.verdict, response.code)
-        out = pb.RecordActResponse(decision=response)
-        if request.act == "resume" and response.verdict == ALLOW and established is not None:
-            # A person let the run go on: its authority lives another lifetime from now, so a run
-            # lasts as long as people keep resuming it, and no longer unattended.
-            try:
-                out.run_token = self.runs.renew(established.run.run_token)
-            except Exception as exc:  # noqa: BLE001 - the resume stands; the run keeps the token it has
-                log.error("run %s: its token could not be renewed: %s", established.run.run_id, exc)
-        return out
 
-    def approve(self, request: pb.ApproveRequest, caller: str) -> pb.ApproveResponse:
-        response, token = self._person_act(request, caller, approve=True)
-        return pb.ApproveResponse(decision=response, approval_token=token)
 
-    def reject(self, request: pb.RejectRequest, caller: str) -> pb.RejectResponse:
-        response, _ = self._person_act(request, caller, approve=False)
-        return pb.RejectResponse(decision=response)
 
-    def _person_act(self, request: Any, caller: str, *, approve: bool) -> tuple[pb.CheckResponse, str]:
-        """Approve or reject a REQUIRE_APPROVAL answer: the person is the caller, the act is recorded."""
-        policies = self._policies()
-        principal = policies.principals.of(caller)
-        person = caller_name(caller)
-        response = pb.CheckResponse(verdict=DENY, rule="approval", policy_revision=policies.revision)
-        asked: dict[str, Any] = {}
-        token = ""
-        try:
-            if principal is None:
-                raise Refused(codes.CALLER_NOT_PERMITTED, _no_principal(caller), "principal")
-            if not request.run_id or not request.decision_id:
-                raise Refused(codes.INVALID_REQUEST, "name the run and the REQUIRE_APPROVAL decision", "approval")
-            asked = self.approvals.asked(self.log.read, request.run_id, request.decision_id)
-            response.tenant, response.agent = asked.get("tenant") or "", asked.get("agent") or ""
-            response.agent_version = asked.get("agent_version") or ""
-            response.accountable_person = asked.get("accountable_person") or ""
-            own = person == asked.get("accountable_person")
-            rules = asked_rules(asked)
-            barred = [r for r in rules if not principal.may_approve(response.tenant, response.agent, r, own_run=own)]
-            if barred:
-                raise Refused(codes.CALLER_NOT_PERMITTED,
-                              f"{person!r} (principal {principal.name!r}) may not "
-                              f"{'approve' if approve else 'reject'} {', '.join(barred)} of agent "
-                              f"{response.agent!r}" + (" in a run they are accountable for" if own else ""),
-                              "principal")
-            _require_role(policies, response.tenant, person, "approver")
-            if approve:  # an approval may be given again; only one can be spent
-                self.approvals.not_rejected(request.decision_id)
-            else:  # a rejection is final: no approval of it is honoured after, and none spent before
-                self.approvals.reject(request.decision_id, person)
-            response.verdict = ALLOW
-            response.code = codes.APPROVED if approve else codes.REJECTED
-            response.reason = (f"{'approved' if approve else 'rejected'} by {person}"
-                               + (f": {request.note[:500]}" if request.note else ""))
-        except Refused as refused:
-            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
-        stamped = stamp(response)
-        if response.verdict == ALLOW and approve:
-            token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
-        if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
-            response.reason += f" (the request claimed run {request.run_id[:64]!r})"
-        record = act_record(
-            response, stamped, policies, person, principal,
-            tenant=response.tenant or None,
-            run_id=asked.get("run_id"),
-            root_run_id=asked.get("root_run_id"),
-            parent_run_id=asked.get("parent_run_id"),
-            actor_chain=asked.get("actor_chain"),
-            accountable_person=response.accountable_person or None,
-            agent=response.agent or None,
-            agent_version=response.agent_version or None,
-            action="approval" if approve else "rejection",
-            tool=asked.get("tool"),
-            arguments={"decision_id": request.decision_id[:64], "note": request.note[:1000]} if asked else None,
-            rule=asked.get("rule") if response.verdict == ALLOW else response.rule,
-            call_digest=asked.get("call_digest"),
-            approval_rules=asked.get("approval_rules"),
-            # the person's act: its approver is the person, whether they could act or were refused
-            approver=person,
-        )
-        self._append_or_deny(record, response)
-        if response.verdict != ALLOW:
-            token = ""
-        self._count(response.verdict, response.code)
-        return response, token
 
     def _record_catalog_changes(self, policies: PolicySet) -> None:
         """A load applied or proposed policy files' agent changes: each goes on the record. Best
@@ -760,15 +503,6 @@ class CheckpointService:
 
     # -- the decision stream ---------------------------------------------------------------
 
-    def watch_tenants(self, caller: str) -> list[str] | None:
-        """The tenants whose records the caller may read (None: every record, those naming no
-        tenant too); raises PermissionDenied when it may read none. The rule is
-        `checkpoint.policy.audit_scope.readable_tenants`, which the auditor's web view asks too."""
-        policies = self._policies()
-        try:
-            return readable_tenants(policies.principals, policies.tenants, caller)
-        except AuditRefused as refused:
-            raise PermissionDenied(refused.code, refused.message) from None
 
     # -- token keys ------------------------------------------------------------------------
 
@@ -790,7 +524,7 @@ class CheckpointService:
             raise InvalidArgument(codes.INVALID_REQUEST, f"name the person (1 to {MAX_RUN_ID} characters)", "person")
         principal = policies.principals.of(caller)
         if principal is None:
-            raise PermissionDenied(codes.CALLER_NOT_PERMITTED, _no_principal(caller))
+            raise PermissionDenied(codes.CALLER_NOT_PERMITTED, no_principal(caller))
         if not principal.may_vouch(request.person, caller_name(caller)):
             raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
                                    f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
@@ -800,97 +534,8 @@ class CheckpointService:
             out.tenants.add(tenant=tenant, roles=held, roles_declared=policies.tenants[tenant].roles is not None)
         return out
 
-    def watch(
-        self, request: pb.WatchDecisionsRequest, stop: threading.Event, tenants: list[str] | None = None,
-        caller: str | None = None,
-    ) -> Iterator[pb.WatchDecisionsResponse]:
-        """The records after `request.after_seq` of `tenants` (None: all), then new ones as they
-        are committed. With `caller`, the caller's scope is asked again whenever the policy set in
-        force changes, before the next record goes out: a person taken off a tenant's auditors
-        stops reading it then (PERMISSION_DENIED when nothing is left), not when the stream ends."""
-        if request.after_seq < 0:
-            raise InvalidArgument("invalid_request", "after_seq must not be negative", "after_seq")
-        filters: Filters = {
-            "run_id": request.run_id or None,
-            "root_run_id": request.root_run_id or None,
-            "agent": request.agent or None,
-            "code": request.code or None,
-            "verdict": convert.verdict_name(request.verdict) if request.verdict else None,
-            "tenants": tenants,
-        }
-        if request.no_follow:
-            records = self.log.read(request.after_seq, **filters)
-        else:
-            records = self.log.follow(request.after_seq, stop_event=stop, **filters)
-        with self._watch_lock:
-            self._watch_stops.add(stop)
-        # None: the scope is asked again before the first record too, since `tenants` was worked
-        # out from whatever policy set was in force then, and a reload may have landed since
-        revision: str | None = None
-        allowed = tenants
-        try:
-            for record in records:
-                if stop.is_set():
-                    return
-                if caller is not None:
-                    current = self.store.current  # one attribute read per record
-                    if current is not None and current.revision != revision:
-                        revision = current.revision
-                        fresh = self.watch_tenants(caller)  # PermissionDenied ends the stream
-                        # only ever narrower than the query the stream was opened with
-                        allowed = fresh if allowed is None else [t for t in allowed if fresh is None or t in fresh]
-                    if allowed is not None and record.get("tenant") not in allowed:
-                        continue
-                yield pb.WatchDecisionsResponse(record=convert.record_to_proto(record))
-        finally:
-            with self._watch_lock:
-                self._watch_stops.discard(stop)
-
-    def wake_watchers(self) -> None:
-        self.log.wake_followers()
-
-    def stop_watchers(self) -> None:
-        with self._watch_lock:
-            stops = list(self._watch_stops)
-        for stop in stops:
-            stop.set()
-        self.log.wake_followers()
 
 
-MAX_INPUT_BYTES = 16 * 1024
-PERSON_ACTS = frozenset({"resume", "cancel", "amend", "pause"})
-ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is an operator's
-MAX_ACT_ID = 64
-RUN_ACTS = PERSON_ACTS | {END_ACT}  # and the run's own end, which names no person
-WIDENING_ACTS = frozenset({"resume", "amend"})  # acts that let a run do more than it could before
-
-
-def new_run_id() -> str:
-    """Run ids are minted here, never chosen by a caller: none is empty, none is reused."""
-    return "run-" + new_decision_id()
-
-
-def _run_end(request: pb.RecordActRequest, principal: Principal, established: Established,
-             details: dict[str, Any]) -> dict[str, Any]:
-    """A run's end: recorded by the principal its token was issued to, while that principal may
-    still check the agent; it names no person, and its details are what the statistics read."""
-    if request.person:
-        raise Refused(codes.INVALID_REQUEST, "a run's end names no person (a person's cancel is the act cancel)",
-                      "act.person")
-    if not principal.may_check(established.run.tenant, established.agent):
-        raise Refused(codes.CALLER_NOT_PERMITTED, f"principal {principal.name!r} may not record the end of a run "
-                      f"of agent {established.agent!r}", "principal")
-    try:
-        return end_details(details)
-    except EndInvalid as exc:
-        raise Refused(codes.INVALID_REQUEST, str(exc), "act.details") from None
-
-
-def _require_role(policies: PolicySet, tenant: str, person: str, role: str) -> None:
-    """The tenant's roles must agree with the principal's rights: refused `role_required`."""
-    refusal = role_refusal(policies.tenants, tenant, person, role)
-    if refusal is not None:
-        raise Refused(codes.ROLE_REQUIRED, refusal, f"role:{role}")
 
 
 def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
@@ -937,10 +582,6 @@ def _delegation_needs_operator(policies: PolicySet, request: pb.CheckRequest,
         return response
     return _fail_closed(response, codes.ROLE_REQUIRED, f"{refusal}: a delegation starts a run there",
                         rule="role:operator")
-
-
-def _no_principal(caller: str) -> str:
-    return f"the credential {caller_name(caller)[:100]!r} names no principal in the policy files"
 
 
 def _fail_closed(response: pb.CheckResponse, code: str, reason: str, *, rule: str) -> pb.CheckResponse:

@@ -389,13 +389,13 @@ def test_a_reload_between_a_streams_scope_and_its_first_record_is_not_missed(cp,
     import threading
 
     cp.start_run("scout", person="dave")  # a globex record for the stream to offer
-    tenants = cp.server.service.watch_tenants("token:frank")  # asked under the old set
+    tenants = cp.server.service.stream.watch_tenants("token:frank")  # asked under the old set
     assert tenants is not None and "globex" in tenants
     (policy_dir / "tenants" / "globex.yaml").write_text(GLOBEX.replace("auditor: [frank]", "auditor: [erin]"))
     assert cp.server.store.reload()
     marker = cp.start_run("", person="zed", tenant="initech")  # initech he still reads
     stop = threading.Event()
-    stream = cp.server.service.watch(pb.WatchDecisionsRequest(after_seq=0), stop, tenants, "token:frank")
+    stream = cp.server.service.stream.watch(pb.WatchDecisionsRequest(after_seq=0), stop, tenants, "token:frank")
     got = []
     for response in stream:  # the stored records, then it would follow: stop at the marker
         got.append(response.record.tenant)

@@ -1,0 +1,102 @@
+"""A person's approval or rejection of a REQUIRE_APPROVAL answer: authenticated by the approver's
+own credential, recorded, and bound to the whole call."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from checkpoint.policy.principals import caller_name
+from checkpoint.server.act_records import act_record, stamp
+from checkpoint.server.approvals import asked_rules
+from checkpoint.server.refusals import no_principal, require_role
+from checkpoint.server.runs import Refused
+from warden import codes
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+if TYPE_CHECKING:
+    from checkpoint.server.service import CheckpointService
+
+ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
+
+
+
+
+class ApprovalActs:
+    def __init__(self, service: CheckpointService):
+        self.service = service
+
+    def approve(self, request: pb.ApproveRequest, caller: str) -> pb.ApproveResponse:
+        response, token = self._person_act(request, caller, approve=True)
+        return pb.ApproveResponse(decision=response, approval_token=token)
+
+    def reject(self, request: pb.RejectRequest, caller: str) -> pb.RejectResponse:
+        response, _ = self._person_act(request, caller, approve=False)
+        return pb.RejectResponse(decision=response)
+
+    def _person_act(self, request: Any, caller: str, *, approve: bool) -> tuple[pb.CheckResponse, str]:
+        """Approve or reject a REQUIRE_APPROVAL answer: the person is the caller, the act is recorded."""
+        service = self.service
+        policies = service._policies()
+        principal = policies.principals.of(caller)
+        person = caller_name(caller)
+        response = pb.CheckResponse(verdict=DENY, rule="approval", policy_revision=policies.revision)
+        asked: dict[str, Any] = {}
+        token = ""
+        try:
+            if principal is None:
+                raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(caller), "principal")
+            if not request.run_id or not request.decision_id:
+                raise Refused(codes.INVALID_REQUEST, "name the run and the REQUIRE_APPROVAL decision", "approval")
+            asked = service.approvals.asked(service.log.read, request.run_id, request.decision_id)
+            response.tenant, response.agent = asked.get("tenant") or "", asked.get("agent") or ""
+            response.agent_version = asked.get("agent_version") or ""
+            response.accountable_person = asked.get("accountable_person") or ""
+            own = person == asked.get("accountable_person")
+            rules = asked_rules(asked)
+            barred = [r for r in rules if not principal.may_approve(response.tenant, response.agent, r, own_run=own)]
+            if barred:
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"{person!r} (principal {principal.name!r}) may not "
+                              f"{'approve' if approve else 'reject'} {', '.join(barred)} of agent "
+                              f"{response.agent!r}" + (" in a run they are accountable for" if own else ""),
+                              "principal")
+            require_role(policies, response.tenant, person, "approver")
+            if approve:  # an approval may be given again; only one can be spent
+                service.approvals.not_rejected(request.decision_id)
+            else:  # a rejection is final: no approval of it is honoured after, and none spent before
+                service.approvals.reject(request.decision_id, person)
+            response.verdict = ALLOW
+            response.code = codes.APPROVED if approve else codes.REJECTED
+            response.reason = (f"{'approved' if approve else 'rejected'} by {person}"
+                               + (f": {request.note[:500]}" if request.note else ""))
+        except Refused as refused:
+            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
+        stamped = stamp(response)
+        if response.verdict == ALLOW and approve:
+            token = service.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
+        if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
+            response.reason += f" (the request claimed run {request.run_id[:64]!r})"
+        record = act_record(
+            response, stamped, policies, person, principal,
+            tenant=response.tenant or None,
+            run_id=asked.get("run_id"),
+            root_run_id=asked.get("root_run_id"),
+            parent_run_id=asked.get("parent_run_id"),
+            actor_chain=asked.get("actor_chain"),
+            accountable_person=response.accountable_person or None,
+            agent=response.agent or None,
+            agent_version=response.agent_version or None,
+            action="approval" if approve else "rejection",
+            tool=asked.get("tool"),
+            arguments={"decision_id": request.decision_id[:64], "note": request.note[:1000]} if asked else None,
+            rule=asked.get("rule") if response.verdict == ALLOW else response.rule,
+            call_digest=asked.get("call_digest"),
+            approval_rules=asked.get("approval_rules"),
+            # the person's act: its approver is the person, whether they could act or were refused
+            approver=person,
+        )
+        service._append_or_deny(record, response)
+        if response.verdict != ALLOW:
+            token = ""
+        service._count(response.verdict, response.code)
+        return response, token

@@ -1,0 +1,249 @@
+"""Runs begun and acted on: StartRun (a recorded decision that mints the run's id and token) and
+RecordAct (a person's pause, resume, amend or cancel, and a run's own end), each on the record
+before it is answered."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from checkpoint.audit.bounded import bound_refusal
+from checkpoint.audit.stats import END_ACT, TERMINAL, EndInvalid, end_details
+from checkpoint.engine import InvalidRequest, resolve_agent
+from checkpoint.engine.context import MODES
+from checkpoint.policy.principals import Principal, caller_name
+from checkpoint.server import convert
+from checkpoint.server.act_records import act_record, bounded_details, forget_claimed_run, stamp
+from checkpoint.server.entry_acts import pins
+from checkpoint.server.ids import new_run_id
+from checkpoint.server.refusals import no_principal, require_role
+from checkpoint.server.runs import MAX_RUN_ID, Established, Refused
+from warden import canonical, codes
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.structs import struct_to_dict
+
+if TYPE_CHECKING:
+    from checkpoint.server.service import CheckpointService
+
+ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
+log = logging.getLogger("warden.checkpoint.service")
+
+
+
+MAX_INPUT_BYTES = 16 * 1024
+PERSON_ACTS = frozenset({"resume", "cancel", "amend", "pause"})
+ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is an operator's
+MAX_ACT_ID = 64
+RUN_ACTS = PERSON_ACTS | {END_ACT}  # and the run's own end, which names no person
+WIDENING_ACTS = frozenset({"resume", "amend"})  # acts that let a run do more than it could before
+
+
+def run_end(request: pb.RecordActRequest, principal: Principal, established: Established,
+             details: dict[str, Any]) -> dict[str, Any]:
+    """A run's end: recorded by the principal its token was issued to, while that principal may
+    still check the agent; it names no person, and its details are what the statistics read."""
+    if request.person:
+        raise Refused(codes.INVALID_REQUEST, "a run's end names no person (a person's cancel is the act cancel)",
+                      "act.person")
+    if not principal.may_check(established.run.tenant, established.agent):
+        raise Refused(codes.CALLER_NOT_PERMITTED, f"principal {principal.name!r} may not record the end of a run "
+                      f"of agent {established.agent!r}", "principal")
+    try:
+        return end_details(details)
+    except EndInvalid as exc:
+        raise Refused(codes.INVALID_REQUEST, str(exc), "act.details") from None
+
+
+class RunActs:
+    def __init__(self, service: CheckpointService):
+        self.service = service
+
+    def start_run(self, request: pb.StartRunRequest, caller: str) -> pb.StartRunResponse:
+        """A run begins with a recorded decision; on ALLOW the checkpoint mints its id and token."""
+        service = self.service
+        started = time.perf_counter_ns()
+        policies = service._policies()
+        principal = policies.principals.of(caller)
+        out = pb.StartRunResponse()
+        run = pb.RunContext(mode=request.mode, tenant=request.tenant)
+        chain = [pb.Actor(kind=pb.ACTOR_KIND_PERSON, id=request.person[:MAX_RUN_ID])]
+        response = pb.CheckResponse(verdict=DENY, rule="start_run", policy_revision=policies.revision,
+                                    accountable_person=request.person[:MAX_RUN_ID])
+        skills: dict[str, str] = {}
+        try:
+            if principal is None:
+                raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(caller), "principal")
+            if not request.person or len(request.person) > MAX_RUN_ID:
+                raise Refused(codes.INVALID_REQUEST, f"a run names its accountable person (1 to {MAX_RUN_ID} characters)",
+                              "start_run.person")
+            if request.mode not in MODES:
+                raise Refused(codes.INVALID_REQUEST, "mode must be INTERACTIVE or BACKGROUND", "start_run.mode")
+            if request.HasField("inputs") and request.inputs.ByteSize() > MAX_INPUT_BYTES:
+                raise Refused(codes.INVALID_REQUEST, f"inputs are larger than {MAX_INPUT_BYTES} bytes", "start_run.inputs")
+            tenant = request.tenant or "default"
+            if request.agent:
+                try:
+                    agent = resolve_agent(policies, request.agent, request.agent_version, to_pin=True)
+                except InvalidRequest as exc:
+                    raise Refused(exc.code, str(exc.message), "start_run.agent") from None
+                response.agent, response.agent_version = agent.agent, agent.agent_version
+                if request.tenant and request.tenant != agent.tenant:
+                    raise Refused(codes.INVALID_REQUEST,
+                                  f"tenant {request.tenant[:100]!r} is not the agent's tenant {agent.tenant!r}",
+                                  "start_run.tenant")
+                tenant = agent.tenant
+                out.agent.CopyFrom(agent)
+            elif tenant not in policies.tenants:
+                raise Refused(codes.INVALID_REQUEST, f"unknown tenant {tenant[:100]!r}", "start_run.tenant")
+            response.tenant = tenant
+            if not principal.may_check(tenant, request.agent):
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"principal {principal.name!r} may not start runs of agent {request.agent[:100]!r} "
+                              f"in tenant {tenant!r}", "principal")
+            if not principal.may_vouch(request.person, caller_name(caller)):
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
+                              "principal")
+            require_role(policies, tenant, request.person, "operator")
+            run.run_id = new_run_id()
+            run.root_run_id = run.run_id
+            run.tenant = tenant
+            if request.agent:
+                chain.append(pb.Actor(kind=pb.ACTOR_KIND_AGENT, id=out.agent.agent,
+                                      agent_version=out.agent.agent_version, run_id=run.run_id))
+            run.actor_chain.extend(chain)
+            if request.HasField("inputs"):
+                run.inputs.CopyFrom(request.inputs)
+                canonical.dumps(struct_to_dict(request.inputs, checked=False))  # refuses NaN: no canonical form
+            out.run_id = run.run_id
+            # a principal whose persons act only as themselves gets tokens only its caller can present
+            bound = caller if principal.acts_as_self else ""
+            skills = pins(policies, policies.agent_version(out.agent.agent, out.agent.agent_version)
+                          if request.agent else None)
+            out.run_token = service.runs.issue(run, principal.name, policies.revision, bound, skills)
+            response.verdict, response.code, response.reason = ALLOW, codes.ALLOWED, "run started"
+        except Refused as refused:
+            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
+            out.ClearField("agent")
+        except (ValueError, TypeError) as exc:
+            response.code, response.rule, response.reason = codes.INVALID_REQUEST, "start_run.inputs", str(exc)[:200]
+            out.run_id = out.run_token = ""
+        if not run.actor_chain:
+            run.actor_chain.extend(chain)
+        stamped = stamp(response)
+        record = act_record(
+            response, stamped, policies, caller_name(caller), principal,
+            tenant=response.tenant or None,
+            run_id=run.run_id or None,
+            root_run_id=run.run_id or None,
+            actor_chain=convert.actor_chain(run.actor_chain),
+            accountable_person=request.person[:MAX_RUN_ID] or None,
+            agent=response.agent or (request.agent[:100] or None),
+            agent_version=response.agent_version or (request.agent_version[:100] or None),
+            action="start_run",
+            arguments={"mode": MODES.get(request.mode, "unspecified"),
+                       "inputs": struct_to_dict(request.inputs, checked=False) if out.run_token and request.HasField("inputs")
+                       else None,
+                       **({"skills": skills} if skills and out.run_token else {})},
+            latency_us=(time.perf_counter_ns() - started) // 1000,
+        )
+        service._append_or_deny(record, response)
+        if response.verdict != ALLOW:
+            out.run_id = out.run_token = ""
+            out.ClearField("agent")
+        service._count(response.verdict, response.code)
+        out.decision.CopyFrom(response)
+        return out
+
+    def record_act(self, request: pb.RecordActRequest, caller: str) -> pb.RecordActResponse:
+        """A person's act on a run, recorded before it takes effect; filed under the run its token
+        establishes, naming the person the caller vouches for. Or a run's `end`, recorded by the
+        holder of its token, naming nobody (docs/audit.md, "A run's end")."""
+        service = self.service
+        policies = service._policies()
+        principal = policies.principals.of(caller)
+        response = pb.CheckResponse(verdict=DENY, rule="act", policy_revision=policies.revision)
+        check = pb.CheckRequest(run=request.run)
+        established = None
+        details = struct_to_dict(request.details, checked=False) if request.HasField("details") else {}
+        try:
+            if principal is None:
+                raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(caller), "principal")
+            if request.act not in RUN_ACTS:
+                raise Refused(codes.INVALID_REQUEST, f"act must be one of {', '.join(sorted(RUN_ACTS))}", "act")
+            if len(request.act_id) > MAX_ACT_ID:
+                raise Refused(codes.INVALID_REQUEST, f"act_id is longer than {MAX_ACT_ID} characters", "act")
+            established = service._establish(check, principal, caller)
+            if request.act == END_ACT:
+                details = run_end(request, principal, established, details)
+            elif not principal.may_vouch(request.person, caller_name(caller)):
+                raise Refused(codes.CALLER_NOT_PERMITTED,
+                              f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
+                              "principal")
+            else:
+                if request.act in WIDENING_ACTS and not principal.may_check(check.run.tenant or "default",
+                                                                            established.agent):
+                    # a resume lifts a pause (a person's, a breaker's) and an amendment may raise the
+                    # run's ceilings: only a principal that may still ask for the run's agent there
+                    # gives a run more to do. A pause or cancel only stops things, so it is recorded.
+                    raise Refused(codes.CALLER_NOT_PERMITTED,
+                                  f"principal {principal.name!r} may not {request.act} a run of agent "
+                                  f"{established.agent!r} in tenant {check.run.tenant!r}", "principal")
+                require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
+                if request.act in WIDENING_ACTS:  # an ended run stays ended; stopping it again is harmless
+                    service._refuse_ended(established)
+            if request.act == "cancel":
+                service._end_run(established, f"cancelled by {request.person[:100]}")
+            elif request.act == END_ACT and details["status"] in TERMINAL:
+                service._end_run(established, f"its end: {details['status']} ({details['code']})")
+            response.verdict, response.code = ALLOW, codes.RECORDED
+            by = f"{details['status']} ({details['code']})" if request.act == END_ACT else f"by {request.person}"
+            response.reason = f"{request.act} {by}" + (f": {request.note[:500]}" if request.note else "")
+        except Refused as refused:
+            response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
+        if established is None:
+            response.reason += forget_claimed_run(check)
+        chain = convert.actor_chain(check.run.actor_chain)
+        last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
+        run = check.run
+        stamped = stamp(response)
+        # The same act sent again (its caller restarted and cannot tell whether the first was
+        # recorded): the key is the run the token established and the caller's act id, taken
+        # by a unique insert, so the act is on the record once and the first answer stands.
+        act_key = f"act:{run.run_id}:{request.act_id}" if request.act_id and response.verdict == ALLOW else ""
+        if act_key:
+            first = service.single_use.claim(act_key, response.decision_id)
+            if first is not None:
+                response.decision_id = first
+                response.reason = f"already recorded as decision {first}"
+                service._count(response.verdict, response.code)
+                return pb.RecordActResponse(decision=response)
+        record = act_record(
+            response, stamped, policies, caller_name(caller), principal,
+            tenant=run.tenant or None,
+            run_id=run.run_id or None,
+            root_run_id=run.root_run_id or run.run_id or None,
+            parent_run_id=run.parent_run_id or None,
+            actor_chain=chain or None,
+            accountable_person=chain[0]["id"] if chain else None,
+            agent=last.get("id"),
+            agent_version=last.get("agent_version"),
+            action=request.act if request.act in RUN_ACTS else "none",
+            arguments={"person": request.person[:128], "note": request.note[:1000], "details": bounded_details(details)},
+        )
+        if established is None:
+            record = bound_refusal(record)
+        service._append_or_deny(record, response)
+        if act_key and response.verdict != ALLOW:  # not on the record: the act may be sent again
+            service.single_use.release(act_key, response.decision_id)
+        service._count(response.verdict, response.code)
+        out = pb.RecordActResponse(decision=response)
+        if request.act == "resume" and response.verdict == ALLOW and established is not None:
+            # A person let the run go on: its authority lives another lifetime from now, so a run
+            # lasts as long as people keep resuming it, and no longer unattended.
+            try:
+                out.run_token = service.runs.renew(established.run.run_token)
+            except Exception as exc:  # noqa: BLE001 - the resume stands; the run keeps the token it has
+                log.error("run %s: its token could not be renewed: %s", established.run.run_id, exc)
+        return out
