@@ -14,6 +14,7 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +59,30 @@ log = logging.getLogger("warden.checkpoint.service")
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
 KNOWN_VERDICTS = frozenset({pb.VERDICT_ALLOW, pb.VERDICT_DENY, pb.VERDICT_REQUIRE_APPROVAL, pb.VERDICT_HALT})
 MAX_BATCH_ITEMS = 256
+
+
+@dataclass(slots=True)
+class _Call:
+    """One Check on its way from the wire to the record: what each step of the decision order
+    established, for the steps after it."""
+
+    request: pb.CheckRequest
+    caller: str
+    started: int  # perf_counter_ns at the start: the record's latency
+    policies: PolicySet
+    now: datetime  # one instant for the whole decision: tokens' lifetimes and both decisions
+    action: str | None
+    principal: Principal | None = None
+    established: Established | None = None
+    filled: bool = False
+    approval: VerifiedApproval | None = None
+    # the answer, set by the decision or by the refusal that stopped it (never read before)
+    response: pb.CheckResponse = None  # type: ignore[assignment]
+    shadow: tuple[str, str, str] | None = None
+    arguments: dict[str, Any] | None = None
+    digest: str | None = None
+    now_ns: int = 0
+    signed_text: CanonicalJson | None = None
 
 
 class CheckpointService:
@@ -118,120 +143,150 @@ class CheckpointService:
         return policies
 
     def check(self, request: pb.CheckRequest, caller: str) -> pb.CheckResponse:
-        """Establish, decide, sign, record. Raises InvalidArgument / Unavailable when no decision
-        is possible. `caller` is the authenticated identity (`token:NAME`, `mtls:...`, `unix`)."""
-        started = time.perf_counter_ns()
-        policies = self._policies()
-        principal = policies.principals.of(caller)
-        action = request.WhichOneof("action")
-        approval = None
-        established = None
-        filled = False
-        shadow: tuple[str, str, str] | None = None
-        now = self.clock()  # one instant for the whole decision: tokens' lifetimes and both decisions
-        at = now.timestamp()
+        """The decision order itself: who is calling, which run, decide, grant, record, answer.
+        Raises InvalidArgument / Unavailable when no decision is possible. `caller` is the
+        authenticated identity (`token:NAME`, `mtls:...`, `unix`)."""
+        call = _Call(request, caller, time.perf_counter_ns(), self._policies(), self.clock(),
+                     request.WhichOneof("action"))
         try:
-            if principal is None:
-                raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(caller), "principal")
-            if not request.HasField("run"):
-                raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
-            if action is None:
-                raise InvalidRequest(codes.INVALID_REQUEST, "the request proposes no action", "action")
-            established = self._establish(request, principal, caller, at)
-            if not principal.may_check(request.run.tenant, established.agent):
-                raise Refused(codes.CALLER_NOT_PERMITTED,
-                              f"principal {principal.name!r} may not ask for agent {established.agent!r} "
-                              f"of tenant {request.run.tenant!r}", "principal")
-            self._refuse_ended(established)
-            # a template tool's call is decided, approved, signed and recorded as it will run
-            filled = fill_arguments(policies, request)
-            if request.HasField("approval"):
-                approval = self.approvals.verify(request, at)
-            approver = approval.approver if approval else ""
-            approved = approval.rules if approval else frozenset()
-            pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
-            response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
-            pinned_answer = None
-            if pinned is not policies:
-                pinned_answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
-                if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
-                    pinned_answer, kept = pb.CheckResponse(), pinned_answer
-                    pinned_answer.CopyFrom(kept)
-                    response = stricter(response, kept, established.revision)
-                else:
-                    response = stricter(response, pinned_answer, established.revision)
-            if action == "delegation":
-                response = _delegation_needs_operator(policies, request, response, principal)
-            if policies.has_shadow:  # recorded beside the answer, never enforced
-                shadow = _shadow_answer(policies, request, approver, approved, now, pinned_answer,
-                                        established.revision, principal)
+            self._who_is_calling(call)
+            self._which_run(call)
+            self._decide(call)
         except Refused as refused:
-            response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
+            call.response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
             self.metrics.refusals.labels(exc.code).inc()
-            claimed = forget_claimed_run(request) if established is None else ""
-            self._record_refusal(request, exc.code, str(exc.message) + claimed, policies.revision, caller, principal)
+            claimed = forget_claimed_run(request) if call.established is None else ""
+            self._record_refusal(request, exc.code, str(exc.message) + claimed, call.policies.revision, caller,
+                                 call.principal)
             raise InvalidArgument(exc.code, str(exc.message), exc.field or "") from exc
         except Exception:
             # A crash in the decision function must not become an ALLOW, nor an unrecorded error.
             log.exception("decision function failed")
-            response = pb.CheckResponse(
+            call.response = pb.CheckResponse(
                 verdict=DENY, code="policy_error", rule="engine", reason="the decision function failed"
             )
-        if established is None:  # refused before the run was established: file it under no run
-            response.reason += forget_claimed_run(request)
-        decided = time.perf_counter_ns()
-        self.metrics.decision_seconds.observe((decided - started) / 1e9)
-        if response.verdict not in KNOWN_VERDICTS:
-            response = _fail_closed(
-                response, "policy_error", "the decision function gave no verdict", rule="engine"
-            )
-        if not response.policy_revision:
-            response.policy_revision = policies.revision
-        # converted once: the approval digest, the grant and the record all read these
-        arguments = _tool_arguments(request, action)
-        digest = None
-        if response.verdict == pb.VERDICT_REQUIRE_APPROVAL or (approval is not None and response.verdict == ALLOW):
-            digest = self.approvals.digest(request, response, action)
-        if approval is not None and response.verdict == ALLOW:
-            assert digest is not None
-            response = self._spend(approval, request, response, digest)
+        self._settle(call)
+        self._grant(call)
+        self._record_before_answer(call)
+        return call.response
 
-        now_ns = time.time_ns()
+    def _who_is_calling(self, call: _Call) -> None:
+        """The principal the caller's credential names, and a request that names a run and an action."""
+        call.principal = call.policies.principals.of(call.caller)
+        if call.principal is None:
+            raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(call.caller), "principal")
+        if not call.request.HasField("run"):
+            raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
+        if call.action is None:
+            raise InvalidRequest(codes.INVALID_REQUEST, "the request proposes no action", "action")
+
+    def _which_run(self, call: _Call) -> None:
+        """The run the token establishes, alive and not ended, for a principal that may ask for its
+        agent; a template tool's call filled as it will run; the approval the request presents."""
+        request, principal, at = call.request, call.principal, call.now.timestamp()
+        assert principal is not None
+        call.established = established = self._establish(request, principal, call.caller, at)
+        if not principal.may_check(request.run.tenant, established.agent):
+            raise Refused(codes.CALLER_NOT_PERMITTED,
+                          f"principal {principal.name!r} may not ask for agent {established.agent!r} "
+                          f"of tenant {request.run.tenant!r}", "principal")
+        self._refuse_ended(established)
+        # a template tool's call is decided, approved, signed and recorded as it will run
+        call.filled = fill_arguments(call.policies, request)
+        if request.HasField("approval"):
+            call.approval = self.approvals.verify(request, at)
+
+    def _decide(self, call: _Call) -> None:
+        """The decision under the policy set in force and, when it changed since the run began, under
+        the run's pinned revision too: the stricter stands. Then a delegation's operator, and the
+        shadow answer recorded beside it."""
+        request, policies, now, established = call.request, call.policies, call.now, call.established
+        assert established is not None
+        approver = call.approval.approver if call.approval else ""
+        approved = call.approval.rules if call.approval else frozenset()
+        pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
+        response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
+        pinned_answer = None
+        if pinned is not policies:
+            pinned_answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
+            if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
+                pinned_answer, kept = pb.CheckResponse(), pinned_answer
+                pinned_answer.CopyFrom(kept)
+                response = stricter(response, kept, established.revision)
+            else:
+                response = stricter(response, pinned_answer, established.revision)
+        if call.action == "delegation":
+            response = _delegation_needs_operator(policies, request, response, call.principal)
+        call.response = response
+        if policies.has_shadow:  # recorded beside the answer, never enforced
+            call.shadow = _shadow_answer(policies, request, approver, approved, now, pinned_answer,
+                                         established.revision, call.principal)
+
+    def _settle(self, call: _Call) -> None:
+        """The answer made whole: a known verdict, its revision, the digest of an approved call, and
+        the approval spent on an ALLOW (once, before the record)."""
+        request, approval = call.request, call.approval
+        if call.established is None:  # refused before the run was established: file it under no run
+            call.response.reason += forget_claimed_run(request)
+        self.metrics.decision_seconds.observe((time.perf_counter_ns() - call.started) / 1e9)
+        if call.response.verdict not in KNOWN_VERDICTS:
+            call.response = _fail_closed(
+                call.response, "policy_error", "the decision function gave no verdict", rule="engine"
+            )
+        if not call.response.policy_revision:
+            call.response.policy_revision = call.policies.revision
+        # converted once: the approval digest, the grant and the record all read these
+        call.arguments = _tool_arguments(request, call.action)
+        verdict = call.response.verdict
+        if verdict == pb.VERDICT_REQUIRE_APPROVAL or (approval is not None and verdict == ALLOW):
+            call.digest = self.approvals.digest(request, call.response, call.action)
+        if approval is not None and verdict == ALLOW:
+            assert call.digest is not None
+            call.response = self._spend(approval, request, call.response, call.digest)
+
+    def _grant(self, call: _Call) -> None:
+        """The decision's id and time; an allowed delegation's child run; an allowed tool call's grant."""
+        request, response = call.request, call.response
+        call.now_ns = now_ns = time.time_ns()
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)
-        if response.verdict == ALLOW and action == "delegation" and principal is not None and established:
-            self._child_run(policies, request, response, principal, established)
+        if response.verdict == ALLOW and call.action == "delegation" and call.principal is not None \
+                and call.established:
+            self._child_run(call.policies, request, response, call.principal, call.established)
         # a grant binds a pinned agent version: a person acting directly is decided and
         # recorded, but the toolrunner runs agents' calls only
-        signed_text = None  # the arguments' canonical text, once a grant has hashed it
-        if arguments is not None and response.verdict == ALLOW and response.agent_version:
+        if call.arguments is not None and response.verdict == ALLOW and response.agent_version:
             try:
-                signed_text = self._sign(policies, request, response, arguments)
+                call.signed_text = self._sign(call.policies, request, response, call.arguments)
             except (ValueError, TypeError) as exc:  # e.g. NaN: no canonical form, no grant
-                response = _fail_closed(
+                call.response = _fail_closed(
                     response, "invalid_arguments", f"arguments cannot be signed: {exc}", rule="grant"
                 )
-        if filled and response.HasField("grant"):  # what the grant covers: the caller sends these
-            response.arguments.CopyFrom(request.tool_call.arguments)
+        if call.filled and call.response.HasField("grant"):  # what the grant covers: the caller sends these
+            call.response.arguments.CopyFrom(request.tool_call.arguments)
 
-        record = self._record(request, response, action, arguments, policies, now_ns, established, signed_text)
-        record["latency_us"] = (time.perf_counter_ns() - started) // 1000
-        record["caller"] = caller_name(caller)
+    def _record_before_answer(self, call: _Call) -> None:
+        """The record committed before the answer leaves; an answer whose record cannot be committed
+        becomes DENY `audit_unavailable`."""
+        response, principal, approval = call.response, call.principal, call.approval
+        record = self._record(call.request, response, call.action, call.arguments, call.policies, call.now_ns,
+                              call.established, call.signed_text)
+        record["latency_us"] = (time.perf_counter_ns() - call.started) // 1000
+        record["caller"] = caller_name(call.caller)
         record["principal"] = principal.name if principal is not None else None
-        record["call_digest"] = digest
+        record["call_digest"] = call.digest
         record["approval_rules"] = ",".join(response.approval_rules) or None
-        if shadow is not None:
-            record["shadow_verdict"], record["shadow_code"], record["shadow_rule"] = shadow
+        if call.shadow is not None:
+            record["shadow_verdict"], record["shadow_code"], record["shadow_rule"] = call.shadow
         if approval is not None:  # a verified approval: who approved, and which approval record (spent on an ALLOW)
             record["approver"], record["approval_id"] = approval.approver, approval.approval_id or None
-        if established is None:  # every string of it came from a caller nobody vouched for
+        if call.established is None:  # every string of it came from a caller nobody vouched for
             record = bound_refusal(record)
         self._append_or_deny(record, response)
         self._count(response.verdict, response.code)
         if response.learnings or response.verdict == pb.VERDICT_HALT:
-            self.learnings.after_check(request, response)  # triggers; a breaker proposes a learning
-        return response
+            self.learnings.after_check(call.request, response)  # triggers; a breaker proposes a learning
 
     def _establish(self, request: Any, principal: Principal, caller: str, at: float | None = None) -> Established:
         """The run the request's token establishes (its run context replaced by the token's), if
