@@ -59,11 +59,15 @@ TARGETS: dict[str, list[str]] = {
     ],
     "toolrunner/runner.py": ["ToolRunner.execute:decision_id = grant.decision_id", "ToolRunner._check_revision"],
     "checkpoint/engine/decide.py": ["_approve_or_stop"],
+    "checkpoint/engine/authority.py": ["check_tool"],
+    "checkpoint/policy/lifecycle.py": ["widenings"],
+    "checkpoint/policy/catalog.py": ["AgentCatalog._file_change"],
 }
 
 CHECKPOINT_TESTS = [
     "tests/security/test_trust_boundary.py", "tests/server/test_approvals.py", "tests/server/test_run_tokens.py",
-    "tests/server/test_auth.py", "tests/server/test_rpcs.py", "tests/checkpoint/test_ckpt_codes.py", "tests/security",
+    "tests/server/test_auth.py", "tests/server/test_rpcs.py", "tests/checkpoint/test_ckpt_codes.py",
+    "tests/checkpoint/test_ckpt_version_bounds.py", "tests/security",
 ]
 A, R = "checkpoint/server/approvals.py", "checkpoint/server/runs.py"
 TESTS: dict[str, list[str]] = {"toolrunner/runner.py": [

@@ -1,0 +1,154 @@
+"""What a pinned agent version may do, held by the engine and the catalog: every approve-if rule
+answered, a budget ceiling removed counted as a widening, a management tool refused on a version
+restored from the catalog. Real policy folders, a real SQLite catalog, the real decision function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ckpt_helpers import build
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkpoint.engine import decide
+from checkpoint.policy import load_policy_dir
+from checkpoint.policy.catalog import AgentCatalog
+from checkpoint.policy.lifecycle import widenings
+from warden.budget import FIELDS as BUDGET_FIELDS
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+
+TENANT = """\
+kind: Tenant
+name: acme
+review_changes: {review}
+"""
+TOOLS = """\
+kind: Tool
+name: write_doc
+access: write
+input_schema:
+  type: object
+  additionalProperties: false
+  required: [doc]
+  properties:
+    doc: {{type: string, maxLength: 200}}
+touches:
+  subjects: "[args.doc]"
+---
+kind: Tool
+name: tweak
+access: write
+agent_management: {management}
+input_schema: {{type: object}}
+"""
+AGENT = """\
+kind: Agent
+name: worker
+tenant: acme
+persona: Writes documents inside a fence.
+allowlist: {allowlist}
+scope:
+  access: [write]
+  subjects: ["doc:*"]
+budget:
+{budget}
+"""
+# three approve-if rules that all apply to the same write, each answered by its own approvers
+RULES = "\n---\n".join(
+    f"kind: Rule\nname: {name}\neffect: approve_if\ncondition: 'tool.access == \"write\"'\n"
+    for name in ("legal", "finance", "security"))
+APPROVE_IF = ("legal", "finance", "security")
+
+
+def folder(root: Path, *, review: bool = True, management: bool = False, allowlist: str = "[write_doc, tweak]",
+           budget: dict[str, float] | None = None, rules: bool = False) -> Path:
+    (root / "tools").mkdir(parents=True, exist_ok=True)
+    (root / "tenant.yaml").write_text(TENANT.format(review=str(review).lower()))
+    (root / "tools" / "tools.yaml").write_text(TOOLS.format(management=str(management).lower()))
+    lines = "\n".join(f"  {k}: {v}" for k, v in (budget if budget is not None else {"tool_calls": 5}).items())
+    (root / "agent.yaml").write_text(AGENT.format(allowlist=allowlist, budget=lines or "  {}"))
+    if rules:
+        (root / "rules.yaml").write_text(RULES)
+    return root
+
+
+# -- approve-if rules: one approval answers only the rules it names --------------------------------
+
+
+@pytest.fixture(scope="module")
+def approve_if_policies(tmp_path_factory: pytest.TempPathFactory):
+    return load_policy_dir(folder(tmp_path_factory.mktemp("rules"), rules=True))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(answered=st.sets(st.sampled_from([*APPROVE_IF, "other-rule", ""])))
+def test_an_approval_of_some_approve_if_rules_does_not_answer_the_others(approve_if_policies, answered):
+    request = build(approve_if_policies, chain=("worker",), tool="write_doc", args={"doc": "doc:plan"})
+    response = decide(approve_if_policies, request, approver="carol", approved_rules=frozenset(answered))
+    if set(APPROVE_IF) <= answered:
+        assert (response.verdict, response.rule) == (pb.VERDICT_ALLOW, "approval")
+    else:
+        assert (response.verdict, response.code) == (pb.VERDICT_REQUIRE_APPROVAL, "approval_required")
+        assert sorted(response.approval_rules) == sorted(f"rule:{r}" for r in APPROVE_IF)
+
+
+def test_rules_answered_without_an_approver_are_no_approval(approve_if_policies):
+    request = build(approve_if_policies, chain=("worker",), tool="write_doc", args={"doc": "doc:plan"})
+    response = decide(approve_if_policies, request, approver="", approved_rules=frozenset(APPROVE_IF))
+    assert response.verdict == pb.VERDICT_REQUIRE_APPROVAL
+
+
+# -- budget ceilings: raising or removing one widens -----------------------------------------------
+
+
+def _snapshot(tmp: Path, budget: dict[str, float]) -> dict:
+    return load_policy_dir(folder(tmp, review=False, budget=budget)).agents["worker"].snapshot()
+
+
+@settings(max_examples=25, deadline=None)
+@given(field=st.sampled_from([f for f in BUDGET_FIELDS if f != "spend_usd"]), start=st.integers(1, 1000),
+       change=st.sampled_from(["removed", "raised", "lowered", "kept"]))
+def test_a_budget_ceiling_removed_or_raised_is_a_widening(tmp_path_factory, field, start, change):
+    tmp = tmp_path_factory.mktemp("budget")
+    before = _snapshot(tmp / "a", {field: start})
+    after_budget = {"removed": {}, "raised": {field: start + 1}, "lowered": {field: max(start - 1, 0)},
+                    "kept": {field: start}}[change]
+    after = _snapshot(tmp / "b", after_budget)
+    found = [w for w in widenings(before, after) if w.startswith(f"budget.{field} ")]
+    if change in ("removed", "raised"):
+        assert found, (change, widenings(before, after))
+    else:
+        assert not found
+
+
+def test_an_edit_that_removes_the_budget_waits_for_review_and_new_runs_keep_the_ceiling(tmp_path):
+    root = folder(tmp_path / "p", budget={"tool_calls": 5})
+    catalog = AgentCatalog(tmp_path / "catalog.db")
+    first = load_policy_dir(root, catalog=catalog)
+    folder(root, budget={})
+    edited = load_policy_dir(root, catalog=catalog)
+    live = edited.agents["worker"]
+    assert live.version == first.agents["worker"].version  # the reviewed version stays live
+    assert live.budget.tool_calls == 5
+    [change] = [c for c in edited.catalog_changes if c.agent == "worker"]
+    assert change.act == "propose" and any(w.startswith("budget.tool_calls") for w in change.widens)
+
+
+# -- management tools: never on an allowlist, not even a version restored from the catalog ---------
+
+
+def test_a_management_tool_is_refused_on_a_version_restored_from_the_catalog(tmp_path):
+    root = folder(tmp_path / "p", review=False)
+    db = tmp_path / "catalog.db"
+    old = load_policy_dir(root, catalog=AgentCatalog(db)).agents["worker"].version
+    # the tool becomes a management tool: the files must drop it, the old version still lists it
+    folder(root, review=False, management=True, allowlist="[write_doc]")
+    load_policy_dir(root, catalog=AgentCatalog(db))
+    fresh = load_policy_dir(root, catalog=AgentCatalog(db))  # a restarted checkpoint: versions read back
+    restored = fresh.agent_version("worker", old)
+    assert restored is not None and "tweak" in restored.tools
+    request = build(fresh, chain=("worker",), tool="tweak", args={}, versions={"worker": old})
+    response = decide(fresh, request)
+    assert (response.verdict, response.code) == (pb.VERDICT_DENY, "agent_management_tool")
+
