@@ -132,23 +132,30 @@ class CheckpointService:
                 approval = self.approvals.verify(request)
             approver = approval.approver if approval else ""
             approved = approval.rules if approval else frozenset()
-            pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
-            now = self.clock()  # one instant for both decisions
+            now = self.clock()  # one instant for every decision
             response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
             pinned_answer = None
-            if pinned is not policies:
-                pinned_answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
+            pinned_revision = established.revision
+            # the revision the run began under, and the one its agent version was reviewed with:
+            # edits since widen neither (each is the current set unless it differs)
+            for revision in dict.fromkeys((established.revision, _version_bound(policies, established.run))):
+                pinned = self.pins.get(policies, revision) if revision else policies
+                if pinned is policies:
+                    continue
+                answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
                 if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
-                    pinned_answer, kept = pb.CheckResponse(), pinned_answer
-                    pinned_answer.CopyFrom(kept)
-                    response = stricter(response, kept, established.revision)
-                else:
-                    response = stricter(response, pinned_answer, established.revision)
+                    kept = pb.CheckResponse()
+                    kept.CopyFrom(answer)
+                    if pinned_answer is None:
+                        pinned_answer, pinned_revision = kept, revision
+                    else:
+                        pinned_answer = stricter(pinned_answer, kept, revision)
+                response = stricter(response, answer, revision)
             if action == "delegation":
                 response = _delegation_needs_operator(policies, request, response, principal)
             if policies.has_shadow:  # recorded beside the answer, never enforced
                 shadow = _shadow_answer(policies, request, approver, approved, now, pinned_answer,
-                                        established.revision, principal)
+                                        pinned_revision, principal)
         except Refused as refused:
             response = pb.CheckResponse(verdict=DENY, code=refused.code, rule=refused.rule, reason=refused.reason)
         except InvalidRequest as exc:
@@ -859,6 +866,15 @@ def _require_role(policies: PolicySet, tenant: str, person: str, role: str) -> N
     refusal = role_refusal(policies.tenants, tenant, person, role)
     if refusal is not None:
         raise Refused(codes.ROLE_REQUIRED, refusal, f"role:{role}")
+
+
+def _version_bound(policies: PolicySet, run: pb.RunContext) -> str:
+    """The revision the acting agent's pinned version was reviewed with, when it is not the
+    current files' version of that agent (PolicySet.version_bound); "" otherwise."""
+    chain = run.actor_chain
+    if not chain or chain[-1].kind != pb.ACTOR_KIND_AGENT:
+        return ""
+    return policies.version_bound(chain[-1].id, chain[-1].agent_version)
 
 
 def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
