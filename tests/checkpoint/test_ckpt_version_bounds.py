@@ -152,3 +152,31 @@ def test_a_management_tool_is_refused_on_a_version_restored_from_the_catalog(tmp
     response = decide(fresh, request)
     assert (response.verdict, response.code) == (pb.VERDICT_DENY, "agent_management_tool")
 
+
+
+# -- `warden policy check`: a tool that reads a target but declares no touches ------------------
+
+UNFENCED = """\
+kind: Tool
+name: probe
+access: read
+input_schema:
+  type: object
+  properties:
+    {argument}: {{type: string{format}}}
+"""
+
+
+@pytest.mark.parametrize(("argument", "fmt", "warned"), [
+    ("host", "", True), ("target_url", "", True), ("peer-address", "", True), ("where", ", format: uri", True),
+    ("to", ", format: email", True), ("task_id", "", False), ("program", "", False)])
+def test_policy_check_warns_about_a_tool_that_reads_a_target_without_touches(tmp_path, argument, fmt, warned):
+    from checkpoint.policylint import warnings
+
+    root = folder(tmp_path / "p")
+    (root / "tools" / "probe.yaml").write_text(UNFENCED.format(argument=argument, format=fmt))
+    found = [w for w in warnings(load_policy_dir(root)) if w.startswith("tool 'probe'")]
+    assert bool(found) is warned, found
+    fenced = UNFENCED.format(argument=argument, format=fmt) + "touches:\n  subjects: '[]'\n"  # declared: scope decides
+    (root / "tools" / "probe.yaml").write_text(fenced)
+    assert not [w for w in warnings(load_policy_dir(root)) if w.startswith("tool 'probe'")]
