@@ -76,6 +76,7 @@ class Change:
 Recorder = Callable[[Change], None]
 FILES = "policy-files"
 NARROWS = "narrows"  # the note of a file edit applied because it only narrows
+RECORDED_AGAIN = "recorded with the definitions of its tools and rules"
 MAX_PENDING_PER_AGENT = 20  # proposals (not the files') waiting for review, per agent  # who proposed a version the policy files define
 
 
@@ -326,6 +327,11 @@ class AgentCatalog:
             return Change("propose", *args, source=source, widens=tuple(widens))
         why = (NARROWS if current is not None and not widens else
                "first install" if reviews else "the tenant does not review changes")
+        if why == NARROWS and current is not None and current.tool_defs is None and file_version.tool_defs is not None \
+                and not lifecycle.widenings(file_version.snapshot(), current.snapshot()):
+            # the same agent, recorded again now that versions cover tools and rules: the old one
+            # is superseded, not narrowed away (it resolved the very tools and rules on disk)
+            why = RECORDED_AGAIN
         return Change("apply", *args, source=source, note=why, replaces=current.version if current else "",
                       widens=tuple(widens))
 

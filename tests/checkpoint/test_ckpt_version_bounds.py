@@ -180,3 +180,29 @@ def test_policy_check_warns_about_a_tool_that_reads_a_target_without_touches(tmp
     fenced = UNFENCED.format(argument=argument, format=fmt) + "touches:\n  subjects: '[]'\n"  # declared: scope decides
     (root / "tools" / "probe.yaml").write_text(fenced)
     assert not [w for w in warnings(load_policy_dir(root)) if w.startswith("tool 'probe'")]
+
+
+# -- a catalog whose versions were recorded before versions covered tools and rules --------------
+
+
+def test_a_version_recorded_without_tool_definitions_is_superseded_not_narrowed_on_upgrade(tmp_path):
+    import json
+    import sqlite3
+
+    root = folder(tmp_path / "p")
+    db = tmp_path / "catalog.db"
+    current = load_policy_dir(root, catalog=AgentCatalog(db)).agents["worker"]
+    legacy = {k: v for k, v in current.snapshot().items() if k not in ("tool_defs", "rule_defs")}
+    with sqlite3.connect(db) as conn:  # the catalog as an older checkpoint left it
+        conn.execute("delete from agent_versions")
+        conn.execute("delete from agent_lifecycle")
+        conn.execute("insert into agent_versions (agent, version, snapshot, first_seen, policy_revision) "
+                     "values ('worker', 'legacy', ?, '2026-01-01T00:00:00Z', '')", [json.dumps(legacy)])
+        conn.execute("insert into agent_lifecycle (agent, version, status) values ('worker', 'legacy', 'live')")
+        conn.execute("update agent_live set version = 'legacy', file_version = 'legacy'")
+    catalog = AgentCatalog(db)
+    upgraded = load_policy_dir(root, catalog=catalog)
+    assert upgraded.agents["worker"].version == current.version  # applied: nothing it may do changed
+    assert catalog.status("worker", "legacy") == "superseded"
+    [change] = [c for c in upgraded.catalog_changes if c.agent == "worker"]
+    assert change.act == "apply" and change.note == "recorded with the definitions of its tools and rules"
