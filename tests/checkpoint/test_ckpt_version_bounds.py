@@ -206,3 +206,55 @@ def test_a_version_recorded_without_tool_definitions_is_superseded_not_narrowed_
     assert catalog.status("worker", "legacy") == "superseded"
     [change] = [c for c in upgraded.catalog_changes if c.agent == "worker"]
     assert change.act == "apply" and change.note == "recorded with the definitions of its tools and rules"
+
+
+# -- every spelling of a tool edit: a new version whenever the tool changes, and never a narrowing
+#    that lets a call reach more ---------------------------------------------------------------
+
+TOUCHES = st.dictionaries(st.sampled_from(["subjects", "connections", "nodes"]),
+                          st.sampled_from(["[args.doc]", "[]", "has(args.via) ? [args.via] : []"]), max_size=3)
+SCHEMA_EXTRAS = st.sampled_from([{}, {"maxLength": 200}, {"pattern": "^doc:[a-z]+$"}, {"maxLength": 20}])
+
+
+def _tool_doc(touches: dict, extra: dict, description: str, masked: list[str]) -> str:
+    import yaml
+
+    doc = {"kind": "Tool", "name": "write_doc", "access": "write", "description": description,
+           "input_schema": {"type": "object", "additionalProperties": False, "required": ["doc"],
+                            "properties": {"doc": {"type": "string", **extra}, "via": {"type": "string"}}},
+           "audit": {"hash": masked}}
+    if touches:
+        doc["touches"] = touches
+    return yaml.safe_dump(doc)
+
+
+def _narrower_or_same(old: dict, new: dict) -> bool:
+    """The oracle, written apart from tool_widenings: may `new` reach only what `old` reaches?"""
+    return (all(new["touches"].get(dim) == expr for dim, expr in old["touches"].items())
+            and new["extra"] == old["extra"] and new["description"] == old["description"]
+            and set(old["masked"]) <= set(new["masked"]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.fixed_dictionaries({"touches": TOUCHES, "extra": SCHEMA_EXTRAS,
+                                              "description": st.sampled_from(["", "Write a document."]),
+                                              "masked": st.lists(st.sampled_from(["doc", "via"]), unique=True)}),
+                      min_size=2, max_size=2))
+def test_every_tool_edit_is_a_new_version_and_only_a_narrowing_skips_review(tmp_path_factory, edits):
+    old, new = edits
+    root = folder(tmp_path_factory.mktemp("edit"))
+    catalog = AgentCatalog(None)
+    tools = root / "tools" / "tools.yaml"
+    rest = tools.read_text().split("---\n", 1)[1]
+    tools.write_text(_tool_doc(**old) + "---\n" + rest)
+    before = load_policy_dir(root, catalog=catalog).agents["worker"]
+    tools.write_text(_tool_doc(**new) + "---\n" + rest)
+    after = load_policy_dir(root, catalog=catalog)
+    defined = after.file_versions["worker"]
+    assert (defined == before.version) == (old == new or (
+        sorted(old["masked"]) == sorted(new["masked"]) and {**old, "masked": 0} == {**new, "masked": 0}))
+    said = [w for w in widenings(before.snapshot(), catalog.get("worker", defined).snapshot())
+            if w.startswith("tool write_doc:")]
+    assert (not said) == _narrower_or_same(old, new), (old, new, said)
+    # and the catalog acts on it: a widening waits, the live version stays the reviewed one
+    assert (after.agents["worker"].version == before.version) == bool(said) or defined == before.version
