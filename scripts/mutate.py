@@ -60,7 +60,7 @@ TARGETS: dict[str, list[str]] = {
     "toolrunner/runner.py": ["ToolRunner.execute:decision_id = grant.decision_id", "ToolRunner._check_revision"],
     "checkpoint/engine/decide.py": ["_approve_or_stop"],
     "checkpoint/engine/authority.py": ["check_tool"],
-    "checkpoint/policy/lifecycle.py": ["widenings"],
+    "checkpoint/policy/lifecycle.py": ["widenings", "tool_widenings"],
     "checkpoint/policy/catalog.py": ["AgentCatalog._file_change"],
 }
 
@@ -70,8 +70,12 @@ CHECKPOINT_TESTS = [
     "tests/checkpoint/test_ckpt_version_bounds.py", "tests/security",
 ]
 A, R = "checkpoint/server/approvals.py", "checkpoint/server/runs.py"
+# what an agent version may do, as the catalog compares versions: the tests that edit versions
+VERSION_TESTS = ["tests/checkpoint/test_ckpt_version_bounds.py", "tests/security/test_version_covers_tools.py",
+                 "tests/security/test_catalog_lifecycle.py", "tests/security/test_pinned_authority.py"]
 TESTS: dict[str, list[str]] = {"toolrunner/runner.py": [
-    "tests/toolrunner/test_toolrunner_review.py", "tests/toolrunner/test_toolrunner_execute.py", *CHECKPOINT_TESTS]}
+    "tests/toolrunner/test_toolrunner_review.py", "tests/toolrunner/test_toolrunner_execute.py", *CHECKPOINT_TESTS],
+    "checkpoint/policy/lifecycle.py": VERSION_TESTS, "checkpoint/policy/catalog.py": VERSION_TESTS}
 
 # Mutant id -> why it cannot be told apart from the original by any caller (see the report).
 _DIGEST_KEY = "a key of the digested dict: a call digest is only ever compared with one this code made"

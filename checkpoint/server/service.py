@@ -138,8 +138,9 @@ class CheckpointService:
             pinned_revision = established.revision
             # the revision the run began under, and the one its agent version was reviewed with:
             # edits since widen neither (each is the current set unless it differs)
-            for revision in dict.fromkeys((established.revision, _version_bound(policies, established.run))):
-                pinned = self.pins.get(policies, revision) if revision else policies
+            bound = _version_bound(policies, established.run)
+            for revision in dict.fromkeys((established.revision, *((bound,) if bound else ()))):
+                pinned = self.pins.get(policies, revision)
                 if pinned is policies:
                     continue
                 answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
