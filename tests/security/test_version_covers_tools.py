@@ -162,3 +162,16 @@ def test_removing_a_rule_that_fences_an_agent_waits_for_review(running):
                        "amount_usd": 10.0, "reason": "duplicate charge"})
     answer = running.stub().Check(running.with_run(write), timeout=10)
     assert answer.verdict == pb.VERDICT_REQUIRE_APPROVAL, answer
+
+
+def test_while_a_widened_schema_waits_the_model_is_shown_the_reviewed_one(running):
+    def shown() -> dict:
+        resolved = running.stub().ResolveAgent(pb.ResolveAgentRequest(agent="fetcher"), timeout=5)
+        [spec] = [t for t in resolved.tool_specs if t.name == "fetch_page"]
+        return dict(spec.input_schema.fields["properties"].struct_value.fields["host"].struct_value.fields)
+
+    assert "pattern" in shown()
+    edit_tool(running, widen_schema_and_drop_touches)
+    assert "pattern" in shown()  # the live version's schema: what its calls are decided within
+    approve(running, pending(running))
+    assert "pattern" not in shown()
