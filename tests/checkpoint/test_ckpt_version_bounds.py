@@ -258,3 +258,16 @@ def test_every_tool_edit_is_a_new_version_and_only_a_narrowing_skips_review(tmp_
     assert (not said) == _narrower_or_same(old, new), (old, new, said)
     # and the catalog acts on it: a widening waits, the live version stays the reviewed one
     assert (after.agents["worker"].version == before.version) == bool(said) or defined == before.version
+
+
+def test_where_a_tenant_opts_out_a_widening_applies_at_once_and_the_old_version_stays_pinnable(tmp_path):
+    root = folder(tmp_path / "p", review=False, budget={"tool_calls": 5})
+    catalog = AgentCatalog(tmp_path / "catalog.db")
+    old = load_policy_dir(root, catalog=catalog).agents["worker"].version
+    folder(root, review=False, budget={"tool_calls": 9})  # widens: applied, not proposed
+    edited = load_policy_dir(root, catalog=catalog)
+    assert edited.agents["worker"].version != old
+    [change] = [c for c in edited.catalog_changes if c.agent == "worker"]
+    assert (change.act, change.note) == ("apply", "the tenant does not review changes")
+    assert catalog.status("worker", old) == "superseded"  # not narrowed away: the edit took nothing
+    assert ("worker", old) not in edited.unpinnable
