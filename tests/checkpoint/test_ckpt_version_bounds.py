@@ -55,21 +55,23 @@ budget:
 {budget}
 """
 # three approve-if rules that all apply to the same write, each answered by its own approvers
-RULES = "\n---\n".join(
-    f"kind: Rule\nname: {name}\neffect: approve_if\ncondition: 'tool.access == \"write\"'\n"
-    for name in ("legal", "finance", "security"))
 APPROVE_IF = ("legal", "finance", "security")
 
 
+def approve_if_rules(names: tuple[str, ...] = APPROVE_IF) -> str:
+    return "\n---\n".join(f"kind: Rule\nname: {name}\neffect: approve_if\ncondition: 'tool.access == \"write\"'\n"
+                         for name in names)
+
+
 def folder(root: Path, *, review: bool = True, management: bool = False, allowlist: str = "[write_doc, tweak]",
-           budget: dict[str, float] | None = None, rules: bool = False) -> Path:
+           budget: dict[str, float] | None = None, rules: tuple[str, ...] = ()) -> Path:
     (root / "tools").mkdir(parents=True, exist_ok=True)
     (root / "tenant.yaml").write_text(TENANT.format(review=str(review).lower()))
     (root / "tools" / "tools.yaml").write_text(TOOLS.format(management=str(management).lower()))
     lines = "\n".join(f"  {k}: {v}" for k, v in (budget if budget is not None else {"tool_calls": 5}).items())
     (root / "agent.yaml").write_text(AGENT.format(allowlist=allowlist, budget=lines or "  {}"))
     if rules:
-        (root / "rules.yaml").write_text(RULES)
+        (root / "rules.yaml").write_text(approve_if_rules(rules))
     return root
 
 
@@ -78,7 +80,7 @@ def folder(root: Path, *, review: bool = True, management: bool = False, allowli
 
 @pytest.fixture(scope="module")
 def approve_if_policies(tmp_path_factory: pytest.TempPathFactory):
-    return load_policy_dir(folder(tmp_path_factory.mktemp("rules"), rules=True))
+    return load_policy_dir(folder(tmp_path_factory.mktemp("rules"), rules=APPROVE_IF))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -97,6 +99,21 @@ def test_rules_answered_without_an_approver_are_no_approval(approve_if_policies)
     request = build(approve_if_policies, chain=("worker",), tool="write_doc", args={"doc": "doc:plan"})
     response = decide(approve_if_policies, request, approver="", approved_rules=frozenset(APPROVE_IF))
     assert response.verdict == pb.VERDICT_REQUIRE_APPROVAL
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_the_answer_names_every_approve_if_rule_that_asks(tmp_path, count):
+    names = APPROVE_IF[:count]
+    p = load_policy_dir(folder(tmp_path / "p", rules=names))
+    response = decide(p, build(p, chain=("worker",), tool="write_doc", args={"doc": "doc:plan"}))
+    assert response.verdict == pb.VERDICT_REQUIRE_APPROVAL
+    assert sorted(response.approval_rules) == sorted(f"rule:{n}" for n in names)
+    first, *others = sorted(names, key=lambda n: response.rule != f"rule:{n}")
+    assert response.rule == f"rule:{first}"
+    if others:
+        assert response.reason.endswith(f" (and {', '.join(repr(n) for n in others)})"), response.reason
+    else:
+        assert "(and" not in response.reason
 
 
 # -- budget ceilings: raising or removing one widens -----------------------------------------------
