@@ -11,6 +11,9 @@ what to look at:
   read its runs, and nobody is its admin (the implicit `default` tenant only when an agent is in it);
 - a principal whose identities include a pattern (`token:*`, the persons' token lines) and whose
   audit right is `*`: every person it matches reads the whole log, which no tenant's roles narrow;
+- a tool that reads a target (an argument named like one: host, url, target, address, ...; or a
+  string of format uri, hostname, ipv4, ipv6, email) but declares no `touches`: no agent's scope
+  or off-limits list is asked where its calls go;
 - a tool_call rule that reads `args` without naming its tools, or naming a tool whose input
   schema cannot be read as fields: there `args` is a map of dyn, so a misspelt argument is not
   caught at load (policy/celtypes.py);
@@ -22,6 +25,7 @@ what to look at:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from checkpoint.engine.breakers import BREAKERS, narrowest
 from checkpoint.policy import PolicySet, model
@@ -55,6 +59,7 @@ def warnings(policies: PolicySet) -> list[str]:
     out.extend(_role_warnings(policies))
     out.extend(_untyped_args_warnings(policies))
     out.extend(_raw_subject_warnings(policies))
+    out.extend(_unfenced_tool_warnings(policies))
     return out
 
 
@@ -78,6 +83,44 @@ def _raw_subject_warnings(policies: PolicySet) -> list[str]:
                     out.append(f"rule {rule.name!r} ({rule.where}): reads args.{arg} as written, which tool {name!r} "
                                f"touches as one of its {dim}; scope and off-limits read it normalised (case, "
                                f"Unicode, URL parts, address spellings): compare touched.{dim} instead")
+    return out
+
+
+# words of an argument's name that say it names where a call goes (a name's parts split on _ and -)
+TARGET_WORDS = frozenset({"target", "targets", "host", "hosts", "hostname", "url", "urls", "uri", "domain", "domains",
+                          "address", "addr", "ip", "ips", "endpoint", "server", "node", "image", "subject",
+                          "subjects", "connection", "cidr", "network", "email", "recipient", "repo", "repository"})
+TARGET_FORMATS = frozenset({"uri", "iri", "uri-reference", "iri-reference", "hostname", "idn-hostname", "ipv4",
+                            "ipv6", "email", "idn-email"})
+
+
+def _target_arguments(schema: dict[str, Any]) -> list[str]:
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return []
+    found = []
+    for name, spec in properties.items():
+        words = set(re.split(r"[_\-]+", str(name).lower()))
+        fmt = spec.get("format") if isinstance(spec, dict) else None
+        items = spec.get("items") if isinstance(spec, dict) else None
+        if isinstance(items, dict) and fmt is None:
+            fmt = items.get("format")
+        if words & TARGET_WORDS or fmt in TARGET_FORMATS:
+            found.append(str(name))
+    return found
+
+
+def _unfenced_tool_warnings(policies: PolicySet) -> list[str]:
+    out: list[str] = []
+    for name, tool in sorted(policies.tools.items()):
+        spec = tool.spec
+        if spec.agent_management or any(getattr(spec.touches, dim) is not None for dim in type(spec.touches).model_fields):
+            continue
+        targets = _target_arguments(spec.input_schema)
+        if targets:
+            out.append(f"tool {name!r}: argument {', '.join(map(repr, targets))} reads a target, but the tool declares "
+                       f"no touches, so no agent's scope or off-limits subject is asked where its calls go; declare "
+                       f"touches (subjects, connections, nodes, images, threads) over that argument")
     return out
 
 

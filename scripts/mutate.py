@@ -62,18 +62,27 @@ TARGETS: dict[str, list[str]] = {
                              "ToolRunner._remove_containers_of"],
     "toolrunner/container.py": ["create"],
     "checkpoint/engine/decide.py": ["_approve_or_stop"],
+    "checkpoint/engine/authority.py": ["check_tool"],
+    "checkpoint/policy/lifecycle.py": ["widenings", "tool_widenings"],
+    "checkpoint/policy/catalog.py": ["AgentCatalog._file_change"],
 }
 
 CHECKPOINT_TESTS = [
     "tests/security/test_trust_boundary.py", "tests/server/test_approvals.py", "tests/server/test_run_tokens.py",
-    "tests/server/test_auth.py", "tests/server/test_rpcs.py", "tests/checkpoint/test_ckpt_codes.py", "tests/security",
+    "tests/server/test_auth.py", "tests/server/test_rpcs.py", "tests/checkpoint/test_ckpt_codes.py",
+    "tests/checkpoint/test_ckpt_version_bounds.py", "tests/security",
 ]
 A, R = "checkpoint/server/approvals.py", "checkpoint/server/runs.py"
 _RUNNER_TESTS = ["tests/toolrunner/test_toolrunner_review.py", "tests/toolrunner/test_toolrunner_execute.py",
                  "tests/toolrunner/test_toolrunner_claims.py", "tests/toolrunner/test_toolrunner_crash.py"]
+# what an agent version may do, as the catalog compares versions: the tests that edit versions
+VERSION_TESTS = ["tests/checkpoint/test_ckpt_version_bounds.py", "tests/security/test_version_covers_tools.py",
+                 "tests/security/test_catalog_lifecycle.py", "tests/security/test_pinned_authority.py"]
 TESTS: dict[str, list[str]] = {
     "toolrunner/runner.py": [*_RUNNER_TESTS, *CHECKPOINT_TESTS],
     "toolrunner/container.py": [*_RUNNER_TESTS, "tests/toolrunner/test_toolrunner_hardening.py"],
+    "checkpoint/policy/lifecycle.py": VERSION_TESTS,
+    "checkpoint/policy/catalog.py": VERSION_TESTS,
 }
 
 # Mutant id -> why it cannot be told apart from the original by any caller (see the report).

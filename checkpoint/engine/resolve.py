@@ -9,6 +9,7 @@ from google.protobuf import struct_pb2
 from checkpoint.engine.outcome import InvalidRequest
 from checkpoint.policy import PolicySet, model
 from checkpoint.policy.entries import FILLED
+from checkpoint.policy.policyset import AgentVersion
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
@@ -53,14 +54,29 @@ def resolve_agent(policies: PolicySet, name: str, version: str = "", *, to_pin: 
         delegates=sorted(agent.delegates),
     )
     for tool_name in tools:
-        tool = policies.tools.get(tool_name)
-        if tool is None:  # an old version may name a tool the current files dropped
+        spec = _reviewed_tool(policies, agent, tool_name)
+        if spec is None:  # an old version may name a tool the current files dropped
             continue
         schema = struct_pb2.Struct()
-        schema.update(_shown_schema(tool.spec))
-        response.tool_specs.add(name=tool.name, description=tool.spec.description, input_schema=schema,
-                                access=tool.spec.access.value, templates=tool.spec.templates or "")
+        schema.update(_shown_schema(spec))
+        response.tool_specs.add(name=spec.name, description=spec.description, input_schema=schema,
+                                access=spec.access.value, templates=spec.templates or "")
     return response
+
+
+def _reviewed_tool(policies: PolicySet, agent: AgentVersion, name: str) -> model.Tool | None:
+    """The tool as the version records it: while a widening edit of it waits for review, the
+    model is shown the definition its calls are decided within, not the one on disk."""
+    tool = policies.tools.get(name)
+    if tool is None:
+        return None
+    recorded = (agent.tool_defs or {}).get(name)
+    if recorded is None or policies.file_versions.get(agent.name) == agent.version:
+        return tool.spec
+    try:
+        return model.Tool.model_validate({"kind": "Tool", "name": name, **recorded})
+    except ValueError:  # recorded by a reading of Tool documents since made stricter
+        return tool.spec
 
 
 def _shown_schema(tool: model.Tool) -> dict[str, Any]:

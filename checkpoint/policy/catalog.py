@@ -76,6 +76,7 @@ class Change:
 Recorder = Callable[[Change], None]
 FILES = "policy-files"
 NARROWS = "narrows"  # the note of a file edit applied because it only narrows
+RECORDED_AGAIN = "recorded with the definitions of its tools and rules"
 MAX_PENDING_PER_AGENT = 20  # proposals (not the files') waiting for review, per agent  # who proposed a version the policy files define
 
 
@@ -103,6 +104,7 @@ class AgentCatalog:
         # read-only: revisions and lifecycle of this process's own loads, never written
         self._revisions: dict[str, list[tuple[str, bytes]]] = {}
         self._stored_revisions: set[str] = set()
+        self._version_revisions: dict[tuple[str, str], str] = {}
         if path is not None and read_only:
             if not Path(path).exists():
                 raise FileNotFoundError(f"no agent catalog at {path}")
@@ -143,7 +145,11 @@ class AgentCatalog:
     # -- versions and revisions --------------------------------------------------------------
 
     def record(self, versions: list[AgentVersion], policy_revision: str) -> None:
+        """Keep `versions`, each under the policy revision it was first made from: that revision's
+        files hold the very tool and rule definitions the version covers (revision_of)."""
         with self._lock:
+            for v in versions:
+                self._version_revisions.setdefault((v.name, v.version), policy_revision)
             fresh = [v for v in versions if (v.name, v.version) not in self._cache]
             if fresh and not self._read_only:
                 now = _now()
@@ -180,6 +186,16 @@ class AgentCatalog:
             if not rows:
                 return None
             return [(name, text.encode("utf-8")) for name, text in json.loads(rows[0]["files"])]
+
+    def revision_of(self, agent: str, version: str) -> str:
+        """The policy revision `version` was first recorded under ("" when none was)."""
+        with self._lock:
+            found = self._version_revisions.get((agent, version))
+            if found:
+                return found
+            rows = sqlrows.rows(self._db, "select policy_revision from agent_versions where agent = ? and version = ?",
+                                [agent, version])
+            return (rows[0]["policy_revision"] or "") if rows else ""
 
     def get(self, agent: str, version: str) -> AgentVersion | None:
         found = self._cache.get((agent, version))
@@ -311,6 +327,11 @@ class AgentCatalog:
             return Change("propose", *args, source=source, widens=tuple(widens))
         why = (NARROWS if current is not None and not widens else
                "first install" if reviews else "the tenant does not review changes")
+        if why == NARROWS and current is not None and current.tool_defs is None and file_version.tool_defs is not None \
+                and not lifecycle.widenings(file_version.snapshot(), current.snapshot()):
+            # the same agent, recorded again now that versions cover tools and rules: the old one
+            # is superseded, not narrowed away (it resolved the very tools and rules on disk)
+            why = RECORDED_AGAIN
         return Change("apply", *args, source=source, note=why, replaces=current.version if current else "",
                       widens=tuple(widens))
 
@@ -356,8 +377,9 @@ class AgentCatalog:
     # raises when it cannot), then writes: an act is recorded before it takes effect, or not at all.
 
     def propose(self, version: AgentVersion, *, by: str, source: str, note: str, for_person: str = "",
-                record: Recorder = _no_record) -> Change:
-        """A proposal by a person or an agent: it waits for a tenant admin, whatever it changes."""
+                record: Recorder = _no_record, revision: str = "") -> Change:
+        """A proposal by a person or an agent: it waits for a tenant admin, whatever it changes.
+        `revision`: the policy revision whose tools and rules the definition was checked against."""
         with self._lock:
             self._writable()
             live = self.live_version(version.name)
@@ -384,7 +406,7 @@ class AgentCatalog:
             change = Change("propose", version.name, version.version, version.tenant, by, source=source, note=note,
                             widens=tuple(widens), for_person=for_person)
             record(change)
-            self.record([version], "")
+            self.record([version], revision)
             with self._db:
                 return self._apply(change)[0]
 

@@ -1,14 +1,18 @@
 """How one agent version compares with another: what a change widens, and how a reviewer reads it.
 
 A change that only narrows (fewer tools, fewer delegates, fewer scope entries, lower budget
-ceilings, the same persona and tenant) can apply at once, even where a tenant reviews changes:
-it takes authority away. Anything else widens, and waits for a tenant admin. The comparison is
-textual and conservative: a scope entry that is new as written counts as wider even when it
-happens to match less, so a reviewer sees it.
+ceilings, the same persona and tenant, a tool that reads one more scope dimension, one more rule)
+can apply at once, even where a tenant reviews changes: it takes authority away. Anything else
+widens, and waits for a tenant admin. A version covers the definitions of the tools it resolves
+and the rules that can apply to it, so an edit of a tool file or a rule file is compared here
+too. The comparison is textual and conservative: a scope entry, a `touches` expression, an input
+schema or a rule that is new as written counts as wider even when it happens to match less, so
+a reviewer sees it.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from checkpoint.policy.policyset import SCOPE_DIMENSIONS
@@ -54,6 +58,53 @@ def widenings(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
         then, now = old["budget"].get(field), new["budget"].get(field)
         if then is not None and (now is None or now > then):
             out.append(f"budget.{field} {then} -> {'unset' if now is None else now}")
+    # a version recorded before versions covered tools and rules holds none: nothing to compare
+    old_tools, new_tools = old.get("tool_defs"), new.get("tool_defs")
+    if old_tools is not None and new_tools is not None:
+        for name in sorted(set(old_tools) & set(new_tools)):
+            out += [f"tool {name}: {w}" for w in tool_widenings(old_tools[name], new_tools[name])]
+    old_rules, new_rules = old.get("rule_defs"), new.get("rule_defs")
+    if old_rules is not None and new_rules is not None:
+        for name in sorted(old_rules):
+            if name not in new_rules:
+                out.append(f"rule {name} no longer applies")
+            elif new_rules[name] != old_rules[name]:
+                out.append(f"rule {name} changed")
+    return out
+
+
+def tool_widenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What a tool's definition `new` lets its calls do that `old` does not; [] when it only narrows.
+
+    Narrowing: a scope dimension newly read by `touches`, the tool marked as managing agents,
+    `run` removed (it no longer runs), more argument paths masked in the log. Every other
+    difference (a touches expression changed or dropped, the input schema, access level, how and
+    where it runs, its description, which the model reads) widens."""
+    out: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        then, now = old.get(key), new.get(key)
+        if then == now:
+            continue
+        if key == "touches":
+            then, now = then or {}, now or {}
+            for dim in sorted(set(then) | set(now)):
+                if then.get(dim) == now.get(dim) or dim not in then:
+                    continue  # unchanged, or newly read: scope decides one more dimension
+                out.append(f"touches.{dim} dropped" if now.get(dim) is None else f"touches.{dim} changed")
+        elif key == "agent_management":
+            if not now:
+                out.append("no longer marked agent_management")
+        elif key == "run":
+            if now is not None:
+                out.append("run changed")
+        elif key == "audit":
+            then, now = then or {}, now or {}
+            for part in ("drop", "hash"):
+                unmasked = [p for p in then.get(part, []) if p not in now.get(part, [])]
+                if unmasked:
+                    out.append(f"audit.{part} no longer masks: " + ", ".join(unmasked))
+        else:
+            out.append(f"{key} changed")
     return out
 
 
@@ -80,7 +131,19 @@ def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
         then, now = old["budget"].get(field), new["budget"].get(field)
         if then != now:
             lines.append(f"~ budget.{field}: {'unset' if then is None else then} -> {'unset' if now is None else now}")
+    for label, key in (("tool", "tool_defs"), ("rule", "rule_defs")):
+        then, now = old.get(key) or {}, new.get(key) or {}
+        for name in sorted(set(then) & set(now)):
+            if then[name] != now[name]:
+                lines.append(f"~ {label} {name}: {_compact(then[name])} -> {_compact(now[name])}")
+        if label == "rule":
+            lines += [f"+ rule: {n}" for n in sorted(set(now) - set(then))]
+            lines += [f"- rule: {n}" for n in sorted(set(then) - set(now))]
     return lines
+
+
+def _compact(definition: dict[str, Any]) -> str:
+    return json.dumps(definition, sort_keys=True, separators=(",", ":"))[:2000]
 
 
 def definition(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ from checkpoint.policy.policyset import (
     CompiledRule,
     CompiledTool,
     PolicySet,
+    rules_for,
+    tool_definition,
 )
 from checkpoint.policy.principals import Principals
 from checkpoint.policy.subjects import OffLimits, Pattern, SubjectError, read_pattern
@@ -216,7 +218,7 @@ def load_agent_definition(text: str, shown: str, policies: PolicySet) -> AgentVe
     agents[doc.spec.name] = doc
     # the compiled tools stand in for their documents: only their specs are read
     compiler = _Compiler(get_engine(policies.cel_engine), errors)
-    version = compiler._agent(doc, policies.tools, agents, policies.tenants)
+    version = compiler._agent(doc, policies.tools, agents, policies.tenants, policies.rules)
     compiler._agent_skills(doc, {}, policies.catalog)
     if errors or version is None:
         raise PolicyLoadError(errors)
@@ -347,12 +349,14 @@ class _Compiler:
             self._ceilings_narrow(d, instance)
 
         tools = {name: self._tool(d) for name, d in named["Tool"].items()}
-        agents = {name: self._agent(d, named["Tool"], named["Agent"], tenants) for name, d in named["Agent"].items()}
+        rule_docs = list(named["Rule"].values())
+        agents = {name: self._agent(d, named["Tool"], named["Agent"], tenants, rule_docs)
+                  for name, d in named["Agent"].items()}
         self.sources = {name: f"{d.file}:{d.at()}" for name, d in named["Agent"].items()}
         self.defined = self._entries([*by_kind["Skill"], *by_kind["Template"]], tenants)
         for d in named["Agent"].values():
             self._agent_skills(d, self.defined, catalog)
-        shadow_agents = self._shadow_agents(candidates, named["Tool"], named["Agent"], tenants, catalog)
+        shadow_agents = self._shadow_agents(candidates, named["Tool"], named["Agent"], tenants, catalog, rule_docs)
         rules = [self._rule(d, named["Tool"], named["Agent"]) for d in named["Rule"].values()]
         off_limits = OffLimits(self._off_limits(by_kind["OffLimits"]))
         principals = self._principals(named["Principal"], tenants, named["Agent"])
@@ -436,7 +440,8 @@ class _Compiler:
         return entries
 
     def _shadow_agents(self, docs: list[_Doc], tools: Mapping[str, Any], agents: Mapping[str, _Doc],
-                       tenants: dict[str, model.Tenant], catalog: AgentCatalog) -> dict[str, AgentVersion]:
+                       tenants: dict[str, model.Tenant], catalog: AgentCatalog,
+                       rules: list[_Doc]) -> dict[str, AgentVersion]:
         """`mode: shadow` Agent documents: each a candidate for the live agent of its name, in its
         tenant (a shadow never moves an agent: that is an edit reviewed like any other)."""
         found: dict[str, AgentVersion] = {}
@@ -452,7 +457,7 @@ class _Compiler:
                            f"is {live.spec.tenant!r} ({live.file})")
                 continue
             self._agent_skills(d, self.defined, catalog)
-            version = self._agent(d, tools, agents, tenants)
+            version = self._agent(d, tools, agents, tenants, rules)
             if version is not None:
                 found[spec.name] = version
         return found
@@ -554,9 +559,12 @@ class _Compiler:
                        "checkpoint, so it cannot be required")
 
     def _agent(
-        self, doc: _Doc, tools: Mapping[str, Any], agents: Mapping[str, Any], tenants: dict[str, model.Tenant]
+        self, doc: _Doc, tools: Mapping[str, Any], agents: Mapping[str, Any], tenants: dict[str, model.Tenant],
+        rules: Iterable[Any] = (),
     ) -> AgentVersion | None:
-        """`tools` and `agents` are read by name; of a tool, only its `spec`."""
+        """`tools` and `agents` are read by name; of a tool or a rule, only its `spec`. The version
+        covers the definitions of the tools it resolves and of the rules that can apply to it, so
+        an edit of one is a new version, reviewed like an edit of the agent."""
         spec: model.Agent = doc.spec
         wildcard = "*" in spec.allowlist
         resolved: set[str] = set()
@@ -602,6 +610,8 @@ class _Compiler:
             budget=spec.budget,
             delegates=frozenset(spec.delegates),
             skills=frozenset(spec.skills),
+            tool_defs={n: tool_definition(tools[n].spec) for n in sorted(resolved) if n in tools},
+            rule_defs=rules_for(spec.name, rules),
         )
         snapshot = version.snapshot()
         return AgentVersion.from_snapshot(canonical.sha256_hex(snapshot)[:20], snapshot)

@@ -164,7 +164,8 @@ class Tenant(Strict):
         None, description="without it, the principals' rights alone govern, and nobody is an admin"
     )
     review_changes: bool = Field(
-        False, description="an agent change that widens what it may do waits for a tenant admin (docs/catalog.md)"
+        True, description="an agent change that widens what it may do (its own file, or a tool or rule it "
+                          "resolves) waits for a tenant admin (docs/catalog.md); false applies it at once"
     )
 
 

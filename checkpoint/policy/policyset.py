@@ -49,6 +49,11 @@ class AgentVersion:
     # skills its model may load (docs/skills.md); in the snapshot only when there are any, so the
     # ids of versions that list none stay what they were before skills existed
     skills: frozenset[str] = frozenset()
+    # what its tools and rules were when the version was made (tool name -> definition, rule name
+    # -> definition): an edit of a tool or rule it resolves is a new version, reviewed like any
+    # other. None: a version recorded before versions covered them (its snapshot has neither).
+    tool_defs: dict[str, Any] | None = field(default=None, compare=False)
+    rule_defs: dict[str, Any] | None = field(default=None, compare=False)
     access: frozenset[str] = field(init=False)
     patterns: dict[str, SubjectSet] = field(init=False, compare=False)
 
@@ -76,6 +81,10 @@ class AgentVersion:
         }
         if self.skills:
             snap["skills"] = sorted(self.skills)
+        if self.tool_defs is not None:
+            snap["tool_defs"] = self.tool_defs
+        if self.rule_defs is not None:
+            snap["rule_defs"] = self.rule_defs
         return snap
 
     @classmethod
@@ -92,7 +101,36 @@ class AgentVersion:
             budget=model.Budget.model_validate(snap["budget"]),
             delegates=frozenset(snap["delegates"]),
             skills=frozenset(snap.get("skills", ())),
+            tool_defs=snap.get("tool_defs"),
+            rule_defs=snap.get("rule_defs"),
         )
+
+
+def tool_definition(spec: model.Tool) -> dict[str, Any]:
+    """What a version records of a tool it resolves: everything that decides or runs its calls.
+    Defaults are left out, so a setting added to the Tool document later changes no version."""
+    return spec.model_dump(mode="json", exclude_defaults=True, exclude={"kind", "name"})
+
+
+def rule_definition(spec: model.Rule) -> dict[str, Any] | None:
+    """What a version records of a rule that can apply to it, or None when none can (a shadow
+    rule is never enforced). `agents` is implied by the rule being there; a description is notes."""
+    if spec.mode != "enforce":
+        return None
+    return spec.model_dump(mode="json", exclude_defaults=True, exclude={"kind", "name", "agents", "description"})
+
+
+def rules_for(agent: str, rules: Iterable[Any]) -> dict[str, Any]:
+    """The definitions of the rules (anything with a `spec`) that can apply to `agent`."""
+    out: dict[str, Any] = {}
+    for rule in rules:
+        spec: model.Rule = rule.spec
+        if spec.agents and agent not in spec.agents:
+            continue
+        found = rule_definition(spec)
+        if found is not None:
+            out[spec.name] = found
+    return out
 
 
 @dataclass(frozen=True)
@@ -154,6 +192,9 @@ class PolicySet:
     # from the catalog: the agents the files define, versions no new run may pin (pending,
     # rejected, withdrawn, retired), versions retired (their runs halt), and what this load changed
     defined_agents: frozenset[str] = frozenset()
+    # the version of each agent these files define (the live one may differ: a widening waiting
+    # for review, an approved proposal the files have not caught up with)
+    file_versions: dict[str, str] = field(default_factory=dict)
     unpinnable: frozenset[tuple[str, str]] = frozenset()
     retired: frozenset[tuple[str, str]] = frozenset()
     catalog_changes: tuple[Any, ...] = ()
@@ -201,6 +242,7 @@ class PolicySet:
         """This set with the catalog's live versions and blocked versions as they are now."""
         unpinnable, retired = self.catalog.blocked()
         return replace(self, agents=live, defined_agents=self.defined_agents or frozenset(self.agents),
+                       file_versions=self.file_versions or {n: a.version for n, a in self.agents.items()},
                        unpinnable=unpinnable, retired=retired, catalog_changes=tuple(changes))
 
     def refreshed(self) -> PolicySet:
@@ -228,6 +270,22 @@ class PolicySet:
         if current is not None and current.version == version:
             return current
         return self.catalog.get(name, version)
+
+    def version_bound(self, name: str, version: str) -> str:
+        """The policy revision that must also decide a call of `name`@`version`, or "" when this
+        set's own tools and rules are the version's.
+
+        A version covers the tools and rules it resolves, so where these files define that very
+        version, they are its own. Elsewhere (the live version while a widening edit waits for
+        review, an approved proposal, a version pinned by id) this set's tools and rules may be
+        wider than those the version was reviewed with: the revision it was recorded under holds
+        those, and the stricter answer of the two stands."""
+        if self.file_versions.get(name) == version:
+            return ""
+        found = self.agent_version(name, version)
+        if found is None or found.tool_defs is None:  # unknown (refused elsewhere), or from before
+            return ""
+        return self.catalog.revision_of(name, version) or "?"
 
     def off_limits_reason(self, subject: Subject) -> str | None:
         """The reason `subject` is off-limits, or None (subjects.OffLimits says how it reads)."""

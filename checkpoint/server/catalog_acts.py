@@ -136,7 +136,8 @@ class CatalogActs:
                 source = f"rollback to {request.rollback_to[:40]} by {by}"
             fields["agent_version"] = version.version
             return policies.catalog.propose(version, by=by, source=source, note=request.note[:1000],
-                                            for_person=fields.get("accountable_person") or "", record=record)
+                                            for_person=fields.get("accountable_person") or "", record=record,
+                                            revision=policies.revision)
 
         return self._act("propose", act, codes.PROPOSED, caller)
 

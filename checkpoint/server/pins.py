@@ -4,8 +4,10 @@ A run pins its agent version, and its run token names the policy revision in for
 (or when its delegation was allowed). A later edit of tools, rules, ceilings or off-limits subjects
 must not widen what that run may do, while a narrowing edit applies to everyone at once. So a run
 whose revision is not the current one is decided twice, under the current set and under its own,
-and the stricter answer stands: DENY or HALT over REQUIRE_APPROVAL over ALLOW. Old revisions are
-compiled from the catalog's copy of their files (kept at every load), a few at a time, on demand.
+and the stricter answer stands: DENY or HALT over REQUIRE_APPROVAL over ALLOW. The same holds for
+an agent version the current files do not define (a widening edit of its tools or rules waits for
+review): the revision it was recorded under bounds it too (PolicySet.version_bound). Old revisions
+are compiled from the catalog's copy of their files (kept at every load), a few at a time, on demand.
 """
 
 from __future__ import annotations

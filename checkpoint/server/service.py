@@ -198,30 +198,38 @@ class CheckpointService:
             call.approval = self.approvals.verify(request, at)
 
     def _decide(self, call: _Call) -> None:
-        """The decision under the policy set in force and, when it changed since the run began, under
-        the run's pinned revision too: the stricter stands. Then a delegation's operator, and the
+        """The decision under the policy set in force and, when it changed since the run began or since
+        its agent version was reviewed, under those revisions too: the stricter stands. Then a delegation's operator, and the
         shadow answer recorded beside it."""
         request, policies, now, established = call.request, call.policies, call.now, call.established
         assert established is not None
         approver = call.approval.approver if call.approval else ""
         approved = call.approval.rules if call.approval else frozenset()
-        pinned = self.pins.get(policies, established.revision)  # the current set, unless edited since
         response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
         pinned_answer = None
-        if pinned is not policies:
-            pinned_answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
+        pinned_revision = established.revision
+        # the revision the run began under, and the one its agent version was reviewed with: edits
+        # since widen neither (each is the current set unless it differs)
+        bound = _version_bound(policies, established.run)
+        for revision in dict.fromkeys((established.revision, *((bound,) if bound else ()))):
+            pinned = self.pins.get(policies, revision)
+            if pinned is policies:
+                continue
+            answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
             if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
-                pinned_answer, kept = pb.CheckResponse(), pinned_answer
-                pinned_answer.CopyFrom(kept)
-                response = stricter(response, kept, established.revision)
-            else:
-                response = stricter(response, pinned_answer, established.revision)
+                kept = pb.CheckResponse()
+                kept.CopyFrom(answer)
+                if pinned_answer is None:
+                    pinned_answer, pinned_revision = kept, revision
+                else:
+                    pinned_answer = stricter(pinned_answer, kept, revision)
+            response = stricter(response, answer, revision)
         if call.action == "delegation":
             response = _delegation_needs_operator(policies, request, response, call.principal)
         call.response = response
         if policies.has_shadow:  # recorded beside the answer, never enforced
             call.shadow = _shadow_answer(policies, request, approver, approved, now, pinned_answer,
-                                         established.revision, call.principal)
+                                         pinned_revision, call.principal)
 
     def _settle(self, call: _Call) -> None:
         """The answer made whole: a known verdict, its revision, the digest of an approved call, and
@@ -591,6 +599,15 @@ class CheckpointService:
 
 
 
+
+
+def _version_bound(policies: PolicySet, run: pb.RunContext) -> str:
+    """The revision the acting agent's pinned version was reviewed with, when it is not the
+    current files' version of that agent (PolicySet.version_bound); "" otherwise."""
+    chain = run.actor_chain
+    if not chain or chain[-1].kind != pb.ACTOR_KIND_AGENT:
+        return ""
+    return policies.version_bound(chain[-1].id, chain[-1].agent_version)
 
 
 def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],

@@ -46,7 +46,14 @@ def test_dropping_an_approval_rule_does_not_free_a_running_run(checkpoint, polic
     rules = policy_dir / "rules" / "recon.yaml"
     edit(checkpoint, rules, "condition: 'touched.subjects.exists(s, s.range)'", "condition: 'false'")
     assert answer(checkpoint, before, SUBNET) == (pb.VERDICT_REQUIRE_APPROVAL, "approval_required")
-    after = checkpoint.start_run("recon").run_token  # a run that begins after the edit has it
+    # the edit widens recon (its version covers the rules that apply to it): an admin of acme
+    # reviews it, and a run that begins after that has it
+    store = checkpoint.server.store
+    pending = store.current.file_versions["recon"]
+    assert store.current.agents["recon"].version != pending
+    store.current.catalog.decide("recon", pending, approve=True, by="alice", note="the rule is retired")
+    store.refresh()
+    after = checkpoint.start_run("recon").run_token
     assert answer(checkpoint, after, SUBNET) == (pb.VERDICT_ALLOW, "allowed")
 
 
