@@ -150,7 +150,7 @@ def test_a_head_signing_key_or_public_key_another_user_could_write_is_refused(tm
 
 @pytest.mark.parametrize("how", SPOILS)
 def test_a_token_file_another_user_could_write_is_refused(tmp_path, how):
-    from checkpoint.server.auth import TokenFileError, load_tokens
+    from warden.auth import TokenFileError, load_tokens
 
     path = tmp_path / "checkpoint.tokens"
     path.write_text("ann " + "t" * 32 + "\n")
