@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
+
+from checkpoint.audit.record import INPUT_FIELDS, DecisionRecord
 
 MAX_CHARS = 256
 MAX_ACTORS = 8
@@ -45,8 +48,10 @@ def _digest(value: Any) -> dict[str, Any]:
     return {"sha256": hashlib.sha256(encoded).hexdigest(), "bytes": len(encoded)}
 
 
-def bound_refusal(record: dict[str, Any]) -> dict[str, Any]:
+def bound_refusal(record: Mapping[str, Any] | DecisionRecord) -> dict[str, Any]:
     """The same record with every string capped, the chain shortened, the arguments digested."""
+    if isinstance(record, DecisionRecord):
+        record = {name: getattr(record, name) for name in INPUT_FIELDS}
     out = {name: _capped(value) for name, value in record.items() if name not in ("actor_chain", "arguments")}
     chain = record.get("actor_chain") or []
     kept = [_capped(actor) for actor in chain[:MAX_ACTORS]]

@@ -55,7 +55,7 @@ from typing import Any, Unpack
 from checkpoint.audit import segments, store
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.reader import DecisionReader
-from checkpoint.audit.record import GENESIS_HASH, record_hash, to_row
+from checkpoint.audit.record import GENESIS_HASH, DecisionRecord, record_hash, to_row
 from checkpoint.audit.verify import Anchor, VerifyReport
 from warden.filelock import SharedLock
 from warden.private import private_sqlite
@@ -161,7 +161,7 @@ class DecisionLog:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, record: Mapping[str, Any], *, timeout: float | None = None) -> int:
+    def append(self, record: DecisionRecord | Mapping[str, Any], *, timeout: float | None = None) -> int:
         """Record one decision; return its seq once it is committed.
 
         Raises ``InvalidAuditRecord`` for a malformed record and ``AuditUnavailable`` when the

@@ -22,7 +22,7 @@ from google.protobuf import json_format
 
 from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
 from checkpoint.audit.bounded import bound_refusal
-from checkpoint.audit.record import CanonicalJson, format_time_ns, json_column
+from checkpoint.audit.record import CanonicalJson, DecisionRecord, format_time_ns, json_column
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.policy import PolicySet
 from checkpoint.policy.learnings import LearningStore
@@ -280,18 +280,17 @@ class CheckpointService:
         response, principal, approval = call.response, call.principal, call.approval
         record = self._record(call.request, response, call.action, call.arguments, call.policies, call.now_ns,
                               call.established, call.signed_text)
-        record["latency_us"] = (time.perf_counter_ns() - call.started) // 1000
-        record["caller"] = caller_name(call.caller)
-        record["principal"] = principal.name if principal is not None else None
-        record["call_digest"] = call.digest
-        record["approval_rules"] = ",".join(response.approval_rules) or None
+        record.latency_us = (time.perf_counter_ns() - call.started) // 1000
+        record.caller = caller_name(call.caller)
+        record.principal = principal.name if principal is not None else None
+        record.call_digest = call.digest
+        record.approval_rules = ",".join(response.approval_rules) or None
         if call.shadow is not None:
-            record["shadow_verdict"], record["shadow_code"], record["shadow_rule"] = call.shadow
+            record.shadow_verdict, record.shadow_code, record.shadow_rule = call.shadow
         if approval is not None:  # a verified approval: who approved, and which approval record (spent on an ALLOW)
-            record["approver"], record["approval_id"] = approval.approver, approval.approval_id or None
-        if call.established is None:  # every string of it came from a caller nobody vouched for
-            record = bound_refusal(record)
-        self._append_or_deny(record, response)
+            record.approver, record.approval_id = approval.approver, approval.approval_id or None
+        # every string of a record before the run was established came from a caller nobody vouched for
+        self._append_or_deny(record if call.established is not None else bound_refusal(record), response)
         self._count(response.verdict, response.code)
         if response.learnings or response.verdict == pb.VERDICT_HALT:
             self.learnings.after_check(call.request, response)  # triggers; a breaker proposes a learning
@@ -343,14 +342,17 @@ class CheckpointService:
             return response
         return _fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
 
-    def append(self, record: dict[str, Any]) -> int:
+    def append(self, record: DecisionRecord | dict[str, Any]) -> int:
         """Append a record to the decision log, with the trace id of the call being served (the
         `traceparent` its caller sent, read once per RPC by the gRPC layer: checkpoint/server/tracing.py)."""
-        if "trace_id" not in record:
+        if isinstance(record, DecisionRecord):
+            if record.trace_id is None:
+                record.trace_id = tracing.current.get()
+        elif record.get("trace_id") is None:
             record["trace_id"] = tracing.current.get()
         return self.log.append(record)
 
-    def _append_or_deny(self, record: dict[str, Any], response: Any) -> None:
+    def _append_or_deny(self, record: DecisionRecord | dict[str, Any], response: Any) -> None:
         """Record before answering: when the log cannot take the record, the answer is a DENY."""
         try:
             self.append(record)
@@ -487,7 +489,7 @@ class CheckpointService:
         now_ns: int,
         established: Established | None = None,
         signed_text: CanonicalJson | None = None,
-    ) -> dict[str, Any]:
+    ) -> DecisionRecord:
         """`established`: the run the request's token established (its run context is the token's
         by now), whose chain is encoded once per run; `signed_text`: the arguments' canonical text
         when a grant hashed them."""
@@ -500,27 +502,27 @@ class CheckpointService:
         person = next((a["id"] for a in chain if a["kind"] == "person"), None)
         last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
         tool = request.tool_call.tool if action == "tool_call" else None
-        return {
-            "decision_id": response.decision_id or new_decision_id(),
-            "time": format_time_ns(now_ns),
-            "tenant": response.tenant or run.tenant or None,
-            "run_id": run.run_id or None,
-            "root_run_id": run.root_run_id or run.run_id or None,  # a run that names no root is its own
-            "parent_run_id": run.parent_run_id or None,
-            "actor_chain": logged_chain,
-            "accountable_person": response.accountable_person or person,
-            "agent": response.agent or last.get("id") or None,
-            "agent_version": response.agent_version or last.get("agent_version") or None,
-            "action": action,
-            "tool": tool or None,
-            "arguments": _logged_arguments(request, response, action, arguments, policies, self.mask_key,
+        return DecisionRecord(
+            decision_id=response.decision_id or new_decision_id(),
+            time=format_time_ns(now_ns),
+            tenant=response.tenant or run.tenant or None,
+            run_id=run.run_id or None,
+            root_run_id=run.root_run_id or run.run_id or None,  # a run that names no root is its own
+            parent_run_id=run.parent_run_id or None,
+            actor_chain=logged_chain,
+            accountable_person=response.accountable_person or person,
+            agent=response.agent or last.get("id") or None,
+            agent_version=response.agent_version or last.get("agent_version") or None,
+            action=action,
+            tool=tool or None,
+            arguments=_logged_arguments(request, response, action, arguments, policies, self.mask_key,
                                            signed_text),
-            "verdict": convert.verdict_name(response.verdict),
-            "code": response.code,
-            "rule": response.rule or None,
-            "reason": response.reason or None,
-            "policy_revision": response.policy_revision or None,
-        }
+            verdict=convert.verdict_name(response.verdict),
+            code=response.code,
+            rule=response.rule or None,
+            reason=response.reason or None,
+            policy_revision=response.policy_revision or None,
+        )
 
     def _record_refusal(self, request: Any, code: str, reason: str, revision: str | None,
                         caller: str | None = None, principal: Principal | None = None) -> None:
@@ -541,8 +543,8 @@ class CheckpointService:
         )  # fmt: skip
         arguments = _tool_arguments(request, action)
         record = self._record(request, response, action, arguments, self.store.current, time.time_ns())
-        record["caller"] = caller_name(caller) if caller else None
-        record["principal"] = principal.name if principal is not None else None
+        record.caller = caller_name(caller) if caller else None
+        record.principal = principal.name if principal is not None else None
         try:
             self.append(bound_refusal(record))  # capped: a refused caller chose these values
         except AuditUnavailable as exc:
