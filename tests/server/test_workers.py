@@ -231,7 +231,10 @@ def test_pinned_workers_each_run_on_one_cpu_of_their_own(tmp_path, policy_dir):
         # CPUs when there are two; the supervisor left free
         pinned = [_affinities(pid) for pid in workers]
         assert all(len(sets) == 1 and len(next(iter(sets))) == 1 for sets in pinned), pinned
-        assert {next(iter(next(iter(sets)))) for sets in pinned} == set(cpus)
+        # which CPU each takes is the Balancer's answer to the machine's load (two free CPUs: one
+        # each; one crowded: both on the other), checked against a load the test decides in
+        # tests/server/test_cpu_placement.py and against real load by bench/bench_placement.py
+        assert {next(iter(next(iter(sets)))) for sets in pinned} <= set(cpus)
         assert _affinities(cluster.proc.pid) == {frozenset(cpus)}
         # and SCHED_BATCH: a thread woken by another of the worker's does not preempt it
         assert {os.sched_getscheduler(int(t)) for pid in workers for t in os.listdir(f"/proc/{pid}/task")} \
@@ -286,7 +289,7 @@ def test_by_default_two_workers_on_two_cpus_are_pinned_one_each(tmp_path, policy
         cluster.wait_serving()
         pinned = [_affinities(pid) for pid in _children(cluster.proc.pid)]
         assert all(len(sets) == 1 and len(next(iter(sets))) == 1 for sets in pinned), pinned
-        assert {next(iter(next(iter(sets)))) for sets in pinned} == two
+        assert {next(iter(next(iter(sets)))) for sets in pinned} <= two  # which: the machine's load decides
     finally:
         assert cluster.stop() == 0
 
