@@ -45,7 +45,7 @@ from toolrunner.errors import (
 )
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
-from toolrunner.policies import PolicySource, tool_specs
+from toolrunner.policies import LoadedTools, PolicySource, tool_specs
 from toolrunner.scrub import Scrubber, StreamScrubber, apply
 from toolrunner.store import ReceiptStore
 from warden import canonical, grants, tracing
@@ -93,11 +93,12 @@ class ToolRunner:
             # A grant names the revision it was decided under; tools of no known revision could
             # run a call under definitions the checkpoint never decided it against.
             raise ValueError("the tools' policy revision is required (the revision grants are bound to)")
-        self.tools: dict[str, Tool] = tool_specs(tools)
+        # the tools and the revision they are, replaced together in one assignment: a call holds
+        # the snapshot its grant's revision matched, whatever a concurrent reload does after
+        self._held = LoadedTools(policy_revision, tool_specs(tools))
         # tool name -> (the tool, its input-schema validator), built at the tool's first call and
         # rebuilt when a reload replaces the tool: no schema is re-checked on every call.
         self._validators: dict[str, tuple[Tool, Any]] = {}
-        self.policy_revision = policy_revision
         self.policy_source = policy_source
         self._reload_lock = threading.Lock()
         # verify() takes one key or a key-id -> key dict; copy a caller's mapping once, here.
@@ -156,8 +157,7 @@ class ToolRunner:
         if stored is not None:
             return stored
 
-        self._check_revision(grant.policy_revision)
-        tool = self.tools.get(request.tool)
+        tool = self._check_revision(grant.policy_revision).get(request.tool)
         if tool is None or tool.run is None:
             raise UnknownTool(f"no runnable tool {request.tool!r} in the loaded policies")
         run = tool.run
@@ -415,35 +415,45 @@ class ToolRunner:
         if error is not None:
             raise InvalidArguments(f"arguments do not match {tool.name}'s input schema: {error.message}")
 
-    def _check_revision(self, wanted: str) -> None:
-        """Hold the tool definitions of the revision the grant was issued under, or refuse.
+    @property
+    def tools(self) -> dict[str, Tool]:
+        return self._held.tools
+
+    @property
+    def policy_revision(self) -> str:
+        return self._held.revision
+
+    def _check_revision(self, wanted: str) -> dict[str, Tool]:
+        """The tool definitions of the revision the grant was issued under, or refuse.
 
         On a mismatch the policy folder is reloaded once, and only when its files changed (a
         hash, no compile), so a stream of stale grants cannot make the runner recompile forever.
+        The definitions returned are those of the snapshot that matched: a reload landing after
+        the check cannot hand the call another revision's command, image or secrets.
         """
-        if wanted == self.policy_revision:
-            return
+        held = self._held
+        if wanted == held.revision:
+            return held.tools
         with self._reload_lock:
-            if wanted == self.policy_revision:  # another call reloaded meanwhile
-                return
+            held = self._held
+            if wanted == held.revision:  # another call reloaded meanwhile
+                return held.tools
             problem = "it does not have that revision"
             if self.policy_source is not None:
                 try:
-                    if self.policy_source.revision() != self.policy_revision:
+                    if self.policy_source.revision() != held.revision:
                         loaded = self.policy_source.load()
-                        self.tools = loaded.tools
-                        log.info(
-                            "policy folder reloaded: revision %s -> %s", self.policy_revision, loaded.revision
-                        )
-                        self.policy_revision = loaded.revision
+                        log.info("policy folder reloaded: revision %s -> %s", held.revision, loaded.revision)
+                        self._held = held = loaded
                 except Exception as exc:  # noqa: BLE001 - a broken edit keeps the last good set
                     problem = f"its policy folder does not load ({str(exc).splitlines()[0][:200]})"
-                    log.warning("policy reload failed; keeping revision %s: %s", self.policy_revision, exc)
-            if wanted != self.policy_revision:
+                    log.warning("policy reload failed; keeping revision %s: %s", held.revision, exc)
+            if wanted != held.revision:
                 raise PolicyRevisionMismatch(
                     f"the grant was issued under policy revision {wanted or '(none)'!r}; the runner holds "
-                    f"{self.policy_revision!r} and {problem}"
+                    f"{held.revision!r} and {problem}"
                 )
+            return held.tools
 
     def _check_runtime(self, runtime: str) -> None:
         if self._runtimes is None:

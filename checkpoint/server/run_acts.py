@@ -213,7 +213,13 @@ class RunActs:
         # by a unique insert, so the act is on the record once and the first answer stands.
         act_key = f"act:{run.run_id}:{request.act_id}" if request.act_id and response.verdict == ALLOW else ""
         if act_key:
-            first = service.single_use.claim(act_key, response.decision_id)
+            try:
+                first = service.single_use.claim(act_key, response.decision_id)
+            except Exception as exc:  # noqa: BLE001 - fail closed, on the record, as an end that cannot be kept
+                log.error("the act id of a %s cannot be taken: %s", request.act, exc)
+                response.verdict, response.code, response.rule = DENY, codes.RUN_STATE_UNAVAILABLE, "run_token"
+                response.reason = f"whether this act was already recorded cannot be read: {str(exc)[:200]}"
+                act_key, first = "", None
             if first is not None:
                 response.decision_id = first
                 response.reason = f"already recorded as decision {first}"

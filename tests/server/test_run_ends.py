@@ -160,3 +160,21 @@ def test_a_store_that_cannot_say_whether_the_run_ended_refuses_and_records_why(c
     assert (answer.verdict, answer.code) == (pb.VERDICT_DENY, "run_state_unavailable") and not answer.HasField("grant")
     assert act(checkpoint, run.run_token, "cancel").code == "run_state_unavailable"
     assert [r["code"] for r in checkpoint.records()[-2:]] == ["run_state_unavailable", "run_state_unavailable"]
+
+
+def test_an_act_id_that_cannot_be_taken_refuses_the_act_on_the_record(checkpoint):
+    """Fail closed when whether an act was already recorded cannot be read (the single-use table
+    gone under a running checkpoint): refused `run_state_unavailable`, recorded, never an error
+    status with no record."""
+    import sqlite3
+
+    run = started(checkpoint)
+    with sqlite3.connect(checkpoint.data / "approvals-used.db") as db:
+        db.execute("DROP TABLE used")
+    request = pb.RecordActRequest(run=pb.RunContext(run_token=run.run_token), act="pause", person="alice",
+                                  act_id="pause-1")
+    answer = checkpoint.stub().RecordAct(request, timeout=5).decision
+    assert (answer.verdict, answer.code) == (pb.VERDICT_DENY, "run_state_unavailable")
+    record = checkpoint.records()[-1]
+    assert (record["decision_id"], record["code"], record["action"]) == (answer.decision_id, "run_state_unavailable",
+                                                                        "pause")

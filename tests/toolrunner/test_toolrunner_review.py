@@ -186,3 +186,37 @@ def test_only_an_expired_grant_gets_its_stored_receipt_back_never_one_that_does_
         with pytest.raises(grpc.RpcError) as info:
             harness.stub.Execute(refused, timeout=30)
         assert detail_code(info.value) == code
+
+
+def test_a_reload_that_lands_after_a_grants_revision_check_does_not_change_what_that_call_runs(
+    docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_path: Path
+) -> None:
+    """Two calls at once: one with a grant of revision 1, checked; then, before it reads its tool,
+    another call's grant of revision 2 reloads the folder. The first call still runs revision 1's
+    command, the one the checkpoint decided it under (the runner used to read the tools afresh)."""
+    policy_dir = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policy_dir)
+    first_revision = load_policy_dir(policy_dir).revision
+    token = "tr-race-token-0123456789"
+    running, port = create_server(
+        "127.0.0.1:0", policy_dir=policy_dir, keys=signing_key, data_dir=tmp_path / "data", api=docker_api,
+        config=RunnerConfig(runner_id=f"{SESSION}-race"), tokens={hashlib.sha256(token.encode()).digest(): "d"},
+    )
+    h = Harness(running, port, signing_key)
+    runner = running.runner
+    real_check = runner._check_revision
+    try:
+        _edit_list_templates(policy_dir, ["/bin/sh", "/tools/test/echo_args.sh", "revision-two"])
+        second_revision = load_policy_dir(policy_dir).revision
+
+        def check_then_another_call_reloads(wanted: str):  # type: ignore[no-untyped-def]
+            held = real_check(wanted)
+            real_check(second_revision)  # the other call's grant: the folder is reloaded now
+            return held
+
+        runner._check_revision = check_then_another_call_reloads  # type: ignore[method-assign]
+        ran = h.execute("list_templates", {}, policy_revision=first_revision)
+        assert ran.exit_code == 0 and "revision-two" not in ran.output
+        assert runner.policy_revision == second_revision  # the reload did land
+    finally:
+        h.close()
