@@ -96,3 +96,12 @@ def read_trusted(path: str | Path, what: str, *, secret: bool = False) -> bytes:
 
 def read_trusted_text(path: str | Path, what: str, *, secret: bool = False) -> str:
     return read_trusted(path, what, secret=secret).decode("utf-8")
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file or a folder (its entries: a rename or a new file in it) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

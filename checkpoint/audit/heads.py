@@ -19,7 +19,6 @@ from, so an auditor can collect them from anywhere (a ticket, a SIEM, a mail) an
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -37,6 +36,7 @@ from checkpoint.audit.record import now as now_text
 from checkpoint.audit.verify import Anchor
 from warden import canonical
 from warden.private import FILE_MODE, private_folder, read_trusted
+from warden.token_keys import key_id, public_pem  # noqa: F401 - also the heads' key's id and text
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +52,6 @@ def key_path(log_path: Path) -> Path:
 
 def heads_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.stem + HEADS_SUFFIX)
-
-
-def key_id(public: Ed25519PublicKey) -> str:
-    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()[:16]
-
-
-def public_pem(public: Ed25519PublicKey) -> str:
-    return public.public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode("ascii")
 
 
 def load_or_create_key(path: Path) -> Ed25519PrivateKey:

@@ -38,7 +38,7 @@ from checkpoint.audit.heads import key_id, key_path, load_or_create_key
 from checkpoint.audit.record import GENESIS_HASH, now
 from checkpoint.audit.segments import Manifest, Prune, Seal
 from checkpoint.audit.verify import ChainCheck
-from warden.private import private_folder
+from warden.private import fsync_path, private_folder
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +72,6 @@ def _live(log_path: Path, busy_timeout_ms: int = 10_000) -> sqlite3.Connection:
     conn = sqlite3.connect(str(log_path), isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     return conn
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def file_sha256(path: Path) -> str:
@@ -227,12 +219,12 @@ def _write_segment(log_path: Path, conn: sqlite3.Connection, manifest: Manifest,
         tmp.unlink(missing_ok=True)
         raise
     out.close()
-    _fsync_path(tmp)
+    fsync_path(tmp)
     tmp.chmod(0o400)
     digest = file_sha256(tmp)
     _step("segment_tmp")
     os.replace(tmp, final)
-    _fsync_path(where)
+    fsync_path(where)
     public_id = key_id(key.public_key())
     seal = Seal(number=number, file=final.name, first_seq=first, last_seq=last, first_prev_hash=first_prev,
                 last_hash=last_row[-1], last_time=last_row[columns.index("time")], records=count, sha256=digest,

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from checkpoint.audit import segments
 from checkpoint.audit.reader import DecisionReader
+from warden.private import fsync_path
 
 DEFAULT_BATCH = 500
 MAX_BACKOFF = 30.0
@@ -93,15 +94,7 @@ class Cursor:
         finally:
             os.close(fd)
         os.replace(temp, self.path)
-        _fsync_dir(self.path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_path(self.path.parent)
 
 
 # -- sinks --------------------------------------------------------------------------------
@@ -148,7 +141,7 @@ class FileSink:
             if older.exists():
                 older.rename(self.path.with_name(f"{self.path.name}.{n + 1}"))
         self.path.rename(self.path.with_name(f"{self.path.name}.1"))
-        _fsync_dir(self.path.parent)
+        fsync_path(self.path.parent)
 
 
 class HttpSink:

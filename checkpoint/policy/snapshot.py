@@ -20,6 +20,7 @@ from pathlib import Path
 
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.loader import MANIFEST, load_policy_dir
+from warden.private import fsync_path
 
 VERSIONS_SUFFIX = ".versions"
 
@@ -40,14 +41,6 @@ def _files(source: Path) -> list[Path]:
     return sorted(p for p in source.rglob("*") if p.is_file()
                   and not any(part.startswith(".") for part in p.relative_to(source).parts)
                   and p.relative_to(source).as_posix() != MANIFEST)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def apply(source: str | Path, link: str | Path, *, cel_engine: str = "native") -> Applied:
@@ -84,13 +77,13 @@ def apply(source: str | Path, link: str | Path, *, cel_engine: str = "native") -
         # load is never switched to
         policies = load_policy_dir(staging, catalog=AgentCatalog(None), cel_engine=cel_engine)
         for folder in sorted({p.parent for p in staging.rglob("*")} | {staging}, key=lambda p: -len(p.parts)):
-            _fsync(folder)
+            fsync_path(folder)
         name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{policies.revision}"
         final = versions / name
         if final.exists():
             final = versions / f"{name}-{secrets.token_hex(2)}"
         os.rename(staging, final)
-        _fsync(versions)
+        fsync_path(versions)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -103,5 +96,5 @@ def apply(source: str | Path, link: str | Path, *, cel_engine: str = "native") -
     except BaseException:
         new_link.unlink(missing_ok=True)
         raise
-    _fsync(link.parent)
+    fsync_path(link.parent)
     return Applied(policies.revision, target_text, previous)
