@@ -108,8 +108,12 @@ class AgentVersion:
 
 def tool_definition(spec: model.Tool) -> dict[str, Any]:
     """What a version records of a tool it resolves: everything that decides or runs its calls.
-    Defaults are left out, so a setting added to the Tool document later changes no version."""
-    return spec.model_dump(mode="json", exclude_defaults=True, exclude={"kind", "name"})
+    Defaults are left out, so a setting added to the Tool document later changes no version, and
+    the masked argument paths are a set: written in another order, they are the same version."""
+    out = spec.model_dump(mode="json", exclude_defaults=True, exclude={"kind", "name"})
+    for part, paths in (out.get("audit") or {}).items():
+        out["audit"][part] = sorted(paths)
+    return out
 
 
 def rule_definition(spec: model.Rule) -> dict[str, Any] | None:
