@@ -22,6 +22,7 @@ from typing import Any
 
 from warden import observability
 from warden.cli import add_grace_flag, help_only, optional_file
+from warden.store.url import add_store_flags, store_of
 
 DEFAULT_DATA = "./.warden"
 DEFAULT_ADDRESS = "127.0.0.1:7401"
@@ -59,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--data", default=DEFAULT_DATA, metavar="DIR", help=f"data folder (default {DEFAULT_DATA})"
     )
+    add_store_flags(serve)  # the decision log on a shared PostgreSQL (docs/fleet.md)
     serve.add_argument(
         "--key", metavar="FILE", help=f"grant signing key (default DATA/{KEY_FILE}; see `warden keys init`)"
     )
@@ -390,6 +392,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
             rotate_age=args.rotate_age,
             run_token_ttl=args.run_token_ttl,
             approval_token_ttl=args.approval_token_ttl,
+            store=store_of(args, data),
         )
     except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)

@@ -16,8 +16,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from checkpoint.audit.moments import since
 from warden.config import what_to_act_on
+from warden.store.url import add_store_flags
 
 if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
+    from checkpoint.audit.port import DecisionLogReader
     from checkpoint.audit.reader import DecisionReader
     from checkpoint.audit.store import Filters
 
@@ -44,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="data folder; the log is DIR/decisions.db (default ./.warden)",
     )
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
+    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify and head
+    shared = argparse.ArgumentParser(add_help=False)
+    add_store_flags(shared)
 
     window = argparse.ArgumentParser(add_help=False)
     window.add_argument("--since", type=since, metavar="WHEN",
@@ -91,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what_to_act_on(filters, window)
 
     tail = commands.add_parser(
-        "tail", parents=[where, filters], help="the last records; --follow for new ones"
+        "tail", parents=[where, shared, filters], help="the last records; --follow for new ones"
     )
     tail.add_argument(
         "-n", type=int, default=10, metavar="N", help="how many records to show first (default 10)"
@@ -102,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tail.add_argument("--format", choices=["line", "jsonl"], default="line")
     tail.set_defaults(func=_tail)
 
-    query = commands.add_parser("query", parents=[where, filters, window], help="records matching filters")
+    query = commands.add_parser("query", parents=[where, shared, filters, window], help="records matching filters")
     what_to_act_on(query.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq"))
     limit = query.add_mutually_exclusive_group()
     limit.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
@@ -113,7 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     verify = commands.add_parser(
         "verify",
-        parents=[where],
+        parents=[where, shared],
         help="check the hash chain; exit 1 naming the first broken record",
         description="Recompute every record's hash and link, across the sealed segments (each file as sealed, "
         "each manifest line signed) and the live file; a log whose oldest segments were pruned is proved from "
@@ -158,7 +163,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     anchors.set_defaults(func=_anchors)
 
     head = commands.add_parser(
-        "head", parents=[where], help="print the last seq and hash, to keep elsewhere as an anchor"
+        "head", parents=[where, shared], help="print the last seq and hash, to keep elsewhere as an anchor"
     )
     head.set_defaults(func=_head)
 
@@ -274,6 +279,31 @@ def _reader(args: argparse.Namespace, *, manifest: bool = True) -> DecisionReade
     return DecisionReader(path)
 
 
+def _log_reader(args: argparse.Namespace, *, manifest: bool = True) -> DecisionLogReader | None:
+    """`_reader`, or the reader of the PostgreSQL log `--store` (or WARDEN_STORE) names."""
+    from checkpoint.audit.errors import AuditUnavailable
+    from warden.store.errors import StoreUrlInvalid
+    from warden.store.url import store_of
+
+    if not getattr(args, "store", None) or args.log:
+        return _reader(args, manifest=manifest)
+    try:
+        url = store_of(args, args.data)
+    except StoreUrlInvalid as exc:
+        print(f"warden audit: {exc}", file=sys.stderr)
+        return None
+    if not url.is_postgresql:
+        args.log = str(url.sqlite_file("decisions.db"))
+        return _reader(args, manifest=manifest)
+    from checkpoint.audit.backends import open_reader
+
+    try:
+        return open_reader(url)
+    except AuditUnavailable as exc:
+        print(f"warden audit: {exc}", file=sys.stderr)
+        return None
+
+
 def _filters(args: argparse.Namespace) -> Filters:
     return {
         "run_id": args.run,
@@ -299,7 +329,7 @@ def _filters(args: argparse.Namespace) -> Filters:
 
 
 def _tail(args: argparse.Namespace) -> int:
-    reader = _reader(args)
+    reader = _log_reader(args)
     if reader is None:
         return EXIT_USAGE
     records = reader.tail(max(args.n, 0), **_filters(args)) if args.n > 0 else []
@@ -315,7 +345,7 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace) -> int:
-    reader = _reader(args)
+    reader = _log_reader(args)
     if reader is None:
         return EXIT_USAGE
     limit = None if args.all else max(args.limit, 0)
@@ -340,7 +370,7 @@ def _log_path(args: argparse.Namespace) -> Path:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    reader = _reader(args, manifest=False)
+    reader = _log_reader(args, manifest=False)
     if reader is None:
         return EXIT_USAGE
     from checkpoint.audit import heads
@@ -480,7 +510,7 @@ def _anchors(args: argparse.Namespace) -> int:
 
 
 def _head(args: argparse.Namespace) -> int:
-    reader = _reader(args)
+    reader = _log_reader(args)
     if reader is None:
         return EXIT_USAGE
     seq, digest = reader.head() or (0, "0" * 64)

@@ -20,9 +20,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from checkpoint.audit import DecisionLog
 from checkpoint.audit.heads import DEFAULT_INTERVAL_SECONDS as DEFAULT_HEAD_INTERVAL
 from checkpoint.audit.heads import HeadSigner
+from checkpoint.audit.port import DecisionLogStore
 from checkpoint.audit.rotate import AutoRotate
 from checkpoint.policy import AgentCatalog, input_schemas
 from checkpoint.policy.learnings import LearningStore
@@ -34,12 +34,14 @@ from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher,
 from checkpoint.server.service import CheckpointService
 from checkpoint.server.shared_state import SharedStateWatch
 from checkpoint.server.single_use import SingleUse
+from checkpoint.server.stores import decision_log
 from warden import tracing
 from warden.auth import AuthPolicy, OnRefused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.grants import SigningKey
 from warden.private import private_folder, read_trusted
+from warden.store.url import StoreUrl
 from warden.token_keys import FOLDER as TOKEN_KEYS_FOLDER
 from warden.token_keys import KeySet
 from warden.tokens import APPROVAL_TOKEN_TTL_SECONDS, RUN_TOKEN_TTL_SECONDS
@@ -71,7 +73,7 @@ class CheckpointServer:
         service: CheckpointService,
         store: PolicyStore,
         watcher: PolicyWatcher | None,
-        decisions: DecisionLog,
+        decisions: DecisionLogStore,
         health_servicer: health.HealthServicer,
         metrics_server: MetricsServer | None,
         uds_path: Path | None,
@@ -175,6 +177,7 @@ def create_server(
     shared: bool = False,
     run_token_ttl: float = RUN_TOKEN_TTL_SECONDS,
     approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
+    store: StoreUrl | None = None,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -197,6 +200,8 @@ def create_server(
     `run_token_ttl`, `approval_token_ttl`: seconds a run token and an approval token live
     (docs/checkpoint-service.md, "Token lifetimes and keys"); they are signed by the Ed25519 keys
     in DATA/token-keys/, made on first use.
+    `store`: where the decision log lives (warden/store/url.py); None or SQLite: DATA/decisions.db;
+    PostgreSQL: the table every replica appends to (docs/fleet.md, "One decision log").
     """
     data = Path(data_dir)
     private_folder(data)
@@ -233,10 +238,12 @@ def create_server(
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
-    decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous, shared=shared)  # type: ignore[arg-type]
+    if store is not None and store.is_postgresql and (rotate_bytes or rotate_age):
+        raise ValueError("rotation seals SQLite files: a PostgreSQL decision log is not rotated (docs/fleet.md)")
+    decisions = decision_log(store, data, synchronous=log_synchronous, shared=shared)
     decisions.on_writable(lambda writable: publish("log", writable))
     try:
-        head_signer = None if shared else HeadSigner(decisions.head, data / "decisions.db", interval=head_interval)
+        head_signer = None if shared else HeadSigner(decisions.head, decisions.path, interval=head_interval)
     except BaseException:
         decisions.close()
         raise
@@ -289,7 +296,7 @@ def create_server(
         if watch_interval
         else None
     )
-    rotator = (AutoRotate(data / "decisions.db", rotate_bytes, rotate_age, rotate_interval)
+    rotator = (AutoRotate(decisions.path, rotate_bytes, rotate_age, rotate_interval)
                if rotate_bytes or rotate_age else None)
     checkpoint = CheckpointServer(
         server, service, store, watcher, decisions, health_servicer, metrics_server, uds, head_signer, gate, rotator

@@ -20,8 +20,9 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from checkpoint.audit import AuditUnavailable, DecisionLog, mask_arguments
+from checkpoint.audit import AuditUnavailable, mask_arguments
 from checkpoint.audit.bounded import bound_refusal
+from checkpoint.audit.port import DecisionLogStore
 from checkpoint.audit.record import CanonicalJson, DecisionRecord, format_time_ns, json_column
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.policy import PolicySet
@@ -89,7 +90,7 @@ class CheckpointService:
     def __init__(
         self,
         store: PolicyStore,
-        decisions: DecisionLog,
+        decisions: DecisionLogStore,
         key: grants.SigningKey,
         metrics: Metrics,
         single_use: SingleUse,
