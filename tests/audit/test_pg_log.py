@@ -1,0 +1,139 @@
+"""The decision log on a real PostgreSQL (tests/pgserver.py): what only that backend has: partitions
+made as the chain grows, the database going away and coming back, a schema that is missing, and the
+`warden audit` commands over `--store`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from checkpoint.audit.backends import open_log
+from checkpoint.audit.errors import AuditUnavailable, InvalidAuditRecord
+from checkpoint.audit.pg_log import PgDecisionLog
+from checkpoint.audit.pg_schema import SCHEMA, TABLE
+from warden.store.migrations import migrate
+from warden.store.pg import Database
+from warden.store.url import parse_store_url
+
+from .conftest import make_record
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _db(url: str, **kw) -> Database:
+    return Database(parse_store_url(url, default_folder="/unused"), name="test", **kw).open()
+
+
+@pytest.fixture
+def migrated(pg_url: str) -> str:
+    with _db(pg_url) as db:
+        migrate(db, SCHEMA)
+    return pg_url
+
+
+def _warden(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "warden.cli", *args], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)})
+
+
+def test_partitions_are_made_as_the_chain_grows_and_the_chain_runs_across_them(migrated):
+    with _db(migrated) as db:
+        log = PgDecisionLog(db, partition_seqs=5)
+        try:
+            for _ in range(12):
+                log.append(make_record())
+            assert log.verify().ok and log.head()[0] == 12
+        finally:
+            log.close()
+    with psycopg.connect(migrated) as conn:
+        parts = conn.execute("SELECT c.relname, count(*) OVER () FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                             "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = %s ORDER BY c.relname",
+                             (TABLE,)).fetchall()
+        assert [name for name, _ in parts] == [f"{TABLE}_p0", f"{TABLE}_p1", f"{TABLE}_p2"]
+        assert conn.execute(f"SELECT count(*) FROM {TABLE}_p1").fetchone() == (5,)
+
+
+def test_a_record_the_database_cannot_store_fails_alone(migrated):
+    with _db(migrated) as db:
+        log = PgDecisionLog(db)
+        try:
+            with pytest.raises(InvalidAuditRecord, match="NUL"):
+                log.append(make_record(run_id="run\x00"))
+            assert log.writable
+            assert log.append(make_record()) == 1
+        finally:
+            log.close()
+
+
+def test_a_store_without_the_schema_stops_the_log_at_start_saying_what_to_run(pg_url, tmp_path):
+    with pytest.raises(AuditUnavailable, match="warden store migrate") as caught:
+        open_log(parse_store_url(pg_url, default_folder=tmp_path), tmp_path)
+    assert "store_schema_mismatch" in str(caught.value)
+
+
+def test_the_database_gone_refuses_every_record_and_the_log_comes_back_by_itself(pg_server, migrated):
+    changes: list[bool] = []
+    with _db(migrated, pool_timeout=1.0, connect_timeout=2) as db:
+        log = PgDecisionLog(db, probe_interval=0.2)
+        log.on_writable(changes.append)
+        try:
+            assert log.append(make_record()) == 1
+            pg_server.stop()
+            try:
+                started = time.monotonic()
+                with pytest.raises(AuditUnavailable, match="cannot commit"):
+                    log.append(make_record())
+                assert time.monotonic() - started < 8  # refused, not hung
+                assert not log.writable and changes == [True, False]
+                with pytest.raises(AuditUnavailable):
+                    log.append(make_record())
+            finally:
+                pg_server.start()
+            # no record is sent: the probe finds the database again
+            deadline = time.monotonic() + 20
+            while not log.writable and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert log.writable and changes == [True, False, True]
+            assert log.append(make_record()) == 2  # the refused records were never committed
+            assert log.verify().ok
+        finally:
+            log.close()
+
+
+def test_audit_commands_read_verify_and_find_tampering_in_the_postgresql_log(migrated, tmp_path):
+    with _db(migrated) as db:
+        log = PgDecisionLog(db)
+        try:
+            for n in range(4):
+                log.append(make_record(run_id=f"run-{n % 2}"))
+            head = log.head()
+        finally:
+            log.close()
+    data = ["--data", str(tmp_path / "no-such-folder")]
+    verified = _warden("audit", "verify", "--store", migrated, *data, "--expect-head", f"{head[0]}:{head[1]}")
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.startswith("ok: 4 records")
+    query = _warden("audit", "query", "--store", migrated, *data, "--run", "run-1", "--format", "jsonl")
+    assert query.returncode == 0, query.stderr
+    assert [json.loads(line)["seq"] for line in query.stdout.splitlines()] == [2, 4]
+    tail = _warden("audit", "tail", "--store", migrated, *data, "-n", "1", "--format", "jsonl")
+    assert [json.loads(line)["seq"] for line in tail.stdout.splitlines()] == [4]
+    shown = _warden("audit", "head", "--store", migrated, *data)
+    assert shown.stdout.strip() == f"{head[0]}:{head[1]}"
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        conn.execute(f"UPDATE {TABLE} SET reason = 'nothing happened' WHERE seq = 3")
+    broken = _warden("audit", "verify", "--store", migrated, *data)
+    assert broken.returncode == 1 and "BROKEN at seq 3: hash_mismatch" in broken.stderr
+
+
+def test_audit_commands_say_in_one_line_when_the_store_cannot_be_read(pg_url, tmp_path):
+    missing = _warden("audit", "verify", "--store", pg_url, "--data", str(tmp_path))
+    assert missing.returncode == 2
+    assert "warden store migrate" in missing.stderr and "Traceback" not in missing.stderr
