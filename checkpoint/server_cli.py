@@ -392,7 +392,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
             rotate_age=args.rotate_age,
             run_token_ttl=args.run_token_ttl,
             approval_token_ttl=args.approval_token_ttl,
-            store=store_of(args, data),
+            store_url=store_of(args, data),
         )
     except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)

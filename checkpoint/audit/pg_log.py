@@ -286,6 +286,11 @@ class PgDecisionLog:
     def tail(self, n: int, **filters: Unpack[Filters]) -> list[dict[str, Any]]:
         return self._reader.tail(n, **filters)
 
+    @property
+    def stats_source(self) -> PgDecisionReader:
+        """What the per-version statistics read (stats.AgentStats), the log being no SQLite file."""
+        return self._reader
+
     def verify(self, *, expect_head: tuple[int, str] | None = None, anchors: Iterable[Anchor] = (),
                public_key: Any = None) -> VerifyReport:
         return self._reader.verify(expect_head=expect_head, anchors=anchors, public_key=public_key)

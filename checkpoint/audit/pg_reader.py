@@ -17,6 +17,7 @@ import psycopg
 
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.pg_query import HEAD_SQL, select_sql
+from checkpoint.audit.pg_schema import TABLE
 from checkpoint.audit.record import COLUMNS, GENESIS_HASH, from_row
 from checkpoint.audit.store import Filters
 from checkpoint.audit.verify import Anchor, ChainCheck, VerifyReport
@@ -24,6 +25,10 @@ from warden.store.errors import StoreError
 from warden.store.pg import Database
 
 PAGE = 500
+STATS_PAGE = 5000
+# only the columns the fold reads; `arguments` only of an end (stats.py)
+STATS_SQL = (f"SELECT seq, tenant, run_id, agent, agent_version, action, verdict, code, "
+             f"CASE WHEN action = 'end' THEN arguments END FROM {TABLE} WHERE seq > %s ORDER BY seq LIMIT %s")
 Waiter = Callable[[int, float], None]
 
 
@@ -78,6 +83,17 @@ class PgDecisionReader:
         with reading("tail"), self.db.connection() as conn:
             rows = conn.execute(sql.encode(), params).fetchall()
         return [from_row(dict(zip(COLUMNS, row, strict=True))) for row in reversed(rows)]
+
+    def stats_rows(self, after_seq: int) -> Iterator[tuple[Any, ...]]:
+        """The columns the per-version statistics fold (stats.Row) of every record after `after_seq`."""
+        pos = after_seq
+        while True:
+            with reading("statistics"), self.db.connection() as conn:
+                page = conn.execute(STATS_SQL, (pos, STATS_PAGE)).fetchall()
+            yield from page
+            if len(page) < STATS_PAGE:
+                return
+            pos = page[-1][0]
 
     def head(self) -> tuple[int, str] | None:
         with reading("head"), self.db.connection() as conn:

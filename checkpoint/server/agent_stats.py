@@ -33,7 +33,8 @@ NEVER_RAN = frozenset({lifecycle.PENDING, lifecycle.REJECTED, lifecycle.WITHDRAW
 class AgentStatsReads:
     def __init__(self, service: CheckpointService):
         self.service = service
-        self.stats = AgentStats(service.log.path)
+        # the PostgreSQL log gives its own source; the SQLite one is read through its file
+        self.stats = AgentStats(service.log.path, source=getattr(service.log, "stats_source", None))
 
     def agent_stats(self, request: pb.AgentStatsRequest, caller: str) -> pb.AgentStatsResponse:
         policies = self.service._policies()

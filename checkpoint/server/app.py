@@ -177,7 +177,7 @@ def create_server(
     shared: bool = False,
     run_token_ttl: float = RUN_TOKEN_TTL_SECONDS,
     approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
-    store: StoreUrl | None = None,
+    store_url: StoreUrl | None = None,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -200,7 +200,7 @@ def create_server(
     `run_token_ttl`, `approval_token_ttl`: seconds a run token and an approval token live
     (docs/checkpoint-service.md, "Token lifetimes and keys"); they are signed by the Ed25519 keys
     in DATA/token-keys/, made on first use.
-    `store`: where the decision log lives (warden/store/url.py); None or SQLite: DATA/decisions.db;
+    `store_url`: where the decision log lives (warden/store/url.py); None or SQLite: DATA/decisions.db;
     PostgreSQL: the table every replica appends to (docs/fleet.md, "One decision log").
     """
     data = Path(data_dir)
@@ -238,9 +238,9 @@ def create_server(
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
     store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
-    if store is not None and store.is_postgresql and (rotate_bytes or rotate_age):
+    if store_url is not None and store_url.is_postgresql and (rotate_bytes or rotate_age):
         raise ValueError("rotation seals SQLite files: a PostgreSQL decision log is not rotated (docs/fleet.md)")
-    decisions = decision_log(store, data, synchronous=log_synchronous, shared=shared)
+    decisions = decision_log(store_url, data, synchronous=log_synchronous, shared=shared)
     decisions.on_writable(lambda writable: publish("log", writable))
     try:
         head_signer = None if shared else HeadSigner(decisions.head, decisions.path, interval=head_interval)

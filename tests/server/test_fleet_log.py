@@ -1,0 +1,122 @@
+"""Checkpoint replicas writing one decision log on a real PostgreSQL (tests/pgserver.py).
+
+Two servers, each with its own data folder and keys, answer Checks at once; every answer has its
+record in the one table, and `warden audit verify --store` walks a single whole chain over both.
+With the database gone, a Check is refused `audit_unavailable` (never an ALLOW without its record)
+and health says NOT_SERVING; when it is back, service resumes by itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from checkpoint.audit.pg_reader import PgDecisionReader
+from checkpoint.audit.pg_schema import SCHEMA
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.store.migrations import migrate
+from warden.store.pg import Database
+from warden.store.url import parse_store_url
+
+from .helpers import tool_call
+
+REPO = Path(__file__).resolve().parents[2]
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@pytest.fixture
+def store(pg_url: str, tmp_path: Path):
+    url = parse_store_url(pg_url, default_folder=tmp_path)
+    with Database(url, name="test").open() as db:
+        migrate(db, SCHEMA)
+    return url
+
+
+def _checker(replica):
+    stub = replica.stub()
+    version = replica.version("recon")
+    token = replica.start_run("recon", version).run_token
+
+    def check(n: int) -> pb.CheckResponse:
+        request = tool_call("recon", version, "get_task", {"task_id": f"task-{n}"})
+        request.run.CopyFrom(pb.RunContext(run_token=token))
+        return stub.Check(request, timeout=30)
+
+    return check
+
+
+def _records(store) -> list[dict]:
+    with Database(store, name="test").open() as db:
+        return list(PgDecisionReader(db).read())
+
+
+def test_two_checkpoints_write_one_chain_that_audit_verify_passes(start, store, pg_url, tmp_path):
+    replicas = [start(store_url=store), start(store_url=store)]
+    checkers = [_checker(r) for r in replicas]
+    answers: list[pb.CheckResponse] = []
+    lock = threading.Lock()
+
+    def load(check, first: int) -> None:
+        for n in range(first, first + 20):
+            answer = check(n)
+            with lock:
+                answers.append(answer)
+
+    threads = [threading.Thread(target=load, args=(checkers[i % 2], 100 * i)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == 80 and {a.verdict for a in answers} == {pb.VERDICT_ALLOW}
+    records = _records(store)
+    assert {a.decision_id for a in answers} <= {r["decision_id"] for r in records}
+    # both replicas' records, in one seq order
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    assert len({r["policy_revision"] for r in records if r["action"] == "tool_call"}) == 1
+    # per-version statistics are one fold over the fleet's log: either replica counts both runs
+    for replica in replicas:
+        stats = replica.stub().AgentStats(pb.AgentStatsRequest(agent="recon"), timeout=10)
+        live = [v for v in stats.versions if v.version == replica.version("recon")]
+        assert [v.runs for v in live] == [2] and stats.log_seq == len(records)
+    for replica in replicas:
+        replica.server.stop(grace=0.5)
+    verified = subprocess.run(
+        [sys.executable, "-m", "warden.cli", "audit", "verify", "--store", pg_url, "--data", str(replicas[0].data)],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)})
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.startswith(f"ok: {len(records)} records")
+    # the replica signed the fleet's head on its way out: verify checked it as an anchor
+    assert "signed anchor(s) hold" in verified.stdout
+
+
+def test_the_database_gone_refuses_checks_on_the_record_and_service_comes_back_by_itself(start, store, pg_server):
+    replica = start(store_url=store)
+    health = health_pb2_grpc.HealthStub(replica.tcp())
+    check = _checker(replica)
+    assert check(0).verdict == pb.VERDICT_ALLOW
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=120)
+    assert next(watch).status == SERVING
+    pg_server.stop()
+    try:
+        refused = check(1)
+        assert (refused.verdict, refused.code) == (pb.VERDICT_DENY, "audit_unavailable")
+        assert not refused.grant.signature if refused.HasField("grant") else True
+        assert next(watch).status == NOT_SERVING
+        again = check(2)
+        assert (again.verdict, again.code) == (pb.VERDICT_DENY, "audit_unavailable")
+    finally:
+        pg_server.start()
+    assert next(watch).status == SERVING  # no call sent: the log found the database again by itself
+    back = check(3)
+    assert (back.verdict, back.code) == (pb.VERDICT_ALLOW, "allowed")
+    records = _records(store)
+    ids = {r["decision_id"] for r in records}
+    assert back.decision_id in ids and refused.decision_id not in ids and again.decision_id not in ids
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    watch.cancel()
