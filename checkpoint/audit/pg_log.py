@@ -160,7 +160,9 @@ class PgDecisionLog:
     def _commit(self, batch: list[tuple[Any, ...]]) -> int:
         """Chain and insert `batch` in one transaction, under the chain's lock; the first seq."""
         try:
-            with self.db.transaction() as conn:
+            # pipelined: BEGIN, the lock and the head go in one round trip, the inserts and COMMIT in
+            # another (the database still runs them one after the other, each in its turn)
+            with self.db.connection() as conn, conn.pipeline(), conn.transaction():
                 last_seq, first_seq = self.chain_rows(conn, batch)
         except (StoreError, psycopg.Error) as exc:
             self._failures += 1
@@ -177,8 +179,9 @@ class PgDecisionLog:
     def chain_rows(self, conn: psycopg.Connection[Any], batch: list[tuple[Any, ...]]) -> tuple[int, int]:
         """Inside the caller's transaction: link `batch` to the head and insert it; (last, first) seq."""
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHAIN_LOCK,))
-        # a statement of its own, after the lock: READ COMMITTED takes its snapshot per statement,
-        # so this one sees what the lock's previous holder committed
+        # a statement of its own, after the lock: READ COMMITTED takes its snapshot per statement
+        # (when the statement starts, so after the lock is held), so this one sees what the lock's
+        # previous holder committed
         head = conn.execute(HEAD_SQL).fetchone()
         seq, prev = (int(head[0]), head[1]) if head else (0, GENESIS_HASH)
         first = seq + 1
