@@ -62,9 +62,11 @@ def _log(url: str, design: str, writer: int) -> Any:
                 digest = record_hash(prev, (seq, *values))
                 rows.append((writer, seq, *values, prev, digest))
                 prev = digest
-            with conn.cursor() as cursor:
+            with conn.pipeline(), conn.cursor() as cursor:  # one round trip: no lock, no head to read
+                conn.execute("BEGIN")
                 cursor.executemany(insert.encode(), rows)
-            # kept only once the caller's transaction commits; a failed one is retried from the old head
+                conn.execute("COMMIT")
+            # kept only once committed; a failed batch is retried from the old head
             self._next = (seq, prev)
             return seq, first
 

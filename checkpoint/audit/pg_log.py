@@ -19,6 +19,7 @@ soon as it answers or a transaction commits: no restart is needed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -39,6 +40,9 @@ from warden.store.pg import Database
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL = 1.0
+# seconds a writer may sit idle inside its transaction, holding the chain's lock, before the
+# database ends its session: far above the few ms of hashing a batch takes
+LOCK_IDLE_TIMEOUT = 2.0
 
 
 class _Batch:
@@ -68,11 +72,12 @@ class PgDecisionLog:
     """The decision log in the PostgreSQL store `db`, whose `decisions` schema is current.
 
     `path`: the local file the log is known by in the data folder (signed heads and the
-    head-signing key live next to it); nothing is written to it. `owns_db`: `close` closes `db`."""
+    head-signing key live next to it); nothing is written to it. `owns_db`: `close` closes `db`.
+    `lock_idle_timeout`: seconds a stalled writer may hold the chain's lock (LOCK_IDLE_TIMEOUT)."""
 
     def __init__(self, db: Database, *, path: str | Path = "decisions.db", append_timeout: float = 10.0,
                  probe_interval: float = PROBE_INTERVAL, partition_seqs: int = PARTITION_SEQS,
-                 owns_db: bool = False) -> None:
+                 owns_db: bool = False, lock_idle_timeout: float = LOCK_IDLE_TIMEOUT) -> None:
         self.db = db
         self._owns_db = owns_db
         self.path = Path(path)
@@ -80,6 +85,7 @@ class PgDecisionLog:
         self._append_timeout = append_timeout
         self._probe_interval = probe_interval
         self._partition_seqs = partition_seqs
+        self.lock_idle_timeout = lock_idle_timeout
         self._covered = 0  # partitions exist for every seq up to this one (as far as this writer knows)
         self._writable = True
         self._writable_lock = threading.Lock()
@@ -160,10 +166,13 @@ class PgDecisionLog:
     def _commit(self, batch: list[tuple[Any, ...]]) -> int:
         """Chain and insert `batch` in one transaction, under the chain's lock; the first seq."""
         try:
-            # pipelined: BEGIN, the lock and the head go in one round trip, the inserts and COMMIT in
-            # another (the database still runs them one after the other, each in its turn)
-            with self.db.connection() as conn, conn.pipeline(), conn.transaction():
-                last_seq, first_seq = self.chain_rows(conn, batch)
+            with self.db.connection() as conn:
+                try:
+                    last_seq, first_seq = self.chain_rows(conn, batch)
+                except BaseException:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.rollback()
+                    raise
         except (StoreError, psycopg.Error) as exc:
             self._failures += 1
             self._set_writable(False)
@@ -177,8 +186,19 @@ class PgDecisionLog:
         return first_seq
 
     def chain_rows(self, conn: psycopg.Connection[Any], batch: list[tuple[Any, ...]]) -> tuple[int, int]:
-        """Inside the caller's transaction: link `batch` to the head and insert it; (last, first) seq."""
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHAIN_LOCK,))
+        """Link `batch` to the head and commit it in one transaction; (last, first) seq.
+
+        Three round trips: BEGIN and the lock (pipelined); the head; the inserts and COMMIT
+        (pipelined). The head is read by a plain statement because the database arms its idle
+        timeout (below) only after one: after a pipeline's Sync a session stalled there would keep
+        the lock for ever (measured with PostgreSQL 15 and psycopg 3.3)."""
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            # a writer that stalls holding the lock (stopped, swapping, cut off) would hold every
+            # replica's records back: the database ends its session, and so its lock, after this long
+            conn.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(self.lock_idle_timeout * 1000)}"
+                         .encode())
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHAIN_LOCK,))
         # a statement of its own, after the lock: READ COMMITTED takes its snapshot per statement
         # (when the statement starts, so after the lock is held), so this one sees what the lock's
         # previous holder committed
@@ -192,8 +212,9 @@ class PgDecisionLog:
             digest = record_hash(prev, (seq, *values))
             rows.append((seq, *values, prev, digest))
             prev = digest
-        with conn.cursor() as cursor:
+        with conn.pipeline(), conn.cursor() as cursor:
             cursor.executemany(INSERT_SQL.encode(), rows)
+            conn.execute("COMMIT")
         return seq, first
 
     def _ensure_partitions(self, conn: psycopg.Connection[Any], first: int, last: int) -> None:

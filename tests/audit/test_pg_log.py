@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -137,3 +138,37 @@ def test_audit_commands_say_in_one_line_when_the_store_cannot_be_read(pg_url, tm
     missing = _warden("audit", "verify", "--store", pg_url, "--data", str(tmp_path))
     assert missing.returncode == 2
     assert "warden store migrate" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_writer_that_stalls_holding_the_chains_lock_holds_the_others_back_for_seconds_only(migrated):
+    stalled = threading.Event()
+
+    class Stalling(PgDecisionLog):
+        def _ensure_partitions(self, conn, first, last):  # called holding the lock, the head read
+            stalled.set()
+            time.sleep(6)  # as a replica stopped (SIGSTOP) or cut off inside its transaction would
+            super()._ensure_partitions(conn, first, last)
+
+    with _db(migrated) as stuck_db, _db(migrated) as db:
+        stuck, other = Stalling(stuck_db), PgDecisionLog(db)
+        try:
+            failed: list[BaseException] = []
+
+            def append_stuck() -> None:
+                try:
+                    stuck.append(make_record())
+                except AuditUnavailable as exc:
+                    failed.append(exc)
+
+            worker = threading.Thread(target=append_stuck)
+            worker.start()
+            assert stalled.wait(10)
+            started = time.monotonic()
+            assert other.append(make_record()) == 1  # the stalled one's record never committed
+            assert time.monotonic() - started < 4.5  # its session ended after 2 s, and its lock with it
+            worker.join()
+            assert failed, "the stalled writer's record must not count as committed"
+            assert other.verify().ok
+        finally:
+            stuck.close()
+            other.close()
