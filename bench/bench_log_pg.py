@@ -144,7 +144,7 @@ def _throwaway_server() -> tuple[Any, str]:
 
     bindir = binaries()
     if bindir is None:
-        raise SystemExit("no PostgreSQL server binaries here (apt-get install postgresql), and no --store given")
+        raise RuntimeError("no PostgreSQL server binaries here (apt-get install postgresql), and no --store given")
     server = PgServer(bindir)
     os.environ["PGPASSWORD"] = PASSWORD
     # the test cluster turns durability off; a decision log is measured with it on
