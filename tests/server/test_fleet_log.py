@@ -8,6 +8,7 @@ and health says NOT_SERVING; when it is back, service resumes by itself."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from checkpoint.audit.pg_reader import PgDecisionReader
 from checkpoint.audit.pg_schema import SCHEMA
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
 from warden.store.migrations import migrate
 from warden.store.pg import Database
 from warden.store.url import parse_store_url
@@ -120,3 +122,41 @@ def test_the_database_gone_refuses_checks_on_the_record_and_service_comes_back_b
     assert back.decision_id in ids and refused.decision_id not in ids and again.decision_id not in ids
     assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
     watch.cancel()
+
+
+def test_checkpoint_serve_with_the_store_setting_writes_its_log_to_postgresql(tmp_path, policy_dir, pg_url):
+    from .test_crash import _wait_serving, _warden
+
+    data, sock = tmp_path / "data", tmp_path / "cp.sock"
+    assert _warden("keys", "init", "--data", str(data)).returncode == 0
+    command = [sys.executable, "-m", "warden.cli", "checkpoint", "serve", "--data", str(data), "--policies",
+               str(policy_dir), "--address", "", "--socket", str(sock), "--reload-interval", "0"]
+    # no schema yet: the start stops with one line saying what to run, before anything listens
+    unmigrated = subprocess.run([*command, "--store", pg_url], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert unmigrated.returncode == 2 and "warden store migrate" in unmigrated.stderr, unmigrated.stderr
+    assert "Traceback" not in unmigrated.stderr and not sock.exists()
+    migrated = _warden("store", "migrate", "--store", pg_url)
+    assert migrated.returncode == 0 and "decisions" in migrated.stdout, migrated.stderr
+
+    # the setting from the environment, as on a node whose settings name the store
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=os.environ | {"WARDEN_STORE": pg_url})
+    try:
+        channel = _wait_serving(sock, proc)
+        stub = pb_grpc.CheckpointServiceStub(channel)
+        version = stub.ResolveAgent(pb.ResolveAgentRequest(agent="recon"), timeout=5).agent_version
+        started = stub.StartRun(pb.StartRunRequest(person="alice", agent="recon", agent_version=version,
+                                                   mode=pb.RUN_MODE_INTERACTIVE), timeout=5)
+        request = tool_call("recon", version, "get_task", {"task_id": "task-1"})
+        request.run.CopyFrom(pb.RunContext(run_token=started.run_token))
+        answer = stub.Check(request, timeout=10)
+        assert answer.verdict == pb.VERDICT_ALLOW
+        channel.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert not (data / "decisions.db").exists()  # the log is the database's, not the data folder's
+    store = parse_store_url(pg_url, default_folder=tmp_path)
+    assert answer.decision_id in {r["decision_id"] for r in _records(store)}
+    verified = _warden("audit", "verify", "--store", pg_url, "--data", str(data))
+    assert verified.returncode == 0 and "signed anchor(s) hold" in verified.stdout, verified.stderr
