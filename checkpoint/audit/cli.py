@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="data folder; the log is DIR/decisions.db (default ./.warden)",
     )
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
-    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify and head
+    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify, head, export
     shared = argparse.ArgumentParser(add_help=False)
     add_store_flags(shared)
 
@@ -193,7 +193,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prune.set_defaults(func=_prune)
 
     export = commands.add_parser(
-        "export", parents=[where, filters, window], help="JSON lines for a SIEM, with hashes"
+        "export", parents=[where, shared, filters, window], help="JSON lines for a SIEM, with hashes"
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     what_to_act_on(export.add_argument(
@@ -519,10 +519,12 @@ def _head(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    reader = _reader(args)
+    from checkpoint.audit.reader import DecisionReader
+
+    reader = _log_reader(args)
     if reader is None:
         return EXIT_USAGE
-    if args.after > 0:
+    if args.after > 0 and isinstance(reader, DecisionReader):  # only the SQLite log prunes
         from checkpoint.audit import segments
 
         start = segments.read_manifest(reader.path).start[0]

@@ -126,6 +126,9 @@ def test_audit_commands_read_verify_and_find_tampering_in_the_postgresql_log(mig
     assert [json.loads(line)["seq"] for line in query.stdout.splitlines()] == [2, 4]
     tail = _warden("audit", "tail", "--store", migrated, *data, "-n", "1", "--format", "jsonl")
     assert [json.loads(line)["seq"] for line in tail.stdout.splitlines()] == [4]
+    exported = _warden("audit", "export", "--store", migrated, *data, "--after", "1", "--run", "run-0")
+    assert exported.returncode == 0, exported.stderr
+    assert [json.loads(line)["seq"] for line in exported.stdout.splitlines()] == [3]
     shown = _warden("audit", "head", "--store", migrated, *data)
     assert shown.stdout.strip() == f"{head[0]}:{head[1]}"
     with psycopg.connect(migrated, autocommit=True) as conn:
