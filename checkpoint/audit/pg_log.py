@@ -174,6 +174,7 @@ class PgDecisionLog:
                         conn.rollback()
                     raise
         except (StoreError, psycopg.Error) as exc:
+            self._covered = 0  # a partition made by the rolled-back transaction is gone again
             self._failures += 1
             self._set_writable(False)
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

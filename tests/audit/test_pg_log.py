@@ -175,3 +175,33 @@ def test_a_writer_that_stalls_holding_the_chains_lock_holds_the_others_back_for_
         finally:
             stuck.close()
             other.close()
+
+
+def test_a_partition_made_by_a_transaction_that_failed_is_made_again(migrated):
+    failures = [1]
+
+    class FailingOnce(PgDecisionLog):
+        def _ensure_partitions(self, conn, first, last):
+            super()._ensure_partitions(conn, first, last)
+            if failures:  # the database goes away after the partition was made, before the COMMIT
+                failures.pop()
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    with _db(migrated) as db:
+        log = FailingOnce(db, partition_seqs=5, probe_interval=0.1)
+        try:
+            with pytest.raises(AuditUnavailable):
+                log.append(make_record())
+            assert log.append(make_record()) == 1  # not "no partition of relation found for row"
+            assert log.verify().ok
+        finally:
+            log.close()
+
+
+def test_the_table_has_the_columns_of_the_record_in_their_order(migrated):
+    from checkpoint.audit.record import COLUMNS
+
+    with psycopg.connect(migrated) as conn:
+        found = conn.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                             "ORDER BY ordinal_position", (TABLE,)).fetchall()
+    assert tuple(name for (name,) in found) == COLUMNS
