@@ -36,7 +36,15 @@ def open_log(store: StoreUrl | None, data: str | Path, *, synchronous: str = "NO
     if store is not None and store.is_postgresql:
         from checkpoint.audit.pg_log import PgDecisionLog
 
-        return PgDecisionLog(open_pg(store, name="checkpoint-log"), path=path, owns_db=True)
+        # the writer's pool apart from the readers' (WatchDecisions streams, queries, statistics):
+        # however many read at once, recording a decision never waits for a connection behind them
+        writer = open_pg(store, name="checkpoint-log", max_size=2)
+        try:
+            readers = open_pg(store, name="checkpoint-log-read", max_size=8)
+        except BaseException:
+            writer.close()
+            raise
+        return PgDecisionLog(writer, path=path, read_db=readers, owns_db=True)
     from checkpoint.audit.log import DecisionLog
 
     file = store.sqlite_file(LOG_FILE) if store is not None else path

@@ -72,16 +72,20 @@ class PgDecisionLog:
     """The decision log in the PostgreSQL store `db`, whose `decisions` schema is current.
 
     `path`: the local file the log is known by in the data folder (signed heads and the
-    head-signing key live next to it); nothing is written to it. `owns_db`: `close` closes `db`.
+    head-signing key live next to it); nothing is written to it. `read_db`: a pool of its own for
+    reads (queries, followers, statistics), so that however many readers there are, the writer's
+    connection is never among those they hold; default `db`. `owns_db`: `close` closes both.
     `lock_idle_timeout`: seconds a stalled writer may hold the chain's lock (LOCK_IDLE_TIMEOUT)."""
 
     def __init__(self, db: Database, *, path: str | Path = "decisions.db", append_timeout: float = 10.0,
                  probe_interval: float = PROBE_INTERVAL, partition_seqs: int = PARTITION_SEQS,
-                 owns_db: bool = False, lock_idle_timeout: float = LOCK_IDLE_TIMEOUT) -> None:
+                 read_db: Database | None = None, owns_db: bool = False,
+                 lock_idle_timeout: float = LOCK_IDLE_TIMEOUT) -> None:
         self.db = db
         self._owns_db = owns_db
         self.path = Path(path)
-        self._reader = PgDecisionReader(db)
+        self._read_db = read_db
+        self._reader = PgDecisionReader(read_db or db)
         self._append_timeout = append_timeout
         self._probe_interval = probe_interval
         self._partition_seqs = partition_seqs
@@ -282,6 +286,8 @@ class PgDecisionLog:
         if self._owns_db and not self._writer.is_alive():
             self._owns_db = False
             self.db.close()
+            if self._read_db is not None:
+                self._read_db.close()
 
     def __enter__(self) -> PgDecisionLog:
         return self

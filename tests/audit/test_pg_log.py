@@ -205,3 +205,16 @@ def test_the_table_has_the_columns_of_the_record_in_their_order(migrated):
         found = conn.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
                              "ORDER BY ordinal_position", (TABLE,)).fetchall()
     assert tuple(name for (name,) in found) == COLUMNS
+
+
+def test_readers_holding_every_read_connection_never_keep_a_record_waiting(migrated):
+    with _db(migrated, max_size=1) as writer, _db(migrated, max_size=1, pool_timeout=0.5) as readers:
+        log = PgDecisionLog(writer, read_db=readers)
+        try:
+            with readers.connection():  # every read connection busy (a crowd of WatchDecisions streams)
+                assert log.append(make_record()) == 1
+                with pytest.raises(AuditUnavailable, match="no free connection"):
+                    log.tail(1)  # a read waits its turn, and is refused after the pool's timeout
+            assert [r["seq"] for r in log.tail(1)] == [1]
+        finally:
+            log.close()
