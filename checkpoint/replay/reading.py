@@ -14,12 +14,8 @@ class ReplaySourceError(Exception):
 
 def read_records(source: Path) -> Iterator[dict[str, Any]]:
     """Records from a data folder (its decisions.db), a decision log file, or a JSONL export."""
-    path = source / "decisions.db" if source.is_dir() else source
-    if not path.is_file():
-        raise ReplaySourceError(f"no decision log or export at {path}")
-    with path.open("rb") as f:
-        magic = f.read(16)
-    if magic == b"SQLite format 3\x00":
+    path, is_log = _located(source)
+    if is_log:
         yield from _read_log(path)
     else:
         yield from _read_jsonl(path)
@@ -28,16 +24,22 @@ def read_records(source: Path) -> Iterator[dict[str, Any]]:
 def read_facts(source: Path) -> Iterator[dict[str, Any]]:
     """The records a replay learns runs' modes and approvals from (start_run, REQUIRE_APPROVAL):
     from a log, only those are read; from an export, every line."""
+    path, is_log = _located(source)
+    if is_log:
+        yield from _read_log(path, action="start_run")
+        yield from _read_log(path, verdict="REQUIRE_APPROVAL")
+    else:
+        yield from _read_jsonl(path)
+
+
+def _located(source: Path) -> tuple[Path, bool]:
+    """The file the records are in, and whether it is a decision log (SQLite) or else an export."""
     path = source / "decisions.db" if source.is_dir() else source
     if not path.is_file():
         raise ReplaySourceError(f"no decision log or export at {path}")
     with path.open("rb") as f:
         magic = f.read(16)
-    if magic == b"SQLite format 3\x00":
-        yield from _read_log(path, action="start_run")
-        yield from _read_log(path, verdict="REQUIRE_APPROVAL")
-    else:
-        yield from _read_jsonl(path)
+    return path, magic == b"SQLite format 3\x00"
 
 
 def _read_log(path: Path, **filters: Any) -> Iterator[dict[str, Any]]:
