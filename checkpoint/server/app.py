@@ -140,8 +140,11 @@ class CheckpointServer:
 
     def health_details(self) -> dict[str, Any]:
         status = self.store.status
-        serving = status.loaded and self.log.writable and not self.gate.draining
+        store_current = self.stores is None or self.stores.current()
+        serving = status.loaded and self.log.writable and not self.gate.draining and store_current
         out: dict[str, Any] = {"status": "SERVING" if serving else "NOT_SERVING", **status.as_dict()}
+        if self.stores is not None and self.stores.database is not None:  # a shared store: is it answering?
+            out["store"] = {"url": self.stores.url.shown, "current": store_current}
         out["draining"] = self.gate.draining
         out["decision_log"] = self.log.stats() | {"closed": self.log.closed, "writable": self.log.writable}
         return out

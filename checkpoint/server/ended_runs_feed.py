@@ -9,9 +9,9 @@ replica keeps the ends in memory and proves that memory current instead:
 - the same thread polls between notifications (every `poll_interval`) for the rows it has not seen:
   a notification lost (a reconnect, a replica that missed one) is found there;
 - `fresh_at` is when the newest successful poll's snapshot was taken: every end committed before it
-  is in memory. A lookup that finds it older than `max_age` polls itself; when that fails too it
-  raises, and the checkpoint refuses `run_state_unavailable` rather than answer from a memory it
-  cannot vouch for. A notification may only add an end, so a late or lost one never widens anything.
+  is in memory. A lookup that finds it older than `max_age` polls itself (unless reading failed
+  since: then it leaves the retries to the thread), and when it cannot, raises: the checkpoint
+  refuses `run_state_unavailable` rather than answer from a memory it cannot vouch for. A notification may only add an end, so a late or lost one never widens anything.
 
 A poll reads by transaction id: a row is new when the transaction that wrote it had not ended at the
 previous poll's snapshot (its xid at or above that snapshot's xmin), so an end that commits after a
@@ -38,7 +38,7 @@ TABLE = "checkpoint_ended_runs"
 CHANNEL = "warden_checkpoint_ended_runs"
 MAX_AGE = 1.0  # seconds: the oldest memory of ended runs a decision may be made on
 POLL_INTERVAL = 0.25
-RETRY_AFTER = 0.2  # seconds a failed poll is not tried again by lookups (the database is down: refuse fast)
+RETRY_AFTER = 0.2  # seconds the follower waits before it reads again after a failure
 PRUNE_EVERY = 60.0
 
 _SINCE = f"SELECT run_id, how, extract(epoch from at)::float8 FROM {TABLE} WHERE xid >= %s::xid8"
@@ -64,6 +64,7 @@ class EndedRunsFeed:
         self._error = "not read yet"
         self._pruned_at = time.monotonic()
         self._current: bool | None = None
+        self._report_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="checkpoint-ended-runs", daemon=True)
 
@@ -93,6 +94,11 @@ class EndedRunsFeed:
                 return run_id, found[0]
         return None
 
+    @property
+    def current(self) -> bool:
+        """Whether lookups are answered now without reading the database first (health)."""
+        return time.monotonic() - self._fresh_at <= self._max_age
+
     def note(self, run_id: str, how: str) -> None:
         """An end this replica has just committed: in force here at once (the first end stays)."""
         with self._lock:
@@ -101,9 +107,10 @@ class EndedRunsFeed:
     def _require_current(self) -> None:
         if time.monotonic() - self._fresh_at <= self._max_age:
             return
-        # The follower is late (the database slow or gone, or the process starved of CPU): poll here,
-        # one lookup at a time, and refuse fast while the database keeps failing.
-        if time.monotonic() - self._failed_at > RETRY_AFTER and self._lookup_poll.acquire(timeout=self._max_age):
+        # The follower is late. When it is late because reading failed (the database slow or gone),
+        # refuse at once and leave the retries to it: a lookup that waited on the pool would hold its
+        # caller for seconds. Otherwise (the process starved of CPU) poll here, one lookup at a time.
+        if self._failed_at < self._fresh_at and self._lookup_poll.acquire(timeout=self._max_age):
             try:
                 if time.monotonic() - self._fresh_at > self._max_age:
                     with self._db.connection() as conn:
@@ -179,16 +186,17 @@ class EndedRunsFeed:
             self._report(False)
 
     def _report(self, current: bool) -> None:
-        if current == self._current:
-            return
-        self._current = current
-        if current:
-            log.info("ended runs: reading the shared store again")
-        else:
-            log.error("ended runs: the shared store cannot be read (%s); runs are refused run_state_unavailable",
-                      self._error)
-        if self._on_current is not None:
-            self._on_current(current)
+        with self._report_lock:
+            if current == self._current:
+                return
+            self._current = current
+            if current:
+                log.info("ended runs: reading the shared store again")
+            else:
+                log.error("ended runs: the shared store cannot be read (%s); runs are refused run_state_unavailable",
+                          self._error)
+            if self._on_current is not None:
+                self._on_current(current)
 
 
 def _ago(seconds: float) -> str:

@@ -34,6 +34,8 @@ class CheckpointStores:
     url: StoreUrl
     single_use: SingleUseStore
     database: Database | None = None
+    # whether what the stores answer is current now (health); SQLite files always are
+    current: Callable[[], bool] = lambda: True
 
     def close(self) -> None:
         try:
@@ -66,4 +68,4 @@ def open_stores(url: StoreUrl, *, run_token_ttl: float,
     except BaseException:
         db.close()
         raise
-    return CheckpointStores(url, single_use, db)
+    return CheckpointStores(url, single_use, db, current=lambda: feed.current)

@@ -62,7 +62,7 @@ def test_one_approval_sent_to_both_replicas_at_once_allows_once(fleet):
         token = approve(a, run, asked_id).approval_token
         assert token
         request = approved_call(run, asked_id, token)
-        answers = _at_once(*(lambda r=r: r.stub().Check(request, timeout=10) for r in (a, b, a, b)))
+        answers = _at_once(*(lambda r=r, q=request: r.stub().Check(q, timeout=10) for r in (a, b, a, b)))
         allowed = [x for x in answers if x.verdict == pb.VERDICT_ALLOW]
         assert len(allowed) == 1, [(x.verdict, x.code, x.reason) for x in answers]
         assert allowed[0].HasField("grant")
@@ -121,6 +121,9 @@ def test_the_database_gone_refuses_and_its_return_serves_without_a_restart(fleet
         assert not any(x.HasField("grant") for x in late)
         assert act(a, run.run_token, "cancel").code == "run_state_unavailable"  # an end that cannot be kept
         assert {_health(a), _health(b)} == {health_pb2.HealthCheckResponse.NOT_SERVING}
+        details = a.server.health_details()
+        assert details["status"] == "NOT_SERVING" and details["store"]["current"] is False
+        assert "***" not in details["store"]["url"] and details["store"]["url"].startswith("postgresql://")
     finally:
         pg_server.start()
     deadline = time.monotonic() + 20
@@ -130,6 +133,7 @@ def test_the_database_gone_refuses_and_its_return_serves_without_a_restart(fleet
             assert time.monotonic() < deadline, "a replica did not serve again after the database came back"
             time.sleep(0.2)
         assert _health(replica) == health_pb2.HealthCheckResponse.SERVING
+        assert replica.server.health_details()["store"]["current"] is True
     # every refusal is on each replica's record; nothing was allowed without one
     refused = [r for r in b.records() if r["code"] == "run_state_unavailable"]
     assert refused and all(r["verdict"] == "DENY" for r in refused)
