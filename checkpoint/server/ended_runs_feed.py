@@ -49,11 +49,13 @@ class EndedRunsFeed:
     """The ends of runs in `db`'s ended-runs table, current to within `max_age` seconds, or an error."""
 
     def __init__(self, db: Database, *, horizon: float, max_age: float = MAX_AGE,
-                 poll_interval: float = POLL_INTERVAL, on_current: Callable[[bool], None] | None = None) -> None:
+                 poll_interval: float = POLL_INTERVAL, prune_every: float = PRUNE_EVERY,
+                 on_current: Callable[[bool], None] | None = None) -> None:
         self._db = db
         self._horizon = horizon
         self._max_age = max_age
         self._poll_interval = poll_interval
+        self._prune_every = prune_every
         self._on_current = on_current
         self._ends: dict[str, tuple[str, float]] = {}  # run id -> (how it ended, when: the database's epoch)
         self._lock = threading.Lock()  # the memory and its watermark
@@ -142,7 +144,7 @@ class EndedRunsFeed:
             if self._xmin is None or int(xmin) > int(self._xmin):
                 self._xmin = xmin
             self._fresh_at = max(self._fresh_at, began)
-            if began - self._pruned_at > PRUNE_EVERY:
+            if began - self._pruned_at >= self._prune_every:
                 self._pruned_at = began
                 cutoff = db_now - self._horizon
                 for run_id in [r for r, (_how, at) in self._ends.items() if at < cutoff]:

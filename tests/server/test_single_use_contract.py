@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from checkpoint.server.ended_runs_feed import MAX_AGE, TABLE
+from checkpoint.server.ended_runs_feed import MAX_AGE, TABLE, EndedRunsFeed
 from checkpoint.server.single_use import SingleUse, SingleUseStore
 from checkpoint.server.single_use_pg import SCHEMA
 from checkpoint.server.stores import open_stores, store_url
@@ -193,3 +193,22 @@ def test_the_database_gone_refuses_and_its_return_needs_no_reopening(pg_server, 
 def test_a_store_without_its_schema_does_not_open(pg_url, tmp_path):
     with pytest.raises(StoreSchemaMismatch, match="warden store migrate"):
         open_stores(store_url(pg_url, tmp_path), run_token_ttl=3600)
+
+
+def test_ends_older_than_the_horizon_are_neither_loaded_nor_kept(pg_url, tmp_path):
+    """Memory stays bounded: an end older than every token of its run could be is forgotten."""
+    url = store_url(pg_url, tmp_path)
+    with Database(url, name="test", max_size=2) as db:
+        migrate(db, SCHEMA)
+        _sql(pg_url, f"INSERT INTO {TABLE} (run_id, how, at) VALUES ('run-old', 'cancelled', now() - interval '1 hour')")
+        _sql(pg_url, f"INSERT INTO {TABLE} (run_id, how) VALUES ('run-new', 'cancelled')")
+        feed = EndedRunsFeed(db, horizon=2.0, prune_every=0.0).start()
+        try:
+            assert feed.ended(["run-old"]) is None
+            assert feed.ended(["run-new"]) == ("run-new", "cancelled")
+            deadline = time.monotonic() + 10
+            while feed.ended(["run-new"]) is not None:  # two seconds on, it is older than the horizon
+                assert time.monotonic() < deadline, "an end older than the horizon is still kept"
+                time.sleep(0.1)
+        finally:
+            feed.close()
