@@ -123,6 +123,7 @@ class EndedRunsFeed:
                 self._lookup_poll.release()
         age = time.monotonic() - self._fresh_at
         if age > self._max_age:
+            self._report(False)  # health says so from the first refusal, not from the follower's next failure
             raise StoreUnavailable(f"the ended runs cannot be read ({self._error}); last read: {_ago(age)}")
 
     # -- reading the database -----------------------------------------------------------------

@@ -23,7 +23,7 @@ Opener = Callable[[], SingleUseStore]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request, tmp_path) -> str:
+def backend(request) -> str:
     return request.param
 
 
