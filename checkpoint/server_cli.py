@@ -60,7 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--data", default=DEFAULT_DATA, metavar="DIR", help=f"data folder (default {DEFAULT_DATA})"
     )
-    add_store_flags(serve)  # the decision log on a shared PostgreSQL (docs/fleet.md)
     serve.add_argument(
         "--key", metavar="FILE", help=f"grant signing key (default DATA/{KEY_FILE}; see `warden keys init`)"
     )
@@ -128,6 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="how long a run token lives: seconds, or 30m, 12h, 7d (default 7d)")
     serve.add_argument("--approval-token-ttl", type=_duration, default=3600, metavar="AGE",
                        help="how long an approval token lives (default 1h)")
+    add_store_flags(serve)
     serve.add_argument("-v", "--verbose", action="store_true")
     observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
@@ -325,6 +325,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.server.workers import serve_workers, worker_count
     from warden.auth import TokenFileError
     from warden.grants import SigningKey
+    from warden.store.errors import StoreError
 
     try:
         workers = worker_count(args.workers)
@@ -332,6 +333,11 @@ def _serve_configured(args: argparse.Namespace) -> int:
         print(f"warden: {exc}", file=sys.stderr)
         return 2
     data = Path(args.data)
+    try:
+        store = store_of(args, data)
+    except StoreError as exc:
+        print(f"warden: cannot start the checkpoint: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
     key_path = _data_file(args.key, data, KEY_FILE)
     try:
         key = SigningKey.load(key_path)
@@ -392,8 +398,11 @@ def _serve_configured(args: argparse.Namespace) -> int:
             rotate_age=args.rotate_age,
             run_token_ttl=args.run_token_ttl,
             approval_token_ttl=args.approval_token_ttl,
-            store_url=store_of(args, data),
+            store=store,
         )
+    except StoreError as exc:
+        print(f"warden: cannot start the checkpoint: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
     except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)
         return 2

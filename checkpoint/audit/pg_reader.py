@@ -50,10 +50,28 @@ class PgDecisionReader:
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    def _fetch(self, what: str, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """The rows of one statement. A connection the database dropped since it was pooled (a
+        restart) is tried once more on a fresh one: a read changes nothing, and the first read after
+        the database came back would fail otherwise. Any other failure is AuditUnavailable at once."""
+        with reading(what):
+            for attempt in range(2):
+                broken = False
+                try:
+                    with self.db.connection() as conn:
+                        try:
+                            return conn.execute(sql.encode(), params).fetchall()
+                        except psycopg.OperationalError:
+                            broken = conn.broken
+                            raise
+                except StoreError:
+                    if not broken or attempt:
+                        raise
+        raise AssertionError("unreachable")
+
     def _page(self, after_seq: int, upto_seq: int | None, limit: int, **filters: Unpack[Filters]) -> list[dict[str, Any]]:
         sql, params = select_sql(after_seq=after_seq, upto_seq=upto_seq, limit=limit, **filters)
-        with reading("read"), self.db.connection() as conn:
-            rows = conn.execute(sql.encode(), params).fetchall()
+        rows = self._fetch("read", sql, params)
         return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
 
     def rows(self, after_seq: int = 0, upto_seq: int | None = None, **filters: Unpack[Filters]) -> Iterator[dict[str, Any]]:
@@ -80,25 +98,22 @@ class PgDecisionReader:
         if n <= 0:
             return []
         sql, params = select_sql(limit=n, newest_first=True, **filters)
-        with reading("tail"), self.db.connection() as conn:
-            rows = conn.execute(sql.encode(), params).fetchall()
+        rows = self._fetch("tail", sql, params)
         return [from_row(dict(zip(COLUMNS, row, strict=True))) for row in reversed(rows)]
 
     def stats_rows(self, after_seq: int) -> Iterator[tuple[Any, ...]]:
         """The columns the per-version statistics fold (stats.Row) of every record after `after_seq`."""
         pos = after_seq
         while True:
-            with reading("statistics"), self.db.connection() as conn:
-                page = conn.execute(STATS_SQL, (pos, STATS_PAGE)).fetchall()
+            page = self._fetch("statistics", STATS_SQL, [pos, STATS_PAGE])
             yield from page
             if len(page) < STATS_PAGE:
                 return
             pos = page[-1][0]
 
     def head(self) -> tuple[int, str] | None:
-        with reading("head"), self.db.connection() as conn:
-            row = conn.execute(HEAD_SQL).fetchone()
-        return (int(row[0]), row[1]) if row else None
+        rows = self._fetch("head", HEAD_SQL, [])
+        return (int(rows[0][0]), rows[0][1]) if rows else None
 
     def verify(
         self,

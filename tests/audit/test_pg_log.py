@@ -218,3 +218,16 @@ def test_readers_holding_every_read_connection_never_keep_a_record_waiting(migra
             assert [r["seq"] for r in log.tail(1)] == [1]
         finally:
             log.close()
+
+
+def test_the_first_read_after_the_database_restarted_is_answered(pg_server, migrated):
+    with _db(migrated) as db:
+        log = PgDecisionLog(db)
+        try:
+            log.append(make_record())
+            assert log.head()[0] == 1  # the pool now holds a connection the restart will drop
+            pg_server.stop()
+            pg_server.start()
+            assert log.head()[0] == 1 and [r["seq"] for r in log.read()] == [1]
+        finally:
+            log.close()
