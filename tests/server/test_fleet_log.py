@@ -25,6 +25,7 @@ from warden.store.migrations import migrate
 from warden.store.pg import Database
 from warden.store.url import parse_store_url
 
+from .conftest import PERSON_TOKEN
 from .helpers import tool_call
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,3 +163,28 @@ def test_checkpoint_serve_with_the_store_setting_writes_its_log_to_postgresql(tm
     assert answer.decision_id in {r["decision_id"] for r in _records(store)}
     verified = _warden("audit", "verify", "--store", pg_url, "--data", str(data))
     assert verified.returncode == 0 and "signed anchor(s) hold" in verified.stdout, verified.stderr
+
+
+def test_a_decision_made_at_one_replica_reaches_a_watchdecisions_stream_at_the_other(start, store):
+    a, b = start(store=store), start(store=store)
+    version = a.version("recon")
+    run = a.start_run("recon", version)
+    # an auditor's stream (the `people` principal may read the log) at replica B
+    stream = b.stub(PERSON_TOKEN).WatchDecisions(pb.WatchDecisionsRequest(run_id=run.run_id), timeout=30)
+    seen: list[pb.DecisionRecord] = []
+
+    def watch() -> None:
+        for item in stream:
+            seen.append(item.record)
+            if item.record.action == "tool_call":
+                return
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    request = tool_call("recon", version, "get_task", {"task_id": "task-1"})
+    request.run.CopyFrom(pb.RunContext(run_token=run.run_token))
+    answer = a.stub().Check(request, timeout=10)
+    watcher.join(timeout=20)
+    stream.cancel()
+    assert not watcher.is_alive(), "replica B's stream never saw the decision made at A"
+    assert [r.decision_id for r in seen] == [run.decision.decision_id, answer.decision_id]
