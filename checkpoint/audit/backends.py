@@ -56,3 +56,15 @@ def open_reader(store: StoreUrl) -> DecisionLogReader:
     from checkpoint.audit.pg_reader import PgDecisionReader
 
     return PgDecisionReader(open_pg(store, name="audit", max_size=2))
+
+
+def fleet_head(store: StoreUrl) -> tuple[int, str] | None:
+    """The head of the PostgreSQL log, read on a pool opened and closed for this one read: what a
+    process that forks (the supervisor of `serve --workers N`) may use, leaving nothing open."""
+    from checkpoint.audit.pg_reader import PgDecisionReader
+
+    db = open_pg(store, name="checkpoint-heads", max_size=1)
+    try:
+        return PgDecisionReader(db).head()
+    finally:
+        db.close()

@@ -188,3 +188,29 @@ def test_a_decision_made_at_one_replica_reaches_a_watchdecisions_stream_at_the_o
     stream.cancel()
     assert not watcher.is_alive(), "replica B's stream never saw the decision made at A"
     assert [r.decision_id for r in seen] == [run.decision.decision_id, answer.decision_id]
+
+
+@pytest.mark.timeout(240)
+def test_serve_workers_on_postgresql_write_one_chain_whose_last_head_the_supervisor_signs(tmp_path, policy_dir,
+                                                                                         pg_url, store):
+    from checkpoint.audit.heads import heads_path, read_heads
+
+    from .test_crash import _warden
+    from .test_workers import Cluster, Load
+
+    cluster = Cluster(tmp_path, policy_dir, extra=("--store", pg_url))
+    try:
+        version = cluster.wait_serving()
+        with Load(cluster, version) as load:
+            load.wait_for(200)
+        assert load.errors == 0
+    finally:
+        code = cluster.stop()
+    assert code == 0, cluster.proc.stderr.read().decode() if cluster.proc.stderr else ""
+    records = _records(store)
+    assert set(load.received) <= {r["decision_id"] for r in records}
+    # signed after both workers stopped: the head of the table the workers wrote
+    heads = read_heads(heads_path(cluster.data / "decisions.db"))
+    assert heads and (heads[-1].seq, heads[-1].hash) == (records[-1]["seq"], records[-1]["hash"])
+    verified = _warden("audit", "verify", "--store", pg_url, "--data", str(cluster.data))
+    assert verified.returncode == 0 and "signed anchor(s) hold" in verified.stdout, verified.stderr
