@@ -163,6 +163,14 @@ def test_checkpoint_serve_with_the_store_setting_writes_its_log_to_postgresql(tm
     assert answer.decision_id in {r["decision_id"] for r in _records(store)}
     verified = _warden("audit", "verify", "--store", pg_url, "--data", str(data))
     assert verified.returncode == 0 and "signed anchor(s) hold" in verified.stdout, verified.stderr
+    # the replica's signed heads and key, to keep elsewhere, though its folder holds no log file
+    anchors, pubkey = tmp_path / "anchors.jsonl", tmp_path / "heads.pem"
+    assert _warden("audit", "anchors", "--store", pg_url, "--data", str(data), "-o", str(anchors)).returncode == 0
+    shown = _warden("audit", "pubkey", "--store", pg_url, "--data", str(data))
+    assert shown.returncode == 0 and shown.stdout.startswith("-----BEGIN PUBLIC KEY-----"), shown.stderr
+    pubkey.write_text(shown.stdout)
+    own = _warden("audit", "verify", "--store", pg_url, "--anchors", str(anchors), "--pubkey", str(pubkey))
+    assert own.returncode == 0 and "signed anchor(s) hold" in own.stdout, own.stderr
 
 
 def test_a_decision_made_at_one_replica_reaches_a_watchdecisions_stream_at_the_other(start, store):

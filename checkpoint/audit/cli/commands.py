@@ -234,7 +234,7 @@ def prune_command(args: argparse.Namespace) -> int:
 def pubkey_command(args: argparse.Namespace) -> int:
     from checkpoint.audit import heads
 
-    if log_reader(args) is None:  # a wrong folder is an error, whatever the command reads
+    if any_log_reader(args) is None:  # a wrong folder is an error, whatever the command reads
         return EXIT_USAGE
 
     path = heads.key_path(_log_path(args))
@@ -252,7 +252,7 @@ def pubkey_command(args: argparse.Namespace) -> int:
 def anchors_command(args: argparse.Namespace) -> int:
     from checkpoint.audit import heads
 
-    if log_reader(args) is None:  # a wrong folder is an error, whatever the command reads
+    if any_log_reader(args) is None:  # a wrong folder is an error, whatever the command reads
         return EXIT_USAGE
 
     path = heads.heads_path(_log_path(args))

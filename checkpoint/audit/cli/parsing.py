@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="data folder; the log is DIR/decisions.db (default ./.warden)",
     )
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
-    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify, head, export
+    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify, head, export,
+    # and checked to exist by pubkey and anchors (which print the data folder's key and signed heads)
     shared = argparse.ArgumentParser(add_help=False)
     add_store_flags(shared)
 
@@ -139,12 +140,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.set_defaults(func=commands.verify_command)
 
     pubkey = subcommands.add_parser(
-        "pubkey", parents=[where], help="print the public key the checkpoint signs heads with (PEM)"
+        "pubkey", parents=[where, shared], help="print the public key the checkpoint signs heads with (PEM)"
     )
     pubkey.set_defaults(func=commands.pubkey_command)
 
     anchors = subcommands.add_parser(
-        "anchors", parents=[where], help="print the signed heads (JSON lines), to keep elsewhere"
+        "anchors", parents=[where, shared], help="print the signed heads (JSON lines), to keep elsewhere"
     )
     anchors.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     what_to_act_on(anchors.add_argument("--after", type=int, default=0, metavar="SEQ", help="only heads after this seq"))
