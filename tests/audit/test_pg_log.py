@@ -231,3 +231,22 @@ def test_the_first_read_after_the_database_restarted_is_answered(pg_server, migr
             assert log.head()[0] == 1 and [r["seq"] for r in log.read()] == [1]
         finally:
             log.close()
+
+
+def test_audit_ship_sends_the_postgresql_log_once_from_its_cursor(migrated, tmp_path):
+    with _db(migrated) as db:
+        log = PgDecisionLog(db)
+        try:
+            for _ in range(3):
+                log.append(make_record())
+            out, cursor = tmp_path / "siem.jsonl", tmp_path / "cursor.json"
+            args = ("audit", "ship", "--store", migrated, "--to", str(out), "--cursor", str(cursor), "-q")
+            first = _warden(*args)
+            assert first.returncode == 0, first.stderr
+            log.append(make_record())
+            second = _warden(*args)  # only what came after the cursor
+            assert second.returncode == 0, second.stderr
+        finally:
+            log.close()
+    shipped = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["seq"] for r in shipped] == [1, 2, 3, 4] and shipped[1]["prev_hash"] == shipped[0]["hash"]

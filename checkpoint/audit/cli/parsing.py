@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="data folder; the log is DIR/decisions.db (default ./.warden)",
     )
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
-    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify, head, export,
+    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify, head, export, ship,
     # and checked to exist by pubkey and anchors (which print the data folder's key and signed heads)
     shared = argparse.ArgumentParser(add_help=False)
     add_store_flags(shared)
@@ -196,7 +196,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     from checkpoint.audit import ship_cli  # its own module: argparse only, the shipping loads when it runs
 
-    ship_cli.register(subcommands, where, commands.log_reader)
+    ship_cli.register(subcommands, where, commands.any_log_reader, shared)
 
     serve = subcommands.add_parser(
         "serve",
