@@ -171,5 +171,35 @@ class PgDecisionReader:
             wait(pos, poll_interval)
 
 
+class PgSpans:
+    """The reading face the auditor's web view uses (spans.Spans: head, newest, rows), over the
+    PostgreSQL log. Holds nothing open: each call takes a pooled connection and gives it back."""
+
+    def __init__(self, reader: PgDecisionReader) -> None:
+        self._reader = reader
+
+    def __enter__(self) -> PgSpans:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def head(self) -> tuple[int, str] | None:
+        return self._reader.head()
+
+    def rows(self, after_seq: int = 0, upto_seq: int | None = None, *, page: int = PAGE,  # noqa: ARG002
+             **filters: Any) -> Iterator[dict[str, Any]]:
+        """Stored rows matching `filters`, in seq order (pages of PAGE whatever `page` asks)."""
+        return self._reader.rows(after_seq, upto_seq, **filters)
+
+    def newest(self, n: int, **filters: Any) -> list[dict[str, Any]]:
+        """The last n matching rows, newest first (JSON columns as text)."""
+        sql, params = select_sql(limit=n, newest_first=True, **filters)
+        return [dict(zip(COLUMNS, row, strict=True)) for row in self._reader._fetch("newest", sql, params)]
+
+
 def empty_head(head: tuple[int, str] | None) -> tuple[int, str]:
     return head or (0, GENESIS_HASH)

@@ -250,3 +250,42 @@ def test_audit_ship_sends_the_postgresql_log_once_from_its_cursor(migrated, tmp_
             log.close()
     shipped = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["seq"] for r in shipped] == [1, 2, 3, 4] and shipped[1]["prev_hash"] == shipped[0]["hash"]
+
+
+def test_the_auditors_web_view_serves_the_postgresql_log(migrated, tmp_path):
+    import urllib.request
+
+    from tests.audit_web.world import TOKENS, policy_copy, write_tokens
+
+    with _db(migrated) as db:
+        log = PgDecisionLog(db)
+        try:
+            log.append(make_record(run_id="run-a", tenant="acme"))
+            log.append(make_record(run_id="run-b", tenant="globex"))
+            log.append(make_record(run_id="run-c", tenant="acme", action="start_run"))
+        finally:
+            log.close()
+    policies, tokens = policy_copy(tmp_path / "policies"), write_tokens(tmp_path / "audit.tokens")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warden.cli", "audit", "serve", "--store", migrated, "--data", str(tmp_path / "data"),
+         "--policies", str(policies), "--tokens", str(tokens), "--address", "127.0.0.1:0"],
+        cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "http://127.0.0.1:" in line, line + proc.stderr.read()
+        url = line.split()[3]
+
+        def get(path: str) -> dict:
+            request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {TOKENS['carol']}"})
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return json.loads(answer.read())
+
+        decisions = get("api/decisions")
+        assert [r["run_id"] for r in decisions["records"]] == ["run-a", "run-c"]  # acme's only: carol's tenant
+        assert get("api/decisions?after=1")["records"][0]["seq"] == 3
+        assert get("api/verify")["ok"] is True and get("api/verify")["checked"] == 3
+        assert [r["run_id"] for r in get("api/runs")["runs"]] == ["run-c"]  # the runs started, from their start_run
+    finally:
+        proc.send_signal(2)
+        assert proc.wait(timeout=20) == 0

@@ -320,7 +320,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if log_reader(args) is None:
+    reader = any_log_reader(args)
+    if reader is None:
         return EXIT_USAGE
     host, _, port_text = args.address.rpartition(":")
     host = host.strip("[]")
@@ -346,9 +347,12 @@ def serve_command(args: argparse.Namespace) -> int:
     except (OSError, TokenFileError, PolicyLoadError) as exc:
         print(f"warden audit serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from checkpoint.audit.pg_reader import PgDecisionReader
+
     views = DecisionViews(log_path, verify_interval=args.verify_interval,
                           anchors_path=Path(args.anchors) if args.anchors else None,
-                          pubkey_path=Path(args.pubkey) if args.pubkey else None)
+                          pubkey_path=Path(args.pubkey) if args.pubkey else None,
+                          shared=reader if isinstance(reader, PgDecisionReader) else None)
     try:
         server = make_server(host, int(port_text), gate, views)
     except OSError as exc:

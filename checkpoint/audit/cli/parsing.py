@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="data folder; the log is DIR/decisions.db (default ./.warden)",
     )
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
-    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify, head, export, ship,
+    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify, head, export, ship, serve,
     # and checked to exist by pubkey and anchors (which print the data folder's key and signed heads)
     shared = argparse.ArgumentParser(add_help=False)
     add_store_flags(shared)
@@ -200,7 +200,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     serve = subcommands.add_parser(
         "serve",
-        parents=[where],
+        parents=[where, shared],
         help="a read-only web view of the log for auditors, behind their checkpoint credential",
         description="Serve a read-only web page and JSON API (/api/...) over the decision log: the live "
         "decision stream with filters, a run's timeline with its delegation tree, breaker trips and "
