@@ -1,4 +1,5 @@
-"""The run store: everything the driver knows about its runs, in one SQLite file.
+"""The SQLite run store: everything the driver knows about its runs, in one file (the RunStore of
+driver/runs/store.py; the only place in the driver that opens a database).
 
 Tables (sqlite-utils, WAL):
 - runs: one row per run: pinned agent version, status, pause code, counters, budget, and for a
@@ -29,30 +30,36 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
 from driver.errors import RunStateError
+from driver.runs.model import (
+    AWAITING_APPROVAL,
+    AWAITING_CHILD,
+    FINAL_EVENTS,
+    JSON_RUN_FIELDS,
+    OPEN_PAUSE_STATES,
+    PARENT_PAUSED,
+    PAUSABLE,
+    PAUSED,
+    RUN_COUNTERS,
+    RUNNING,
+    TERMINAL,
+    Approval,
+    Event,
+    EventKind,
+    Pause,
+    PauseState,
+    Run,
+    RunStatus,
+    now,
+    status_event,
+    today,
+)
 from warden.private import private_sqlite
-
-RUNNING = "running"
-PAUSED = "paused"
-AWAITING_APPROVAL = "awaiting_approval"
-AWAITING_CHILD = "awaiting_child"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-CANCELLED = "cancelled"
-TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
-# What a person may pause: a run that goes on, or waits for a person's approval or for its child.
-PAUSABLE = (RUNNING, AWAITING_APPROVAL, AWAITING_CHILD)
-# The pause codes of a person's pause: `paused` (they paused this run), `parent_paused` (they
-# paused an ancestor and the pause reached this run; it resumes with its parent).
-PERSON_PAUSED = "paused"
-PARENT_PAUSED = "parent_paused"
-_FINAL_EVENTS = tuple(f"run_{status}" for status in TERMINAL)
 
 _RUN_COLUMNS: dict[str, Any] = {
     "run_id": str, "agent": str, "agent_version": str, "tenant": str, "owner": str, "mode": str,
@@ -68,9 +75,6 @@ _RUN_COLUMNS: dict[str, Any] = {
     "paused_by": str,  # the person whose pause (code paused / parent_paused) holds the run
     "skills": str,  # the skills the run pinned (name, version, description: never the text)
 }
-# `final`: the model's final report while the driver verifies it (its turn, outcomes, summary,
-# and why any call_ok check could not be made); null otherwise
-_JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "delegates", "final", "skills")
 _CALL_COLUMNS: dict[str, Any] = {
     "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
     "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
@@ -84,28 +88,45 @@ _RECEIPT_COLUMNS: dict[str, Any] = {"decision_id": str, "run_id": str, "tool": s
                                     "output": str, "receipt": str, "created_at": float, "verifies": str}
 
 
-# A pause's life: `intent` (stored, not yet on the checkpoint's record), `recorded` (on the
-# record, not yet applied), then `applied` (the run held) or `void` (it had paused or ended).
+# A pause's life: see PauseState.
 _PAUSE_COLUMNS: dict[str, Any] = {
     "pause_id": str, "run_id": str, "code": str, "person": str, "reason": str, "note": str,
     "parent_run_id": str, "state": str, "created_at": float,
 }
-OPEN_PAUSE_STATES = ("intent", "recorded")
 
 
 def _call_row(r: dict[str, Any]) -> dict[str, Any]:
     return {**r, "arguments": json.loads(r["arguments"]), "result": json.loads(r["result"]) if r["result"] else None}
 
 
-def now() -> float:
-    return time.time()
+def _run(row: dict[str, Any]) -> Run:
+    """A stored row as a Run; a row that does not read as one (a field that is not JSON, a status
+    no driver writes) is refused, never guessed at: `run_state_unavailable`."""
+    try:
+        for k in JSON_RUN_FIELDS:
+            row[k] = json.loads(row[k]) if row[k] else None
+        # JSON fields that hold a collection are never null in a Run (a row an older driver wrote
+        # may have them empty)
+        for k, empty in (("budget", {}), ("provider_options", {}), ("missing", []), ("delegates", []),
+                         ("tool_specs", [])):
+            if row[k] is None:
+                row[k] = empty
+        row["status"] = RunStatus(row["status"])
+    except (ValueError, TypeError) as exc:
+        raise RunStateError(f"run {row.get('run_id')!r} cannot be read: {exc}",
+                            code="run_state_unavailable") from None
+    return Run(**row)
 
 
-def today(ts: float | None = None) -> str:
-    return datetime.fromtimestamp(ts if ts is not None else now(), UTC).strftime("%Y-%m-%d")
+def _approval(row: dict[str, Any]) -> Approval:
+    return Approval(**{**row, "arguments": json.loads(row["arguments"])})
 
 
-class RunStore:
+def _pause(row: dict[str, Any]) -> Pause:
+    return Pause(**{**row, "state": PauseState(row["state"])})
+
+
+class SqliteRunStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         private_sqlite(self.path)
@@ -166,7 +187,7 @@ class RunStore:
 
     # -- runs -----------------------------------------------------------------------------
 
-    def create_run(self, **fields: Any) -> dict[str, Any]:
+    def create_run(self, **fields: Any) -> Run:
         t = now()
         row: dict[str, Any] = {c: (0 if typ in (int, float) else "") for c, typ in _RUN_COLUMNS.items()}
         # the checkpoint mints run ids (StartRun, or an allowed delegation): none is made up here
@@ -176,20 +197,17 @@ class RunStore:
         for k, v in fields.items():
             if k not in _RUN_COLUMNS:
                 raise KeyError(k)
-            row[k] = json.dumps(v) if k in _JSON_RUN_FIELDS else v
+            row[k] = json.dumps(v) if k in JSON_RUN_FIELDS else v
         row["root_run_id"] = row["root_run_id"] or row["run_id"]
         with self._lock:
             self._t("runs").insert(row)
         return self.run(row["run_id"])
 
-    def run(self, run_id: str) -> dict[str, Any]:
-        row = self._get("runs", run_id, "run")
-        for k in _JSON_RUN_FIELDS:
-            row[k] = json.loads(row[k]) if row[k] else None
-        return row
+    def run(self, run_id: str) -> Run:
+        return _run(self._get("runs", run_id, "run"))
 
     def runs(self, status: str | None = None, limit: int = 100, root_run_id: str = "",
-             tenants: list[str] | None = None) -> list[dict[str, Any]]:
+             tenants: list[str] | None = None) -> list[Run]:
         """Newest first; with `root_run_id`, that delegation tree, oldest first; with `tenants`,
         only runs of those tenants (an empty list: none)."""
         clauses, params = [], []
@@ -212,7 +230,7 @@ class RunStore:
         with self._lock:
             return self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is not None
 
-    def children(self, run_id: str) -> list[dict[str, Any]]:
+    def children(self, run_id: str) -> list[Run]:
         """The runs this run delegated to, oldest first."""
         with self._lock:
             ids = [r["run_id"] for r in self._t("runs").rows_where("parent_run_id = ?", [run_id],
@@ -232,8 +250,14 @@ class RunStore:
             rows = list(self._t("calls").rows_where("child_run_id = ?", [child_run_id], limit=1))
         return _call_row(rows[0]) if rows else None
 
-    def update_run(self, run_id: str, **fields: Any) -> dict[str, Any]:
-        for k in _JSON_RUN_FIELDS:
+    def update_run(self, run_id: str, **fields: Any) -> Run:
+        """Set fields of a run (never its status: that moves only by the transitions below)."""
+        if "status" in fields or "run_id" in fields:
+            raise KeyError("status" if "status" in fields else "run_id")
+        for k in fields:
+            if k not in _RUN_COLUMNS:
+                raise KeyError(k)
+        for k in JSON_RUN_FIELDS:
             if k in fields:
                 fields[k] = json.dumps(fields[k])
         fields["updated_at"] = now()
@@ -242,7 +266,7 @@ class RunStore:
             self.changed.notify_all()
         return self.run(run_id)
 
-    def set_status(self, run_id: str, status: str, code: str, reason: str) -> bool:
+    def set_status(self, run_id: str, status: RunStatus, code: str, reason: str) -> bool:
         """Move a run that has not ended; False when it already ended (a cancel won the race)."""
         with self._lock:
             cur = self.db.execute(
@@ -252,7 +276,7 @@ class RunStore:
             self.changed.notify_all()
             return cur.rowcount == 1
 
-    def set_status_logged(self, run_id: str, status: str, code: str, reason: str, /, **event: Any) -> bool:
+    def set_status_logged(self, run_id: str, status: RunStatus, code: str, reason: str, /, **event: Any) -> bool:
         """Move a run that has not ended and append its event `run_<status>` in one transaction: a
         watcher never sees the status without its event, nor an event for a move that lost a race
         (False, nothing written), and a crash in between leaves neither."""
@@ -261,14 +285,14 @@ class RunStore:
             try:
                 moved = self.set_status(run_id, status, code, reason)
                 if moved:
-                    self.append_event(run_id, f"run_{status}", code=code, reason=reason, **event)
+                    self.append_event(run_id, status_event(RunStatus(status)), code=code, reason=reason, **event)
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
             return moved
 
-    def transition(self, run_id: str, frm: str, to: str, code: str, reason: str) -> bool:
+    def transition(self, run_id: str, frm: RunStatus, to: RunStatus, code: str, reason: str) -> bool:
         """Move a run from `frm` to `to`; False (and nothing changed) when it is not in `frm`."""
         with self._lock:
             cur = self.db.execute(
@@ -300,13 +324,13 @@ class RunStore:
             [PAUSED, code, reason, person, now(), run_id, *PAUSABLE])
         moved = cur.rowcount == 1
         if moved:
-            self.append_event(run_id, "run_paused", code=code, reason=reason, person=person, **event)
+            self.append_event(run_id, EventKind.RUN_PAUSED, code=code, reason=reason, person=person, **event)
         return moved
 
     # -- pauses ---------------------------------------------------------------------------
 
     def add_pause(self, run_id: str, code: str, person: str, reason: str, note: str = "",
-                  parent_run_id: str = "") -> dict[str, Any] | None:
+                  parent_run_id: str = "") -> Pause | None:
         """A pause of `run_id` as an intent, before anything else of it happens; None when the
         run already has one under way."""
         pause_id = "pause-" + uuid.uuid4().hex[:16]
@@ -317,10 +341,10 @@ class RunStore:
                 [pause_id, run_id, code, person, reason, note, parent_run_id, now()])
         return self.pause(pause_id) if cur.rowcount == 1 else None
 
-    def pause(self, pause_id: str) -> dict[str, Any]:
-        return self._get("pauses", pause_id, "pause")
+    def pause(self, pause_id: str) -> Pause:
+        return _pause(self._get("pauses", pause_id, "pause"))
 
-    def open_pauses(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    def open_pauses(self, run_ids: list[str] | None = None) -> list[Pause]:
         """Pauses not yet applied, oldest first (a parent's before the children it reached);
         with `run_ids`, only those of these runs."""
         where = f"state IN ({', '.join('?' for _ in OPEN_PAUSE_STATES)})"
@@ -329,7 +353,7 @@ class RunStore:
             where += f" AND run_id IN ({', '.join('?' for _ in run_ids)})" if run_ids else " AND 0"
             params += run_ids
         with self._lock:
-            return [dict(r) for r in self._t("pauses").rows_where(where, params, order_by="created_at, rowid")]
+            return [_pause(dict(r)) for r in self._t("pauses").rows_where(where, params, order_by="created_at, rowid")]
 
     def pause_recorded(self, pause_id: str) -> None:
         with self._lock:
@@ -340,23 +364,23 @@ class RunStore:
         with self._lock:
             self.db.execute("DELETE FROM pauses WHERE pause_id = ? AND state = 'intent'", [pause_id])
 
-    def pause_below(self, run_id: str, person: str, note: str) -> list[dict[str, Any]]:
+    def pause_below(self, run_id: str, person: str, note: str) -> list[Pause]:
         """A `parent_paused` intent for every active run below `run_id`, reached through runs paused
         for their own reason (they keep it) but not through an active one: its own pause, once
         applied, reaches further. A run with a pause under way gets no second one."""
-        added: list[dict[str, Any]] = []
+        added: list[Pause] = []
         with self._lock:
             above = [run_id]
             while above:
                 for child in self.children(above.pop()):
-                    if child["status"] in TERMINAL:
+                    if child.status in TERMINAL:
                         continue
-                    if child["status"] not in PAUSABLE:
-                        above.append(child["run_id"])
+                    if child.status not in PAUSABLE:
+                        above.append(child.run_id)
                         continue
-                    parent = child["parent_run_id"]
+                    parent = child.parent_run_id
                     why = f"paused with its parent run {parent} by {person}" + (f": {note}" if note else "")
-                    pause = self.add_pause(child["run_id"], PARENT_PAUSED, person, why, note, parent_run_id=parent)
+                    pause = self.add_pause(child.run_id, PARENT_PAUSED, person, why, note, parent_run_id=parent)
                     if pause is not None:
                         added.append(pause)
         return added
@@ -366,7 +390,7 @@ class RunStore:
             self.db.execute(f"UPDATE pauses SET state = 'void' WHERE run_id = ? AND state IN "
                             f"({', '.join('?' for _ in OPEN_PAUSE_STATES)})", [run_id, *OPEN_PAUSE_STATES])
 
-    def apply_pause(self, pause_id: str, /, **event: Any) -> tuple[bool, list[dict[str, Any]]]:
+    def apply_pause(self, pause_id: str, /, **event: Any) -> tuple[bool, list[Pause]]:
         """Hold the pause's run (as `hold`), close the pause, and add a `parent_paused` intent for
         each of the run's children that is running or waiting, all in one transaction: a crash
         leaves either the pause open or the run held with its children's pauses to do. Returns
@@ -376,14 +400,14 @@ class RunStore:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 p = self.pause(pause_id)
-                if p["state"] not in OPEN_PAUSE_STATES:
+                if p.state not in OPEN_PAUSE_STATES:
                     self.db.execute("ROLLBACK")
                     return False, []
-                extra = {"parent_run_id": p["parent_run_id"]} if p["parent_run_id"] else {}
-                moved = self._hold(p["run_id"], p["code"], p["reason"], p["person"], **extra, **event)
+                extra = {"parent_run_id": p.parent_run_id} if p.parent_run_id else {}
+                moved = self._hold(p.run_id, p.code, p.reason, p.person, **extra, **event)
                 self.db.execute("UPDATE pauses SET state = ? WHERE pause_id = ?",
                                 ["applied" if moved else "void", pause_id])
-                below = self.pause_below(p["run_id"], p["person"], p["note"]) if moved else []
+                below = self.pause_below(p.run_id, p.person, p.note) if moved else []
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
@@ -402,15 +426,18 @@ class RunStore:
             self.changed.notify_all()
             return cur.rowcount == 1
 
-    def add_to_run(self, run_id: str, **deltas: float) -> dict[str, Any]:
+    def add_to_run(self, run_id: str, **deltas: float) -> Run:
         """Add to counters in one statement, so no increment is lost between threads."""
-        sets = ", ".join(f"{k} = {k} + ?" for k in deltas if k in _RUN_COLUMNS)
+        for k in deltas:
+            if k not in RUN_COUNTERS:
+                raise KeyError(k)
+        sets = ", ".join(f"{k} = {k} + ?" for k in deltas)
         with self._lock:
             self.db.execute(f"UPDATE runs SET {sets}, updated_at = ? WHERE run_id = ?",
                             [*deltas.values(), now(), run_id])
         return self.run(run_id)
 
-    def add_turn(self, run_id: str, **deltas: float) -> dict[str, Any]:
+    def add_turn(self, run_id: str, **deltas: float) -> Run:
         """A model turn of a run: its own counters (`deltas`, as add_to_run) and, in the same
         transaction, one more turn below for every run above it (descendant_stretch_turns and
         descendant_total_turns), so each ancestor's turn ceilings bound its whole subtree."""
@@ -454,24 +481,26 @@ class RunStore:
 
     # -- events ---------------------------------------------------------------------------
 
-    def append_event(self, run_id: str, kind: str, /, **data: Any) -> int:
+    def append_event(self, run_id: str, kind: EventKind, /, **data: Any) -> int:
+        """Append one event (its kind an EventKind) and return its seq."""
         with self._lock:
             cur = self.db.execute("INSERT INTO events (run_id, time, kind, data) VALUES (?, ?, ?, ?)",
                                   [run_id, now(), kind, json.dumps(data, default=str)])
             self.changed.notify_all()
             return int(cur.lastrowid or 0)
 
-    def events(self, run_id: str | None = None, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+    def events(self, run_id: str | None = None, after_seq: int = 0, limit: int = 1000) -> list[Event]:
         with self._lock:
             if run_id:
                 rows = self._t("events").rows_where("run_id = ? AND seq > ?", [run_id, after_seq],
                                                     order_by="seq", limit=limit)
             else:
                 rows = self._t("events").rows_where("seq > ?", [after_seq], order_by="seq", limit=limit)
-            return [{**r, "data": json.loads(r["data"])} for r in rows]
+            return [Event(seq=r["seq"], run_id=r["run_id"], time=r["time"], kind=r["kind"], data=json.loads(r["data"]))
+                    for r in rows]
 
     def follow(self, run_id: str, after_seq: int, stop: threading.Event, poll_seconds: float = 0.5,
-               until_waiting: bool = False, final_grace_seconds: float = 30.0) -> Iterator[dict[str, Any]]:
+               until_waiting: bool = False, final_grace_seconds: float = 30.0) -> Iterator[Event]:
         """Stored events after `after_seq`, then live ones until `stop`, or until the run has ended
         and its final event (`run_succeeded|failed|cancelled`) has been yielded (a cancel writes it
         last, after stopping what ran; a run a crash left without one is given up on after
@@ -481,15 +510,15 @@ class RunStore:
         while not stop.is_set():
             batch = self.events(run_id, after_seq)
             for e in batch:
-                after_seq = e["seq"]
-                final_seen = final_seen or e["kind"] in _FINAL_EVENTS
+                after_seq = e.seq
+                final_seen = final_seen or e.kind in FINAL_EVENTS
                 yield e
             if batch:
                 continue
-            if self.run(run_id)["status"] in TERMINAL:
+            if self.run(run_id).status in TERMINAL:
                 for e in self.events(run_id, after_seq):  # written between the two reads above
-                    after_seq = e["seq"]
-                    final_seen = final_seen or e["kind"] in _FINAL_EVENTS
+                    after_seq = e.seq
+                    final_seen = final_seen or e.kind in FINAL_EVENTS
                     yield e
                 # A watch that starts after the final event (after_seq past it) has nothing to wait for.
                 if final_seen or self._has_final_event(run_id):
@@ -508,18 +537,18 @@ class RunStore:
     def _has_final_event(self, run_id: str) -> bool:
         with self._lock:
             row = self.db.execute(
-                f"SELECT 1 FROM events WHERE run_id = ? AND kind IN ({', '.join('?' for _ in _FINAL_EVENTS)}) LIMIT 1",
-                [run_id, *_FINAL_EVENTS]).fetchone()
+                f"SELECT 1 FROM events WHERE run_id = ? AND kind IN ({', '.join('?' for _ in FINAL_EVENTS)}) LIMIT 1",
+                [run_id, *FINAL_EVENTS]).fetchone()
         return row is not None
 
     def waits_for_person(self, run_id: str) -> bool:
         """Paused or awaiting approval, itself or through the child run it waits for."""
         run = self.run(run_id)
-        if run["status"] in (PAUSED, AWAITING_APPROVAL):
+        if run.status in (PAUSED, AWAITING_APPROVAL):
             return True
-        if run["status"] == AWAITING_CHILD:
-            return any(self.waits_for_person(c["run_id"]) for c in self.children(run_id)
-                       if c["status"] not in TERMINAL)
+        if run.status == AWAITING_CHILD:
+            return any(self.waits_for_person(c.run_id) for c in self.children(run_id)
+                       if c.status not in TERMINAL)
         return False
 
     # -- transcript -----------------------------------------------------------------------
@@ -592,7 +621,7 @@ class RunStore:
             self._t("approvals").insert(row)
         return approval_id
 
-    def approvals(self, run_id: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+    def approvals(self, run_id: str | None = None, status: str | None = None) -> list[Approval]:
         clauses, params = [], []
         if run_id:
             clauses.append("run_id = ?")
@@ -603,18 +632,17 @@ class RunStore:
         with self._lock:
             rows = self._t("approvals").rows_where(" AND ".join(clauses) or None, params or None,
                                                    order_by="created_at")
-            return [{**r, "arguments": json.loads(r["arguments"])} for r in rows]
+            return [_approval(dict(r)) for r in rows]
 
-    def approval(self, approval_id: str) -> dict[str, Any]:
-        r = self._get("approvals", approval_id, "approval")
-        return {**r, "arguments": json.loads(r["arguments"])}
+    def approval(self, approval_id: str) -> Approval:
+        return _approval(self._get("approvals", approval_id, "approval"))
 
     def decide_approval(self, approval_id: str, status: str, person: str, note: str = "",
-                        token: str = "") -> dict[str, Any]:
+                        token: str = "") -> Approval:
         with self._lock:
             current = self.approval(approval_id)
-            if current["status"] != "pending":
-                raise RunStateError(f"approval {approval_id} is already {current['status']}",
+            if current.status != "pending":
+                raise RunStateError(f"approval {approval_id} is already {current.status}",
                                     code="approval_not_pending")
             self._t("approvals").update(approval_id, {"status": status, "decided_by": person,
                                                       "decided_at": now(), "note": note, "token": token})
@@ -663,5 +691,6 @@ class RunStore:
         return float(o), float(t)
 
     def close(self) -> None:
+        """Close the file; the store is not used after."""
         with self._lock:
             self.db.conn.close()
