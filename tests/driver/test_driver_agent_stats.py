@@ -52,7 +52,7 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     ok = stack.start(d, SUCCEEDS)
     # a breaker pauses it, a person raises the ceiling, it succeeds: paused once, then succeeded
     resumed = d.run_until_stopped(d.start_run("recon", goal(turns=2), owner="alice", provider="scripted",
-                                              provider_options={"script": SUCCEEDS}, spawn=False)["run_id"])
+                                              provider_options={"script": SUCCEEDS}, spawn=False).run_id)
     assert resumed["code"] == "breaker_turns"
     d.resume(resumed["run_id"], "alice", "carry on", {"turns": 10}, spawn=False)
     resumed = d.run_until_stopped(resumed["run_id"])
@@ -69,7 +69,7 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     assert new != old
     ok2 = stack.start(d, SUCCEEDS)
     cancelled = d.cancel(d.start_run("recon", goal(), owner="alice", provider="scripted",
-                                     provider_options={"script": SUCCEEDS}, spawn=False)["run_id"], "alice")
+                                     provider_options={"script": SUCCEEDS}, spawn=False).run_id, "alice")
     assert (ok2["agent_version"], ok2["status"], cancelled["status"]) == (new, "succeeded", "cancelled")
 
     # every stop of the loop is an end on the record, the last one is how the run ended
@@ -120,12 +120,12 @@ def test_an_end_that_loses_a_race_to_a_cancel_is_corrected_on_the_record(stack, 
     d = stack.driver()
     run = d.start_run("recon", goal(), owner="alice", provider="scripted", provider_options={"script": SUCCEEDS},
                       spawn=False)
-    d.cancel(run["run_id"], "alice", "enough")
+    d.cancel(run.run_id, "alice", "enough")
     # the loop, late: it concludes, then pauses, a run a person cancelled meanwhile
     d._finish(run, "succeeded", "succeeded", "done")
     d._pause(run, "breaker_turns", "too many turns")
-    assert d.store.run(run["run_id"])["status"] == "cancelled"
-    assert ends(checkpoint_server, run["run_id"]) == [
+    assert d.store.run(run.run_id).status == "cancelled"
+    assert ends(checkpoint_server, run.run_id) == [
         ("cancelled", ""), ("succeeded", ""), ("cancelled", "succeeded"), ("paused", ""), ("cancelled", "paused")]
     [v] = stats(checkpoint_server.address).versions
     assert (v.runs, v.cancelled, v.succeeded, v.paused, v.pauses, v.open) == (1, 1, 0, 0, 0, 0)
@@ -136,9 +136,9 @@ def test_an_end_the_checkpoint_cannot_record_is_an_event_and_the_run_still_stops
     run = d.start_run("recon", goal(), owner="alice", provider="scripted", provider_options={"script": SUCCEEDS},
                       spawn=False)
     checkpoint_server.stop(0.5)
-    run = d.run_until_stopped(run["run_id"])
-    assert (run["status"], run["code"]) == ("paused", "checkpoint_unavailable")
-    [unrecorded] = [e["data"] for e in d.store.events(run["run_id"]) if e["kind"] == "act_unrecorded"]
+    run = d.run_until_stopped(run.run_id)
+    assert (run.status, run.code) == ("paused", "checkpoint_unavailable")
+    [unrecorded] = [e.data for e in d.store.events(run.run_id) if e.kind == "act_unrecorded"]
     assert (unrecorded["act"], unrecorded["status"], unrecorded["code"]) == ("end", "paused", "checkpoint_unavailable")
     assert "checkpoint" in unrecorded["problem"]
-    assert kinds(d, run["run_id"])[-2:] == ["act_unrecorded", "run_paused"]
+    assert kinds(d, run.run_id)[-2:] == ["act_unrecorded", "run_paused"]
