@@ -53,13 +53,13 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     # a breaker pauses it, a person raises the ceiling, it succeeds: paused once, then succeeded
     resumed = d.run_until_stopped(d.start_run("recon", goal(turns=2), owner="alice", provider="scripted",
                                               provider_options={"script": SUCCEEDS}, spawn=False).run_id)
-    assert resumed["code"] == "breaker_turns"
-    d.resume(resumed["run_id"], "alice", "carry on", {"turns": 10}, spawn=False)
-    resumed = d.run_until_stopped(resumed["run_id"])
+    assert resumed.code == "breaker_turns"
+    d.resume(resumed.run_id, "alice", "carry on", {"turns": 10}, spawn=False)
+    resumed = d.run_until_stopped(resumed.run_id)
     stuck = stack.start(d, [PLAN, call("list_templates")], goal(tokens=1))  # paused on a breaker, left so
     failed = stack.start(d, [BAD_PLAN])
     assert [r["status"] for r in (ok, resumed, stuck, failed)] == ["succeeded", "succeeded", "paused", "failed"]
-    assert stuck["code"] == "breaker_tokens" and failed["code"] == "plan_refused"
+    assert stuck.code == "breaker_tokens" and failed.code == "plan_refused"
 
     # a narrowing edit of the policy file: a second version, live for new runs
     recon = stack.policy_dir / "agents" / "recon.yaml"
@@ -70,17 +70,17 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     ok2 = stack.start(d, SUCCEEDS)
     cancelled = d.cancel(d.start_run("recon", goal(), owner="alice", provider="scripted",
                                      provider_options={"script": SUCCEEDS}, spawn=False).run_id, "alice")
-    assert (ok2["agent_version"], ok2["status"], cancelled["status"]) == (new, "succeeded", "cancelled")
+    assert (ok2.agent_version, ok2.status, cancelled.status) == (new, "succeeded", "cancelled")
 
     # every stop of the loop is an end on the record, the last one is how the run ended
-    assert ends(checkpoint_server, ok["run_id"]) == [("succeeded", "")]
-    assert ends(checkpoint_server, resumed["run_id"]) == [("paused", ""), ("succeeded", "")]
-    assert ends(checkpoint_server, stuck["run_id"]) == [("paused", "")]
-    assert ends(checkpoint_server, failed["run_id"]) == [("failed", "")]
-    assert ends(checkpoint_server, cancelled["run_id"]) == [("cancelled", "")]
-    [end] = [r for r in checkpoint_server.log.read(run_id=stuck["run_id"]) if r["action"] == "end"]
+    assert ends(checkpoint_server, ok.run_id) == [("succeeded", "")]
+    assert ends(checkpoint_server, resumed.run_id) == [("paused", ""), ("succeeded", "")]
+    assert ends(checkpoint_server, stuck.run_id) == [("paused", "")]
+    assert ends(checkpoint_server, failed.run_id) == [("failed", "")]
+    assert ends(checkpoint_server, cancelled.run_id) == [("cancelled", "")]
+    [end] = [r for r in checkpoint_server.log.read(run_id=stuck.run_id) if r["action"] == "end"]
     assert end["arguments"]["details"] == {"status": "paused", "code": "breaker_tokens",
-                                           "tokens": stuck["total_tokens"], "turns": stuck["total_turns"]}
+                                           "tokens": stuck.total_tokens, "turns": stuck.total_turns}
     assert (end["agent"], end["agent_version"], end["principal"], end["arguments"]["person"]) == (
         "recon", old, "driver", "")
 

@@ -33,7 +33,7 @@ def test_breaker_trips_pauses_and_names_itself(stack, breaker):
     d = stack.driver()
     started = d.start_run("recon", goal(**budget), owner="alice", provider="scripted", model=model,
                           provider_options={"script": script}, spawn=False)
-    run = d.run_until_stopped(started["run_id"])
+    run = d.run_until_stopped(started.run_id)
     assert run.status == "paused", (run.code, run.reason)
     assert run.code == f"breaker_{breaker}"
     paused = [e for e in d.store.events(run.run_id) if e.kind == "run_paused"][-1]

@@ -194,8 +194,8 @@ def test_a_delegation_that_needs_approval_starts_the_child_once_a_person_approve
     run = settle(d, parent_id)
     assert run.status == "awaiting_approval" and d.store.children(parent_id) == []
     [approval] = d.store.approvals(parent_id, status="pending")
-    d.approve(approval["approval_id"], "bob", spawn=True,
-              approval_token=stack.approval_token(d, approval["approval_id"]))
+    d.approve(approval.approval_id, "bob", spawn=True,
+              approval_token=stack.approval_token(d, approval.approval_id))
     run = settle(d, parent_id)
     assert run.status == SUCCEEDED, (run.code, run.reason)
     verdicts = [x for x in decisions(d, parent_id) if x[0] == "delegation"]

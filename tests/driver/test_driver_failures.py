@@ -59,7 +59,7 @@ def test_driver_crash_mid_run_is_recovered_from_the_store(stack):
                           spawn=False)
     first.run_until_stopped(run.run_id, max_steps=3)  # plan, its result, the scan's model turn: then "crash"
     mid = first.store.run(run.run_id)
-    assert mid["status"] == "running" and mid["total_turns"] == 2
+    assert mid.status == "running" and mid.total_turns == 2
     first.store.close()
 
     second = stack.driver()
@@ -81,7 +81,7 @@ def test_cancel_stops_the_run_and_its_pending_approval(stack):
     assert run.status == "awaiting_approval"
     run = d.cancel(run.run_id, "alice", "not today")
     assert run.status == "cancelled"
-    assert d.store.approvals(run.run_id)[0]["status"] == "cancelled"
+    assert d.store.approvals(run.run_id)[0].status == "cancelled"
     assert d.run_until_stopped(run.run_id).status == "cancelled"
 
 
@@ -100,30 +100,30 @@ def test_a_cancel_landing_inside_an_approval_or_a_resume_stays_a_cancel(stack, m
         real_update_call(pk, **fields)
 
     monkeypatch.setattr(d.store, "update_call", cancel_first)
-    assert d.approve(approval["approval_id"], "bob", spawn=False,
-                     approval_token=stack.approval_token(d, approval["approval_id"])).status == "cancelled"
+    assert d.approve(approval.approval_id, "bob", spawn=False,
+                     approval_token=stack.approval_token(d, approval.approval_id)).status == "cancelled"
 
     paused = d.start_run("recon", goal(), owner="alice", provider="scripted", spawn=False,
                          provider_options={"script": [{"action": "handoff", "reason": "x"}]})
-    paused = d.run_until_stopped(paused["run_id"])
-    assert paused["status"] == "paused"
+    paused = d.run_until_stopped(paused.run_id)
+    assert paused.status == "paused"
     # resume reads "paused", then a cancel lands before it moves the run
-    d.store.set_status(paused["run_id"], "cancelled", "cancelled", "cancelled by carol")
+    d.store.set_status(paused.run_id, "cancelled", "cancelled", "cancelled by carol")
     real_run, reads = d.store.run, []
 
     def stale_first_read(run_id: str) -> dict[str, Any]:
         row = real_run(run_id)
-        if run_id == paused["run_id"] and not reads:
+        if run_id == paused.run_id and not reads:
             reads.append(run_id)
             return {**row, "status": "paused", "code": "handoff"}
         return row
 
     monkeypatch.setattr(d.store, "run", stale_first_read)
     with pytest.raises(RunStateError, match="is cancelled, not paused"):
-        d.resume(paused["run_id"], "alice", spawn=False)
-    assert real_run(paused["run_id"])["status"] == "cancelled"
+        d.resume(paused.run_id, "alice", spawn=False)
+    assert real_run(paused.run_id).status == "cancelled"
     with pytest.raises(RunStateError, match="already cancelled"):
-        d.cancel(paused["run_id"], "alice")
+        d.cancel(paused.run_id, "alice")
 
 
 def test_a_run_ends_once_with_exactly_one_final_event(tmp_path) -> None:
@@ -247,7 +247,7 @@ def test_an_approval_decided_while_a_cancel_lands_does_not_break_the_cancel(stac
                                                                 target="10.20.0.0/24")]})
     run = d.run_until_stopped(run.run_id)
     [approval] = d.store.approvals(run.run_id, status="pending")
-    token = stack.approval_token(d, approval["approval_id"])
+    token = stack.approval_token(d, approval.approval_id)
     real_decide = d.store.decide_approval
 
     def approver_first(approval_id: str, status: str, person: str, note: str = "", token_: str = "",

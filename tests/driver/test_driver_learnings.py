@@ -88,10 +88,10 @@ def test_an_agents_lesson_is_reviewed_then_reaches_its_next_run_as_data(stack, c
     assert review(checkpoint_server, learning["id"], pb.LEARNING_ACT_REVIEW, severity="error").decision.code == \
         "learning_changed"
     third = stack.start(d, [PLAN, call("list_templates"), final(scan_ran="none", reported="none")])
-    blocked = next(c for c in d.store.calls(third["run_id"]) if c["tool"] == "list_templates")
+    blocked = next(c for c in d.store.calls(third.run_id) if c["tool"] == "list_templates")
     assert (blocked["verdict"], blocked["code"]) == ("DENY", "learning_blocked") and blocked["result"]["is_error"]
     assert "reviewed by alice" in blocked["result"]["content"]
-    assert not d.store.receipts(third["run_id"])
+    assert not d.store.receipts(third.run_id)
 
 
 def test_a_failed_run_and_a_failed_task_become_proposed_learnings(stack, checkpoint_server):
@@ -106,7 +106,7 @@ def test_a_failed_run_and_a_failed_task_become_proposed_learnings(stack, checkpo
     assert rows["run_failed"]["code"] == "plan_refused" and rows["run_failed"]["agent"] == "recon"
     assert rows["run_failed"]["proposed_by"] == "driver" and rows["run_failed"]["status"] == "proposed"
     assert rows["task_failed"]["tool"] == "run_shell" and rows["task_failed"]["agent"] == "ops"
-    assert rows["task_failed"]["provenance"][0]["run_id"] == task["run_id"]
+    assert rows["task_failed"]["provenance"][0]["run_id"] == task.run_id
     assert rows["task_failed"]["provenance"][0]["decision_id"]  # the failed call's decision
     assert any(e.kind == "learning_proposed" for e in d.store.events(run.run_id))
 

@@ -104,13 +104,13 @@ def test_approval_then_run_records_the_approver(stack):
                           final(reported="ok")])
     assert run.status == "awaiting_approval"
     [approval] = d.store.approvals(run.run_id, status="pending")
-    assert approval["tool"] == "create_task_from_template"
+    assert approval.tool == "create_task_from_template"
     assert d.store.receipts(run.run_id) == []
-    d.approve(approval["approval_id"], "bob", "fine, lab subnet", spawn=False,
-              approval_token=stack.approval_token(d, approval["approval_id"]))
+    d.approve(approval.approval_id, "bob", "fine, lab subnet", spawn=False,
+              approval_token=stack.approval_token(d, approval.approval_id))
     run = d.run_until_stopped(run.run_id)
     assert run.status == "succeeded", (run.code, run.reason)
-    assert d.store.approval(approval["approval_id"]).decided_by == "bob"
+    assert d.store.approval(approval.approval_id).decided_by == "bob"
     assert [r["tool"] for r in d.store.receipts(run.run_id)] == ["create_task_from_template"]
 
 
@@ -119,12 +119,12 @@ def test_rejection_by_a_person_is_fed_back_and_nothing_runs(stack):
     run = stack.start(d, [PLAN, call("create_task_from_template", template="web", target="10.20.0.0/24"),
                           {"action": "handoff", "reason": "rejected"}])
     [approval] = d.store.approvals(run.run_id, status="pending")
-    d.reject(approval["approval_id"], "bob", "too wide", spawn=False)
+    d.reject(approval.approval_id, "bob", "too wide", spawn=False)
     run = d.run_until_stopped(run.run_id)
     assert d.store.receipts(run.run_id) == []
     results = [e for e in d.store.transcript(run.run_id) if e["role"] == "results"]
     assert "too wide" in results[-1]["results"][0]["content"]
-    assert d.store.approval(approval["approval_id"]).status == "rejected"
+    assert d.store.approval(approval.approval_id).status == "rejected"
 
 
 def test_a_plan_that_needs_approval_waits_for_a_person_then_the_run_goes_on(stack, policy_dir, checkpoint_server):
@@ -137,10 +137,10 @@ def test_a_plan_that_needs_approval_waits_for_a_person_then_the_run_goes_on(stac
                           final(reported="ok")])
     assert (run.status, run.code) == ("awaiting_approval", "approval_required")
     [approval] = d.store.approvals(run.run_id, status="pending")
-    assert approval["tool"] == "propose_plan" and len(approval["arguments"]["steps"]) == 3  # the plan, shown
+    assert approval.tool == "propose_plan" and len(approval.arguments["steps"]) == 3  # the plan, shown
     assert d.store.receipts(run.run_id) == []  # nothing ran before the plan was read
-    d.approve(approval["approval_id"], "bob", "plan reads fine", spawn=False,
-              approval_token=stack.approval_token(d, approval["approval_id"]))
+    d.approve(approval.approval_id, "bob", "plan reads fine", spawn=False,
+              approval_token=stack.approval_token(d, approval.approval_id))
     run = d.run_until_stopped(run.run_id)
     assert run.status == "succeeded", (run.code, run.reason)
     assert [r["tool"] for r in d.store.receipts(run.run_id)] == ["create_task_from_template"]
@@ -174,13 +174,13 @@ def test_a_model_call_that_needs_approval_waits_then_the_run_goes_on(stack, poli
                           final(reported="ok")])
     assert (run.status, run.code) == ("awaiting_approval", "approval_required")
     [approval] = d.store.approvals(run.run_id, status="pending")
-    assert approval["tool"] == "(model call)" and approval["arguments"]["model"] == run.model
+    assert approval.tool == "(model call)" and approval.arguments["model"] == run.model
     assert run.total_turns == 0  # the model was not asked
-    d.approve(approval["approval_id"], "bob", spawn=False,
-              approval_token=stack.approval_token(d, approval["approval_id"]))
+    d.approve(approval.approval_id, "bob", spawn=False,
+              approval_token=stack.approval_token(d, approval.approval_id))
     run = d.run_until_stopped(run.run_id)
     assert run.status == "succeeded", (run.code, run.reason)
-    assert d.store.approval(approval["approval_id"]).status == "used"  # relayed once, never again
+    assert d.store.approval(approval.approval_id).status == "used"  # relayed once, never again
 
 
 def test_a_rejected_model_call_pauses_the_run_for_a_person(stack, policy_dir, checkpoint_server):
@@ -188,7 +188,7 @@ def test_a_rejected_model_call_pauses_the_run_for_a_person(stack, policy_dir, ch
     d = stack.driver()
     run = stack.start(d, [PLAN, final(reported="ok")])
     [approval] = d.store.approvals(run.run_id, status="pending")
-    run = d.reject(approval["approval_id"], "bob", "not now", spawn=False)
+    run = d.reject(approval.approval_id, "bob", "not now", spawn=False)
     assert (run.status, run.code) == ("paused", "approval_rejected") and run.total_turns == 0
 
 

@@ -26,8 +26,8 @@ from driver_harness import PLAN, call, final, kinds
 from driver.errors import RunStateError
 from driver.goal import parse_goal
 from driver.providers.scripted import parse_script
-from driver.service import create_server
 from driver.runs.model import AWAITING_APPROVAL, AWAITING_CHILD, PAUSED, SUCCEEDED, TERMINAL
+from driver.service import create_server
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 from warden.tokens import RUN_LABEL, unverified_claims
@@ -108,7 +108,7 @@ def test_a_pause_lands_at_the_next_step_boundary_and_is_on_the_record_first(stac
     run = stack.start(d, script)
     run_id = run.run_id
 
-    assert seen["run"]["status"] == PAUSED and seen["children"] == []
+    assert seen["run"].status == PAUSED and seen["children"] == []
     assert (run.status, run.code) == (PAUSED, "paused")
     assert "bob" in run.reason and "look at the scan first" in run.reason
     # the call under way finished and its receipt is kept; the next call of the turn was not decided
@@ -144,7 +144,7 @@ def test_a_pause_that_lands_during_a_check_is_not_undone_by_its_answer(stack, ch
 
     def pause_during_the_check(req: Any) -> Any:
         if req.WhichOneof("action") == "tool_call" and not d.store.approvals(status="pending"):
-            d.pause(d.store.runs()[0]["run_id"], "bob", "wait")
+            d.pause(d.store.runs()[0].run_id, "bob", "wait")
         return real_check(req)
 
     monkeypatch.setattr(d.checkpoint, "check", pause_during_the_check)
@@ -155,7 +155,7 @@ def test_a_pause_that_lands_during_a_check_is_not_undone_by_its_answer(stack, ch
     d.resume(run.run_id, "bob", spawn=False)
     run = d.run_until_stopped(run.run_id)
     assert run.status == AWAITING_APPROVAL
-    assert [a["approval_id"] for a in d.store.approvals(run.run_id, status="pending")] == [pending["approval_id"]]
+    assert [a.approval_id for a in d.store.approvals(run.run_id, status="pending")] == [pending.approval_id]
     assert d.store.receipts(run.run_id) == []
 
 
@@ -181,7 +181,7 @@ def test_pausing_a_parent_pauses_its_active_child_which_resumes_with_it(stack, c
     assert (parent.status, parent.code) == (PAUSED, "paused")
     assert (child.status, child.code) == (PAUSED, "parent_paused")
     assert parent_id in child.reason and "bob" in child.reason and "hold the tree" in child.reason
-    assert [c["run_id"] for c in seen["children"]] == [child_id]
+    assert [c.run_id for c in seen["children"]] == [child_id]
     assert [r["tool"] for r in d.store.receipts(child_id)] == ["get_task"]  # the call under way was kept
     assert child.model_attempts == 2  # stopped at the boundary: its final was not asked for
     # each pause on the record under its own run, naming the same person

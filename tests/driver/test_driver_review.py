@@ -118,7 +118,7 @@ def test_a_busy_runner_pauses_the_run_without_a_failure_and_resume_runs_the_call
     t = _hold(busy_runner, grant_key)
     started = d.start_run("recon", goal(), owner="alice", provider="scripted",
                           provider_options={"script": [PLAN, LIST]}, spawn=False)
-    run = d.run_until_stopped(started["run_id"])
+    run = d.run_until_stopped(started.run_id)
     assert (run.status, run.code) == ("paused", "runner_busy"), run.reason
     assert run.consecutive_failures == 0
     assert kinds(d, run.run_id).count("runner_busy_retry") == 2 and "tool_refused" not in kinds(d, run.run_id)

@@ -64,9 +64,9 @@ def test_an_unknown_or_unlisted_skill_comes_back_as_a_refusal(stack, checkpoint_
     assert "Read the invoice" not in json.dumps(d.store.transcript(run.run_id))
     # triage lists no skill: it is not offered load_skill, so a call to it is outside its contract
     triage = stack.start(d, [call("load_skill", name="web-scan")], agent="triage")
-    assert triage["skills"] == []
-    assert not [c for c in d.store.calls(triage["run_id"]) if c["tool"] == "load_skill" and not c["code"]]
-    assert "load_skill" not in [e.data["action"] for e in d.store.events(triage["run_id"]) if e.kind == "decision"]
+    assert triage.skills == []
+    assert not [c for c in d.store.calls(triage.run_id) if c["tool"] == "load_skill" and not c["code"]]
+    assert "load_skill" not in [e.data["action"] for e in d.store.events(triage.run_id) if e.kind == "decision"]
 
 
 def test_a_running_run_keeps_the_skill_version_it_pinned(stack, checkpoint_server):
@@ -78,13 +78,13 @@ def test_a_running_run_keeps_the_skill_version_it_pinned(stack, checkpoint_serve
     path = stack.policy_dir / "skills" / "web-scan.yaml"
     path.write_text(path.read_text().replace("1. Call list_templates", "1. Edited: call list_templates"))
     assert checkpoint_server.store.reload()
-    old = d.run_until_stopped(pinned["run_id"])
-    [before] = results(d, old["run_id"], "load_skill")
+    old = d.run_until_stopped(pinned.run_id)
+    [before] = results(d, old.run_id, "load_skill")
     assert "1. Call list_templates" in before["content"] and "Edited" not in before["content"]
     new = stack.start(d, script)
-    [after] = results(d, new["run_id"], "load_skill")
+    [after] = results(d, new.run_id, "load_skill")
     assert "1. Edited: call list_templates" in after["content"]
-    assert new["skills"][0]["version"] != old["skills"][0]["version"]
+    assert new.skills[0]["version"] != old.skills[0]["version"]
 
 
 def test_a_template_call_runs_the_reviewed_spec_with_the_target_in_place(stack):

@@ -16,8 +16,8 @@ from driver_harness import PLAN, call
 
 from driver.errors import GoalError
 from driver.goal import load_goal, parse_goal
-from driver.service import goal_from_proto, goal_to_proto
 from driver.runs.model import PAUSED, SUCCEEDED
+from driver.service import goal_from_proto, goal_to_proto
 from driver.verify import Unresolved, call_arguments
 
 SCAN = call("create_task_from_template", template="web", target="web.lab.example.com")
