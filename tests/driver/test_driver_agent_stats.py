@@ -58,7 +58,7 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     resumed = d.run_until_stopped(resumed.run_id)
     stuck = stack.start(d, [PLAN, call("list_templates")], goal(tokens=1))  # paused on a breaker, left so
     failed = stack.start(d, [BAD_PLAN])
-    assert [r["status"] for r in (ok, resumed, stuck, failed)] == ["succeeded", "succeeded", "paused", "failed"]
+    assert [r.status for r in (ok, resumed, stuck, failed)] == ["succeeded", "succeeded", "paused", "failed"]
     assert stuck.code == "breaker_tokens" and failed.code == "plan_refused"
 
     # a narrowing edit of the policy file: a second version, live for new runs

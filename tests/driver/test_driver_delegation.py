@@ -237,12 +237,12 @@ def test_a_driver_stopped_between_the_decision_and_the_child_refuses_the_call_an
 
 def test_the_delegate_tool_schema_and_its_validator_name_the_same_fields() -> None:
     from driver.context import delegate_tool_schema
-    from driver.loop import _Delegate, _DelegateBudget, _DelegateScope
+    from driver.steps.delegation import Delegate, DelegateBudget, DelegateScope
 
     schema = delegate_tool_schema(["triage"])["properties"]
-    assert set(schema) == set(_Delegate.model_fields)
-    assert set(schema["budget"]["properties"]) == set(_DelegateBudget.model_fields)
-    assert set(schema["narrowing"]["properties"]) == set(_DelegateScope.model_fields)
+    assert set(schema) == set(Delegate.model_fields)
+    assert set(schema["budget"]["properties"]) == set(DelegateBudget.model_fields)
+    assert set(schema["narrowing"]["properties"]) == set(DelegateScope.model_fields)
 
 
 def test_a_parent_whose_child_outcome_was_stored_before_a_crash_goes_on_after_recover(stack):
