@@ -84,8 +84,8 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     assert (end["agent"], end["agent_version"], end["principal"], end["arguments"]["person"]) == (
         "recon", old, "driver", "")
 
-    v1_runs = [d.store.run(r["run_id"]) for r in (ok, resumed, stuck, failed)]
-    v2_runs = [d.store.run(r["run_id"]) for r in (ok2, cancelled)]
+    v1_runs = [d.store.run(r.run_id) for r in (ok, resumed, stuck, failed)]
+    v2_runs = [d.store.run(r.run_id) for r in (ok2, cancelled)]
     expected = {
         old: {"live": False, "runs": 4, "succeeded": 2, "paused": 2, "pauses": 2, "failed": 1, "cancelled": 0,
               "open": 1, "breaker_trips": {"turns": 1, "tokens": 1},

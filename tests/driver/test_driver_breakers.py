@@ -37,7 +37,7 @@ def test_breaker_trips_pauses_and_names_itself(stack, breaker):
     assert run.status == "paused", (run.code, run.reason)
     assert run.code == f"breaker_{breaker}"
     paused = [e for e in d.store.events(run.run_id) if e.kind == "run_paused"][-1]
-    assert paused["data"]["breaker"] == breaker
+    assert paused.data["breaker"] == breaker
     assert ("HALT", f"breaker_{breaker}") in [(v, c) for _, v, c in decisions(d, run.run_id)]
 
 

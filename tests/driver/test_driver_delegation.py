@@ -393,8 +393,8 @@ def test_lifetime_turns_count_across_the_tree_and_a_resume_does_not_reset_them(s
     children = d.store.children(parent_id)
     # stretch 2: turn 2 delegates with 4 - 2 - 1 = 1 lifetime turn left for the child; then the
     # tree's 4 lifetime turns are used and the parent halts on turns_total
-    assert [c["budget"]["turns_total"] for c in children] == [3, 1]
+    assert [c.budget["turns_total"] for c in children] == [3, 1]
     assert (parent.status, parent.code) == (PAUSED, "breaker_turns_total"), parent.reason
-    assert parent.total_turns + sum(c["total_turns"] for c in children) == 4
+    assert parent.total_turns + sum(c.total_turns for c in children) == 4
     counters = d._counters(parent)
     assert (counters.descendant_stretch_turns, counters.descendant_total_turns) == (1, 2)

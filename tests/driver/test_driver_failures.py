@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sqlite3
 import threading
@@ -11,7 +12,7 @@ import pytest
 from driver_harness import PLAN, call, final, goal
 
 from driver.errors import RunStateError
-from driver.runs.model import Event
+from driver.runs.model import Event, RunStatus
 
 SCAN = call("create_task_from_template", template="web", target="web.lab.example.com")
 SCRIPT = [PLAN, SCAN, call("get_task", task_id="task-abc"), final(reported="succeeded")]
@@ -115,7 +116,7 @@ def test_a_cancel_landing_inside_an_approval_or_a_resume_stays_a_cancel(stack, m
         row = real_run(run_id)
         if run_id == paused.run_id and not reads:
             reads.append(run_id)
-            return {**row, "status": "paused", "code": "handoff"}
+            return dataclasses.replace(row, status=RunStatus.PAUSED, code="handoff")
         return row
 
     monkeypatch.setattr(d.store, "run", stale_first_read)

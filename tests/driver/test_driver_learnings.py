@@ -61,7 +61,7 @@ def test_an_agents_lesson_is_reviewed_then_reaches_its_next_run_as_data(stack, c
     assert not proposed["is_error"] and "kept at warning until a person reviews it" in proposed["content"]
     [learning] = [x for x in checkpoint_server.service.learnings.store.rows() if x["source"] == "agent"]
     assert (learning["severity"], learning["severity_capped"], learning["status"]) == ("warning", 1, "proposed")
-    assert learning["proposed_by"] == f"agent:recon@{first['agent_version']}"
+    assert learning["proposed_by"] == f"agent:recon@{first.agent_version}"
     assert learning["provenance"][0]["run_id"] == first.run_id
     # the tool is built in, never one of the agent's: the checkpoint was never asked to decide it
     assert "propose_learning" not in checkpoint_server.store.current.agents["recon"].tools

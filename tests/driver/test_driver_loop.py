@@ -57,7 +57,7 @@ def test_drift_is_counted_for_calls_that_serve_no_step(stack):
     run = stack.start(d, [plan, call("get_task", task_id="task-x1"), {"action": "handoff", "reason": "x"}])
     assert run.drift == 1
     drifted = [e for e in d.store.events(run.run_id) if e.kind == "decision" and e.data.get("counts_as_drift")]
-    assert drifted and drifted[0]["data"]["tool"] == "get_task"
+    assert drifted and drifted[0].data["tool"] == "get_task"
 
 
 def test_idle_turn_gets_one_nudge_then_pauses(stack):

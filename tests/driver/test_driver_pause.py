@@ -67,11 +67,11 @@ def until(d: Any, run_id: str, ok: Any, what: str, deadline: float = 90) -> dict
         if ok(run):
             return run
         time.sleep(0.05)
-    raise AssertionError(f"run {run_id} never {what}: {d.store.run(run_id)['status']}")
+    raise AssertionError(f"run {run_id} never {what}: {d.store.run(run_id).status}")
 
 
 def settled(d: Any, run_id: str) -> dict[str, Any]:
-    until(d, run_id, lambda r: r["status"] in TERMINAL or d.store.waits_for_person(run_id),
+    until(d, run_id, lambda r: r.status in TERMINAL or d.store.waits_for_person(run_id),
           "ended or waited for a person")
     d.wait(run_id, timeout=30)
     return d.store.run(run_id)
@@ -174,7 +174,7 @@ def test_pausing_a_parent_pauses_its_active_child_which_resumes_with_it(stack, c
     parent_id = start_parent(d, [final(summarised="the triage child run succeeded")], TRIAGE_OK)
     [child] = d.store.children(parent_id)
     child_id = child.run_id
-    until(d, child_id, lambda r: r["status"] == PAUSED, "paused")
+    until(d, child_id, lambda r: r.status == PAUSED, "paused")
     d.wait(child_id, timeout=60)  # its worker finished the call under way and stopped
     parent, child = d.store.run(parent_id), d.store.run(child_id)
 
@@ -202,7 +202,7 @@ def test_pausing_a_parent_pauses_its_active_child_which_resumes_with_it(stack, c
     later = datetime.now(UTC) + timedelta(minutes=1)  # the checkpoint's clock a minute on: a new lifetime
     checkpoint_server.service.clock = lambda: later
     _, resumed = d.resume_with_children(parent_id, "bob", "carry on")
-    assert [c["run_id"] for c in resumed] == [child_id]
+    assert [c.run_id for c in resumed] == [child_id]
     # each recorded resume renewed that run's token, which the driver presents from then on
     for run_id, old in tokens.items():
         renewed = unverified_claims(d.store.run(run_id).run_token, RUN_LABEL)
@@ -222,7 +222,7 @@ def test_a_child_paused_for_its_own_reason_stays_paused_when_the_parent_resumes(
     # one turn for the child: its plan, then its second model call trips the turns breaker
     parent_id = start_parent(d, [final(summarised="x")], TRIAGE_OK,
                              delegate={**DELEGATE, "arguments": {**DELEGATE["arguments"], "budget": {"turns": 1}}})
-    assert settled(d, parent_id)["status"] == AWAITING_CHILD
+    assert settled(d, parent_id).status == AWAITING_CHILD
     [child] = d.store.children(parent_id)
     child_id = child.run_id
     d.wait(child_id, timeout=30)
@@ -246,7 +246,7 @@ def test_a_pause_the_checkpoint_does_not_record_changes_nothing(stack, checkpoin
     d = stack.driver()
     parent_id = start_parent(d, [final(summarised="x")], [TRIAGE_PLAN])
     [child] = d.store.children(parent_id)
-    until(d, child.run_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
     d.store.update_run(parent_id, run_token="wrun1.forged.token")  # the checkpoint refuses to record
     with pytest.raises(RunStateError) as err:
         d.pause(parent_id, "bob", "stop")
@@ -286,14 +286,14 @@ def test_a_child_started_while_its_parent_is_paused_never_runs(stack, checkpoint
     assert (child.status, child.code, child.model_attempts) == (PAUSED, "parent_paused", 0)
     assert [r["arguments"]["person"] for r in acts(checkpoint_server, child.run_id, "pause")] == ["bob"]
     _, resumed = d.resume_with_children(parent_id, "bob", spawn=False)
-    assert [c["run_id"] for c in resumed] == [child.run_id]
+    assert [c.run_id for c in resumed] == [child.run_id]
 
 
 def test_a_driver_stopped_mid_cascade_holds_the_children_when_it_recovers(stack, checkpoint_server, triage_waits):
     d = stack.driver()
     parent_id = start_parent(d, [final(summarised="x")], [TRIAGE_PLAN])
     [child] = d.store.children(parent_id)
-    until(d, child.run_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
     # the crash window: the parent's pause is recorded and stored, the cascade never ran
     d.store.hold(parent_id, "paused", "paused by bob", "bob")
     d.stop()
@@ -324,7 +324,7 @@ def test_pause_and_resume_over_grpc_name_the_person_of_the_credential(service, c
     stub, d, _ = service
     parent_id = start_parent(d, [final(summarised="x")], [TRIAGE_PLAN])
     [child] = d.store.children(parent_id)
-    until(d, child.run_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
 
     with pytest.raises(grpc.RpcError) as err:  # an operator credential, as every RPC
         stub.PauseRun(pb.PauseRunRequest(run_id=parent_id))
@@ -347,9 +347,9 @@ def test_pause_and_resume_over_grpc_name_the_person_of_the_credential(service, c
     resumed = stub.ResumeRun(pb.ResumeRunRequest(run_id=parent_id), metadata=MD)
     assert [c.run_id for c in resumed.resumed_children] == [child.run_id]
     # the child goes back to the approval it was waiting for (not a second one)
-    until(d, child.run_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for its approval again")
+    until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for its approval again")
     assert len(d.store.approvals(child.run_id, status="pending")) == 1
-    assert until(d, parent_id, lambda r: r["status"] == AWAITING_CHILD, "waited for its child")
+    assert until(d, parent_id, lambda r: r.status == AWAITING_CHILD, "waited for its child")
 
     ended = d.start_run("recon", parent_goal(), owner="bob", provider="scripted",
                         provider_options={"script": {"responses": []}}, spawn=False)
@@ -375,7 +375,7 @@ def test_warden_pause_prints_the_run_and_each_child_it_paused(service, triage_wa
 
     parent_id = start_parent(d, [final(summarised="x")], [TRIAGE_PLAN])
     [child] = d.store.children(parent_id)
-    until(d, child.run_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
     out = warden("pause", parent_id, "--reason", "checking the scope")
     assert out.returncode == 0, out.stderr
     first, *rest = out.stdout.splitlines()

@@ -59,7 +59,7 @@ def test_a_pause_survives_a_driver_killed_at_any_point_and_applies_once(stack, c
     parent_id = start_parent(d, [], [TRIAGE_PLAN])
     [child] = d.store.children(parent_id)
     child_id = child.run_id
-    until(d, child_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    until(d, child_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
     d.stop()
     stop_at = point.replace("parent", parent_id).replace("child", child_id)
 
@@ -97,11 +97,11 @@ def test_a_pause_whose_answer_was_lost_is_finished_once_when_asked_again_or_on_r
     d = stack.driver()
     parent_id = start_parent(d, [], [TRIAGE_PLAN])
     [child] = d.store.children(parent_id)
-    until(d, child.run_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
     for finish in ("asked_again", "restart"):
         if finish == "restart":
             d.resume_with_children(parent_id, "bob")
-            until(d, child.run_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval again")
+            until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval again")
         cut_off = stack.driver(checkpoint="127.0.0.1:1")  # nothing listens there
         with pytest.raises(DependencyUnavailable):
             cut_off.pause(parent_id, "bob", "hold everything")
