@@ -53,7 +53,7 @@ def conclude(driver: Driver, run: Run) -> None:
     store = driver.store
     run_id, final = run.run_id, run.final
     if final is None:  # the loop concludes only a run with a final report under way
-        raise RunStateError(f"run {run_id} has no final report to conclude", code="run_not_concluding")
+        raise RunStateError(f"run {run_id} has no final report to conclude")
     goal = store.goal(run_id)
     verifications = {cid: Verification(tool="", arguments={}, unresolved=why)
                      for cid, why in final["unresolved"].items()}
