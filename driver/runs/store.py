@@ -17,9 +17,6 @@ from driver.runs.model import Approval, Event, EventKind, Pause, Run, RunStatus
 
 
 class RunStore(Protocol):
-    # Notified on every change of a run or its events: a watcher waits on it between reads.
-    changed: threading.Condition
-
     # -- runs -----------------------------------------------------------------------------
     def create_run(self, **fields: Any) -> Run: ...
     def run(self, run_id: str) -> Run: ...

@@ -89,9 +89,9 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     expected = {
         old: {"live": False, "runs": 4, "succeeded": 2, "paused": 2, "pauses": 2, "failed": 1, "cancelled": 0,
               "open": 1, "breaker_trips": {"turns": 1, "tokens": 1},
-              "tokens": sum(r["total_tokens"] for r in v1_runs), "runs_with_tokens": 4},
+              "tokens": sum(r.total_tokens for r in v1_runs), "runs_with_tokens": 4},
         new: {"live": True, "runs": 2, "succeeded": 1, "paused": 0, "pauses": 0, "failed": 0, "cancelled": 1,
-              "open": 0, "breaker_trips": {}, "tokens": sum(r["total_tokens"] for r in v2_runs),
+              "open": 0, "breaker_trips": {}, "tokens": sum(r.total_tokens for r in v2_runs),
               "runs_with_tokens": 2},
     }
     answer = stats(checkpoint_server.address)
