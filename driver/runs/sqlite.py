@@ -1,41 +1,23 @@
 """The SQLite run store: everything the driver knows about its runs, in one file (the RunStore of
-driver/runs/store.py; the only place in the driver that opens a database).
-
-Tables (sqlite-utils, WAL):
-- runs: one row per run: pinned agent version, status, pause code, counters, budget, and for a
-  child run its parent, tree root, depth, chain of authority and the checkpoint's chain token;
-- goals: (run_id, version) -> the goal a person wrote; amendments add versions;
-- events: the append-only event log of every run (seq is global and increasing);
-- transcript: the model-visible conversation, kept apart from run state;
-- calls: every tool call the model proposed, per turn, with its decision and result (a delegation
-  is a call whose result is the child run's outcome), and the driver's own calls that verify a
-  final report's `call_ok` criteria (`verifies`);
-- approvals: REQUIRE_APPROVAL answers waiting for, or decided by, a person;
-- receipts: the toolrunner's receipts, by decision id (`verifies` names the criterion when the
-  call was the driver's own check, not the run's work);
-- spend: USD per model call, for the daily owner and tenant allowances;
-- pauses: a person's pause of a run (or its reach to a child run) as an intent, written before
-  the act goes on the checkpoint's record and closed in the same transaction that holds the
-  run, so a driver that stops in between applies it on restart, once.
+driver/runs/store.py; the only place in the driver that opens a database). The tables are in
+sqlite_schema.py; the rows kept beside a run's state (goals, transcript, calls, approvals,
+receipts, spend) in sqlite_records.py; here, the runs, their status moves, a person's pauses and
+the event log.
 
 Events are never updated or deleted. A driver that restarts reads runs back from here: a run that
-was running is picked up where its last committed step left it.
+was running is picked up where its last committed step left it. Every status move names the
+status it moves from; a move and its event are one transaction.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
-from driver.errors import RunStateError
 from driver.runs.model import (
     AWAITING_APPROVAL,
     AWAITING_CHILD,
@@ -48,154 +30,32 @@ from driver.runs.model import (
     RUN_COUNTERS,
     RUNNING,
     TERMINAL,
-    Approval,
     Event,
     EventKind,
     Pause,
-    PauseState,
     Run,
     RunStatus,
     now,
     status_event,
-    today,
 )
-from warden.private import private_sqlite
-
-_RUN_COLUMNS: dict[str, Any] = {
-    "run_id": str, "agent": str, "agent_version": str, "tenant": str, "owner": str, "mode": str,
-    "provider": str, "provider_options": str, "model": str, "note": str, "status": str, "code": str, "reason": str, "goal_version": int,
-    "budget": str, "persona": str, "tool_specs": str, "policy_revision": str, "plan": str,
-    "has_plan": int, "created_at": float, "updated_at": float, "stretch_started_at": float,
-    "stretch": int, "stretch_first_turn": int, "stretch_tokens": int, "stretch_turns": int, "total_turns": int, "total_tokens": int,
-    "consecutive_failures": int, "drift": int, "provider_refusals": int, "provider_refused_for_good": int,
-    "spend_usd": float, "descendant_stretch_turns": int, "descendant_total_turns": int,
-    "model_attempts": int, "turn": int, "nudged": int, "missing": str,
-    "parent_run_id": str, "root_run_id": str, "depth": int, "run_token": str, "delegates": str,
-    "final": str,
-    "paused_by": str,  # the person whose pause (code paused / parent_paused) holds the run
-    "skills": str,  # the skills the run pinned (name, version, description: never the text)
-}
-_CALL_COLUMNS: dict[str, Any] = {
-    "id": int, "run_id": str, "turn": int, "idx": int, "call_id": str, "tool": str,
-    "arguments": str, "args_sha": str, "plan_step": str, "status": str, "result": str,
-    "decision_id": str, "grant": bytes, "verdict": str, "code": str, "approval_id": str, "child_run_id": str,
-    "verifies": str,  # the criterion a call the driver made itself verifies (call_ok); "" for the model's
-    # the arguments the grant covers when the checkpoint filled some in (a template's spec): what
-    # the toolrunner is sent; `arguments` stay the proposed ones, which a new check decides again
-    "granted_arguments": str,
-}
-_RECEIPT_COLUMNS: dict[str, Any] = {"decision_id": str, "run_id": str, "tool": str, "exit_code": int, "code": str,
-                                    "output": str, "receipt": str, "created_at": float, "verifies": str}
+from driver.runs.sqlite_records import SqliteRecords
+from driver.runs.sqlite_schema import RUN_COLUMNS, pause_row, run_row
 
 
-# A pause's life: see PauseState.
-_PAUSE_COLUMNS: dict[str, Any] = {
-    "pause_id": str, "run_id": str, "code": str, "person": str, "reason": str, "note": str,
-    "parent_run_id": str, "state": str, "created_at": float,
-}
-
-
-def _call_row(r: dict[str, Any]) -> dict[str, Any]:
-    return {**r, "arguments": json.loads(r["arguments"]), "result": json.loads(r["result"]) if r["result"] else None}
-
-
-def _run(row: dict[str, Any]) -> Run:
-    """A stored row as a Run; a row that does not read as one (a field that is not JSON, a status
-    no driver writes) is refused, never guessed at: `run_state_unavailable`."""
-    try:
-        for k in JSON_RUN_FIELDS:
-            row[k] = json.loads(row[k]) if row[k] else None
-        # JSON fields that hold a collection are never null in a Run (a row an older driver wrote
-        # may have them empty)
-        for k, empty in (("budget", {}), ("provider_options", {}), ("missing", []), ("delegates", []),
-                         ("tool_specs", [])):
-            if row[k] is None:
-                row[k] = empty
-        row["status"] = RunStatus(row["status"])
-    except (ValueError, TypeError) as exc:
-        raise RunStateError(f"run {row.get('run_id')!r} cannot be read: {exc}",
-                            code="run_state_unavailable") from None
-    return Run(**row)
-
-
-def _approval(row: dict[str, Any]) -> Approval:
-    return Approval(**{**row, "arguments": json.loads(row["arguments"])})
-
-
-def _pause(row: dict[str, Any]) -> Pause:
-    return Pause(**{**row, "state": PauseState(row["state"])})
-
-
-class SqliteRunStore:
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        private_sqlite(self.path)
-        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self.db = sqlite_utils.Database(conn)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self._lock = threading.RLock()
-        self.changed = threading.Condition(self._lock)
-        self._create()
-
-    def _t(self, name: str) -> sqlite_utils.db.Table:
-        return self.db.table(name)
-
-    def _get(self, table: str, pk: str, what: str) -> dict[str, Any]:
-        """One row by primary key; a missing one is `<what>_not_found`."""
-        with self._lock:
-            try:
-                return dict(self._t(table).get(pk))
-            except sqlite_utils.db.NotFoundError:
-                raise RunStateError(f"no {what} {pk!r}", code=f"{what}_not_found") from None
-
-    def _create(self) -> None:
-        if "runs" not in self.db.table_names():
-            self._t("runs").create(_RUN_COLUMNS, pk="run_id")
-            self._t("goals").create({"run_id": str, "version": int, "goal": str, "author": str, "created_at": float},
-                               pk=("run_id", "version"))
-            self._t("events").create({"seq": int, "run_id": str, "time": float, "kind": str, "data": str}, pk="seq")
-            self._t("events").create_index(["run_id", "seq"])
-            self._t("transcript").create({"id": int, "run_id": str, "entry": str}, pk="id")
-            self._t("transcript").create_index(["run_id", "id"])
-            self._t("calls").create(_CALL_COLUMNS, pk="id")
-            self._t("calls").create_index(["run_id", "turn"])
-            self._t("approvals").create({
-                "approval_id": str, "run_id": str, "call": int, "decision_id": str, "tool": str,
-                "arguments": str, "code": str, "rule": str, "reason": str, "status": str,
-                "decided_by": str, "decided_at": float, "note": str, "created_at": float, "token": str,
-            }, pk="approval_id")
-            self._t("receipts").create(_RECEIPT_COLUMNS, pk="decision_id")
-            self._t("spend").create({"id": int, "day": str, "owner": str, "tenant": str, "run_id": str,
-                                "usd": float}, pk="id")
-            self._t("spend").create_index(["day", "owner"])
-        # A store written by an older driver gains the newer columns (empty), nothing else changes.
-        for table, columns in (("runs", _RUN_COLUMNS), ("calls", _CALL_COLUMNS), ("approvals", {"token": str}),
-                               ("receipts", _RECEIPT_COLUMNS)):
-            have = set(self._t(table).columns_dict)
-            for name, typ in columns.items():
-                if name not in have:
-                    self._t(table).add_column(name, typ, not_null_default="" if typ is str else 0)
-        self._t("runs").create_index(["parent_run_id"], if_not_exists=True)
-        self._t("runs").create_index(["root_run_id"], if_not_exists=True)
-        if "pauses" not in self.db.table_names():
-            self._t("pauses").create(_PAUSE_COLUMNS, pk="pause_id")
-        # One open pause per run: a second person's pause while one is under way is refused,
-        # and a cascade that reaches a run twice adds nothing.
-        self.db.execute("CREATE UNIQUE INDEX IF NOT EXISTS pauses_open ON pauses (run_id) "
-                        "WHERE state IN ('intent', 'recorded')")
+class SqliteRunStore(SqliteRecords):
+    """The RunStore of one SQLite file."""
 
     # -- runs -----------------------------------------------------------------------------
 
     def create_run(self, **fields: Any) -> Run:
         t = now()
-        row: dict[str, Any] = {c: (0 if typ in (int, float) else "") for c, typ in _RUN_COLUMNS.items()}
+        row: dict[str, Any] = {c: (0 if typ in (int, float) else "") for c, typ in RUN_COLUMNS.items()}
         # the checkpoint mints run ids (StartRun, or an allowed delegation): none is made up here
         row.update(run_id=fields.pop("run_id"), status=RUNNING,
                    created_at=t, updated_at=t, stretch_started_at=t, stretch=1, goal_version=1,
                    plan="null", missing="[]", provider_options="{}", budget="{}", delegates="[]")
         for k, v in fields.items():
-            if k not in _RUN_COLUMNS:
+            if k not in RUN_COLUMNS:
                 raise KeyError(k)
             row[k] = json.dumps(v) if k in JSON_RUN_FIELDS else v
         row["root_run_id"] = row["root_run_id"] or row["run_id"]
@@ -204,7 +64,7 @@ class SqliteRunStore:
         return self.run(row["run_id"])
 
     def run(self, run_id: str) -> Run:
-        return _run(self._get("runs", run_id, "run"))
+        return run_row(self._get("runs", run_id, "run"))
 
     def runs(self, status: str | None = None, limit: int = 100, root_run_id: str = "",
              tenants: list[str] | None = None) -> list[Run]:
@@ -245,17 +105,13 @@ class SqliteRunStore:
                 [root_run_id, root_run_id]).fetchone()
         return int(row[0]), int(row[1])
 
-    def call_for_child(self, child_run_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            rows = list(self._t("calls").rows_where("child_run_id = ?", [child_run_id], limit=1))
-        return _call_row(rows[0]) if rows else None
 
     def update_run(self, run_id: str, **fields: Any) -> Run:
         """Set fields of a run (never its status: that moves only by the transitions below)."""
         if "status" in fields or "run_id" in fields:
             raise KeyError("status" if "status" in fields else "run_id")
         for k in fields:
-            if k not in _RUN_COLUMNS:
+            if k not in RUN_COLUMNS:
                 raise KeyError(k)
         for k in JSON_RUN_FIELDS:
             if k in fields:
@@ -342,7 +198,7 @@ class SqliteRunStore:
         return self.pause(pause_id) if cur.rowcount == 1 else None
 
     def pause(self, pause_id: str) -> Pause:
-        return _pause(self._get("pauses", pause_id, "pause"))
+        return pause_row(self._get("pauses", pause_id, "pause"))
 
     def open_pauses(self, run_ids: list[str] | None = None) -> list[Pause]:
         """Pauses not yet applied, oldest first (a parent's before the children it reached);
@@ -353,7 +209,7 @@ class SqliteRunStore:
             where += f" AND run_id IN ({', '.join('?' for _ in run_ids)})" if run_ids else " AND 0"
             params += run_ids
         with self._lock:
-            return [_pause(dict(r)) for r in self._t("pauses").rows_where(where, params, order_by="created_at, rowid")]
+            return [pause_row(dict(r)) for r in self._t("pauses").rows_where(where, params, order_by="created_at, rowid")]
 
     def pause_recorded(self, pause_id: str) -> None:
         with self._lock:
@@ -459,25 +315,6 @@ class SqliteRunStore:
             self.db.execute("COMMIT")
         return self.run(run_id)
 
-    # -- goals ----------------------------------------------------------------------------
-
-    def add_goal(self, run_id: str, goal: dict[str, Any], author: str) -> int:
-        with self._lock:
-            row = self.db.execute("SELECT COALESCE(MAX(version), 0) FROM goals WHERE run_id = ?", [run_id]).fetchone()
-            version = int(row[0]) + 1
-            self._t("goals").insert({"run_id": run_id, "version": version, "goal": json.dumps(goal),
-                                     "author": author, "created_at": now()})
-        return version
-
-    def goal(self, run_id: str, version: int | None = None) -> dict[str, Any]:
-        with self._lock:
-            if version is None:
-                rows = list(self._t("goals").rows_where("run_id = ?", [run_id], order_by="version desc", limit=1))
-            else:
-                rows = list(self._t("goals").rows_where("run_id = ? AND version = ?", [run_id, version]))
-        if not rows:
-            raise RunStateError(f"run {run_id!r} has no goal", code="run_not_found")
-        return json.loads(rows[0]["goal"])
 
     # -- events ---------------------------------------------------------------------------
 
@@ -551,34 +388,6 @@ class SqliteRunStore:
                        if c.status not in TERMINAL)
         return False
 
-    # -- transcript -----------------------------------------------------------------------
-
-    def add_transcript(self, run_id: str, entry: dict[str, Any]) -> None:
-        with self._lock:
-            self._t("transcript").insert({"run_id": run_id, "entry": json.dumps(entry, default=str)})
-
-    def transcript(self, run_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [json.loads(r["entry"]) for r in self._t("transcript").rows_where("run_id = ?", [run_id],
-                                                                                     order_by="id")]
-
-    # -- calls ----------------------------------------------------------------------------
-
-    def add_call(self, run_id: str, turn: int, idx: int, **fields: Any) -> int:
-        row = {"run_id": run_id, "turn": turn, "idx": idx, "status": "pending", "result": "", "decision_id": "",
-               "grant": b"", "verdict": "", "code": "", "approval_id": "", "child_run_id": "", "verifies": "",
-               **fields}
-        row["arguments"] = json.dumps(row.get("arguments", {}))
-        with self._lock:
-            return int(self._t("calls").insert(row).last_pk or 0)
-
-    def calls(self, run_id: str, turn: int | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            if turn is None:
-                rows = self._t("calls").rows_where("run_id = ?", [run_id], order_by="id")
-            else:
-                rows = self._t("calls").rows_where("run_id = ? AND turn = ?", [run_id, turn], order_by="idx")
-            return [_call_row(r) for r in rows]
 
     def begin_final(self, run_id: str, turn: int, final: dict[str, Any], calls: list[dict[str, Any]]) -> None:
         """The model's final report and the driver's verification calls for it (added as calls of
@@ -594,103 +403,3 @@ class SqliteRunStore:
                 raise
             self.db.execute("COMMIT")
 
-    def update_call(self, call_pk: int, **fields: Any) -> None:
-        if "result" in fields:
-            fields["result"] = json.dumps(fields["result"])
-        with self._lock:
-            self._t("calls").update(call_pk, fields)
-
-    def identical_calls(self, run_id: str, args_sha: str, tool: str, before_pk: int, from_turn: int = 0) -> int:
-        """Earlier finished calls of the same tool with the same arguments, from `from_turn` on (the
-        repetition breaker counts within a stretch: a resume starts it afresh)."""
-        with self._lock:
-            row = self.db.execute(
-                "SELECT COUNT(*) FROM calls WHERE run_id = ? AND tool = ? AND args_sha = ? AND id < ? "
-                "AND status = 'done' AND turn >= ?",
-                [run_id, tool, args_sha, before_pk, from_turn]).fetchone()
-        return int(row[0])
-
-    # -- approvals ------------------------------------------------------------------------
-
-    def add_approval(self, **fields: Any) -> str:
-        approval_id = "apr-" + uuid.uuid4().hex[:12]
-        row = {"approval_id": approval_id, "status": "pending", "decided_by": "", "decided_at": 0.0, "note": "",
-               "created_at": now(), **fields}
-        row["arguments"] = json.dumps(row.get("arguments", {}))
-        with self._lock:
-            self._t("approvals").insert(row)
-        return approval_id
-
-    def approvals(self, run_id: str | None = None, status: str | None = None) -> list[Approval]:
-        clauses, params = [], []
-        if run_id:
-            clauses.append("run_id = ?")
-            params.append(run_id)
-        if status:
-            clauses.append("status = ?")
-            params.append(status)
-        with self._lock:
-            rows = self._t("approvals").rows_where(" AND ".join(clauses) or None, params or None,
-                                                   order_by="created_at")
-            return [_approval(dict(r)) for r in rows]
-
-    def approval(self, approval_id: str) -> Approval:
-        return _approval(self._get("approvals", approval_id, "approval"))
-
-    def decide_approval(self, approval_id: str, status: str, person: str, note: str = "",
-                        token: str = "") -> Approval:
-        with self._lock:
-            current = self.approval(approval_id)
-            if current.status != "pending":
-                raise RunStateError(f"approval {approval_id} is already {current.status}",
-                                    code="approval_not_pending")
-            self._t("approvals").update(approval_id, {"status": status, "decided_by": person,
-                                                      "decided_at": now(), "note": note, "token": token})
-        return self.approval(approval_id)
-
-    def settle_approval(self, approval_id: str, status: str) -> None:
-        """An approved approval the driver has relayed once (`used`): never attached again."""
-        with self._lock:
-            self._t("approvals").update(approval_id, {"status": status})
-
-    # -- receipts and spend ---------------------------------------------------------------
-
-    def add_receipt(self, run_id: str, decision_id: str, tool: str, exit_code: int, code: str, output: str,
-                    receipt: dict[str, Any], verifies: str = "") -> None:
-        with self._lock:
-            self._t("receipts").upsert({"decision_id": decision_id, "run_id": run_id, "tool": tool,
-                                        "exit_code": exit_code, "code": code, "output": output,
-                                        "receipt": json.dumps(receipt, default=str), "created_at": now(),
-                                        "verifies": verifies},
-                                       pk="decision_id")
-
-    def receipts(self, run_id: str, *, work_only: bool = False) -> list[dict[str, Any]]:
-        """This run's receipts, oldest first; `work_only`: not those of the driver's own
-        verification calls (what the run's work produced)."""
-        where = "run_id = ? AND verifies = ''" if work_only else "run_id = ?"
-        with self._lock:
-            return [dict(r) for r in self._t("receipts").rows_where(where, [run_id], order_by="created_at, rowid")]
-
-    def receipt(self, decision_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            rows = list(self._t("receipts").rows_where("decision_id = ?", [decision_id], limit=1))
-        return dict(rows[0]) if rows else None
-
-    def add_spend(self, run_id: str, owner: str, tenant: str, usd: float) -> None:
-        if usd <= 0:
-            return
-        with self._lock:
-            self._t("spend").insert({"day": today(), "owner": owner, "tenant": tenant, "run_id": run_id, "usd": usd})
-
-    def spend_today(self, owner: str, tenant: str) -> tuple[float, float]:
-        with self._lock:
-            o, t = self.db.execute(
-                "SELECT COALESCE(SUM(CASE WHEN owner = ? THEN usd END), 0), "
-                "COALESCE(SUM(CASE WHEN tenant = ? THEN usd END), 0) FROM spend WHERE day = ?",
-                [owner, tenant, today()]).fetchone()
-        return float(o), float(t)
-
-    def close(self) -> None:
-        """Close the file; the store is not used after."""
-        with self._lock:
-            self.db.conn.close()
