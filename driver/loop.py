@@ -47,9 +47,7 @@ from driver.pricing import Prices
 from driver.providers.base import Provider
 from driver.runs.model import (
     AWAITING_CHILD,
-    PARENT_PAUSED,
     PAUSED,
-    PERSON_PAUSED,
     RUNNING,
     EventKind,
     Run,
@@ -193,7 +191,7 @@ class Driver:
         # A driver stopped in the middle of a pause cascade: the runs below a person's pause are
         # held before anything goes on (a no-op for those the cascade reached).
         for held in self.store.runs(status=PAUSED, limit=10000):
-            if held.code in (PERSON_PAUSED, PARENT_PAUSED) and held.paused_by:
+            if held.held_by_person and held.paused_by:
                 pauses.pause_descendants(self, held, held.paused_by)
         ids = [r.run_id for r in self.store.runs(status=RUNNING, limit=10000)]
         for run_id in ids:

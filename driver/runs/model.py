@@ -165,8 +165,12 @@ class Run:
 RUN_FIELDS = frozenset(f.name for f in fields(Run))
 # The run fields kept as JSON text in a store.
 JSON_RUN_FIELDS = ("budget", "tool_specs", "plan", "missing", "provider_options", "delegates", "final", "skills")
-# The counters a run adds to (add_to_run, add_turn).
-RUN_COUNTERS = frozenset(f.name for f in fields(Run) if f.type in ("int", "float")) - {"goal_version", "depth"}
+# The counters a run adds to (add_to_run, add_turn); its other fields are set, never added to.
+RUN_COUNTERS = frozenset({
+    "stretch_tokens", "stretch_turns", "total_turns", "total_tokens", "turn", "consecutive_failures", "drift",
+    "provider_refusals", "provider_refused_for_good", "spend_usd", "model_attempts",
+    "descendant_stretch_turns", "descendant_total_turns",
+})
 
 
 @dataclass(slots=True, frozen=True)

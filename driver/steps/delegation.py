@@ -14,7 +14,7 @@ from driver import checks, context, learnings, skills
 from driver.errors import RunStateError
 from driver.goal import Criterion, Goal, GoalBudget
 from driver.providers import child_options
-from driver.runs.model import PARENT_PAUSED, PAUSED, PERSON_PAUSED, TERMINAL, EventKind, Run
+from driver.runs.model import TERMINAL, EventKind, Run
 from driver.steps.verdicts import attach_approval, not_allowed
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 
@@ -97,7 +97,7 @@ def delegate(driver: Driver, run: Run, call: dict[str, Any]) -> bool:
             return False
         # A person paused the parent meanwhile, perhaps before the cascade could see this child:
         # the child is held by that pause too (a no-op when the cascade got to it first).
-        if parent.status == PAUSED and parent.code in (PERSON_PAUSED, PARENT_PAUSED):
+        if parent.held_by_person:
             driver._pause_descendants(parent, parent.paused_by)
     driver.spawn(child.run_id)
     return False
