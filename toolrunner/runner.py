@@ -47,8 +47,8 @@ from toolrunner.errors import (
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
 from toolrunner.policies import LoadedTools, PolicySource, tool_specs
-from toolrunner.scrub import Scrubber, StreamScrubber, apply
 from toolrunner.receipts.store import Receipts
+from toolrunner.scrub import Scrubber, StreamScrubber, apply
 from warden import canonical, grants, tracing
 from warden.store.errors import StoreUnavailable
 from warden.structs import struct_to_dict

@@ -89,23 +89,27 @@ def test_a_starting_instance_interrupts_only_the_claims_it_left_running(open_sto
     assert state == "done" and receipt is not None and receipt.output == "finished"
 
 
+def _race(stores: list[Receipts], decision_id: str, n: int = 8) -> list[bool]:
+    """`n` claims of one decision id at once, spread over `stores`; what each got."""
+    start = threading.Barrier(n)
+    won: list[bool] = []
+    lock = threading.Lock()
+
+    def claim(store: Receipts) -> None:
+        start.wait()
+        result = store.claim(decision_id, "run", "tool")
+        with lock:
+            won.append(result)
+
+    threads = [threading.Thread(target=claim, args=(stores[i % len(stores)],)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return won
+
+
 def test_concurrent_claims_of_one_grant_let_exactly_one_through(open_store: Opener) -> None:
     stores = [open_store("tr-a"), open_store("tr-b")]
     for round_ in range(5):
-        decision_id = f"d-race-{round_}"
-        start = threading.Barrier(8)
-        won: list[bool] = []
-        lock = threading.Lock()
-
-        def claim(store: Receipts) -> None:
-            start.wait()
-            result = store.claim(decision_id, "run", "tool")
-            with lock:
-                won.append(result)
-
-        threads = [threading.Thread(target=claim, args=(stores[i % 2],)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        assert sorted(won) == [False] * 7 + [True]
+        assert sorted(_race(stores, f"d-race-{round_}")) == [False] * 7 + [True]
