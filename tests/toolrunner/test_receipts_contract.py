@@ -5,6 +5,7 @@ Two stores opened on the same file or database stand for two toolrunner instance
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -113,3 +114,22 @@ def test_concurrent_claims_of_one_grant_let_exactly_one_through(open_store: Open
     stores = [open_store("tr-a"), open_store("tr-b")]
     for round_ in range(5):
         assert sorted(_race(stores, f"d-race-{round_}")) == [False] * 7 + [True]
+
+
+def test_a_receipts_file_from_before_instances_counts_its_open_claims_as_any_instances(tmp_path: Path) -> None:
+    # the table as releases before instance names wrote it: a claim left running there was made by
+    # whichever runner used this data folder, so the next one to start marks it
+    path = tmp_path / "toolrunner.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE receipts (decision_id TEXT PRIMARY KEY NOT NULL, run_id TEXT, tool TEXT, "
+                     "state TEXT NOT NULL, code TEXT, claimed_at FLOAT, finished_at FLOAT, receipt BLOB)")
+        conn.execute("INSERT INTO receipts (decision_id, run_id, tool, state, code) VALUES ('d-old', 'run', 'tool', "
+                     "'running', '')")
+    store = SqliteReceipts(path, instance="tr-new")
+    try:
+        assert store.interrupt_cut_off() == ["d-old"]
+        state, receipt = store.get("d-old")  # type: ignore[misc]
+        assert state == "done" and receipt is not None and receipt.code == "interrupted"
+        assert store.claim("d-new", "run", "tool") and store.interrupt_cut_off() == ["d-new"]
+    finally:
+        store.close()

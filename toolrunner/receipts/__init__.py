@@ -29,11 +29,11 @@ class Opened:
 
     receipts: HeldReceipts
     shown: str  # the store, without its password
-    _release: list[Callable[[], None]] = field(default_factory=list)
+    on_close: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:
         self.receipts.close()
-        for release in self._release:
+        for release in self.on_close:
             release()
 
 
