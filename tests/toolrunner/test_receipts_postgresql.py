@@ -81,6 +81,26 @@ def test_a_receipt_the_store_cannot_take_is_kept_and_written_when_it_is_back(pg_
         store.close()
 
 
+def test_a_receipt_still_kept_when_the_toolrunner_stops_leaves_its_call_interrupted(pg_server, pg_url) -> None:
+    url = _migrated(pg_url)
+    store = HeldReceipts(PostgresReceipts(Database(url, name="test", pool_timeout=0.5).open(), instance="tr-a"))
+    assert store.claim("d1", "run", "tool")
+    pg_server.stop()
+    try:
+        store.finish(pb.Receipt(decision_id="d1", run_id="run", tool="tool", output="lost with the process"))
+        store.close()  # the database is still gone: the output is lost, the claim is not
+    finally:
+        pg_server.start()
+    again = PostgresReceipts(Database(url, name="test").open(), instance="tr-a")
+    try:
+        _until(lambda: again.ping(), "the database did not come back")
+        assert again.interrupt_cut_off() == ["d1"]  # the instance starting again: never run twice
+        state, receipt = again.get("d1")  # type: ignore[misc]
+        assert state == "done" and receipt is not None and receipt.code == "interrupted"
+    finally:
+        again.close()
+
+
 def test_a_toolrunner_starts_only_on_the_schema_it_knows(pg_url) -> None:
     url = parse_store_url(pg_url, default_folder="/unused")
     with pytest.raises(StoreSchemaMismatch, match="warden store migrate"):

@@ -100,6 +100,10 @@ class HeldReceipts:
     def close(self) -> None:
         self._closed.set()
         self._wake.set()
+        with self._lock:
+            thread = self._thread
+        if thread is not None:  # one writer at a time, and none left when the store closes
+            thread.join(timeout=30)
         left = self.flush()
         if left:
             log.error("%d receipt(s) could not be written before the toolrunner stopped; their calls will "
