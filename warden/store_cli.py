@@ -16,7 +16,10 @@ from warden.store.url import add_store_flags, store_of
 
 # Each store on PostgreSQL names its schema here, as "module:attribute" of a
 # warden.store.migrations.Schema; imported only by these commands.
-SCHEMAS: tuple[str, ...] = ("toolrunner.receipts.postgresql:SCHEMA",)
+SCHEMAS: tuple[str, ...] = (
+    "checkpoint.server.single_use_pg:SCHEMA",
+    "toolrunner.receipts.postgresql:SCHEMA",
+)
 
 
 def schemas() -> list:  # list[Schema]; the type is imported lazily with the rest
