@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.policy.principals import caller_name
-from checkpoint.server.act_records import act_record, stamp
+from checkpoint.server.act_records import PersonsApproval, stamp
 from checkpoint.server.approvals import asked_rules
 from checkpoint.server.refusals import no_principal, require_role
 from checkpoint.server.runs import Refused
@@ -78,7 +78,7 @@ class ApprovalActs:
             token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
         if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
             response.reason += f" (the request claimed run {request.run_id[:64]!r})"
-        record = act_record(
+        record = PersonsApproval.answering(
             response, stamped, policies, person, principal,
             tenant=response.tenant or None,
             run_id=asked.get("run_id"),
@@ -96,7 +96,7 @@ class ApprovalActs:
             approval_rules=asked.get("approval_rules"),
             # the person's act: its approver is the person, whether they could act or were refused
             approver=person,
-        )
+        ).to_dict()
         self.recorder.append_or_deny(record, response)
         if response.verdict != ALLOW:
             token = ""

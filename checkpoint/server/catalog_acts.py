@@ -21,7 +21,7 @@ from checkpoint.policy.loader import load_agent_definition
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, stamp
+from checkpoint.server.act_records import CatalogAct, stamp
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden import codes
@@ -204,12 +204,12 @@ class CatalogActs:
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 fields: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
 
-        return act_record(response, stamp(response), policies, caller_name(caller), principal,
+        return CatalogAct.answering(response, stamp(response), policies, caller_name(caller), principal,
                            tenant=fields.get("tenant"), agent=fields.get("agent"),
                            agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
                            root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
                            actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
-                           action="catalog", arguments=details)
+                           action="catalog", arguments=details).to_dict()
 
     # -- who, what -----------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from checkpoint.policy.policyset import AgentVersion
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import has_role
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, forget_claimed_run, stamp
+from checkpoint.server.act_records import CatalogAct, SkillLoaded, forget_claimed_run, stamp
 from checkpoint.server.catalog_acts import MAX_DEFINITION_BYTES, may_read, person_acting
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
@@ -274,12 +274,12 @@ class EntryActs:
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 fields: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
 
-        return act_record(response, stamp(response), policies, caller_name(caller), principal,
+        return CatalogAct.answering(response, stamp(response), policies, caller_name(caller), principal,
                            tenant=fields.get("tenant"), agent=fields.get("agent"),
                            agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
                            root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
                            actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
-                           action="catalog", arguments=details)
+                           action="catalog", arguments=details).to_dict()
 
     # -- who proposes, what -----------------------------------------------------------------------
 
@@ -415,13 +415,13 @@ class EntryActs:
         run = check.run
         chain = convert.actor_chain(run.actor_chain)
         last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
-        record = act_record(
+        record = SkillLoaded.answering(
             response, stamp(response), policies, caller_name(caller), principal,
             tenant=run.tenant or None, run_id=run.run_id or None, root_run_id=run.root_run_id or run.run_id or None,
             parent_run_id=run.parent_run_id or None, actor_chain=chain or None,
             accountable_person=chain[0]["id"] if chain else None, agent=last.get("id"),
             agent_version=last.get("agent_version"), action="load_skill",
-            arguments={"skill": name, "version": entry.version if entry else None})
+            arguments={"skill": name, "version": entry.version if entry else None}).to_dict()
         if established is None:
             record = bound_refusal(record)
         self.recorder.append_or_deny(record, response)

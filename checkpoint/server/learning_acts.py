@@ -34,7 +34,7 @@ from checkpoint.policy.learnings import (
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, stamp
+from checkpoint.server.act_records import LearningAct, stamp
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden import codes
@@ -290,14 +290,14 @@ class LearningActs:
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 change: LearningChange, fields: dict[str, Any]) -> dict[str, Any]:
 
-        return act_record(response, stamp(response), policies, caller, principal,
+        return LearningAct.answering(response, stamp(response), policies, caller, principal,
                            tenant=change.tenant or fields.get("tenant") or None,
                            agent=change.agent or fields.get("agent") or None,
                            agent_version=change.agent_version or fields.get("agent_version") or None,
                            run_id=fields.get("run_id"), root_run_id=fields.get("root_run_id"),
                            parent_run_id=fields.get("parent_run_id"), actor_chain=fields.get("actor_chain"),
                            accountable_person=fields.get("accountable_person"),
-                           action="learning", arguments={**change.arguments(), "by": change.by})
+                           action="learning", arguments={**change.arguments(), "by": change.by}).to_dict()
 
     def _write(self, entry: dict[str, Any], *, raise_on_failure: bool) -> None:
         try:

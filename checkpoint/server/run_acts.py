@@ -14,7 +14,7 @@ from checkpoint.engine import InvalidRequest, resolve_agent
 from checkpoint.engine.context import MODES
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, bounded_details, forget_claimed_run, stamp
+from checkpoint.server.act_records import RunActedOn, RunStarted, bounded_details, forget_claimed_run, stamp
 from checkpoint.server.entry_acts import pins
 from checkpoint.server.ids import new_run_id
 from checkpoint.server.refusals import no_principal, require_role
@@ -133,7 +133,7 @@ class RunActs:
         if not run.actor_chain:
             run.actor_chain.extend(chain)
         stamped = stamp(response)
-        record = act_record(
+        record = RunStarted.answering(
             response, stamped, policies, caller_name(caller), principal,
             tenant=response.tenant or None,
             run_id=run.run_id or None,
@@ -148,7 +148,7 @@ class RunActs:
                        else None,
                        **({"skills": skills} if skills and out.run_token else {})},
             latency_us=(time.perf_counter_ns() - started) // 1000,
-        )
+        ).to_dict()
         self.recorder.append_or_deny(record, response)
         if response.verdict != ALLOW:
             out.run_id = out.run_token = ""
@@ -225,7 +225,7 @@ class RunActs:
                 response.reason = f"already recorded as decision {first}"
                 self.recorder.count(response.verdict, response.code)
                 return pb.RecordActResponse(decision=response)
-        record = act_record(
+        record = RunActedOn.answering(
             response, stamped, policies, caller_name(caller), principal,
             tenant=run.tenant or None,
             run_id=run.run_id or None,
@@ -237,7 +237,7 @@ class RunActs:
             agent_version=last.get("agent_version"),
             action=request.act if request.act in RUN_ACTS else "none",
             arguments={"person": request.person[:128], "note": request.note[:1000], "details": bounded_details(details)},
-        )
+        ).to_dict()
         if established is None:
             record = bound_refusal(record)
         self.recorder.append_or_deny(record, response)

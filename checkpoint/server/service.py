@@ -26,7 +26,7 @@ from checkpoint.policy import PolicySet
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, forget_claimed_run, stamp
+from checkpoint.server.act_records import CatalogAct, forget_claimed_run, stamp
 from checkpoint.server.agent_stats import AgentStatsReads
 from checkpoint.server.answers import (
     delegation_needs_operator,
@@ -340,9 +340,9 @@ class CheckpointService:
                                         code=codes.PROPOSED if change.act == "propose" else codes.CATALOG_CHANGED,
                                         reason=f"{change.act} {getattr(change, 'label', change.agent)} "
                                                f"{change.version} from {change.source}")
-            record = act_record(response, stamp(response), policies, change.by, None, tenant=change.tenant,
+            record = CatalogAct.answering(response, stamp(response), policies, change.by, None, tenant=change.tenant,
                                  agent=change.agent, agent_version=change.version, action="catalog",
-                                 arguments=change.details())
+                                 arguments=change.details()).to_dict()
             try:
                 self.recorder.append(record)
             except Exception as exc:  # noqa: BLE001
