@@ -11,6 +11,7 @@ refusal is recorded too. After an act the policy store's live versions are refre
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
+log = logging.getLogger("warden.checkpoint.service")
 CHANGEABLE = frozenset({"allowlist", "scope", "budget", "persona", "description", "delegates"})
 MAX_DEFINITION_BYTES = 64 * 1024
 
@@ -86,6 +88,26 @@ class CatalogActs:
         self.in_force = in_force
         self.recorder = recorder
         self.run_state = run_state
+
+    # -- the policy files' own changes ---------------------------------------------------------
+
+    def record_file_changes(self, policies: PolicySet) -> None:
+        """A load applied or proposed policy files' agent changes: each goes on the record. Best
+        effort: the files changed on the operator's disk whatever the log says."""
+        for change in policies.catalog_changes:
+            response = pb.CheckResponse(verdict=ALLOW, rule="catalog", policy_revision=policies.revision,
+                                        code=codes.PROPOSED if change.act == "propose" else codes.CATALOG_CHANGED,
+                                        reason=f"{change.act} {getattr(change, 'label', change.agent)} "
+                                               f"{change.version} from {change.source}")
+            record = CatalogAct.answering(response, stamp(response), policies, change.by, None, tenant=change.tenant,
+                                          agent=change.agent, agent_version=change.version, action="catalog",
+                                          arguments=change.details()).to_dict()
+            try:
+                self.recorder.append(record)
+            except Exception as exc:  # noqa: BLE001
+                self.recorder.metrics.audit_failures.inc()
+                log.error("catalog change %s %s %s not recorded: %s", change.act, change.agent, change.version, exc)
+            self.recorder.count(response.verdict, response.code)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -204,12 +226,14 @@ class CatalogActs:
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 fields: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
 
-        return CatalogAct.answering(response, stamp(response), policies, caller_name(caller), principal,
-                           tenant=fields.get("tenant"), agent=fields.get("agent"),
-                           agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
-                           root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
-                           actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
-                           action="catalog", arguments=details).to_dict()
+        return CatalogAct.answering(
+            response, stamp(response), policies, caller_name(caller), principal,
+            tenant=fields.get("tenant"), agent=fields.get("agent"),
+            agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
+            root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
+            actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
+            action="catalog", arguments=details
+        ).to_dict()
 
     # -- who, what -----------------------------------------------------------------------------
 

@@ -274,12 +274,14 @@ class EntryActs:
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 fields: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
 
-        return CatalogAct.answering(response, stamp(response), policies, caller_name(caller), principal,
-                           tenant=fields.get("tenant"), agent=fields.get("agent"),
-                           agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
-                           root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
-                           actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
-                           action="catalog", arguments=details).to_dict()
+        return CatalogAct.answering(
+            response, stamp(response), policies, caller_name(caller), principal,
+            tenant=fields.get("tenant"), agent=fields.get("agent"),
+            agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
+            root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
+            actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
+            action="catalog", arguments=details
+        ).to_dict()
 
     # -- who proposes, what -----------------------------------------------------------------------
 

@@ -290,14 +290,16 @@ class LearningActs:
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 change: LearningChange, fields: dict[str, Any]) -> dict[str, Any]:
 
-        return LearningAct.answering(response, stamp(response), policies, caller, principal,
-                           tenant=change.tenant or fields.get("tenant") or None,
-                           agent=change.agent or fields.get("agent") or None,
-                           agent_version=change.agent_version or fields.get("agent_version") or None,
-                           run_id=fields.get("run_id"), root_run_id=fields.get("root_run_id"),
-                           parent_run_id=fields.get("parent_run_id"), actor_chain=fields.get("actor_chain"),
-                           accountable_person=fields.get("accountable_person"),
-                           action="learning", arguments={**change.arguments(), "by": change.by}).to_dict()
+        return LearningAct.answering(
+            response, stamp(response), policies, caller, principal,
+            tenant=change.tenant or fields.get("tenant") or None,
+            agent=change.agent or fields.get("agent") or None,
+            agent_version=change.agent_version or fields.get("agent_version") or None,
+            run_id=fields.get("run_id"), root_run_id=fields.get("root_run_id"),
+            parent_run_id=fields.get("parent_run_id"), actor_chain=fields.get("actor_chain"),
+            accountable_person=fields.get("accountable_person"),
+            action="learning", arguments={**change.arguments(), "by": change.by}
+        ).to_dict()
 
     def _write(self, entry: dict[str, Any], *, raise_on_failure: bool) -> None:
         try:

@@ -26,7 +26,7 @@ from checkpoint.policy import PolicySet
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
-from checkpoint.server.act_records import CatalogAct, forget_claimed_run, stamp
+from checkpoint.server.act_records import forget_claimed_run
 from checkpoint.server.agent_stats import AgentStatsReads
 from checkpoint.server.answers import (
     delegation_needs_operator,
@@ -130,7 +130,7 @@ class CheckpointService:
         # the time rules read as `now`: the checkpoint's own clock, never a caller's (tests fix it)
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self.entries = EntryActs(self.in_force, self.recorder, self.run_state)  # skills and templates (docs/skills.md)
-        store.on_catalog = self._record_catalog_changes
+        store.on_catalog = self.catalog.record_file_changes
         self.learnings = LearningActs(self.in_force, self.recorder, self.run_state, learnings or LearningStore(None))
         store.learnings = self.learnings.index_for  # compiled into every policy set it serves
 
@@ -329,26 +329,7 @@ class CheckpointService:
         response.child_run_id = run_id
         # the child pins the skills its own agent lists, as they are now (docs/skills.md)
         response.child_run_token = self.run_state.tokens.issue(run, principal.name, parent.revision, parent.caller,
-                                                   pins(policies, child))
-
-
-    def _record_catalog_changes(self, policies: PolicySet) -> None:
-        """A load applied or proposed policy files' agent changes: each goes on the record. Best
-        effort: the files changed on the operator's disk whatever the log says."""
-        for change in policies.catalog_changes:
-            response = pb.CheckResponse(verdict=ALLOW, rule="catalog", policy_revision=policies.revision,
-                                        code=codes.PROPOSED if change.act == "propose" else codes.CATALOG_CHANGED,
-                                        reason=f"{change.act} {getattr(change, 'label', change.agent)} "
-                                               f"{change.version} from {change.source}")
-            record = CatalogAct.answering(response, stamp(response), policies, change.by, None, tenant=change.tenant,
-                                 agent=change.agent, agent_version=change.version, action="catalog",
-                                 arguments=change.details()).to_dict()
-            try:
-                self.recorder.append(record)
-            except Exception as exc:  # noqa: BLE001
-                self.metrics.audit_failures.inc()
-                log.error("catalog change %s %s %s not recorded: %s", change.act, change.agent, change.version, exc)
-            self.recorder.count(response.verdict, response.code)
+                                                               pins(policies, child))
 
     # -- grants and records ----------------------------------------------------------------
 
