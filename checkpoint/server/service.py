@@ -305,6 +305,8 @@ class CheckpointService:
         if response.learnings or response.verdict == pb.VERDICT_HALT:
             self.learnings.after_check(call.request, response)  # triggers; a breaker proposes a learning
 
+    # -- the steps' own parts: an approval spent, a child run, a grant ------------------------
+
     def _spend(self, approval: VerifiedApproval, request: pb.CheckRequest, response: pb.CheckResponse,
                digest: str) -> pb.CheckResponse:
         """An approval presented with a call the checkpoint allows is spent on it, whichever of the
@@ -318,7 +320,6 @@ class CheckpointService:
             return response
         return fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
 
-
     def _child_run(self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse,
                    principal: Principal, parent: Established) -> None:
         """An allowed delegation mints the child's run id and its run token: for the same principal,
@@ -330,8 +331,6 @@ class CheckpointService:
         # the child pins the skills its own agent lists, as they are now (docs/skills.md)
         response.child_run_token = self.run_state.tokens.issue(run, principal.name, parent.revision, parent.caller,
                                                                pins(policies, child))
-
-    # -- grants and records ----------------------------------------------------------------
 
     def _sign(
         self,
@@ -358,6 +357,7 @@ class CheckpointService:
         self.metrics.grants.inc()
         return text
 
+    # -- refused before any decision: recorded all the same ----------------------------------
 
     def _record_refusal(self, request: Any, code: str, reason: str, revision: str | None,
                         caller: str | None = None, principal: Principal | None = None) -> None:
@@ -398,6 +398,7 @@ class CheckpointService:
             claimed = forget_claimed_run(item)
             self._record_refusal(item, "unauthenticated", f"{method}: no valid credentials{claimed}", revision)
 
+    # -- a plan, and many Checks in one call ---------------------------------------------------
 
     def check_plan(self, request: pb.CheckPlanRequest, caller: str) -> pb.CheckPlanResponse:
         check = pb.CheckRequest(
