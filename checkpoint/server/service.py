@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from checkpoint.audit import AuditUnavailable, DecisionLog
+from checkpoint.audit import DecisionLog
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.record import CanonicalJson, DecisionRecord, json_column
 from checkpoint.engine import InvalidRequest, decide
@@ -37,7 +37,7 @@ from checkpoint.server.answers import (
 from checkpoint.server.approval_acts import ApprovalActs
 from checkpoint.server.approvals import Approvals, VerifiedApproval
 from checkpoint.server.catalog_acts import CatalogActs
-from checkpoint.server.check_records import check_record, refused_request, tool_arguments
+from checkpoint.server.check_records import check_record, tool_arguments
 from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
 from checkpoint.server.decision_stream import DecisionStream
 from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
@@ -47,6 +47,7 @@ from checkpoint.server.metrics import Metrics
 from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.queries import ReadOnlyQueries
 from checkpoint.server.refusals import no_principal
+from checkpoint.server.refused_requests import RefusedRequests
 from checkpoint.server.reload import PolicyStore
 from checkpoint.server.run_acts import RunActs
 from checkpoint.server.runs import Established, Refused, RunTokens, child_run
@@ -127,6 +128,10 @@ class CheckpointService:
         self.stream = DecisionStream(self.in_force, decisions)
         self.agent_stats = AgentStatsReads(self.in_force, decisions)
         self.queries = ReadOnlyQueries(self.in_force, self.token_keys)
+        self.refused = RefusedRequests(store, self.recorder, self.mask_key)
+        # the wire layer records what it refuses before any decision through these
+        self.record_malformed = self.refused.malformed
+        self.record_unauthenticated = self.refused.unauthenticated
         # the time rules read as `now`: the checkpoint's own clock, never a caller's (tests fix it)
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self.entries = EntryActs(self.in_force, self.recorder, self.run_state)  # skills and templates (docs/skills.md)
@@ -167,8 +172,8 @@ class CheckpointService:
         except InvalidRequest as exc:
             self.metrics.refusals.labels(exc.code).inc()
             claimed = forget_claimed_run(request) if call.established is None else ""
-            self._record_refusal(request, exc.code, str(exc.message) + claimed, call.policies.revision, caller,
-                                 call.principal)
+            self.refused.record(request, exc.code, str(exc.message) + claimed, call.policies.revision, caller,
+                                call.principal)
             raise InvalidArgument(exc.code, str(exc.message), exc.field or "") from exc
         except Exception:
             # A crash in the decision function must not become an ALLOW, nor an unrecorded error.
@@ -356,47 +361,6 @@ class CheckpointService:
         )
         self.metrics.grants.inc()
         return text
-
-    # -- refused before any decision: recorded all the same ----------------------------------
-
-    def _record_refusal(self, request: Any, code: str, reason: str, revision: str | None,
-                        caller: str | None = None, principal: Principal | None = None) -> None:
-        """Record a request refused before any decision (invalid, unauthenticated).
-
-        Best effort: the caller is refused either way, so a log failure here changes no answer.
-        A request that names no action (or is not a CheckRequest at all) is recorded with
-        action "none" and whatever run context it carried.
-        """
-        request = refused_request(request)
-        action = request.WhichOneof("action") or "none"
-        response = pb.CheckResponse(
-            decision_id=new_decision_id(), verdict=DENY, code=code, rule="request", reason=reason,
-            policy_revision=revision or "",
-        )  # fmt: skip
-        arguments = tool_arguments(request, action)
-        record = check_record(request, response, action, arguments, self.store.current, time.time_ns(), self.mask_key)
-        record.caller = caller_name(caller) if caller else None
-        record.principal = principal.name if principal is not None else None
-        try:
-            self.recorder.append(bound_refusal(record))  # capped: a refused caller chose these values
-        except AuditUnavailable as exc:
-            self.metrics.audit_failures.inc()
-            log.error("refusal (%s) not recorded: %s", code, exc)
-
-    def record_malformed(self, reason: str) -> None:
-        """Bytes that did not parse: refused, and recorded with action "none"."""
-        self.metrics.refusals.labels("invalid_request").inc()
-        self._record_refusal(None, "invalid_request", reason, self.store.status.revision or None)
-
-    def record_unauthenticated(self, method: str, request: Any) -> None:
-        self.metrics.refusals.labels("unauthenticated").inc()
-        requests = (
-            [i.request for i in request.items] if isinstance(request, pb.CheckBatchRequest) else [request]
-        )
-        revision = self.store.status.revision or None
-        for item in requests:
-            claimed = forget_claimed_run(item)
-            self._record_refusal(item, "unauthenticated", f"{method}: no valid credentials{claimed}", revision)
 
     # -- a plan, and many Checks in one call ---------------------------------------------------
 
