@@ -34,6 +34,7 @@ from google.protobuf import json_format
 
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.policy import PolicySet
+from checkpoint.policy.pinned import load as load_pinned
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 Versions = Literal["current", "pinned"]
@@ -333,7 +334,8 @@ class _Answers:
 def _answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
             now: datetime | None) -> Answer:
     try:
-        response = decide(policies, request, approver=approver, approved_rules=approved, now=now or _EPOCH)
+        response = decide(policies, request, approver=approver, approved_rules=approved, now=now or _EPOCH,
+                          pinned=load_pinned(policies, request))
     except InvalidRequest as exc:
         return Answer("DENY", exc.code, "request")
     return Answer(_VERDICT_NAMES[response.verdict], response.code, response.rule)
@@ -413,7 +415,7 @@ def _replay_case(shown: str, case: Any, candidate: PolicySet, current: PolicySet
         approved = frozenset(r.name for r in policies.rules) if case.approved_by else frozenset()
         try:
             response = decide(policies, request, approver=case.approved_by or "", approved_rules=approved,
-                              now=case.now)
+                              now=case.now, pinned=load_pinned(policies, request))
         except InvalidRequest as exc:
             return Answer("INVALID", exc.code, "request")
         return Answer(_VERDICT_NAMES[response.verdict], response.code, response.rule)

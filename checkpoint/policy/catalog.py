@@ -450,3 +450,7 @@ class AgentCatalog:
     def _writable(self) -> None:
         if self._read_only:
             raise CatalogError("catalog_read_only", "this catalog was opened read-only")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

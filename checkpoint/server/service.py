@@ -26,6 +26,7 @@ from checkpoint.audit.record import CanonicalJson, DecisionRecord, format_time_n
 from checkpoint.engine import InvalidRequest, decide, resolve_agent
 from checkpoint.policy import PolicySet
 from checkpoint.policy.learnings import LearningStore
+from checkpoint.policy.pinned import load as load_pinned
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_by_tenant
 from checkpoint.server import convert, tracing
@@ -205,7 +206,9 @@ class CheckpointService:
         assert established is not None
         approver = call.approval.approver if call.approval else ""
         approved = call.approval.rules if call.approval else frozenset()
-        response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
+        # the catalog is read here, before decide(), which reads no file nor database
+        response = decide(policies, request, approver=approver, approved_rules=approved, now=now,
+                          pinned=load_pinned(policies, request))
         pinned_answer = None
         pinned_revision = established.revision
         # the revision the run began under, and the one its agent version was reviewed with: edits
@@ -215,7 +218,8 @@ class CheckpointService:
             pinned = self.pins.get(policies, revision)
             if pinned is policies:
                 continue
-            answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
+            answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now,
+                            pinned=load_pinned(pinned, request))
             if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
                 kept = pb.CheckResponse()
                 kept.CopyFrom(answer)
@@ -619,7 +623,8 @@ def _shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str,
     held to a pinned revision's answer as the enforced one is. It never changes the enforced
     answer: any failure here is recorded as the shadow's own."""
     try:
-        shadow = decide(policies.shadow(), request, approver=approver, approved_rules=approved, now=now)
+        shadow = decide(policies.shadow(), request, approver=approver, approved_rules=approved, now=now,
+                        pinned=load_pinned(policies, request))
         if pinned_answer is not None:
             shadow = stricter(shadow, pinned_answer, revision)
         if request.WhichOneof("action") == "delegation":
