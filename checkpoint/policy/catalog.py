@@ -7,7 +7,8 @@ content-addressed, so recording the same definition twice is a no-op.
 
 The catalog also says which version of each agent is live (what a new run pins), and where a
 tenant reviews changes, which versions wait for an admin (lifecycle.py has the states; docs/
-catalog.md the rules). A version's state changes only here, under one lock, in one transaction.
+catalog.md the rules). A version's state changes only here, under one lock, in one transaction, and only by a move the
+one table of states.py holds.
 """
 
 from __future__ import annotations
@@ -22,19 +23,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from checkpoint.policy import lifecycle, model, sqlrows
+from checkpoint.policy import lifecycle, model, sqlrows, states
 from checkpoint.policy.entries import EntryCatalog
-from checkpoint.policy.lifecycle import (
-    LIVE,
-    NARROWED,
-    PENDING,
-    REJECTED,
-    RETIRED,
-    SUPERSEDED,
-    UNPINNABLE,
-    WITHDRAWN,
-)
 from checkpoint.policy.policyset import AgentVersion
+from checkpoint.policy.states import AGENT, LIVE, PENDING, RETIRED, SUPERSEDED, UNPINNABLE
 from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
@@ -314,7 +306,7 @@ class AgentCatalog:
         """What a version the files newly define does: nothing, go live, or wait for review."""
         if current is not None and current.version == file_version.version:
             return None  # the files caught up with the live version (an approved proposal)
-        if self.status(file_version.name, file_version.version) == RETIRED:
+        if not states.allows(AGENT, self.status(file_version.name, file_version.version), "file"):
             return None  # retired is final: the files must say something else
         tenant = tenants.get(file_version.tenant)
         # a move out of a reviewing tenant is reviewed too: the tenant it leaves has a say
@@ -345,31 +337,35 @@ class AgentCatalog:
                                           "proposed_by = ? and version != ?",
                                           [change.agent, PENDING, change.by, change.version]):
                     sqlrows.update(self._db, "agent_lifecycle", _LIFECYCLE_PK, (change.agent, old["version"]),
-                                   {"status": WITHDRAWN, "decided_at": now,
+                                   {"status": states.next_state(AGENT, PENDING, "withdraw"), "decided_at": now,
                                     "decision_note": f"replaced by {change.version}"})
                     done.append(Change("withdraw", change.agent, old["version"], change.tenant, change.by,
                                        note=f"replaced by {change.version}"))
+            proposed = states.next_state(AGENT, self.status(change.agent, change.version),
+                                         "file" if change.by == FILES else "propose")
             sqlrows.upsert(self._db, "agent_lifecycle", {
-                "agent": change.agent, "version": change.version, "status": PENDING, "source": change.source,
+                "agent": change.agent, "version": change.version, "status": proposed, "source": change.source,
                 "proposed_by": change.by, "proposed_for": change.for_person, "proposed_at": now,
                 "note": change.note, "decided_by": "", "decided_at": "", "decision_note": ""}, _LIFECYCLE_PK)
         if change.act in ("apply", "approve"):
             previous = self._live_row(change.agent)
             if previous and previous["version"] and previous["version"] != change.version:
                 # replaced by an edit that only narrows: pinning the old one would undo the edit
-                replaced = NARROWED if change.act == "apply" and change.note == NARROWS else SUPERSEDED
+                replaced = states.next_state(AGENT, self.status(change.agent, previous["version"]),
+                                             "narrow" if change.act == "apply" and change.note == NARROWS else "supersede")
                 sqlrows.upsert(self._db, "agent_lifecycle",
                                {"agent": change.agent, "version": previous["version"], "status": replaced},
                                _LIFECYCLE_PK)
             sqlrows.update(self._db, "agent_lifecycle", _LIFECYCLE_PK, (change.agent, change.version),
-                           {"status": LIVE, "decided_by": change.by, "decided_at": now, "decision_note": change.note})
+                           {"status": states.next_state(AGENT, self.status(change.agent, change.version), "approve"),
+                            "decided_by": change.by, "decided_at": now, "decision_note": change.note})
             sqlrows.upsert(self._db, "agent_live",
                            {"agent": change.agent, "version": change.version,
                             "file_version": previous["file_version"] if previous else change.version}, "agent")
         elif change.act in ("reject", "retire"):
             sqlrows.upsert(self._db, "agent_lifecycle",
                            {"agent": change.agent, "version": change.version,
-                            "status": REJECTED if change.act == "reject" else RETIRED,
+                            "status": states.next_state(AGENT, self.status(change.agent, change.version), change.act),
                             "decided_by": change.by, "decided_at": now, "decision_note": change.note}, _LIFECYCLE_PK)
         return done
 
@@ -388,11 +384,7 @@ class AgentCatalog:
                                    "created in the policy files")
             if version.version == live:
                 raise CatalogError("no_change", f"version {version.version} is already the live version of {version.name!r}")
-            if self.status(version.name, version.version) == RETIRED:
-                raise CatalogError("agent_version_retired", f"version {version.version} of {version.name!r} was retired: "
-                                   "retirement is final")
-            if self.status(version.name, version.version) == PENDING:
-                raise CatalogError("no_change", f"version {version.version} of {version.name!r} already waits for review")
+            self._check(version.name, version.version, "propose")
             waiting = sqlrows.rows(self._db, "select count(*) as n from agent_lifecycle where agent = ? and status = ? "
                                           "and proposed_by != ?", [version.name, PENDING, FILES])[0]["n"]
             if waiting >= MAX_PENDING_PER_AGENT:  # a run cannot fill the catalog, nor bury the admin's list
@@ -416,9 +408,8 @@ class AgentCatalog:
         with self._lock:
             self._writable()
             row = self._status_row(agent, version)
-            if row is None or row["status"] != PENDING:
-                raise CatalogError("not_pending", f"version {version[:40]!r} of {agent[:100]!r} does not wait for review"
-                                   + (f" (it is {row['status']})" if row else ""))
+            self._check(agent, version, "approve" if approve else "reject")
+            assert row is not None  # only a pending version is approved or rejected
             if by in (row["proposed_by"], row.get("proposed_for") or ""):
                 raise CatalogError("caller_not_permitted", f"{by!r} proposed this version (or is accountable for the "
                                    "run that did): another admin must review it")
@@ -438,14 +429,30 @@ class AgentCatalog:
             found = self.get(agent, version)
             if found is None:
                 raise CatalogError("unknown_agent_version", f"agent {agent[:100]!r} has no version {version[:40]!r}")
-            if self.live_version(agent) == version:
+            if self.live_version(agent) == version:  # a version from before states were kept has none
                 raise CatalogError("version_live", f"version {version} is live: approve or roll back to another first")
-            if self.status(agent, version) == RETIRED:
-                raise CatalogError("no_change", f"version {version} of {agent!r} is already retired")
+            self._check(agent, version, "retire")
             change = Change("retire", agent, version, found.tenant, by, note=note)
             record(change)
             with self._db:
                 return self._apply(change)[0]
+
+    def _check(self, agent: str, version: str, act: str) -> None:
+        """`act` is a move the table of states holds from the version's state, or a CatalogError
+        with the stable code (and the words) this catalog has always given."""
+        status = self.status(agent, version)
+        try:
+            states.next_state(AGENT, status, act)
+        except states.Refused as refused:
+            what = f"version {version[:40]} of {agent[:100]!r}"
+            message = (f"{what} was retired: retirement is final" if act == "propose" and status == RETIRED else
+                       f"{what} already waits for review" if act == "propose" and status == PENDING else
+                       f"{what} is already the live version" if act == "propose" else
+                       f"{what} is already retired" if act == "retire" and status == RETIRED else
+                       f"version {version} is live: approve or roll back to another first" if act == "retire" else
+                       f"version {version[:40]!r} of {agent[:100]!r} does not wait for review"
+                       + (f" (it is {status})" if status else ""))
+            raise CatalogError(refused.code, message) from None
 
     def _writable(self) -> None:
         if self._read_only:

@@ -7,8 +7,8 @@ any argument. So their review is about what the model reads and what a task runs
 authority (docs/skills.md).
 
 Both live in the checkpoint's catalog database beside the agents, keyed by (kind, tenant, name),
-under the agent catalog's lock. The life of a version is the agents' (lifecycle.py): live,
-superseded, pending, rejected, withdrawn, retired. A version is immutable and its id is the hash
+under the agent catalog's lock. The life of a version is the agents' (states.py: one table for
+both): live, superseded, pending, rejected, withdrawn, retired. A version is immutable and its id is the hash
 of its content, so a run that pinned a skill version reads exactly that text until it ends.
 
 Where a tenant reviews changes (`review_changes: true`), every new version waits for a tenant
@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint.policy import model, sqlrows
-from checkpoint.policy.lifecycle import LIVE, PENDING, REJECTED, RETIRED, SUPERSEDED, WITHDRAWN
+from checkpoint.policy import model, sqlrows, states
+from checkpoint.policy.states import LIVE, PENDING, RETIRED, SUPERSEDED
 from warden import canonical
 
 SKILL, TEMPLATE = "skill", "template"
@@ -299,7 +299,7 @@ class EntryCatalog:
                     continue  # the files say what they said at the last load
                 live = row["version"] if row else ""
                 status = self.status(*key, entry.version)
-                if entry.version != live and status != RETIRED:
+                if entry.version != live and states.allows(entry.kind, status, "file"):
                     tenant = tenants.get(entry.tenant)
                     reviewed = tenant is not None and tenant.review_changes and not first_install
                     args = (entry.kind, entry.tenant, entry.name, entry.version, FILES)
@@ -346,10 +346,11 @@ class EntryCatalog:
                                    "tenant = ? and name = ? and status = ? and proposed_by = ? and version != ?",
                                    [*key, PENDING, FILES, change.version if change.act != "remove" else ""]):
                 sqlrows.update(self._db, "entry_lifecycle", _PK, (*key, old["version"]),
-                               {"status": WITHDRAWN, "decided_at": now, "decision_note": f"replaced by {change.version}"})
+                               {"status": states.next_state(change.kind, PENDING, "withdraw"), "decided_at": now, "decision_note": f"replaced by {change.version}"})
                 done.append(EntryChange("withdraw", *key, old["version"], FILES, note=f"replaced by {change.version}"))
         if change.act in ("propose", "apply"):
-            lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version, "status": PENDING,
+            proposed = states.next_state(change.kind, self.status(*pk), "file" if change.by == FILES else "propose")
+            lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version, "status": proposed,
                        "source": change.source, "proposed_by": change.by, "proposed_for": change.for_person,
                        "proposed_at": now, "note": change.note,
                        "decided_by": "", "decided_at": "", "decision_note": ""})
@@ -359,20 +360,21 @@ class EntryCatalog:
         if change.act in ("apply", "approve"):
             if previous and previous != change.version:
                 lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
-                           "status": SUPERSEDED})
+                           "status": states.next_state(change.kind, self.status(*key, previous), "supersede")})
             sqlrows.update(self._db, "entry_lifecycle", _PK, pk,
-                           {"status": LIVE, "decided_by": change.by, "decided_at": now, "decision_note": change.note})
+                           {"status": states.next_state(change.kind, self.status(*pk), "approve"), "decided_by": change.by, "decided_at": now, "decision_note": change.note})
             self._set_live(key, change.version, file_version)
         elif change.act in ("reject", "retire"):
             lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version,
-                       "status": REJECTED if change.act == "reject" else RETIRED, "decided_by": change.by,
+                       "status": states.next_state(change.kind, self.status(*pk), change.act), "decided_by": change.by,
                        "decided_at": now, "decision_note": change.note})
             if change.act == "retire" and previous == change.version:
                 self._set_live(key, "", file_version)
         elif change.act == "remove":
             if previous:
                 lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
-                           "status": SUPERSEDED, "decided_by": change.by, "decided_at": now,
+                           "status": states.next_state(change.kind, self.status(*key, previous), "remove"),
+                           "decided_by": change.by, "decided_at": now,
                            "decision_note": change.note})
             self._set_live(key, "", "")
         return done
@@ -392,13 +394,7 @@ class EntryCatalog:
             if live is not None and live.version == entry.version:
                 raise EntryError("no_change", f"version {entry.version} is already the live version of "
                                  f"{entry.kind} {entry.name!r}")
-            status = self.status(*entry.key, entry.version)
-            if status == RETIRED:
-                raise EntryError(f"{entry.kind}_retired", f"version {entry.version} of {entry.kind} {entry.name!r} "
-                                 "was retired: retirement is final")
-            if status == PENDING:
-                raise EntryError("no_change", f"version {entry.version} of {entry.kind} {entry.name!r} already "
-                                 "waits for review")
+            self._check(entry.kind, entry.tenant, entry.name, entry.version, "propose")
             change = EntryChange("propose", entry.kind, entry.tenant, entry.name, entry.version, by, source=source,
                                  note=note, replaces=live.version if live else "", for_person=for_person)
             record(change)
@@ -413,9 +409,7 @@ class EntryCatalog:
             self._writable()
             rows = self._query("entry_lifecycle", "select * from entry_lifecycle where kind = ? and tenant = ? and "
                                "name = ? and version = ?", [kind, tenant, name, version])
-            if not rows or rows[0]["status"] != PENDING:
-                raise EntryError("not_pending", f"version {version[:40]!r} of {kind} {name[:100]!r} does not wait "
-                                 "for review" + (f" (it is {rows[0]['status']})" if rows else ""))
+            self._check(kind, tenant, name, version, "approve" if approve else "reject")
             if by in (rows[0]["proposed_by"], rows[0].get("proposed_for") or ""):
                 raise EntryError("caller_not_permitted", f"{by!r} proposed this version (or is accountable for the "
                                  "run that did): another admin must review it")
@@ -434,12 +428,27 @@ class EntryCatalog:
             if self.get(kind, tenant, name, version) is None:
                 raise EntryError(f"unknown_{kind}", f"{kind} {name[:100]!r} of tenant {tenant[:100]!r} has no "
                                  f"version {version[:40]!r}")
-            if self.status(kind, tenant, name, version) == RETIRED:
-                raise EntryError("no_change", f"version {version} of {kind} {name!r} is already retired")
+            self._check(kind, tenant, name, version, "retire")
             change = EntryChange("retire", kind, tenant, name, version, by, note=note)
             record(change)
             with self._db:
                 return self._apply(change)[0]
+
+    def _check(self, kind: str, tenant: str, name: str, version: str, act: str) -> None:
+        """`act` is a move the table of states holds from the version's state, or an EntryError
+        with the stable code (and the words) this catalog has always given."""
+        status = self.status(kind, tenant, name, version)
+        try:
+            states.next_state(kind, status, act)
+        except states.Refused as refused:
+            what = f"version {version} of {kind} {name!r}"
+            message = (f"{what} was retired: retirement is final" if act == "propose" and status == RETIRED else
+                       f"{what} already waits for review" if act == "propose" and status == PENDING else
+                       f"{what} is already live" if act == "propose" else
+                       f"{what} is already retired" if act == "retire" else
+                       f"version {version[:40]!r} of {kind} {name[:100]!r} does not wait for review"
+                       + (f" (it is {status})" if status else ""))
+            raise EntryError(refused.code, message) from None
 
     def _writable(self) -> None:
         if self._read_only:

@@ -17,7 +17,8 @@ or stale: it counts there (`occurrences`, the latest provenance kept).
 
 Each act below checks, calls `record(change)` (which appends it to the decision log and raises
 when it cannot), then writes: recorded before it takes effect, or not done. A state changes only
-here, under one lock, in one transaction. The clock is injected (`clock`), so tests move time.
+here, under one lock, in one transaction, and only by a move the one table of states.py holds
+(the agents', skills' and templates' too). The clock is injected (`clock`), so tests move time.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from typing import Any
 
 import sqlite_utils
 
+from checkpoint.policy import states
 from checkpoint.policy.learning_index import ERROR, SEVERITIES, WARNING
+from checkpoint.policy.states import ACTIVE, LEARNING, PROPOSED, REJECTED, RETIRED, STALE
 from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
-PROPOSED, ACTIVE, STALE, REJECTED, RETIRED = "proposed", "active", "stale", "rejected", "retired"
 STATUSES = (PROPOSED, ACTIVE, STALE, REJECTED, RETIRED)
 OPEN = (PROPOSED, ACTIVE, STALE)  # where a repeated occurrence is counted instead of proposed again
 SOURCES = ("breaker", "run_failed", "task_failed", "agent")
@@ -224,7 +226,7 @@ class LearningStore:
             with self._db.conn:
                 self._db.table("learnings").insert({
                     "id": learning_id, "tenant": p.tenant, "agent": p.agent, "agent_version": p.agent_version,
-                    "tool": p.tool, "status": PROPOSED, "source": p.source, "code": p.code, "text": text,
+                    "tool": p.tool, "status": states.next_state(LEARNING, None, "propose"), "source": p.source, "code": p.code, "text": text,
                     "severity": WARNING, "severity_capped": int(capped), "match": "",
                     "suggested_match": p.suggested_match, "proposed_by": p.by, "proposed_at": now,
                     "reviewed_by": "", "reviewed_at": None, "review_note": "", "occurrences": 1,
@@ -249,13 +251,14 @@ class LearningStore:
                 raise LearningError("unknown_learning", f"no learning {learning_id[:40]!r}")
             row = found[0]
             status = row["status"]
-            if act in ("promote", "reject") and status != PROPOSED:
-                raise LearningError("not_pending", f"learning {learning_id} is {status}, not proposed")
-            if act in ("review", "retire") and status not in (ACTIVE, STALE):
-                raise LearningError("learning_not_active", f"learning {learning_id} is {status}: only an active "
-                                    "or stale learning is reviewed again or retired")
             if act not in ("promote", "review", "reject", "retire"):
                 raise LearningError("invalid_request", f"unknown act {act!r}")
+            try:
+                moved_to = states.next_state(LEARNING, status, act)
+            except states.Refused as refused:
+                raise LearningError(refused.code, f"learning {learning_id} is {status}, not proposed"
+                                    if refused.code == "not_pending" else f"learning {learning_id} is {status}: only "
+                                    "an active or stale learning is reviewed again or retired") from None
             now = self.clock()
             update: dict[str, Any] = {"reviewed_by": by, "reviewed_at": now, "review_note": note[:1000]}
             details: dict[str, Any] = {"note": note[:1000], "was": status}
@@ -268,13 +271,13 @@ class LearningStore:
                     raise LearningError("invalid_request", "a learning needs a match: a CEL condition over "
                                         "tool, args, agent, tenant")
                 text = text.strip()[:MAX_TEXT] or row["text"]
-                update.update(status=ACTIVE, severity=severity, match=match, text=text, stale_at=None)
+                update.update(status=moved_to, severity=severity, match=match, text=text, stale_at=None)
                 details.update(severity=severity, match=match, text=text)
                 edited = {k: row[k] for k in ("severity", "match", "text") if status != PROPOSED and row[k] != update[k]}
                 if edited:
                     details["before"] = edited
             else:
-                update["status"] = REJECTED if act == "reject" else RETIRED
+                update["status"] = moved_to
             change = LearningChange(act, learning_id, row["tenant"], row["agent"], row["agent_version"], by, details)
             record(change)
             with self._db.conn:
@@ -325,7 +328,8 @@ class LearningStore:
                                                   "reviewed": iso(row["reviewed_at"]), "since": iso(last)})
                 record(change)
                 with self._db.conn:
-                    self._db.table("learnings").update(row["id"], {"status": STALE, "stale_at": now})
+                    self._db.table("learnings").update(row["id"], {
+                        "status": states.next_state(LEARNING, row["status"], "stale"), "stale_at": now})
                 changes.append(change)
         return changes
 
