@@ -58,7 +58,7 @@ class SqliteStore:
         with self.lock:
             create_table(self._db, table, columns, pk, not_null=not_null)
             if index:
-                self._db.execute(f"CREATE INDEX IF NOT EXISTS {quote(table + '_' + '_'.join(index))} "
+                self._db.execute(f"CREATE INDEX IF NOT EXISTS {quote(table + '_' + index[0])} "
                                  f"ON {quote(table)} ({', '.join(map(quote, index))})")
 
     def add_column(self, table: str, name: str) -> None:
