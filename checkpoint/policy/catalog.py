@@ -6,9 +6,10 @@ edit may narrow what a running run may do, never widen it). Versions and revisio
 content-addressed, so recording the same definition twice is a no-op.
 
 The catalog also says which version of each agent is live (what a new run pins), and where a
-tenant reviews changes, which versions wait for an admin (lifecycle.py has the states; docs/
-catalog.md the rules). A version's state changes only here, under one lock, in one transaction, and only by a move the
-one table of states.py holds.
+tenant reviews changes, which versions wait for an admin (states.py has the states and the moves
+between them; docs/catalog.md the rules). A version's state changes only here, under one lock, in
+one transaction, and only by a move the table of states.py holds. The rows are kept by a
+CatalogStore (catalog_store.py; SQLite by default): no SQL here.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ any argument. So their review is about what the model reads and what a task runs
 authority (docs/skills.md).
 
 Both live in the checkpoint's catalog database beside the agents, keyed by (kind, tenant, name),
-under the agent catalog's lock. The life of a version is the agents' (states.py: one table for
-both): live, superseded, pending, rejected, withdrawn, retired. A version is immutable and its id is the hash
-of its content, so a run that pinned a skill version reads exactly that text until it ends.
+under the agent catalog's lock, kept by its store (catalog_store.py). The life of a version is the
+agents' (states.py: one table for both): live, superseded, pending, rejected, withdrawn, retired.
+A version is immutable and its id is the hash of its content, so a run that pinned a skill
+version reads exactly that text until it ends.
 
 Where a tenant reviews changes (`review_changes: true`), every new version waits for a tenant
 admin, whatever it changes (text cannot be told to narrow), except on the first install; elsewhere
@@ -345,7 +346,8 @@ class EntryCatalog:
             for old in self._query("entry_lifecycle", {**_where(*key), "status": PENDING, "proposed_by": FILES,
                                                        "version": Not(change.version if change.act != "remove" else "")}):
                 self._store.update("entry_lifecycle", _PK, (*key, old["version"]),
-                               {"status": states.next_state(change.kind, PENDING, "withdraw"), "decided_at": now, "decision_note": f"replaced by {change.version}"})
+                                   {"status": states.next_state(change.kind, PENDING, "withdraw"), "decided_at": now,
+                                    "decision_note": f"replaced by {change.version}"})
                 done.append(EntryChange("withdraw", *key, old["version"], FILES, note=f"replaced by {change.version}"))
         if change.act in ("propose", "apply"):
             proposed = states.next_state(change.kind, self.status(*pk), "file" if change.by == FILES else "propose")
@@ -361,7 +363,8 @@ class EntryCatalog:
                 lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
                            "status": states.next_state(change.kind, self.status(*key, previous), "supersede")})
             self._store.update("entry_lifecycle", _PK, pk,
-                           {"status": states.next_state(change.kind, self.status(*pk), "approve"), "decided_by": change.by, "decided_at": now, "decision_note": change.note})
+                               {"status": states.next_state(change.kind, self.status(*pk), "approve"),
+                                "decided_by": change.by, "decided_at": now, "decision_note": change.note})
             self._set_live(key, change.version, file_version)
         elif change.act in ("reject", "retire"):
             lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version,

@@ -9,6 +9,7 @@ and then the catalog's and the learning store's own lives on top of it.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -182,3 +183,24 @@ def test_a_learnings_life_on_the_store(store):
     now[0] += 2 * 86400
     assert [c.learning for c in learnings.sweep()] == [row["id"]]
     assert learnings.rows(status="stale")[0]["id"] == row["id"] and learnings.acting() == []
+
+
+# -- who opens the databases --------------------------------------------------------------------
+
+# The modules of `checkpoint/` that may import sqlite3: the store's SQLite implementation, and
+# those of the other databases (the decision log, the single-use store). The command line imports
+# it for its error type only, to report a file that is no catalog.
+OTHER_DATABASES = {"checkpoint/audit", "checkpoint/server/single_use.py", "checkpoint/cli.py"}
+
+
+def test_nothing_outside_the_store_module_opens_the_catalog_or_the_learnings():
+    root = Path(__file__).resolve().parents[2]
+    importers = set()
+    for path in (root / "checkpoint").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] in ("sqlite3", "sqlite_utils") for n in names):
+                importers.add(path.relative_to(root).as_posix())
+    others = {p for p in importers if not any(p == o or p.startswith(o + "/") for o in OTHER_DATABASES)}
+    assert others == {"checkpoint/policy/sqlite_store.py"}
