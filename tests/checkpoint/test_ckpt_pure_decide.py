@@ -79,3 +79,23 @@ def test_without_the_loaded_versions_an_old_pin_is_refused_not_guessed(pinned_to
     policies, request, _old, _db = pinned_to_an_old_version
     response = decide(policies, request)
     assert (response.verdict, response.code) == (pb.VERDICT_DENY, "unknown_agent_version")
+
+
+def test_a_delegation_to_a_childs_older_version_is_decided_without_the_catalog(tmp_path, monkeypatch):
+    folder = tmp_path / "policies"
+    shutil.copytree(FOLDERS["engine"], folder)
+    db = tmp_path / "data" / "catalog.db"
+    old = load_policy_dir(folder, catalog=AgentCatalog(db)).agents["helper"].version
+    agents = folder / "agents" / "agents.yaml"
+    agents.write_text(agents.read_text().replace("A helper with a wider fence", "A helper with a new persona"))
+    catalog = AgentCatalog(db)
+    edited = load_policy_dir(folder, catalog=catalog)  # a widening: it waits for an admin
+    catalog.decide("helper", edited.file_versions["helper"], approve=True, by="carol", note="")
+    policies = load_policy_dir(folder, catalog=AgentCatalog(db))  # the old version: superseded, pinnable by id
+    assert policies.agents["helper"].version != old
+    request = build(policies, chain=["worker"], delegation={"agent": "helper", "agent_version": old})
+    loaded = pinned.load(policies, request)
+    policies = _catalog_closed(policies, db)
+    _no_io(monkeypatch)
+    response = decide(policies, request, pinned=loaded)
+    assert (response.verdict, response.child_agent_version) == (pb.VERDICT_ALLOW, old)
