@@ -36,7 +36,7 @@ class Lock(Protocol):
 class CatalogStore(Protocol):
     """Rows of named columns. A filter maps a column to a value (equal), to a list, tuple, set or
     frozenset (one of them) or to `Not(value)`; `order` names columns, `-column` for descending,
-    `INSERTED` for the order of first writes. Writes outside `transaction()` are not allowed: an
+    `INSERTED` for the order of first writes. Rows are written inside `transaction()` only: an
     act's rows land together or not at all."""
 
     read_only: bool
