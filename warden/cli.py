@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "driver.entries_cli",  # skills and templates: list/show/history/propose|save/approve/reject/retire
     "driver.learnings_cli",  # learnings list/show/promote/review/reject/retire
     "warden.config_cli",  # config show
+    "warden.store_cli",  # store migrate/status
 )
 
 # Each top-level command: the module that registers it, and its line in `warden --help`, in that
@@ -57,6 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "templates": ("driver.entries_cli", "templates: task specs with a TARGET placeholder, served by list_templates"),
     "learnings": ("driver.learnings_cli", "learnings: advice from failures and breakers, reviewed by a person"),
     "config": ("warden.config_cli", "show the effective settings of a command"),
+    "store": ("warden.store_cli", "migrate and inspect the store (SQLite files or a shared PostgreSQL)"),
 }
 COMMAND_OWNERS = {name: owner for name, (owner, _help) in COMMANDS.items()}
 _HELP_FLAGS = ("-h", "--help")

@@ -45,7 +45,7 @@ from checkpoint.server.refusals import no_principal
 from checkpoint.server.reload import PolicyStore
 from checkpoint.server.run_acts import RunActs
 from checkpoint.server.runs import MAX_RUN_ID, Established, Refused, RunTokens, child_run
-from checkpoint.server.single_use import SingleUse
+from checkpoint.server.single_use import SingleUseStore
 from warden import canonical, codes, grants
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import InvalidArgument, PermissionDenied, Unavailable
@@ -93,7 +93,7 @@ class CheckpointService:
         decisions: DecisionLog,
         key: grants.SigningKey,
         metrics: Metrics,
-        single_use: SingleUse,
+        single_use: SingleUseStore,
         *,
         max_batch_items: int = MAX_BATCH_ITEMS,
         learnings: LearningStore | None = None,
