@@ -18,6 +18,7 @@ from warden.store.url import add_store_flags, store_of
 # warden.store.migrations.Schema; imported only by these commands.
 SCHEMAS: tuple[str, ...] = (
     "checkpoint.server.single_use_pg:SCHEMA",
+    "toolrunner.receipts.postgresql:SCHEMA",
     "checkpoint.audit.pg_schema:SCHEMA",
 )
 

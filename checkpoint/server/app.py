@@ -282,7 +282,7 @@ def create_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),
         # tracing adds none when it is off, so Check() runs no tracing code at all then; the drain
-        # gate is asked inside each handler (grpc_api.py), health and reflection never refused
+        # gate is asked inside each handler (servicers/handling.py), health and reflection never refused
         interceptors=tracing.server_interceptors(),
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),

@@ -129,6 +129,27 @@ def test_the_database_gone_is_a_code_and_its_return_needs_no_restart(pg_server, 
         db.close()
 
 
+def test_after_a_long_outage_the_store_is_back_as_soon_as_the_database(pg_server, pg_url):
+    """The pool's own retries back off (1, 2, 4, 8 s...); left alone, it would sleep on well after
+    the database returned. 12 s down: the next attempt of a backed-off pool would be 3 s late."""
+    db = open_db(pg_url, pool_timeout=0.5)
+    try:
+        pg_server.stop()
+        try:
+            down_until = time.monotonic() + 12
+            while time.monotonic() < down_until:
+                assert not db.ping()
+                time.sleep(0.5)
+        finally:
+            pg_server.start()
+        back = time.monotonic()
+        while not db.ping():
+            time.sleep(0.05)
+        assert time.monotonic() - back < 2.0
+    finally:
+        db.close()
+
+
 def _warden(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "warden.cli", *argv], capture_output=True, text=True,
                           timeout=60, env={**os.environ, **(env or {})})
