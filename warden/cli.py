@@ -28,6 +28,8 @@ _COMMAND_MODULES = (
     "driver.entries_cli",  # skills and templates: list/show/history/propose|save/approve/reject/retire
     "driver.learnings_cli",  # learnings list/show/promote/review/reject/retire
     "warden.config_cli",  # config show
+    "warden.hooks.cli",  # hook claude-code
+    "warden.client.inbox_cli",  # inbox list/approve/reject
 )
 
 # Each top-level command: the module that registers it, and its line in `warden --help`, in that
@@ -57,6 +59,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "templates": ("driver.entries_cli", "templates: task specs with a TARGET placeholder, served by list_templates"),
     "learnings": ("driver.learnings_cli", "learnings: advice from failures and breakers, reviewed by a person"),
     "config": ("warden.config_cli", "show the effective settings of a command"),
+    "hook": ("warden.hooks.cli", "permission hooks for agents warden does not host"),
+    "inbox": ("warden.client.inbox_cli", "calls the hooks and the MCP gateway asked a person to approve"),
 }
 COMMAND_OWNERS = {name: owner for name, (owner, _help) in COMMANDS.items()}
 _HELP_FLAGS = ("-h", "--help")

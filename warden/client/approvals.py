@@ -9,10 +9,12 @@ something to the checkpoint, for that one call.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
@@ -22,8 +24,30 @@ CREATE TABLE IF NOT EXISTS approvals (
   token TEXT NOT NULL,        -- the approval token ('' for a rejection)
   approver_decision TEXT NOT NULL,
   at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS asked (
+  decision_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  arguments TEXT NOT NULL,    -- JSON, for the person to read before they decide
+  reason TEXT NOT NULL,
+  asked_by TEXT NOT NULL,     -- the adapter and the principal it checks for
+  at REAL NOT NULL
 )
 """
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A call that waits for a person: what they read before they approve or reject it."""
+
+    decision_id: str
+    run_id: str
+    tool: str
+    arguments: dict[str, Any]
+    reason: str
+    asked_by: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -42,11 +66,27 @@ class ApprovalInbox:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
-            db.execute(_SCHEMA)
+            db.executescript(_SCHEMA)
         self.path.chmod(0o600)  # tokens are bound to one call, but still nobody else's to read
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=10, isolation_level=None)
+
+    def ask(self, asked: Asked) -> None:
+        with self._connect() as db:
+            db.execute("INSERT OR REPLACE INTO asked VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (asked.decision_id, asked.run_id, asked.tool, json.dumps(asked.arguments, default=repr),
+                        asked.reason, asked.asked_by, asked.at))
+
+    def waiting(self) -> list[Asked]:
+        """The calls asked for and not yet answered, oldest first."""
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM asked WHERE decision_id NOT IN (SELECT decision_id FROM approvals) "
+                              "ORDER BY at").fetchall()
+        return [Asked(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    def asked(self, decision_id: str) -> Asked | None:
+        return next((a for a in self.waiting() if a.decision_id == decision_id), None)
 
     def put(self, outcome: ApprovalOutcome) -> None:
         with self._connect() as db:
@@ -68,6 +108,7 @@ class ApprovalInbox:
         if found is not None:
             with self._connect() as db:
                 db.execute("DELETE FROM approvals WHERE decision_id = ?", (decision_id,))
+                db.execute("DELETE FROM asked WHERE decision_id = ?", (decision_id,))
         return found
 
     def wait(self, decision_id: str, timeout: float, *, poll: float = 0.1) -> ApprovalOutcome | None:
