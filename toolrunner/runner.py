@@ -46,7 +46,7 @@ from toolrunner.errors import (
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
 from toolrunner.policies import LoadedTools, PolicySource, tool_specs
-from toolrunner.scrub import Scrubber, StreamScrubber, apply
+from warden.scrub import Scrubber, StreamScrubber, apply
 from toolrunner.store import ReceiptStore
 from warden import canonical, grants, tracing
 from warden.structs import struct_to_dict
