@@ -46,9 +46,9 @@ from toolrunner.errors import (
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
 from toolrunner.policies import LoadedTools, PolicySource, tool_specs
-from warden.scrub import Scrubber, StreamScrubber, apply
 from toolrunner.store import ReceiptStore
 from warden import canonical, grants, tracing
+from warden.scrub import Scrubber, StreamScrubber, apply
 from warden.structs import struct_to_dict
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.tools import Tool

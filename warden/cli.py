@@ -30,6 +30,7 @@ _COMMAND_MODULES = (
     "warden.config_cli",  # config show
     "warden.hooks.cli",  # hook claude-code
     "warden.client.inbox_cli",  # inbox list/approve/reject
+    "warden.mcp.cli",  # mcp serve, mcp pins
 )
 
 # Each top-level command: the module that registers it, and its line in `warden --help`, in that
@@ -61,6 +62,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("warden.config_cli", "show the effective settings of a command"),
     "hook": ("warden.hooks.cli", "permission hooks for agents warden does not host"),
     "inbox": ("warden.client.inbox_cli", "calls the hooks and the MCP gateway asked a person to approve"),
+    "mcp": ("warden.mcp.cli", "a governing MCP gateway in front of MCP servers"),
 }
 COMMAND_OWNERS = {name: owner for name, (owner, _help) in COMMANDS.items()}
 _HELP_FLAGS = ("-h", "--help")

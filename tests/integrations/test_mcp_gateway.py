@@ -1,0 +1,144 @@
+"""`warden mcp serve`, the real command over stdio, driven by the SDK's own client, fronting an
+upstream written with the Python SDK, against a real checkpoint."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from warden.client import ApprovalInbox, CheckpointClient
+
+from .conftest import ALICE_TOKEN, GATEWAY_TOKEN, REPO
+
+UPSTREAM = Path(__file__).with_name("fs_upstream.py")
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+
+@pytest.fixture
+def gateway(checkpoint, tmp_path: Path):
+    token = tmp_path / "gateway.token"
+    token.write_text(GATEWAY_TOKEN + "\n")
+    token.chmod(0o600)
+    state = tmp_path / "state"
+
+    def settings(checkpoint_address: str = checkpoint.address, variant: str = "") -> Path:
+        path = tmp_path / "mcp.toml"
+        path.write_text(f'checkpoint = "{checkpoint_address}"\ntoken_file = "{token}"\nperson = "alice"\n'
+                        f'agent = "files"\nstate = "{state}"\ntimeout = 3\n\n[upstreams.fs]\n'
+                        f'command = "{sys.executable}"\nargs = ["{UPSTREAM}"]\nenv = {{UPSTREAM_VARIANT = "{variant}"}}\n')
+        return path
+
+    def session(**kwargs: Any) -> Client:
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "warden.cli", "mcp", "serve", "--settings", str(settings(**kwargs))],
+                                       env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
+        return Client(params, cache=None)
+
+    session.inbox = state / "approvals.db"  # type: ignore[attr-defined]
+    return session
+
+
+def text(result) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+def refused(result) -> dict:
+    assert result.is_error, text(result)
+    return result.structured_content["warden"]
+
+
+def tool_calls(checkpoint) -> list[tuple[str, str]]:
+    return [(r["tool"], r["code"]) for r in checkpoint.records() if r["action"] == "tool_call"]
+
+
+def test_the_client_sees_only_what_the_policy_allows_and_each_call_is_decided(gateway, checkpoint):
+    (checkpoint.shared / "notes.txt").write_text("meeting at ten\n")
+
+    async def scenario():
+        async with gateway() as client:
+            listed = sorted(t.name for t in (await client.list_tools()).tools)
+            assert listed == ["fs__list_directory", "fs__read_text_file", "fs__write_file"]  # no delete_file
+            inside = await client.call_tool("fs__read_text_file", {"path": f"{checkpoint.shared}/notes.txt"})
+            assert not inside.is_error and "meeting at ten" in text(inside)
+            outside = await client.call_tool("fs__read_text_file", {"path": "/etc/passwd"})
+            assert refused(outside)["code"] == "subject_out_of_scope"
+            never_shown = await client.call_tool("fs__delete_file", {"path": f"{checkpoint.shared}/notes.txt"})
+            assert refused(never_shown)["code"] == "unknown_tool"
+            bad = await client.call_tool("fs__read_text_file", {"path": 42})
+            assert refused(bad)["code"] == "invalid_arguments"
+
+    anyio.run(scenario)
+    assert (checkpoint.shared / "notes.txt").exists()
+    assert tool_calls(checkpoint)[:2] == [("fs__read_text_file", "allowed"), ("fs__read_text_file", "subject_out_of_scope")]
+
+
+def test_a_write_waits_for_a_person_and_runs_once_approved(gateway, checkpoint):
+    target = checkpoint.shared / "out.txt"
+    call = {"path": str(target), "content": "approved text"}
+
+    async def scenario():
+        async with gateway() as client:
+            asked = refused(await client.call_tool("fs__write_file", call))
+            assert asked["code"] == "approval_required" and asked["approval_id"]
+            assert not target.exists()  # the upstream never saw it
+            pending = refused(await client.call_tool("fs__write_file", call))
+            assert pending["code"] == "approval_pending"
+            inbox = ApprovalInbox(gateway.inbox)
+            with CheckpointClient(checkpoint.address, token=ALICE_TOKEN) as person:
+                waiting = inbox.asked(asked["approval_id"])
+                assert waiting is not None and waiting.tool == "fs__write_file"
+                inbox.put(person.approve(waiting.run_id, waiting.decision_id, "fine"))
+            done = await client.call_tool("fs__write_file", call)
+            assert not done.is_error, text(done)
+            asked_again = refused(await client.call_tool("fs__write_file", call))
+            assert asked_again["code"] == "approval_required"  # an approval is spent once
+
+    anyio.run(scenario)
+    assert target.read_text() == "approved text"
+    assert [r["approver"] for r in checkpoint.records() if r["action"] == "approval"] == ["alice"]
+
+
+def test_a_secret_in_a_result_is_scrubbed(gateway, checkpoint):
+    (checkpoint.shared / "config.env").write_text(f"AWS_ACCESS_KEY_ID={AWS_KEY}\nregion=eu-west-1\n")
+
+    async def scenario():
+        async with gateway() as client:
+            result = await client.call_tool("fs__read_text_file", {"path": f"{checkpoint.shared}/config.env"})
+            assert not result.is_error
+            assert AWS_KEY not in json.dumps(result.model_dump(mode="json")) and "[masked:" in text(result)
+            assert "region=eu-west-1" in text(result)
+
+    anyio.run(scenario)
+
+
+def test_an_upstream_tool_that_changed_after_admission_is_refused(gateway, checkpoint):
+    async def admitted():
+        async with gateway() as client:
+            assert "fs__read_text_file" in {t.name for t in (await client.list_tools()).tools}
+
+    async def changed():
+        async with gateway(variant="changed") as client:
+            assert "fs__read_text_file" not in {t.name for t in (await client.list_tools()).tools}
+            result = await client.call_tool("fs__read_text_file", {"path": f"{checkpoint.shared}/x"})
+            assert refused(result)["code"] == "upstream_tool_changed"
+            # the tools that did not change are still served
+            assert not (await client.call_tool("fs__list_directory", {"path": f"{checkpoint.shared}/"})).is_error
+
+    anyio.run(admitted)
+    anyio.run(changed)
+
+
+def test_with_the_checkpoint_unreachable_every_call_is_a_tool_error(gateway, checkpoint):
+    async def scenario():
+        async with gateway(checkpoint_address="127.0.0.1:1") as client:
+            result = await client.call_tool("fs__list_directory", {"path": f"{checkpoint.shared}/"})
+            assert refused(result)["code"] == "checkpoint_unavailable"
+
+    anyio.run(scenario)
