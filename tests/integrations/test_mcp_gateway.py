@@ -4,6 +4,8 @@ upstream written with the Python SDK, against a real checkpoint."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,13 @@ def gateway(checkpoint, tmp_path: Path):
     token.chmod(0o600)
     state = tmp_path / "state"
 
-    def settings(checkpoint_address: str = checkpoint.address, variant: str = "") -> Path:
+    def settings(checkpoint_address: str = checkpoint.address, variant: str = "",
+                 upstream: tuple[str, ...] = (sys.executable, str(UPSTREAM))) -> Path:
         path = tmp_path / "mcp.toml"
         path.write_text(f'checkpoint = "{checkpoint_address}"\ntoken_file = "{token}"\nperson = "alice"\n'
                         f'agent = "files"\nstate = "{state}"\ntimeout = 3\n\n[upstreams.fs]\n'
-                        f'command = "{sys.executable}"\nargs = ["{UPSTREAM}"]\nenv = {{UPSTREAM_VARIANT = "{variant}"}}\n')
+                        f'command = {json.dumps(upstream[0])}\nargs = {json.dumps(list(upstream[1:]))}\n'
+                        f'env = {{UPSTREAM_VARIANT = "{variant}"}}\n')
         return path
 
     def session(**kwargs: Any) -> Client:
@@ -70,13 +74,14 @@ def test_the_client_sees_only_what_the_policy_allows_and_each_call_is_decided(ga
             outside = await client.call_tool("fs__read_text_file", {"path": "/etc/passwd"})
             assert refused(outside)["code"] == "subject_out_of_scope"
             never_shown = await client.call_tool("fs__delete_file", {"path": f"{checkpoint.shared}/notes.txt"})
-            assert refused(never_shown)["code"] == "unknown_tool"
+            assert refused(never_shown)["code"] == "unknown_tool"  # the checkpoint's: no policy names it
             bad = await client.call_tool("fs__read_text_file", {"path": 42})
             assert refused(bad)["code"] == "invalid_arguments"
 
     anyio.run(scenario)
     assert (checkpoint.shared / "notes.txt").exists()
-    assert tool_calls(checkpoint)[:2] == [("fs__read_text_file", "allowed"), ("fs__read_text_file", "subject_out_of_scope")]
+    assert tool_calls(checkpoint)[:3] == [("fs__read_text_file", "allowed"), ("fs__read_text_file", "subject_out_of_scope"),
+                                          ("fs__delete_file", "unknown_tool")]  # the call never shown is recorded
 
 
 def test_a_write_waits_for_a_person_and_runs_once_approved(gateway, checkpoint):
@@ -142,3 +147,47 @@ def test_with_the_checkpoint_unreachable_every_call_is_a_tool_error(gateway, che
             assert refused(result)["code"] == "checkpoint_unavailable"
 
     anyio.run(scenario)
+
+
+REFERENCE = REPO / "examples" / "mcp" / "filesystem-server"
+REFERENCE_MAIN = REFERENCE / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+
+
+@pytest.fixture
+def reference_server() -> str:
+    """The npm reference filesystem server (installed with `npm install` in examples/mcp/filesystem-server)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    if not REFERENCE_MAIN.exists():
+        npm = shutil.which("npm")
+        done = npm and subprocess.run([npm, "install", "--no-audit", "--no-fund"], cwd=REFERENCE,
+                                      capture_output=True, timeout=300)
+        if not done or done.returncode != 0:
+            pytest.skip("@modelcontextprotocol/server-filesystem is not installed and `npm install` failed")
+    return node
+
+
+def test_the_reference_filesystem_server_behind_the_gateway(gateway, checkpoint, reference_server):
+    shared = checkpoint.shared.resolve()
+    (shared / "notes.txt").write_text(f"token: {AWS_KEY}\n")
+    target = shared / "new.txt"
+
+    async def scenario():
+        # the server itself may reach / : the policy's scope is what fences it
+        async with gateway(upstream=(reference_server, str(REFERENCE_MAIN), "/")) as client:
+            listed = {t.name for t in (await client.list_tools()).tools}
+            assert listed == {"fs__list_directory", "fs__read_text_file", "fs__write_file"}
+            inside = await client.call_tool("fs__read_text_file", {"path": f"{shared}/notes.txt"})
+            assert not inside.is_error and "token:" in text(inside) and AWS_KEY not in text(inside)
+            outside = await client.call_tool("fs__read_text_file", {"path": "/etc/hostname"})
+            assert refused(outside)["code"] == "subject_out_of_scope"
+            asked = refused(await client.call_tool("fs__write_file", {"path": str(target), "content": "hi"}))
+            assert asked["code"] == "approval_required"
+            inbox = ApprovalInbox(gateway.inbox)
+            with CheckpointClient(checkpoint.address, token=ALICE_TOKEN) as person:
+                inbox.put(person.approve(inbox.asked(asked["approval_id"]).run_id, asked["approval_id"]))
+            assert not (await client.call_tool("fs__write_file", {"path": str(target), "content": "hi"})).is_error
+
+    anyio.run(scenario)
+    assert target.read_text() == "hi"

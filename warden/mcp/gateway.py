@@ -84,7 +84,7 @@ class Gateway:
             await self._refresh(run)
             exposed = self.tools.get(params.name)
         if exposed is None:
-            return refusal(codes.UNKNOWN_TOOL, f"no tool {params.name!r} is shown to this client")
+            return await self._never_shown(run, params.name, arguments)
         if exposed.refused:
             return refusal(exposed.refused, f"the upstream's tool {exposed.upstream_name!r} is refused "
                            f"({exposed.refused}); a person must review it (`warden mcp pins`)")
@@ -111,6 +111,17 @@ class Gateway:
         if not decision.allowed:
             return refusal(decision.code, decision.reason, verdict=decision.verdict, decision_id=decision.decision_id)
         return await self._forward(run, exposed, decision.arguments or arguments)
+
+    async def _never_shown(self, run: Run, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """A call of a tool this client was never shown is still a Check, so it is on the record
+        with the principal; whatever the answer, no upstream has such a tool to call."""
+        try:
+            decision = await anyio.to_thread.run_sync(lambda: self.checkpoint.check(run, name, arguments))
+        except ClientError as exc:
+            return refusal(exc.code, exc.message)
+        if not decision.allowed:
+            return refusal(decision.code, decision.reason, verdict=decision.verdict, decision_id=decision.decision_id)
+        return refusal(codes.UNKNOWN_TOOL, f"no upstream serves a tool {name!r} to this client")
 
     def _ask(self, run: Run, name: str, arguments: dict[str, Any], call: str, decision: Decision) -> types.CallToolResult:
         self.inbox.ask(Asked(decision.decision_id, run.run_id, name, arguments, decision.reason,
