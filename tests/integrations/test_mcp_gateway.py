@@ -4,16 +4,21 @@ upstream written with the Python SDK, against a real checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from warden.client import ApprovalInbox, CheckpointClient
 
@@ -191,3 +196,66 @@ def test_the_reference_filesystem_server_behind_the_gateway(gateway, checkpoint,
 
     anyio.run(scenario)
     assert target.read_text() == "hi"
+
+
+ALICE_CLIENT_TOKEN = "alice-laptop-token-0123456789abcdef"
+BOB_CLIENT_TOKEN = "bob-box-token-0123456789abcdef"
+
+
+@pytest.fixture
+def http_gateway(checkpoint, tmp_path: Path):
+    token = tmp_path / "gateway.token"
+    token.write_text(GATEWAY_TOKEN + "\n")
+    clients = tmp_path / "clients.tokens"
+    clients.write_text(f"alice-laptop {ALICE_CLIENT_TOKEN}\nbob-box {BOB_CLIENT_TOKEN}\n")
+    for f in (token, clients):
+        f.chmod(0o600)
+    settings = tmp_path / "mcp-http.toml"
+    settings.write_text(f'checkpoint = "{checkpoint.address}"\ntoken_file = "{token}"\nstate = "{tmp_path / "state"}"\n'
+                        f'clients_file = "{clients}"\n\n[clients.alice-laptop]\nperson = "alice"\nagent = "files"\n\n'
+                        f'[clients.bob-box]\nperson = "bob"\nagent = "files"\n\n[upstreams.fs]\n'
+                        f'command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(UPSTREAM))}]\n')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "warden.cli", "mcp", "serve", "--http", f"127.0.0.1:{port}",
+                             "--settings", str(settings)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def http_client(url: str, token: str | None) -> Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers)), cache=None)
+
+
+def test_over_http_each_client_is_decided_for_its_own_person_by_its_token(http_gateway, checkpoint):
+    (checkpoint.shared / "notes.txt").write_text("hello\n")
+
+    async def scenario():
+        async with http_client(http_gateway, ALICE_CLIENT_TOKEN) as alice:
+            assert len((await alice.list_tools()).tools) == 3
+            read = await alice.call_tool("fs__read_text_file", {"path": f"{checkpoint.shared}/notes.txt"})
+            assert not read.is_error and "hello" in text(read)
+        async with http_client(http_gateway, BOB_CLIENT_TOKEN) as bob:
+            await bob.call_tool("fs__list_directory", {"path": f"{checkpoint.shared}/"})
+        async with httpx2.AsyncClient() as raw:
+            for headers in ({}, {"Authorization": "Bearer not-a-token-of-the-gateway"}):
+                answer = await raw.post(http_gateway, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                        headers={**headers, "Accept": "application/json, text/event-stream"})
+                assert answer.status_code == 401
+
+    anyio.run(scenario)
+    people = {(r["tool"], r["accountable_person"]) for r in checkpoint.records() if r["action"] == "tool_call"}
+    assert people == {("fs__read_text_file", "alice"), ("fs__list_directory", "bob")}

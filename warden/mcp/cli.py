@@ -13,9 +13,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 description="Front MCP servers: the client sees only what the policy allows, and "
                                 "every tools/call is a Check() first (docs/mcp.md).")
     sub = mcp.add_subparsers(dest="mcp_command", metavar="SUBCOMMAND")
-    serve = sub.add_parser("serve", help="serve MCP clients over stdio",
+    serve = sub.add_parser("serve", help="serve MCP clients over stdio or streamable HTTP",
                            description="Serve one MCP client over stdio, for the person and agent of the settings "
-                           "file, fronting its upstreams.")
+                           "file; or, with --http, every client named in its [clients.NAME] over streamable HTTP, "
+                           "each for its own person and agent by its bearer token.")
+    serve.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio")
     pins = sub.add_parser("pins", help="the upstream tool definitions pinned at admission")
     pins.add_argument("action", choices=("list", "accept"))
     pins.add_argument("names", nargs="*", metavar="NAME", help="for accept: the tools whose new definition you reviewed")
@@ -40,25 +42,38 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
 
     settings = _settings(args)
-    anyio.run(_serving, settings)
+    if args.http and not settings.clients:
+        raise SystemExit("warden mcp: --http serves the clients of [clients.NAME]; the settings name none")
+    if not args.http and not (settings.person and settings.agent):
+        raise SystemExit("warden mcp: serving stdio needs `person` and `agent` in the settings")
+    anyio.run(_serving, settings, args.http)
     return 0
 
 
-async def _serving(settings: Any) -> None:
-    from mcp.server.stdio import stdio_server
-
+async def _serving(settings: Any, http: str | None) -> None:
+    from warden.auth import load_tokens
     from warden.client import ApprovalInbox, CheckpointClient
     from warden.datafolder import read_credential
     from warden.mcp.gateway import Gateway
     from warden.mcp.pins import Pins
+    from warden.mcp.principals import Principals
     from warden.mcp.upstreams import Upstreams
 
     token = read_credential(settings.token_file)
+    tokens = load_tokens(settings.clients_file, require_names=True) if settings.clients_file else {}
+    principals = Principals(settings, tokens)
     with CheckpointClient(settings.checkpoint, token=token, timeout=settings.timeout) as checkpoint:
         async with Upstreams(settings.upstreams) as upstreams:
             gateway = Gateway(settings, checkpoint, upstreams, Pins(settings.state / "mcp-pins.json"),
-                              ApprovalInbox(settings.state / "approvals.db"))
+                              ApprovalInbox(settings.state / "approvals.db"), principals)
             server = gateway.server()
+            if http:
+                from warden.mcp.http import serve_http
+
+                await serve_http(server, principals, http)
+                return
+            from mcp.server.stdio import stdio_server
+
             async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
 
