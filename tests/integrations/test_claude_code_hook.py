@@ -122,3 +122,15 @@ def test_a_hook_without_its_credential_blocks_the_call(hook):
     done = hook.warden("hook", "claude-code", "--token-file", "/nonexistent", "--person", "alice",
                        stdin=json.dumps({"hook_event_name": "PreToolUse"}))
     assert done.returncode == 2 and done.stdout == "" and "credential" in done.stderr
+
+
+def test_a_halt_ends_the_sessions_calls(hook, checkpoint):
+    same = {"file_path": f"{checkpoint.shared}/a.txt"}
+    for _ in range(3):  # acme's repetition ceiling: the fourth identical call halts
+        assert decision(hook("Read", same))[0] == "allow"
+    verdict, reason = decision(hook("Read", same))
+    assert verdict == "deny" and "breaker_repetition" in reason
+    verdict, reason = decision(hook("Read", {"file_path": f"{checkpoint.shared}/b.txt"}))
+    assert verdict == "deny" and "run_ended" in reason
+    # a new session is a new run
+    assert decision(hook("Read", {"file_path": f"{checkpoint.shared}/b.txt"}, session="s-2"))[0] == "allow"

@@ -145,6 +145,23 @@ def test_an_upstream_tool_that_changed_after_admission_is_refused(gateway, check
     anyio.run(changed)
 
 
+def test_a_halt_ends_the_runs_calls(gateway, checkpoint):
+    (checkpoint.shared / "a.txt").write_text("a")
+
+    async def scenario():
+        async with gateway() as client:
+            same = {"path": f"{checkpoint.shared}/a.txt"}
+            for _ in range(3):  # acme's repetition ceiling: the fourth identical call halts
+                assert not (await client.call_tool("fs__read_text_file", same)).is_error
+            halted = refused(await client.call_tool("fs__read_text_file", same))
+            assert (halted["verdict"], halted["code"]) == ("HALT", "breaker_repetition")
+            other = refused(await client.call_tool("fs__list_directory", {"path": f"{checkpoint.shared}/"}))
+            assert other["code"] == "run_ended"
+
+    anyio.run(scenario)
+    assert tool_calls(checkpoint)[-2:] == [("fs__read_text_file", "breaker_repetition"), ("fs__list_directory", "run_ended")]
+
+
 def test_with_the_checkpoint_unreachable_every_call_is_a_tool_error(gateway, checkpoint):
     async def scenario():
         async with gateway(checkpoint_address="127.0.0.1:1") as client:

@@ -107,6 +107,10 @@ class ClaudeCodeHook:
         self.sessions.save(key, run)
         if decision.verdict == "REQUIRE_APPROVAL":
             return self._asked(key, call, run, tool, arguments, decision)
+        if decision.verdict == "HALT":
+            # a HALT ends the run's calls: with its end recorded, the checkpoint refuses every later
+            # call of this session (run_ended); a new session starts a new run
+            self.client.end_run(run, status="failed", code=decision.code)
         return self._answer(decision)
 
     def _start(self, key: str, event: dict[str, Any], agent_id: str) -> Run:

@@ -127,9 +127,21 @@ class Gateway:
             return refusal(exc.code, exc.message)
         if decision.verdict == "REQUIRE_APPROVAL":
             return self._ask(who, served, exposed.name, arguments, call, decision)
+        if decision.verdict == "HALT":
+            return await self._halt(run, decision)
         if not decision.allowed:
             return refusal(decision.code, decision.reason, verdict=decision.verdict, decision_id=decision.decision_id)
         return await self._forward(run, exposed, decision.arguments or arguments)
+
+    async def _halt(self, run: Run, decision: Decision) -> types.CallToolResult:
+        """A HALT ends the run's calls: its end is recorded, so the checkpoint refuses every later
+        call of it (`run_ended`, on the record); a new gateway starts a new run."""
+        try:
+            await anyio.to_thread.run_sync(lambda: self.checkpoint.end_run(run, status="failed", code=decision.code))
+        except ClientError:
+            pass  # the HALT stands either way; an end not recorded leaves the breaker to trip again
+        return refusal(decision.code, f"{decision.reason}; this run's calls have ended",
+                       verdict=decision.verdict, decision_id=decision.decision_id)
 
     async def _never_shown(self, run: Run, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """A call of a tool this client was never shown is still a Check, so it is on the record
