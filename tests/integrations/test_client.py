@@ -95,3 +95,25 @@ def test_an_unreachable_checkpoint_raises_unavailable():
             pytest.raises(CheckpointUnavailable) as refused:
         client.start_run(person="alice", agent="files")
     assert refused.value.code == "checkpoint_unavailable" and time.monotonic() - started < 5
+
+
+def test_the_async_client_makes_the_same_calls(checkpoint, tmp_path):
+    import asyncio
+
+    from warden.client import AsyncCheckpointClient
+
+    async def scenario():
+        inbox = ApprovalInbox(tmp_path / "approvals.db")
+        async with AsyncCheckpointClient(checkpoint.address, token=GATEWAY_TOKEN) as agent, \
+                AsyncCheckpointClient(checkpoint.address, token=ALICE_TOKEN) as person:
+            run = await agent.start_run(person="alice", agent="files")
+            call = {"path": f"{checkpoint.shared}/w.txt", "content": "w"}
+            asked = await agent.check(run, "fs__write_file", call)
+            assert asked.verdict == "REQUIRE_APPROVAL"
+            waiting = asyncio.ensure_future(agent.wait_for_approval(inbox, asked, timeout=10))
+            inbox.put(await person.approve(run.run_id, asked.decision_id))
+            allowed = await agent.check(run, "fs__write_file", call, approval=await waiting)
+            assert (allowed.verdict, allowed.rule) == ("ALLOW", "approval")
+            assert (await agent.end_run(run)).verdict == "ALLOW"
+
+    asyncio.run(scenario())

@@ -6,10 +6,11 @@ adapter (the Claude Code hook, the MCP gateway) is thin over this package. It sp
 checkpoint's gRPC contract (proto/warden/checkpoint/v1) and nothing else of warden's processes.
 """
 
+from warden.client.aio import AsyncCheckpointClient
 from warden.client.approvals import ApprovalInbox, ApprovalOutcome, Asked
 from warden.client.checkpoint import CheckpointClient
 from warden.client.failures import CheckpointUnavailable, ClientError
 from warden.client.runs import Decision, Run
 
-__all__ = ["ApprovalInbox", "ApprovalOutcome", "Asked", "CheckpointClient", "CheckpointUnavailable", "ClientError",
+__all__ = ["ApprovalInbox", "ApprovalOutcome", "Asked", "AsyncCheckpointClient", "CheckpointClient", "CheckpointUnavailable", "ClientError",
            "Decision", "Run"]
