@@ -12,9 +12,7 @@ breaker trips.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import shutil
 import statistics
 import sys
 import tempfile
@@ -50,8 +48,7 @@ def main(argv: list[str]) -> None:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    from checkpoint.server import AuthPolicy, create_server
-    from warden.grants import SigningKey
+    from demo.mcp_world import start_checkpoint
 
     parser = argparse.ArgumentParser(prog="bench_mcp_gateway")
     parser.add_argument("--calls", type=int, default=200)
@@ -62,21 +59,12 @@ def main(argv: list[str]) -> None:
         shared.mkdir()
         for i in range(args.calls + 5):
             (shared / f"f{i}.txt").write_text(f"line {i}\n")
-        policies = tmp / "policies"
-        shutil.copytree(ROOT / "policies", policies)
-        for path in (ROOT / "examples" / "mcp" / "policies").rglob("*.yaml"):
-            out = policies / path.relative_to(ROOT / "examples" / "mcp" / "policies")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(path.read_text().replace("/srv/shared", str(shared)))
-        server, port = create_server("127.0.0.1:0", uds_path=tmp / "cp.sock", policy_dir=policies, data_dir=tmp / "data",
-                                     key=SigningKey.generate(),
-                                     auth=AuthPolicy(tokens={hashlib.sha256(TOKEN.encode()).digest(): "mcp-gateway"}))
-        server.start()
+        server, address = start_checkpoint(tmp, shared, {TOKEN: "mcp-gateway"})
         token = tmp / "gateway.token"
         token.write_text(TOKEN + "\n")
         token.chmod(0o600)
         settings = tmp / "mcp.toml"
-        settings.write_text(f'checkpoint = "127.0.0.1:{port}"\ntoken_file = "{token}"\nperson = "alice"\n'
+        settings.write_text(f'checkpoint = "{address}"\ntoken_file = "{token}"\nperson = "alice"\n'
                             f'agent = "files"\nstate = "{tmp / "state"}"\n\n[upstreams.fs]\n'
                             f'command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(UPSTREAM))}]\n')
         env = {"PYTHONPATH": str(ROOT)}
