@@ -109,7 +109,7 @@ class ClaudeCodeHook:
             return self._asked(key, call, run, tool, arguments, decision)
         if decision.verdict == "HALT":
             # a HALT ends the run's calls: with its end recorded, the checkpoint refuses every later
-            # call of this session (run_ended); a new session starts a new run
+            # call of the Claude Code session (run_ended); a new one starts a new run
             self.client.end_run(run, status="failed", code=decision.code)
         return self._answer(decision)
 
