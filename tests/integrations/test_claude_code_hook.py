@@ -80,6 +80,7 @@ def test_a_shell_command_waits_for_the_person_and_runs_once_they_approve(hook, c
     approved = hook.warden("inbox", "approve", decision_id, "--inbox", str(hook.inbox), "--checkpoint",
                            checkpoint.address, "--credential", str(hook.person_credential))
     assert approved.returncode == 0, approved.stderr
+    assert 'the checkpoint recorded: claude.bash {"command": "make test"' in approved.stdout
     assert decision(hook("Bash", command))[0] == "allow"
     approval = [r for r in checkpoint.records() if r["action"] == "approval"]
     assert [(r["approver"], r["code"]) for r in approval] == [("alice", "approved")]
@@ -134,3 +135,16 @@ def test_a_halt_ends_the_sessions_calls(hook, checkpoint):
     assert verdict == "deny" and "run_ended" in reason
     # a new session is a new run
     assert decision(hook("Read", {"file_path": f"{checkpoint.shared}/b.txt"}, session="s-2"))[0] == "allow"
+
+
+def test_the_person_approves_the_call_the_checkpoint_recorded_not_what_the_inbox_says(hook, checkpoint):
+    import sqlite3
+
+    decision_id = decision(hook("Bash", {"command": "rm -rf /"}))[1].split("warden inbox approve ", 1)[1].split("`")[0]
+    # a process that can write the inbox dresses the call up as another tool
+    with sqlite3.connect(hook.inbox) as db:
+        db.execute("UPDATE asked SET tool = 'claude.read', arguments = '{\"file_path\": \"/srv/shared/a\"}'")
+    refused = hook.warden("inbox", "approve", decision_id, "--inbox", str(hook.inbox), "--checkpoint",
+                          checkpoint.address, "--credential", str(hook.person_credential))
+    assert refused.returncode == 1 and "approval_mismatch" in refused.stderr
+    assert not [r for r in checkpoint.records() if r["action"] == "approval"]

@@ -15,8 +15,8 @@ from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
 from warden.client.approvals import ApprovalInbox, ApprovalOutcome
 from warden.client.failures import ClientError, client_error
-from warden.client.runs import Decision, Run
-from warden.structs import to_struct
+from warden.client.runs import VERDICTS, Decision, Run
+from warden.structs import struct_to_dict, to_struct
 
 SERVICE = cp.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 MODES = {"interactive": cp.RUN_MODE_INTERACTIVE, "background": cp.RUN_MODE_BACKGROUND}
@@ -104,6 +104,20 @@ class CheckpointClient:
         if got.decision.verdict != cp.VERDICT_ALLOW:
             raise ClientError(f"the rejection was refused: {got.decision.reason}", code=got.decision.code or "denied")
         return ApprovalOutcome(decision_id, run_id, False, "", got.decision.decision_id)
+
+    def recorded(self, run_id: str, decision_id: str) -> dict[str, Any] | None:
+        """The decision as the checkpoint's log holds it (the tool, the arguments as recorded, the
+        verdict), read with a credential that may audit the run's tenant; None when it is not there."""
+        request = cp.WatchDecisionsRequest(run_id=run_id, no_follow=True)
+        try:
+            for answer in self._stub.WatchDecisions(request, timeout=self.timeout, metadata=self._md):
+                record = answer.record
+                if record.decision_id == decision_id:
+                    return {"tool": record.tool, "verdict": VERDICTS.get(record.verdict, "DENY"), "code": record.code,
+                            "arguments": struct_to_dict(record.arguments, checked=False), "run_id": record.run_id}
+        except grpc.RpcError as err:
+            raise client_error(err) from None
+        return None
 
     def wait_for_approval(self, inbox: ApprovalInbox, decision: Decision, timeout: float) -> ApprovalOutcome | None:
         """The person's answer to a REQUIRE_APPROVAL decision, once their command relayed it."""

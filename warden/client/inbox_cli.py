@@ -62,6 +62,14 @@ def _act(args: argparse.Namespace, approve: bool) -> int:
         return 1
     with CheckpointClient(args.checkpoint, token=read_credential(Path(args.credential))) as client:
         try:
+            # what the person decides on is the call as the checkpoint recorded it, never only what
+            # the adapter that asked wrote in the inbox
+            record = client.recorded(asked.run_id, asked.decision_id)
+            if record is None or record["tool"] != asked.tool or record["verdict"] != "REQUIRE_APPROVAL":
+                print(f"warden inbox: the checkpoint's log holds no REQUIRE_APPROVAL of {asked.tool} as "
+                      f"{args.decision_id!r} in run {asked.run_id} (approval_mismatch)", file=sys.stderr)
+                return 1
+            print(f"the checkpoint recorded: {record['tool']} {json.dumps(record['arguments'])[:500]}")
             act = client.approve if approve else client.reject
             inbox.put(act(asked.run_id, asked.decision_id, args.note))
         except ClientError as exc:
