@@ -80,7 +80,8 @@ def test_a_shell_command_waits_for_the_person_and_runs_once_they_approve(hook, c
     approved = hook.warden("inbox", "approve", decision_id, "--inbox", str(hook.inbox), "--checkpoint",
                            checkpoint.address, "--credential", str(hook.person_credential))
     assert approved.returncode == 0, approved.stderr
-    assert 'the checkpoint recorded: claude.bash {"command": "make test"' in approved.stdout
+    assert 'the checkpoint recorded: claude.bash {"command": "make test", "description": "run the tests"}' \
+        in approved.stdout
     assert decision(hook("Bash", command))[0] == "allow"
     approval = [r for r in checkpoint.records() if r["action"] == "approval"]
     assert [(r["approver"], r["code"]) for r in approval] == [("alice", "approved")]
@@ -148,3 +149,32 @@ def test_the_person_approves_the_call_the_checkpoint_recorded_not_what_the_inbox
                           checkpoint.address, "--credential", str(hook.person_credential))
     assert refused.returncode == 1 and "approval_mismatch" in refused.stderr
     assert not [r for r in checkpoint.records() if r["action"] == "approval"]
+
+
+def test_parallel_calls_count_against_the_run_each_once(checkpoint, tmp_path):
+    """Claude Code runs the hooks of parallel tool calls at once, each a process of its own with
+    its own connections: four identical calls made together still trip the repetition breaker
+    (ceiling 3) on exactly one of them."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from warden.client import CheckpointClient
+    from warden.hooks.claude_code import ClaudeCodeHook, Settings
+
+    settings = Settings(checkpoint=checkpoint.address, token=GATEWAY_TOKEN, person="alice", state=tmp_path / "state",
+                        inbox=tmp_path / "state" / "approvals.db")
+    event = {"session_id": "s-par", "hook_event_name": "PreToolUse", "tool_name": "Read",
+             "tool_input": {"file_path": f"{checkpoint.shared}/a.txt"}}
+    with CheckpointClient(checkpoint.address, token=GATEWAY_TOKEN) as first:
+        ClaudeCodeHook(settings, first).decide({**event, "tool_input": {"file_path": f"{checkpoint.shared}/b"}})
+    together = threading.Barrier(4)
+
+    def one(_n: int) -> str:
+        with CheckpointClient(checkpoint.address, token=GATEWAY_TOKEN) as client:
+            hook = ClaudeCodeHook(settings, client)
+            together.wait()
+            return hook.decide(event)["hookSpecificOutput"]["permissionDecisionReason"]
+
+    with ThreadPoolExecutor(4) as pool:
+        reasons = list(pool.map(one, range(4)))
+    assert sum("breaker_repetition" in r for r in reasons) == 1, reasons

@@ -69,7 +69,7 @@ def _act(args: argparse.Namespace, approve: bool) -> int:
                 print(f"warden inbox: the checkpoint's log holds no REQUIRE_APPROVAL of {asked.tool} as "
                       f"{args.decision_id!r} in run {asked.run_id} (approval_mismatch)", file=sys.stderr)
                 return 1
-            print(f"the checkpoint recorded: {record['tool']} {json.dumps(record['arguments'])[:500]}")
+            print(f"the checkpoint recorded: {record['tool']} {json.dumps(record['arguments'], sort_keys=True)[:500]}")
             act = client.approve if approve else client.reject
             inbox.put(act(asked.run_id, asked.decision_id, args.note))
         except ClientError as exc:

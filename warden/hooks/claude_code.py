@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from warden.client import ApprovalInbox, ApprovalOutcome, Asked, CheckpointClient, ClientError, Decision, Run
 from warden.client.runs import call_digest
+from warden.filelock import SharedLock
 from warden.hooks.sessions import Sessions
 
 BLOCK = 2  # Claude Code's exit code for "blocking error": the call does not run
@@ -81,6 +82,9 @@ class ClaudeCodeHook:
         self.client = client
         self.sessions = Sessions(settings.state / "claude-code.db")
         self.inbox = ApprovalInbox(settings.inbox)
+        # Claude Code runs the hooks of parallel tool calls at once: each reads the run's counters,
+        # checks and writes them back under this lock, so no call's count is lost to another's
+        self.lock = SharedLock(settings.state / "claude-code.lock")
 
     def decide(self, event: dict[str, Any]) -> dict[str, Any]:
         sent = event.get("agent_id")
@@ -88,7 +92,6 @@ class ClaudeCodeHook:
         # a sub-agent acts in a run of its own, so its calls are told apart on the record
         key = event["session_id"] + (f"/{agent_id}" if agent_id else "")
         tool, arguments = tool_name(event["tool_name"]), event["tool_input"]
-        run = self.sessions.run(key) or self._start(key, event, agent_id)
         call = call_digest(tool, arguments)
         approval = None
         waiting = self.sessions.waiting(key, call)
@@ -100,18 +103,25 @@ class ClaudeCodeHook:
             self.sessions.answered(key, call)
             if not approval.approved:
                 return answer("deny", f"warden: rejected: a person rejected this call (decision {waiting})")
-        decision = self.client.check(run, tool, arguments, approval=approval)
-        if decision.code == "run_token_expired":  # a long session outlives its run token: a new run
-            run = self._start(key, event, agent_id)
-            decision = self.client.check(run, tool, arguments)
-        self.sessions.save(key, run)
+        run, decision = self._checked(key, event, agent_id, tool, arguments, approval)
         if decision.verdict == "REQUIRE_APPROVAL":
-            return self._asked(key, call, run, tool, arguments, decision)
+            return self._asked(key, event, agent_id, call, run, tool, arguments, decision)
         if decision.verdict == "HALT":
             # a HALT ends the run's calls: with its end recorded, the checkpoint refuses every later
             # call of the Claude Code session (run_ended); a new one starts a new run
             self.client.end_run(run, status="failed", code=decision.code)
         return self._answer(decision)
+
+    def _checked(self, key: str, event: dict[str, Any], agent_id: str, tool: str, arguments: dict[str, Any],
+                 approval: ApprovalOutcome | None) -> tuple[Run, Decision]:
+        with self.lock:
+            run = self.sessions.run(key) or self._start(key, event, agent_id)
+            decision = self.client.check(run, tool, arguments, approval=approval)
+            if decision.code == "run_token_expired":  # a long session outlives its run token: a new run
+                run = self._start(key, event, agent_id)
+                decision = self.client.check(run, tool, arguments)
+            self.sessions.save(key, run)
+        return run, decision
 
     def _start(self, key: str, event: dict[str, Any], agent_id: str) -> Run:
         inputs = {"client": "claude-code", "session_id": event["session_id"][:200]}
@@ -125,17 +135,17 @@ class ClaudeCodeHook:
     def _wait(self, decision_id: str) -> ApprovalOutcome | None:
         return self.inbox.wait(decision_id, self.settings.wait) if self.settings.wait > 0 else None
 
-    def _asked(self, key: str, call: str, run: Run, tool: str, arguments: dict[str, Any],
-               decision: Decision) -> dict[str, Any]:
+    def _asked(self, key: str, event: dict[str, Any], agent_id: str, call: str, run: Run, tool: str,
+               arguments: dict[str, Any], decision: Decision) -> dict[str, Any]:
         self.inbox.ask(Asked(decision.decision_id, run.run_id, tool, arguments, decision.reason,
                              f"claude-code for {self.settings.person}", time.time()))
         self.sessions.wait_for(key, call, decision.decision_id)
-        outcome = self._wait(decision.decision_id)
+        outcome = self._wait(decision.decision_id)  # outside the lock: the other calls go on meanwhile
         if outcome is not None:
             self.sessions.answered(key, call)
             if not outcome.approved:
                 return answer("deny", f"warden: rejected: a person rejected this call (decision {decision.decision_id})")
-            return self._answer(self.client.check(run, tool, arguments, approval=outcome))
+            return self._answer(self._checked(key, event, agent_id, tool, arguments, outcome)[1])
         reason = (f"warden: {decision.code}: {decision.reason}. A person approves it with "
                   f"`warden inbox approve {decision.decision_id}`; then make the same call again")
         return answer("ask" if self.settings.on_approval == "ask" else "deny", reason)
