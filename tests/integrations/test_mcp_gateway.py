@@ -162,6 +162,25 @@ def test_a_halt_ends_the_runs_calls(gateway, checkpoint):
     assert tool_calls(checkpoint)[-2:] == [("fs__read_text_file", "breaker_repetition"), ("fs__list_directory", "run_ended")]
 
 
+def test_calls_sent_at_once_each_count_against_the_run(gateway, checkpoint):
+    (checkpoint.shared / "a.txt").write_text("a")
+    codes: list[str] = []
+
+    async def one(client: Client) -> None:
+        result = await client.call_tool("fs__read_text_file", {"path": f"{checkpoint.shared}/a.txt"})
+        codes.append(result.structured_content["warden"]["code"] if result.is_error else "allowed")
+
+    async def scenario():
+        async with gateway() as client:
+            await client.list_tools()
+            async with anyio.create_task_group() as group:
+                for _ in range(4):  # acme's repetition ceiling is 3
+                    group.start_soon(one, client)
+
+    anyio.run(scenario)
+    assert sorted(codes) == ["allowed", "allowed", "allowed", "breaker_repetition"]
+
+
 def test_with_the_checkpoint_unreachable_every_call_is_a_tool_error(gateway, checkpoint):
     async def scenario():
         async with gateway(checkpoint_address="127.0.0.1:1") as client:

@@ -46,6 +46,9 @@ class _Served:
     run: Run
     tools: dict[str, catalog.Exposed] = field(default_factory=dict)
     waiting: dict[str, str] = field(default_factory=dict)  # call digest -> the REQUIRE_APPROVAL decision
+    # a client may send calls at once: each reads and updates the run's counters in turn, so the
+    # breakers count every one
+    checking: anyio.Lock = field(default_factory=anyio.Lock)
 
 
 class Gateway:
@@ -119,8 +122,9 @@ class Gateway:
                 return refusal(codes.APPROVAL_REJECTED, "a person rejected this call",
                                approval_id=approval.decision_id)
         try:
-            decision = await anyio.to_thread.run_sync(
-                lambda: self.checkpoint.check(run, exposed.name, arguments, approval=approval))
+            async with served.checking:
+                decision = await anyio.to_thread.run_sync(
+                    lambda: self.checkpoint.check(run, exposed.name, arguments, approval=approval))
         except CheckpointUnavailable as exc:
             return refusal(codes.CHECKPOINT_UNAVAILABLE, exc.message)
         except ClientError as exc:
