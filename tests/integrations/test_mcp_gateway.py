@@ -36,10 +36,11 @@ def gateway(checkpoint, tmp_path: Path):
     state = tmp_path / "state"
 
     def settings(checkpoint_address: str = checkpoint.address, variant: str = "",
-                 upstream: tuple[str, ...] = (sys.executable, str(UPSTREAM))) -> Path:
+                 upstream: tuple[str, ...] = (sys.executable, str(UPSTREAM)), max_result_bytes: int = 1 << 20) -> Path:
         path = tmp_path / "mcp.toml"
         path.write_text(f'checkpoint = "{checkpoint_address}"\ntoken_file = "{token}"\nperson = "alice"\n'
-                        f'agent = "files"\nstate = "{state}"\ntimeout = 3\n\n[upstreams.fs]\n'
+                        f'agent = "files"\nstate = "{state}"\ntimeout = 3\nmax_result_bytes = {max_result_bytes}\n'
+                        '\n[upstreams.fs]\n'
                         f'command = {json.dumps(upstream[0])}\nargs = {json.dumps(list(upstream[1:]))}\n'
                         f'env = {{UPSTREAM_VARIANT = "{variant}"}}\n')
         return path
@@ -143,6 +144,20 @@ def test_an_upstream_tool_that_changed_after_admission_is_refused(gateway, check
 
     anyio.run(admitted)
     anyio.run(changed)
+
+
+def test_a_result_larger_than_the_gateway_passes_on_is_refused(gateway, checkpoint):
+    (checkpoint.shared / "big.txt").write_text("x" * 50_000)
+    (checkpoint.shared / "small.txt").write_text("small")
+
+    async def scenario():
+        async with gateway(max_result_bytes=10_000) as client:
+            big = refused(await client.call_tool("fs__read_text_file", {"path": f"{checkpoint.shared}/big.txt"}))
+            assert big["code"] == "result_too_large"
+            small = await client.call_tool("fs__read_text_file", {"path": f"{checkpoint.shared}/small.txt"})
+            assert not small.is_error  # the gateway goes on serving
+
+    anyio.run(scenario)
 
 
 def test_a_halt_ends_the_runs_calls(gateway, checkpoint):
