@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ class Checkpoint:
     address: str
     data: Path
     shared: Path  # the folder the example policy's scope allows
+    server: Any = None
 
     def records(self) -> list[dict]:
         return [r for r in DecisionReader(self.data / "decisions.db").read() if r["action"] != "catalog"]
@@ -51,5 +53,5 @@ def checkpoint(tmp_path: Path) -> Iterator[Checkpoint]:
                                  data_dir=data, key=SigningKey.generate(), auth=AuthPolicy(tokens=tokens),
                                  watch_interval=0.05, settle=0.1)
     server.start()
-    yield Checkpoint(f"127.0.0.1:{port}", data, shared)
+    yield Checkpoint(f"127.0.0.1:{port}", data, shared, server)
     server.stop(grace=0.5)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.client import ApprovalInbox, CheckpointClient, CheckpointUnavailable, ClientError
 
 from .conftest import ALICE_TOKEN, GATEWAY_TOKEN
@@ -117,3 +118,28 @@ def test_the_async_client_makes_the_same_calls(checkpoint, tmp_path):
             assert (await agent.end_run(run)).verdict == "ALLOW"
 
     asyncio.run(scenario())
+
+
+def test_checks_over_one_stream_are_decided_and_recorded_as_checks_are(checkpoint):
+    with CheckpointClient(checkpoint.address, token=GATEWAY_TOKEN, stream=True) as client:
+        run = client.start_run(person="alice", agent="files")
+        got = [client.check(run, "fs__read_text_file", {"path": p}).code
+               for p in (f"{checkpoint.shared}/a", "/etc/passwd", f"{checkpoint.shared}/b")]
+        assert got == ["allowed", "subject_out_of_scope", "allowed"]
+        forged = client.check(type(run)(run_id=run.run_id, token="not-a-run-token"), "fs__read_text_file", {"path": "/x"})
+        assert (forged.verdict, forged.code) == ("DENY", "run_token_invalid")
+        with pytest.raises(ClientError) as refused:  # what Check answers with an error status comes as one
+            client._stream.check(cp.CheckRequest())  # type: ignore[union-attr]
+        assert refused.value.code == "invalid_request"
+        assert client.check(run, "fs__list_directory", {"path": f"{checkpoint.shared}/"}).allowed  # the stream goes on
+    assert [r["code"] for r in checkpoint.records() if r["action"] == "tool_call"][-4:] == [
+        "subject_out_of_scope", "allowed", "run_token_invalid", "allowed"]
+
+
+def test_a_stream_that_ends_refuses_the_call(checkpoint):
+    with CheckpointClient(checkpoint.address, token=GATEWAY_TOKEN, stream=True, timeout=3) as client:
+        run = client.start_run(person="alice", agent="files")
+        assert client.check(run, "fs__read_text_file", {"path": f"{checkpoint.shared}/a"}).allowed
+        checkpoint.server.stop(grace=0.2)
+        with pytest.raises(CheckpointUnavailable):
+            client.check(run, "fs__read_text_file", {"path": f"{checkpoint.shared}/b"})

@@ -16,6 +16,7 @@ from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
 from warden.client.approvals import ApprovalInbox, ApprovalOutcome
 from warden.client.failures import ClientError, client_error
 from warden.client.runs import VERDICTS, Decision, Run
+from warden.client.stream import CheckStream
 from warden.structs import struct_to_dict, to_struct
 
 SERVICE = cp.DESCRIPTOR.services_by_name["CheckpointService"].full_name
@@ -25,12 +26,16 @@ MODES = {"interactive": cp.RUN_MODE_INTERACTIVE, "background": cp.RUN_MODE_BACKG
 class CheckpointClient:
     """One caller's connection to the checkpoint, authenticated by its bearer token."""
 
-    def __init__(self, address: str, *, token: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, address: str, *, token: str | None = None, timeout: float = 10.0,
+                 stream: bool = False) -> None:
+        """`stream`: checks go over one CheckStream held open (a gateway's many calls), not one
+        Check each."""
         self.address = address
         self.timeout = timeout
         self._channel = grpc.insecure_channel(address)
         self._stub = cp_grpc.CheckpointServiceStub(self._channel)
         self._md = [("authorization", f"Bearer {token}")] if token else []
+        self._stream = CheckStream(self._stub, self._md, timeout) if stream else None
 
     def __enter__(self) -> CheckpointClient:
         return self
@@ -39,6 +44,8 @@ class CheckpointClient:
         self.close()
 
     def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
         self._channel.close()
 
     def _call(self, name: str, request: Any) -> Any:
@@ -74,7 +81,9 @@ class CheckpointClient:
     def check(self, run: Run, tool: str, arguments: dict[str, Any], *,
               approval: ApprovalOutcome | None = None) -> Decision:
         """Decide one tool call with its final arguments. An allowed call counts as made."""
-        decision = Decision.of(self._call("Check", self.tool_call(run, tool, arguments, approval=approval)))
+        request = self.tool_call(run, tool, arguments, approval=approval)
+        answer = self._stream.check(request) if self._stream is not None else self._call("Check", request)
+        decision = Decision.of(answer)
         if decision.allowed:
             run.made_call(tool, arguments)
         else:
