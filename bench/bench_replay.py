@@ -78,9 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=20_000)
     args = parser.parse_args(argv or [])
 
-    from checkpoint import replay
     from checkpoint.policy import load_policy_dir
-    from checkpoint.replay import diff, read_facts, read_records
+    from checkpoint.replay import diff, read_facts, read_records, replaying
 
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "decisions.db"
@@ -95,14 +94,14 @@ def main(argv: list[str] | None = None) -> None:
         runs = (("against the recorded answers", None, True), ("against --policies (two replays)", current_set, True),
                 ("against the recorded answers, no memo", None, False))
         for label, current, memo in runs:
-            replay._Answers.MAX = 100_000 if memo else 0  # 0: every decision decided afresh
+            replaying.Answers.MAX = 100_000 if memo else 0  # 0: every decision decided afresh
             started = time.perf_counter()
             report = diff(read_records(log_path), candidate_set, current=current, facts_from=read_facts(log_path))
             elapsed = time.perf_counter() - started
             assert report.replayed == args.records and len(report.flips) == expected, (report.replayed, len(report.flips))
             print(f"replay {label:<34} {report.replayed:>7} decisions in {elapsed:6.2f} s: "
                   f"{report.replayed / elapsed:>8,.0f} decisions/s ({len(report.flips)} flips)", flush=True)
-    replay._Answers.MAX = 100_000
+    replaying.Answers.MAX = 100_000
     print("memo: a run's repeated identical calls (same request bytes, run ids included) are decided once")
     print("target: >= 5,000 replayed decisions/s")
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from warden import observability
 from warden.cli import add_grace_flag, help_only, optional_file
+from warden.store.url import add_store_flags, store_of
 
 DEFAULT_DATA = "./.warden"
 DEFAULT_ADDRESS = "127.0.0.1:7401"
@@ -126,6 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="how long a run token lives: seconds, or 30m, 12h, 7d (default 7d)")
     serve.add_argument("--approval-token-ttl", type=_duration, default=3600, metavar="AGE",
                        help="how long an approval token lives (default 1h)")
+    add_store_flags(serve)
     serve.add_argument("-v", "--verbose", action="store_true")
     observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
@@ -323,6 +325,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.server.workers import serve_workers, worker_count
     from warden.auth import TokenFileError
     from warden.grants import SigningKey
+    from warden.store.errors import StoreError
 
     try:
         workers = worker_count(args.workers)
@@ -330,6 +333,11 @@ def _serve_configured(args: argparse.Namespace) -> int:
         print(f"warden: {exc}", file=sys.stderr)
         return 2
     data = Path(args.data)
+    try:
+        store = store_of(args, data)
+    except StoreError as exc:
+        print(f"warden: cannot start the checkpoint: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
     key_path = _data_file(args.key, data, KEY_FILE)
     try:
         key = SigningKey.load(key_path)
@@ -390,7 +398,11 @@ def _serve_configured(args: argparse.Namespace) -> int:
             rotate_age=args.rotate_age,
             run_token_ttl=args.run_token_ttl,
             approval_token_ttl=args.approval_token_ttl,
+            store=store,
         )
+    except StoreError as exc:
+        print(f"warden: cannot start the checkpoint: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
     except (ValueError, OSError, RuntimeError, AuditUnavailable) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)
         return 2

@@ -161,8 +161,8 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from driver.loop import Driver
     from driver.pricing import Prices
     from driver.providers import make_provider
+    from driver.runs.sqlite import SqliteRunStore
     from driver.service import OperatorsFileError, create_server, load_operators
-    from driver.store import RunStore
     from warden.datafolder import (
         CHECKPOINT_TOKENS_FILE,
         OPERATORS_FILE,
@@ -190,7 +190,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
                                  base_url=args.anthropic_base_url)
         return make_provider(name, **options)
 
-    store = RunStore(data / "driver.db")
+    store = SqliteRunStore(data / "driver.db")
     driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner, token=runner_token),
                     provider_factory, prices=Prices.from_policy_dir(args.policies),
                     default_provider=args.provider, default_model=args.model)

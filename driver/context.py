@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from driver import fence
+from driver.runs.model import Run
 
 PLAN_TOOL = "propose_plan"
 
@@ -156,10 +157,10 @@ def note(text: str) -> str:
     return f"<data source=\"warden\">\n{_text(text)}\n</data>"
 
 
-def child_result(child: dict[str, Any], summary: str) -> str:
+def child_result(child: Run, summary: str) -> str:
     """A child run's outcome, as data for the parent: who ran, how it ended, what it reported."""
-    attrs = (f"run={_attr(child['run_id'])} agent={_attr(child['agent'])} status={_attr(child['status'])} "
-             f"code={_attr(child['code'])}")
+    attrs = (f"run={_attr(child.run_id)} agent={_attr(child.agent)} status={_attr(child.status)} "
+             f"code={_attr(child.code)}")
     return f"<data source=\"child_run\" {attrs}>\n{_text(summary)}\n</data>"
 
 

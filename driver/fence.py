@@ -26,19 +26,14 @@ import json
 import unicodedata
 from typing import TYPE_CHECKING
 
+from warden.textfold import folded
+
 if TYPE_CHECKING:
     import regex
 
 # Angle brackets that Unicode's confusables table does not list as look-alikes of `<`, though a
 # model reads them as one (NFKC already folds the full-width and small forms to `<`).
 _EXTRA_OPENERS = "\u2329\u3008\u27e8\u276c\u2770\u29fc"
-
-
-@functools.cache
-def _ignorable() -> regex.Pattern[str]:
-    import regex  # loaded on first use: a CLI command that builds no context never pays for it
-
-    return regex.compile(r"\p{Default_Ignorable_Code_Point}+")
 
 
 @functools.cache
@@ -76,9 +71,8 @@ def _fence_spelling() -> regex.Pattern[str]:
 
 
 def normalise(text: str) -> str:
-    """NFKC, with the default-ignorable code points removed (NFKC again after the removal, since
-    taking out a joiner can leave a base and its mark uncomposed)."""
-    return unicodedata.normalize("NFKC", _ignorable().sub("", unicodedata.normalize("NFKC", text)))
+    """NFKC, with the default-ignorable code points removed (warden/textfold.py)."""
+    return folded(text)
 
 
 def fenced_text(text: str) -> str:

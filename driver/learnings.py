@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from driver import context
 from driver.errors import DriverError
+from driver.runs.model import EventKind, Run
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 
 if TYPE_CHECKING:
@@ -44,16 +45,16 @@ def load_lessons(driver: Driver, run_id: str) -> None:
     """Put the active learnings about the run's agent into its context, as data."""
     run = driver.store.run(run_id)
     try:
-        found = driver.checkpoint.run_lessons(cp.RunContext(run_token=run["run_token"]))
+        found = driver.checkpoint.run_lessons(cp.RunContext(run_token=run.run_token))
     except DriverError as exc:  # advice: the run goes on without it, and says so
-        driver.store.append_event(run_id, "lessons_unavailable", code=exc.code, message=exc.message[:500])
+        driver.store.append_event(run_id, EventKind.LESSONS_UNAVAILABLE, code=exc.code, message=exc.message[:500])
         return
     if not found:
         return
     items = [{"id": x.id, "severity": x.severity, "text": x.text, "reviewed_by": x.reviewed_by,
               "reviewed_at": x.reviewed_at} for x in found]
-    driver.store.add_transcript(run_id, {"role": "user", "text": context.lessons(run["agent"], items)})
-    driver.store.append_event(run_id, "lessons_loaded", learnings=[
+    driver.store.add_transcript(run_id, {"role": "user", "text": context.lessons(run.agent, items)})
+    driver.store.append_event(run_id, EventKind.LESSONS_LOADED, learnings=[
         {"id": i["id"], "severity": i["severity"], "reviewed_by": i["reviewed_by"]} for i in items])
 
 
@@ -75,37 +76,37 @@ def task_failure(code: str, exit_code: int, timed_out: bool) -> str:
     return "" if exit_code == 0 else f"exit_{exit_code}"
 
 
-def report(driver: Driver, run: dict[str, Any], source: cp.LearningSource, code: str, text: str, *,
+def report(driver: Driver, run: Run, source: cp.LearningSource, code: str, text: str, *,
            tool: str = "", decision_id: str = "") -> None:
     """A failed run or task becomes a proposed learning at the checkpoint (best effort)."""
     try:
         resp = driver.checkpoint.propose_learning(cp.ProposeLearningRequest(
-            run=cp.RunContext(run_token=run["run_token"]), source=source, code=code[:100], text=text[:2000],
+            run=cp.RunContext(run_token=run.run_token), source=source, code=code[:100], text=text[:2000],
             tool=tool, decision_id=decision_id))
     except DriverError as exc:
-        driver.store.append_event(run["run_id"], "learning_not_proposed", code=exc.code, message=exc.message[:500])
+        driver.store.append_event(run.run_id, EventKind.LEARNING_NOT_PROPOSED, code=exc.code, message=exc.message[:500])
         return
     d = resp.decision
     if d.verdict != cp.VERDICT_ALLOW:
-        driver.store.append_event(run["run_id"], "learning_not_proposed", code=d.code, message=d.reason[:500])
+        driver.store.append_event(run.run_id, EventKind.LEARNING_NOT_PROPOSED, code=d.code, message=d.reason[:500])
         return
-    driver.store.append_event(run["run_id"], "learning_proposed", learning=resp.learning.id, source=resp.learning.source,
+    driver.store.append_event(run.run_id, EventKind.LEARNING_PROPOSED, learning=resp.learning.id, source=resp.learning.source,
                               code=code, occurrences=resp.learning.occurrences, decision_id=d.decision_id)
 
 
-def propose(driver: Driver, run: dict[str, Any], call: dict[str, Any], lesson: Lesson) -> None:
+def propose(driver: Driver, run: Run, call: dict[str, Any], lesson: Lesson) -> None:
     """The agent's own proposal: recorded by the checkpoint, the outcome to the model as data."""
     resp = driver.checkpoint.propose_learning(cp.ProposeLearningRequest(
-        run=cp.RunContext(run_token=run["run_token"]), source=cp.LEARNING_SOURCE_AGENT, text=lesson.lesson,
+        run=cp.RunContext(run_token=run.run_token), source=cp.LEARNING_SOURCE_AGENT, text=lesson.lesson,
         tool=lesson.tool, severity=lesson.severity))
     d = resp.decision
-    driver.store.append_event(run["run_id"], "decision", action="learning", verdict=cp.Verdict.Name(d.verdict)
+    driver.store.append_event(run.run_id, EventKind.DECISION, action="learning", verdict=cp.Verdict.Name(d.verdict)
                               .removeprefix("VERDICT_"), code=d.code, rule=d.rule, reason=d.reason,
                               decision_id=d.decision_id, learning=resp.learning.id)
     if d.verdict != cp.VERDICT_ALLOW:
         driver.store.update_call(call["id"], status="done", verdict="DENY", code=d.code, decision_id=d.decision_id,
                                  result={"is_error": True, "content": context.refusal_result(d.code, d.reason)})
-        driver.store.add_to_run(run["run_id"], consecutive_failures=1)
+        driver.store.add_to_run(run.run_id, consecutive_failures=1)
         return
     capped = " It is kept at warning until a person reviews it." if resp.learning.severity_capped else ""
     text = (f"Learning {resp.learning.id} proposed (decision {d.decision_id}); a person reviews it.{capped} "

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 
-from driver.store import RunStore
+from driver.runs.model import EventKind
+from driver.runs.store import RunStore
 
 FLUSH_CHARS = 2048
 FLUSH_SECONDS = 0.5
@@ -64,5 +65,5 @@ class OutputEvents:
         if len(text) >= room:
             text, self._capped = text[:room], True
         self._written += len(text)
-        self.store.append_event(self.run_id, "tool_output", tool=self.tool, decision_id=self.decision_id,
+        self.store.append_event(self.run_id, EventKind.TOOL_OUTPUT, tool=self.tool, decision_id=self.decision_id,
                                 stream=self._stream, text=text, capped=self._capped)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from driver.runs.model import EventKind
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.structs import to_struct
 
 if TYPE_CHECKING:
     from driver.clients import CheckpointClient
-    from driver.store import RunStore
+    from driver.runs.store import RunStore
 
 log = logging.getLogger("warden.driver.ends")
 
@@ -36,11 +37,11 @@ def record_end(checkpoint: CheckpointClient, store: RunStore, run_id: str, statu
     the checkpoint did not record it. Never raises: the run stops either way."""
     try:
         run = store.run(run_id)
-        details: dict[str, object] = {"status": status, "code": code[:64], "tokens": run["total_tokens"] or 0,
-                                      "turns": run["total_turns"] or 0}
+        details: dict[str, object] = {"status": status, "code": code[:64], "tokens": run.total_tokens or 0,
+                                      "turns": run.total_turns or 0}
         if instead_of:
             details["instead_of"] = instead_of
-        request = cp.RecordActRequest(run=cp.RunContext(run_token=run["run_token"]), act=END_ACT,
+        request = cp.RecordActRequest(run=cp.RunContext(run_token=run.run_token), act=END_ACT,
                                       note=reason[:1000], details=to_struct(details))
         decision = checkpoint.record_act(request)
         problem = "" if decision.verdict == cp.VERDICT_ALLOW else f"{decision.code}: {decision.reason}"
@@ -50,7 +51,7 @@ def record_end(checkpoint: CheckpointClient, store: RunStore, run_id: str, statu
         return True
     log.warning("run %s: its end (%s, %s) is not on the checkpoint's record: %s", run_id, status, code, problem)
     try:
-        store.append_event(run_id, "act_unrecorded", act=END_ACT, status=status, code=code, problem=problem[:500])
+        store.append_event(run_id, EventKind.ACT_UNRECORDED, act=END_ACT, status=status, code=code, problem=problem[:500])
     except Exception:  # noqa: BLE001 - the warning above is what is left
         log.exception("run %s: the act_unrecorded event could not be written either", run_id)
     return False
@@ -64,6 +65,6 @@ def correct_end(checkpoint: CheckpointClient, store: RunStore, run_id: str, clai
     except Exception:  # noqa: BLE001
         log.exception("run %s: cannot read the run to correct its end", run_id)
         return
-    if run["status"] in END_STATUSES:
-        record_end(checkpoint, store, run_id, run["status"], run["code"] or run["status"], run["reason"] or "",
+    if run.status in END_STATUSES:
+        record_end(checkpoint, store, run_id, run.status, run.code or run.status, run.reason or "",
                    instead_of=claimed)

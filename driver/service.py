@@ -30,6 +30,7 @@ from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStat
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
+from driver.runs.model import Run
 from warden import tracing
 from warden.auth import TokenFileError, load_tokens
 from warden.budget import FIELDS as BUDGET_FIELDS
@@ -110,24 +111,24 @@ def goal_to_proto(goal: Goal) -> pb.Goal:
     return out
 
 
-def run_to_proto(driver: Driver, run: dict[str, Any]) -> pb.Run:
+def run_to_proto(driver: Driver, run: Run) -> pb.Run:
     counters = driver._counters(run)
     out = pb.Run(
-        run_id=run["run_id"], agent=run["agent"], agent_version=run["agent_version"], tenant=run["tenant"],
-        owner=run["owner"], mode=pb.RUN_MODE_BACKGROUND if run["mode"] == "background" else pb.RUN_MODE_INTERACTIVE,
-        status=_STATUS.get(run["status"], pb.RUN_STATUS_UNSPECIFIED), code=run["code"], reason=run["reason"],
-        goal_version=run["goal_version"], counters=counters,
-        budget=cp.Budget(**(run["budget"] or {})),
-        missing=run["missing"] or [], provider=run["provider"], model=run["model"],
-        policy_revision=run["policy_revision"], created_at=_ts(run["created_at"]), updated_at=_ts(run["updated_at"]),
-        stretch=run["stretch"], total_tokens=run["total_tokens"], parent_run_id=run["parent_run_id"],
-        root_run_id=run["root_run_id"] or run["run_id"], depth=run["depth"],
+        run_id=run.run_id, agent=run.agent, agent_version=run.agent_version, tenant=run.tenant,
+        owner=run.owner, mode=pb.RUN_MODE_BACKGROUND if run.mode == "background" else pb.RUN_MODE_INTERACTIVE,
+        status=_STATUS.get(run.status, pb.RUN_STATUS_UNSPECIFIED), code=run.code, reason=run.reason,
+        goal_version=run.goal_version, counters=counters,
+        budget=cp.Budget(**(run.budget or {})),
+        missing=run.missing or [], provider=run.provider, model=run.model,
+        policy_revision=run.policy_revision, created_at=_ts(run.created_at), updated_at=_ts(run.updated_at),
+        stretch=run.stretch, total_tokens=run.total_tokens, parent_run_id=run.parent_run_id,
+        root_run_id=run.root_run_id or run.run_id, depth=run.depth,
     )
-    for a in driver.store.approvals(run["run_id"], status="pending"):
-        out.pending_approvals.add(approval_id=a["approval_id"], run_id=a["run_id"], tool=a["tool"],
-                                  arguments=_struct(a["arguments"]), code=a["code"], rule=a["rule"],
-                                  reason=a["reason"], status=a["status"], decided_by=a["decided_by"],
-                                  decision_id=a["decision_id"])
+    for a in driver.store.approvals(run.run_id, status="pending"):
+        out.pending_approvals.add(approval_id=a.approval_id, run_id=a.run_id, tool=a.tool,
+                                  arguments=_struct(a.arguments), code=a.code, rule=a.rule,
+                                  reason=a.reason, status=a.status, decided_by=a.decided_by,
+                                  decision_id=a.decision_id)
     return out
 
 
@@ -181,12 +182,12 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
         unreachable checkpoint is UNAVAILABLE, and nothing is read or done)."""
         return PersonRoles(person, self.driver.checkpoint.roles(person))
 
-    def _on_run(self, context: grpc.ServicerContext, rpc: str, run_id: str) -> tuple[str, dict[str, Any]]:
+    def _on_run(self, context: grpc.ServicerContext, rpc: str, run_id: str) -> tuple[str, Run]:
         """The person calling and the run `rpc` acts on, once their roles in its tenant allow it."""
         person = self._person(context)
         roles = self._roles(person)
         run = self.driver.store.run(run_id)
-        roles.require(rpc, run["tenant"], what="run", key=run_id)
+        roles.require(rpc, run.tenant, what="run", key=run_id)
         return person, run
 
     def _on_approval(self, context: grpc.ServicerContext, rpc: str, approval_id: str) -> str:
@@ -194,7 +195,7 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
         person = self._person(context)
         roles = self._roles(person)
         approval = self.driver.store.approval(approval_id)
-        roles.require(rpc, self.driver.store.run(approval["run_id"])["tenant"], what="approval", key=approval_id)
+        roles.require(rpc, self.driver.store.run(approval.run_id).tenant, what="approval", key=approval_id)
         return person
 
     def _fail(self, context: grpc.ServicerContext, exc: DriverError) -> None:
@@ -269,8 +270,8 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
         for e in events:
             if self.stopping.is_set():
                 return
-            yield pb.WatchRunResponse(event=pb.RunEvent(seq=e["seq"], run_id=e["run_id"], time=_ts(e["time"]),
-                                                        kind=e["kind"], data=_struct(e["data"])))
+            yield pb.WatchRunResponse(event=pb.RunEvent(seq=e.seq, run_id=e.run_id, time=_ts(e.time),
+                                                        kind=e.kind, data=_struct(e.data)))
 
     @_driver_errors
     def ApproveCall(self, request: pb.ApproveCallRequest, context: grpc.ServicerContext) -> pb.ApproveCallResponse:

@@ -5,7 +5,7 @@
   `output_contains` in its output when given.
 - `call_ok` is decided by a call the driver makes itself once the model reports final: its
   arguments come from the goal and from this run's own receipts (`call_arguments`), the call is
-  decided by the checkpoint and run by the toolrunner like any (driver/loop.py), and its receipt
+  decided by the checkpoint and run by the toolrunner like any (driver/steps/final.py), and its receipt
   must pass the same test as `receipt_ok`'s.
 - A criterion without a check is met when the model reports it met and gives evidence.
 `verify_outcomes` returns (met ids, missing descriptions); the run succeeds only when nothing is

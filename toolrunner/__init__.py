@@ -8,7 +8,9 @@ Modules, in the order a call passes through them:
 - ``images``: pins each tool's image to a local image id; never pulls
 - ``container``: the hardened container spec and one container's life (attach, start, timeout, remove)
 - ``scrub`` / ``output``: masking secrets and credentials; the head-and-tail output cap
-- ``store``: receipts in SQLite, the idempotency record
+- ``receipts``: the claim of each grant and its receipt, in SQLite or on a fleet's shared PostgreSQL
+- ``instance``: the toolrunner's name in the receipt store, the same across its restarts
+- ``health``: NOT_SERVING while a shared receipt store does not answer
 - ``reaper``: removes labelled containers past their deadline
 - ``watchdog``: a process that removes the runner's containers when the runner ends, however it ends
 - ``server`` / ``cli``: the gRPC service and ``warden toolrunner serve``

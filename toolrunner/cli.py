@@ -8,6 +8,7 @@ from pathlib import Path
 
 from warden import observability
 from warden.cli import add_grace_flag, add_metrics_flag, help_only, optional_file
+from warden.store.url import add_store_flags, store_of
 
 TOKENS_FILE = "toolrunner.tokens"
 
@@ -23,7 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(scripts/ensure-docker.sh, scripts/build-images.sh).",
     )
     serve.add_argument("--address", default="127.0.0.1:7402", help="host:port to listen on (default %(default)s)")
-    serve.add_argument("--data", default=".warden", type=Path, help="data folder for toolrunner.db (default %(default)s)")
+    serve.add_argument("--data", default=".warden", type=Path,
+                       help="data folder: the grant key, tokens, the instance name and, without --store, "
+                       "toolrunner.db (default %(default)s)")
+    add_store_flags(serve)
+    serve.add_argument(
+        "--instance", metavar="NAME",
+        help="this toolrunner's name in the receipt store, the same across its restarts (on a shared store: "
+        "one per toolrunner; default: a name made at the first start and kept in DATA/toolrunner.instance)",
+    )
     serve.add_argument("--policies", default="policies", type=Path, help="policy folder with the tool definitions")
     serve.add_argument(
         "--key",
@@ -67,13 +76,20 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _serve_configured(args: argparse.Namespace) -> int:
     from toolrunner.errors import RunnerError
+    from toolrunner.instance import InstanceNameError
     from toolrunner.keys import KeyringError, load_keyring
     from toolrunner.runner import RunnerConfig
     from toolrunner.secrets import SecretsFileError, load_secrets
     from toolrunner.server import serve
     from warden.auth import TokenFileError, load_tokens
+    from warden.store.errors import StoreError
     from warden.tools import ToolReadError
 
+    try:
+        store = store_of(args, args.data)
+    except StoreError as exc:
+        print(f"warden toolrunner: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
     try:
         keys = load_keyring(args.key or [args.data / "grant.key"])
     except KeyringError as exc:
@@ -100,6 +116,8 @@ def _serve_configured(args: argparse.Namespace) -> int:
             keys=keys,
             tokens=tokens,
             data_dir=args.data,
+            store=store,
+            instance=args.instance,
             secrets=secrets,
             config=config,
             reap_interval_seconds=args.reap_interval,
@@ -108,6 +126,9 @@ def _serve_configured(args: argparse.Namespace) -> int:
         )
     except ToolReadError as exc:  # raised before anything binds: every error at file:line
         print(f"warden toolrunner: policies in {args.policies} do not load:\n{exc}", file=sys.stderr)
+        return 2
+    except (StoreError, InstanceNameError) as exc:  # before anything binds: one line, nothing half-started
+        print(f"warden toolrunner: {exc} [{exc.code}]", file=sys.stderr)
         return 2
     except RunnerError as exc:
         print(f"warden toolrunner: {exc}", file=sys.stderr)

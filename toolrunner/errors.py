@@ -22,6 +22,9 @@
     ├── AlreadyStarted            already_started: this grant's call was claimed by an earlier
     │                               process that never finished it -> ABORTED
     ├── ReceiptNotFound           receipt_not_found (GetReceipt) -> NOT_FOUND
+    ├── ReceiptsUnavailable       store_unavailable: the receipt store (a shared database) is down,
+    │                               slow or out of connections, so the call cannot be claimed
+    │                               -> UNAVAILABLE
     └── DockerUnavailable         docker_unavailable: no Docker engine answers -> UNAVAILABLE
 
 A refusal means nothing ran. Outcomes of a call that did run (``timeout``, ``output_truncated``,
@@ -111,6 +114,11 @@ class AlreadyStarted(RunnerError):
 class ReceiptNotFound(RunnerError):
     code = "receipt_not_found"
     status = grpc.StatusCode.NOT_FOUND
+
+
+class ReceiptsUnavailable(RunnerError):
+    code = "store_unavailable"
+    status = grpc.StatusCode.UNAVAILABLE
 
 
 class DockerUnavailable(RunnerError):

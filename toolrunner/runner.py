@@ -38,6 +38,7 @@ from toolrunner.errors import (
     InvalidArguments,
     PolicyRevisionMismatch,
     ReceiptNotFound,
+    ReceiptsUnavailable,
     RunnerBusy,
     RuntimeUnavailable,
     SecretUnavailable,
@@ -46,9 +47,10 @@ from toolrunner.errors import (
 from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
 from toolrunner.policies import LoadedTools, PolicySource, tool_specs
-from toolrunner.store import ReceiptStore
+from toolrunner.receipts.store import Receipts
 from warden import canonical, grants, tracing
 from warden.scrub import Scrubber, StreamScrubber, apply
+from warden.store.errors import StoreUnavailable
 from warden.structs import struct_to_dict
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.tools import Tool
@@ -82,7 +84,7 @@ class ToolRunner:
         *,
         tools: Mapping[str, Any],
         keys: Mapping[str, grants.SigningKey] | grants.SigningKey,
-        store: ReceiptStore,
+        store: Receipts,
         api: docker.APIClient,
         secrets: Mapping[str, str] | None = None,
         config: RunnerConfig | None = None,
@@ -199,7 +201,7 @@ class ToolRunner:
             return stored
         try:
             with self._slot():
-                if not self.store.claim(decision_id, request.run_id, tool.name):
+                if not self._claim(decision_id, request.run_id, tool.name):
                     stored = self._stored(decision_id)
                     if stored is not None:
                         return stored
@@ -347,7 +349,7 @@ class ToolRunner:
         return len(targets)
 
     def get_receipt(self, decision_id: str) -> pb.Receipt:
-        found = self.store.get(decision_id)
+        found = self._get(decision_id)
         if found is None or found[1] is None:
             state = "is still running" if found else "has no receipt"
             raise ReceiptNotFound(f"decision {decision_id!r} {state}")
@@ -371,8 +373,21 @@ class ToolRunner:
                     if exc.status_code != 409:  # 409: already being removed
                         raise
 
+    def _get(self, decision_id: str) -> tuple[str, pb.Receipt | None] | None:
+        try:
+            return self.store.get(decision_id)
+        except StoreUnavailable as exc:
+            raise ReceiptsUnavailable(f"the receipt store cannot be read: {exc}") from None
+
+    def _claim(self, decision_id: str, run_id: str, tool: str) -> bool:
+        """The store's claim; a store that cannot answer refuses the call, which never runs unclaimed."""
+        try:
+            return self.store.claim(decision_id, run_id, tool)
+        except StoreUnavailable as exc:
+            raise ReceiptsUnavailable(f"the call cannot be claimed, so it does not run: {exc}") from None
+
     def _stored(self, decision_id: str) -> pb.Receipt | None:
-        found = self.store.get(decision_id)
+        found = self._get(decision_id)
         if found is None or found[1] is None:
             return None
         receipt = found[1]

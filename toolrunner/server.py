@@ -24,14 +24,16 @@ from typing import Any
 
 import docker
 import grpc
-from grpc_health.v1 import health
+from grpc_health.v1 import health, health_pb2
 from prometheus_client import Gauge
 
 from toolrunner.errors import DockerUnavailable, RunnerError, Unauthenticated
+from toolrunner.health import StoreWatch
+from toolrunner.instance import instance_of
 from toolrunner.policies import PolicySource
 from toolrunner.reaper import Reaper
+from toolrunner.receipts import Opened, open_receipts
 from toolrunner.runner import RunnerConfig, ToolRunner
-from toolrunner.store import ReceiptStore
 from toolrunner.watchdog import Watchdog
 from warden import grants, tracing
 from warden.auth import AuthPolicy
@@ -39,6 +41,7 @@ from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.errors import ServiceError, to_status
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
+from warden.store.url import StoreUrl
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
 
@@ -150,10 +153,14 @@ class RunningServer:
     gate: Drain | None = None
     metrics_server: MetricsServer | None = None
     watchdog: Watchdog | None = None
+    receipts: Opened | None = None
+    store_watch: StoreWatch | None = None
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Drain: NOT_SERVING, new calls refused, running tools get `grace` seconds to finish and
         their receipts are stored; then the receipt store closes."""
+        if self.store_watch is not None:
+            self.store_watch.stop()
         if self.gate is not None:
             drain(self.server, self.health, self.gate, grace or 0.0, name="toolrunner")
         else:
@@ -165,7 +172,10 @@ class RunningServer:
             self.watchdog.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
-        self.runner.store.close()
+        if self.receipts is not None:
+            self.receipts.close()  # the receipts and, on a shared store, the instance's name
+        else:
+            self.runner.store.close()
 
 
 def create_server(
@@ -176,6 +186,8 @@ def create_server(
     policy_dir: str | Path | None = None,
     keys: dict[str, grants.SigningKey] | grants.SigningKey,
     data_dir: str | Path,
+    store: StoreUrl | None = None,
+    instance: str | None = None,
     tokens: dict[bytes, str] | None = None,
     secrets: dict[str, str] | None = None,
     config: RunnerConfig | None = None,
@@ -191,6 +203,11 @@ def create_server(
     revision are refused). `tokens` (sha256 of
     token -> caller, `warden.auth.load_tokens`) admit Cancel and GetReceipt callers.
 
+    Receipts live in `store` (None: SQLite in `data_dir`), claimed under `instance` (None: the
+    name kept in the data folder, toolrunner/instance.py). A PostgreSQL store that cannot be
+    reached, lacks its schema or has this instance running elsewhere stops the start
+    (warden.store.errors.StoreError).
+
     Fails with DockerUnavailable (saying how to get an engine) when no engine answers: a runner
     that cannot run anything must not pretend to be healthy.
     """
@@ -203,13 +220,18 @@ def create_server(
         tools, revision = loaded.tools, loaded.revision
     assert tools is not None
     api = api or connect_docker()
+    opened = open_receipts(store, data_dir=data_dir, instance=instance_of(data_dir, instance))
+    try:
+        runner = ToolRunner(tools=tools, keys=keys, store=opened.receipts, api=api, secrets=secrets,
+                            config=config, policy_revision=revision, policy_source=source)
+    except BaseException:
+        opened.close()
+        raise
+    log.info("receipts in %s as instance %s", opened.shown, opened.receipts.instance)
     reaper = Reaper(api, reap_interval_seconds)
     removed = reaper.start()
     if removed:
         log.warning("removed %d leftover container(s) at start", len(removed))
-    store = ReceiptStore(Path(data_dir) / "toolrunner.db")
-    runner = ToolRunner(tools=tools, keys=keys, store=store, api=api, secrets=secrets, config=config,
-                        policy_revision=revision, policy_source=source)
     # Before the first call: no container of this runner may outlive it (toolrunner/watchdog.py).
     watchdog = Watchdog(runner.config.runner_id)
     for ref, image_id in runner.pinned.items():
@@ -232,16 +254,31 @@ def create_server(
     port = bind_insecure(server, address)
 
     def health_state() -> dict[str, Any]:
-        return {"status": "NOT_SERVING" if gate.draining else "SERVING", "draining": gate.draining,
-                "policy_revision": runner.policy_revision}
+        store_up = watch is None or watch.serving
+        return {"status": "NOT_SERVING" if gate.draining or not store_up else "SERVING", "draining": gate.draining,
+                "store": "answering" if store_up else "unavailable", "policy_revision": runner.policy_revision}
 
+    watch: StoreWatch | None = None
     metrics_server = MetricsServer(metrics_address, lambda: render(registry), health_state) if metrics_address else None
     server.start()
     if metrics_server is not None:
         metrics_server.start()
         log.info("toolrunner metrics on port %d", metrics_server.port)
     set_serving(health_servicer, SERVICE_NAME)
-    return RunningServer(server, port, runner, reaper, health_servicer, gate, metrics_server, watchdog), port
+    if store is not None and store.is_postgresql:
+        watch = StoreWatch(opened.receipts.ping, lambda up: _set_health(health_servicer, up), opened.shown).start()
+    return RunningServer(server, port, runner, reaper, health_servicer, gate, metrics_server, watchdog,
+                         opened, watch), port
+
+
+def _set_health(servicer: health.HealthServicer, serving: bool) -> None:
+    # a draining server's health no longer changes: grpc's servicer ignores this after
+    # enter_graceful_shutdown
+    if serving:
+        set_serving(servicer, SERVICE_NAME)
+    else:
+        for name in ("", SERVICE_NAME):
+            servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
 
 def serve(address: str, grace: float = DEFAULT_GRACE, **kwargs) -> int:  # type: ignore[no-untyped-def]

@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "driver.entries_cli",  # skills and templates: list/show/history/propose|save/approve/reject/retire
     "driver.learnings_cli",  # learnings list/show/promote/review/reject/retire
     "warden.config_cli",  # config show
+    "warden.store_cli",  # store migrate/status
     "warden.hooks.cli",  # hook claude-code
     "warden.client.inbox_cli",  # inbox list/approve/reject
     "warden.mcp.cli",  # mcp serve, mcp pins
@@ -60,6 +61,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "templates": ("driver.entries_cli", "templates: task specs with a TARGET placeholder, served by list_templates"),
     "learnings": ("driver.learnings_cli", "learnings: advice from failures and breakers, reviewed by a person"),
     "config": ("warden.config_cli", "show the effective settings of a command"),
+    "store": ("warden.store_cli", "migrate and inspect the store (SQLite files or a shared PostgreSQL)"),
     "hook": ("warden.hooks.cli", "permission hooks for agents warden does not host"),
     "inbox": ("warden.client.inbox_cli", "calls the hooks and the MCP gateway asked a person to approve"),
     "mcp": ("warden.mcp.cli", "a governing MCP gateway in front of MCP servers"),

@@ -32,6 +32,11 @@ CONFIG_FLAG = "--config"
 CONFIG_ENV = "WARDEN_CONFIG"
 DEFAULT_CONFIG = Path("warden.toml")  # in the current folder, like ./policies and ./.warden
 
+# `[store]` in the file: its `url` and `password_file` are `--store` and `--store-password-file` of
+# every command (warden/store/url.py), not settings of the `warden store` commands alone
+STORE_TABLE = "store"
+STORE_TABLE_KEYS = {"url": "store", "password_file": "store_password_file"}
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 _ACCUMULATING = (argparse._AppendAction, argparse._AppendConstAction, argparse._ExtendAction, argparse._CountAction)
@@ -268,28 +273,38 @@ def _file_values(root: argparse.ArgumentParser, cfg: ConfigFile) -> dict[tuple[s
     leaves = {p: parser for p, parser in parsers.items() if _subparsers(parser) is None}
     out: dict[tuple[str, ...], dict[str, tuple[Any, str]]] = {p: {} for p in leaves}
 
-    def visit(table: dict[str, Any], at: tuple[str, ...]) -> None:
+    def apply(at: tuple[str, ...], name: str, value: Any, where: str) -> None:
         below = {p: parser for p, parser in leaves.items() if p[: len(at)] == at}
+        holders = {p: settings_of(parser)[name] for p, parser in below.items() if name in settings_of(parser)}
+        if not holders:
+            shown = " ".join(at) or "any command"
+            raise ConfigError(f"{where}: unknown key {name!r}: no flag --{name.replace('_', '-')} in {shown}")
+        for p, action in holders.items():
+            try:
+                converted = convert(leaves[p], action, value, from_text=False)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {name} (for warden {' '.join(p)}): {exc}") from None
+            out[p][name] = (converted, where)
+
+    def visit(table: dict[str, Any], at: tuple[str, ...]) -> None:
         # keys first, then tables: a command's own table is applied after, and so wins
         for name, value in table.items():
-            if isinstance(value, dict) and (*at, name) in parsers:
-                continue
-            where = cfg.where((*at, name))
-            holders = {p: settings_of(parser)[name] for p, parser in below.items() if name in settings_of(parser)}
-            if not holders:
-                shown = " ".join(at) or "any command"
-                raise ConfigError(f"{where}: unknown key {name!r}: no flag --{name.replace('_', '-')} in {shown}")
-            for p, action in holders.items():
-                try:
-                    converted = convert(leaves[p], action, value, from_text=False)
-                except ValueError as exc:
-                    raise ConfigError(f"{where}: {name} (for warden {' '.join(p)}): {exc}") from None
-                out[p][name] = (converted, where)
+            if not (isinstance(value, dict) and (*at, name) in parsers):
+                apply(at, name, value, cfg.where((*at, name)))
         for name, value in table.items():
             if isinstance(value, dict) and (*at, name) in parsers:
                 visit(value, (*at, name))
 
-    visit(cfg.data, ())
+    data = dict(cfg.data)
+    store = data.get(STORE_TABLE)
+    if isinstance(store, dict):
+        # `[store] url` is the store of every process: a key of the top, not of `warden store`'s table
+        store = dict(store)
+        for key, setting in STORE_TABLE_KEYS.items():
+            if key in store:
+                apply((), setting, store.pop(key), cfg.where((STORE_TABLE, key)))
+        data[STORE_TABLE] = store
+    visit(data, ())
     return out
 
 

@@ -27,9 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config.set_defaults(func=lambda _a: (config.print_help(), 2)[1])
 
 
-def _shown(value: object) -> str:
+def _shown(value: object, key: str = "") -> str:
     if value is None:
         return "(unset)"
+    if key == "store" or key.endswith("_url"):
+        from warden.store.url import shown
+
+        return shown(str(value))  # a password written in the URL is never printed
     if isinstance(value, list):
         return ",".join(map(_shown, value)) or "(none)"
     return str(value)
@@ -48,7 +52,7 @@ def cmd_show(args: argparse.Namespace) -> int:
               f"or ./{config.DEFAULT_CONFIG})")
         known = {config.env_name(k) for _p, parser in config.walk(root) for k in config.settings_of(parser)}
         for name in sorted(n for n in os.environ if n.startswith(config.ENV_PREFIX)):
-            print(f"{name}={os.environ[name]}" + ("" if name in known or name == config.CONFIG_ENV
+            print(f"{name}={_shown(os.environ[name], name[len(config.ENV_PREFIX):].lower())}" + ("" if name in known or name == config.CONFIG_ENV
                                                    else "  (no command has this flag)"))
         return 0
     if config._subparsers(leaf) is not None:
@@ -68,7 +72,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"warden {' '.join(resolved.command)}")
     print(f"config file: {resolved.config_file} ({resolved.config_file_from})" if resolved.config_file
           else "config file: none")
-    rows = [(f"--{key.replace('_', '-')}", _shown(value), str(source))
+    rows = [(f"--{key.replace('_', '-')}", _shown(value, key), str(source))
             for key, (value, source) in resolved.settings.items()]
     width = [max((len(r[i]) for r in rows), default=0) for i in range(2)]
     for flag, value, source in rows:

@@ -116,21 +116,15 @@ def read_tools(contents: list[tuple[str, bytes]], directory: str) -> dict[str, T
     """The Tool documents among a policy folder's files (as `warden.policyfiles` reads them), by
     name, validated by the same model the checkpoint compiles; nothing else is parsed past its
     kind, and no rule or CEL expression is compiled. Raises ToolReadError with every problem."""
-    from warden.policyfiles import MAX_FILE_BYTES
-    from warden.yamlsource import YamlIssue, load_documents
+    from warden.policydocs import read_documents, validation_problems
+    from warden.yamlsource import YamlIssue
 
     tools: dict[str, Tool] = {}
     problems: list[str] = []
     for name, raw in contents:
         shown = f"{directory.rstrip('/')}/{name}"
-        if len(raw) > MAX_FILE_BYTES:
-            problems.append(f"{shown}:1: file is larger than {MAX_FILE_BYTES} bytes")
-            continue
         try:
-            sources = load_documents(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            problems.append(f"{shown}:1: file is not UTF-8 text")
-            continue
+            sources = read_documents(raw)
         except YamlIssue as issue:
             problems.append(f"{shown}:{issue.line}: {issue.message}")
             continue
@@ -140,10 +134,8 @@ def read_tools(contents: list[tuple[str, bytes]], directory: str) -> dict[str, T
             try:
                 tool = Tool.model_validate(source.data)
             except ValidationError as exc:
-                for err in exc.errors():
-                    where = ".".join(str(p) for p in err["loc"]) or "Tool"
-                    message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-                    problems.append(f"{shown}:{source.line_of(tuple(err['loc']))}: Tool {where}: {message}")
+                problems.extend(f"{shown}:{issue.line}: {issue.message}"
+                                for issue in validation_problems(exc, source, "Tool"))
                 continue
             if tool.name in tools:
                 problems.append(f"{shown}:{source.line}: tool {tool.name!r} is defined twice")

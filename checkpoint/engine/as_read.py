@@ -1,5 +1,5 @@
 """The touched values as rules read them (`touched` in a rule, docs/cel.md): the subject reader's
-reading (policy/subjects.py), not the text as written.
+reading (policy/subjects/), not the text as written.
 
 A rule over raw text misses the spellings the reader folds: `args.target.endsWith(".bank.example")`
 is false for `X.BANK.EXAMPLE.`, `x.bank．example` and `https://x.bank.example/`, while scope and

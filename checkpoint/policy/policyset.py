@@ -1,7 +1,7 @@
 """A loaded, compiled policy set: everything a decision reads, built once per load.
 
 Nothing here is parsed or compiled per request: tool schemas are compiled validators, CEL is
-compiled programs, scope and off-limits entries are compiled typed patterns (subjects.py), and
+compiled programs, scope and off-limits entries are compiled typed patterns (subjects/), and
 rules are indexed by action and tool so a call evaluates only the rules that can apply to it.
 """
 

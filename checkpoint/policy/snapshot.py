@@ -5,7 +5,7 @@ folder of its own beside the link (`LINK.versions/TIME-REVISION/`), with a manif
 of its files (`SHA256SUMS`, as `sha256sum` writes it); the snapshot is loaded as the checkpoint
 would load it; only then is the link pointed at it, by renaming a new link over the old one (one
 atomic step). So what the link names is always a complete set, and the loader refuses a folder
-whose files differ from its manifest (checkpoint/policy/loader.py, `check_manifest`).
+whose files differ from its manifest (checkpoint/policy/loader/manifest.py, `check_manifest`).
 """
 
 from __future__ import annotations

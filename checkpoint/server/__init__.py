@@ -1,7 +1,8 @@
 """The checkpoint sidecar: gRPC service, auth, hot reload, metrics around the decision function.
 
-Modules: `service` (decide, sign, record), `grpc_api` (thin handlers), `errors` (the one place
-errors become statuses), `auth`, `reload`, `metrics`, `ids`, `convert`, `app` (assembly).
+Modules: `service` (decide, sign, record), `grpc_api` (assembles the thin handlers of
+`servicers/`, whose `handling` is the one place errors become statuses), `collaborators` (what
+every act is handed), `auth`, `reload`, `metrics`, `ids`, `convert`, `app` (assembly).
 See docs/checkpoint-service.md.
 """
 

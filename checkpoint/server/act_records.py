@@ -1,10 +1,12 @@
-"""The record of an answer that is not a Check (StartRun, Approve, Reject, RecordAct, a catalog,
-skill or learning act): one shape for every act, stamped with its decision id and time."""
+"""The record of an answer that is not a Check: one typed record per kind of act (a run started, a
+run acted on, a person's approval, a catalog act, a skill loaded, a learning act), each stamped
+with its decision id and time and turned into what the log takes by one path, `to_dict`."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Self
 
 from checkpoint.audit.record import format_time_ns
 from checkpoint.policy.policyset import PolicySet
@@ -23,22 +25,143 @@ def stamp(response: pb.CheckResponse) -> str:
     return format_time_ns(now_ns)
 
 
-def act_record(response: pb.CheckResponse, stamped: str, policies: PolicySet, caller: str,
-                principal: Principal | None, **fields: Any) -> dict[str, Any]:
-    """The record of an answer that is not a Check (StartRun, Approve, Reject, RecordAct): what
-    every record holds, then the act's own fields (which may override `rule`)."""
-    return {
-        "decision_id": response.decision_id,
-        "time": stamped,
-        "verdict": convert.verdict_name(response.verdict),
-        "code": response.code,
-        "rule": response.rule,
-        "reason": response.reason,
-        "policy_revision": policies.revision,
-        "caller": caller,
-        "principal": principal.name if principal is not None else None,
-        **fields,
-    }
+@dataclass(slots=True, kw_only=True)
+class ActRecord:
+    """What the record of every act holds: the answer, its time, and who asked. Each kind of act
+    below adds its own fields, in the order its record has always had them; `to_dict` is the one
+    way any of them becomes what the decision log takes."""
+
+    decision_id: str
+    time: str
+    verdict: str
+    code: str
+    rule: str | None
+    reason: str
+    policy_revision: str
+    caller: str | None
+    principal: str | None
+
+    @classmethod
+    def answering(cls, response: pb.CheckResponse, stamped: str, policies: PolicySet, caller: str | None,
+                  principal: Principal | None, **fields: Any) -> Self:
+        """The record of `response`, stamped at `stamped`; `fields` are the act's own (and may say
+        another `rule` than the answer's)."""
+        return cls(**{
+            "decision_id": response.decision_id,
+            "time": stamped,
+            "verdict": convert.verdict_name(response.verdict),
+            "code": response.code,
+            "rule": response.rule,
+            "reason": response.reason,
+            "policy_revision": policies.revision,
+            "caller": caller,
+            "principal": principal.name if principal is not None else None,
+            **fields,
+        })
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(slots=True, kw_only=True)
+class RunStarted(ActRecord):
+    """StartRun: a run begun (or refused) for a person and an agent."""
+
+    tenant: str | None = None
+    run_id: str | None = None
+    root_run_id: str | None = None
+    actor_chain: list[dict[str, Any]] | None = None
+    accountable_person: str | None = None
+    agent: str | None = None
+    agent_version: str | None = None
+    action: str = "start_run"
+    arguments: dict[str, Any] | None = None
+    latency_us: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class RunActedOn(ActRecord):
+    """RecordAct: a person's pause, resume, amend or cancel of a run, or the run's own end."""
+
+    tenant: str | None = None
+    run_id: str | None = None
+    root_run_id: str | None = None
+    parent_run_id: str | None = None
+    actor_chain: list[dict[str, Any]] | None = None
+    accountable_person: str | None = None
+    agent: str | None = None
+    agent_version: str | None = None
+    action: str = "none"
+    arguments: dict[str, Any] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class PersonsApproval(ActRecord):
+    """Approve or Reject: a person's answer to a REQUIRE_APPROVAL decision, filed under its run."""
+
+    tenant: str | None = None
+    run_id: str | None = None
+    root_run_id: str | None = None
+    parent_run_id: str | None = None
+    actor_chain: list[dict[str, Any]] | None = None
+    accountable_person: str | None = None
+    agent: str | None = None
+    agent_version: str | None = None
+    action: str = "approval"
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    call_digest: str | None = None
+    approval_rules: str | None = None
+    approver: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class CatalogAct(ActRecord):
+    """A change to the agent catalog, or to a skill or template: proposed, reviewed, retired, or
+    applied from the policy files."""
+
+    tenant: str | None = None
+    agent: str | None = None
+    agent_version: str | None = None
+    run_id: str | None = None
+    root_run_id: str | None = None
+    parent_run_id: str | None = None
+    actor_chain: list[dict[str, Any]] | None = None
+    accountable_person: str | None = None
+    action: str = "catalog"
+    arguments: dict[str, Any] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class SkillLoaded(ActRecord):
+    """LoadSkill: a run read one of the skills it pinned."""
+
+    tenant: str | None = None
+    run_id: str | None = None
+    root_run_id: str | None = None
+    parent_run_id: str | None = None
+    actor_chain: list[dict[str, Any]] | None = None
+    accountable_person: str | None = None
+    agent: str | None = None
+    agent_version: str | None = None
+    action: str = "load_skill"
+    arguments: dict[str, Any] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class LearningAct(ActRecord):
+    """A learning proposed (by a person, an agent or a breaker), reviewed, or retired."""
+
+    tenant: str | None = None
+    agent: str | None = None
+    agent_version: str | None = None
+    run_id: str | None = None
+    root_run_id: str | None = None
+    parent_run_id: str | None = None
+    actor_chain: list[dict[str, Any]] | None = None
+    accountable_person: str | None = None
+    action: str = "learning"
+    arguments: dict[str, Any] | None = None
 
 
 MAX_ACT_DETAILS_BYTES = 4096

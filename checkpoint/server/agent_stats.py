@@ -18,31 +18,32 @@ from prometheus_client.registry import Collector
 from checkpoint.audit.stats import AgentStats, VersionStats
 from checkpoint.policy import lifecycle
 from checkpoint.policy.principals import caller_name
-from checkpoint.server.catalog_acts import owning_tenant
+from checkpoint.server.catalog_acts import may_read, owning_tenant
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import PermissionDenied
 
 if TYPE_CHECKING:
-    from checkpoint.server.service import CheckpointService
+    from checkpoint.audit import DecisionLog
+    from checkpoint.server.collaborators import PoliciesInForce
 
 log = logging.getLogger("warden.checkpoint.stats")
 NEVER_RAN = frozenset({lifecycle.PENDING, lifecycle.REJECTED, lifecycle.WITHDRAWN})
 
 
 class AgentStatsReads:
-    def __init__(self, service: CheckpointService):
-        self.service = service
-        self.stats = AgentStats(service.log.path)
+    def __init__(self, in_force: PoliciesInForce, decisions: DecisionLog):
+        self.in_force = in_force
+        self.stats = AgentStats(decisions.path)
 
     def agent_stats(self, request: pb.AgentStatsRequest, caller: str) -> pb.AgentStatsResponse:
-        policies = self.service._policies()
+        policies = self.in_force.current()
         catalog = policies.catalog
         history = catalog.history(request.agent) if request.agent else []
         tenant = owning_tenant(policies, request.agent, history) if history else ""
         if request.agent and not history:  # a version the catalog no longer has: the log says whose
             tenant = next((v.tenant for v in self.stats.current(request.agent)[1]), "")
-        if not tenant or not self.service.catalog._may_read(policies, caller, tenant):
+        if not tenant or not may_read(policies, caller, tenant):
             # the same answer for an agent that does not exist and one the caller may not see
             raise PermissionDenied(codes.CALLER_NOT_PERMITTED, f"no agent {request.agent[:100]!r} that "
                                    f"{caller_name(caller)!r} may read", "agent")

@@ -33,13 +33,14 @@ from checkpoint.server.ratelimit import PeerLimiter
 from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
 from checkpoint.server.service import CheckpointService
 from checkpoint.server.shared_state import SharedStateWatch
-from checkpoint.server.single_use import SingleUse
+from checkpoint.server.stores import CheckpointStores, open_stores, store_url
 from warden import tracing
 from warden.auth import AuthPolicy, OnRefused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.grants import SigningKey
 from warden.private import private_folder, read_trusted
+from warden.store.url import StoreUrl
 from warden.token_keys import FOLDER as TOKEN_KEYS_FOLDER
 from warden.token_keys import KeySet
 from warden.tokens import APPROVAL_TOKEN_TTL_SECONDS, RUN_TOKEN_TTL_SECONDS
@@ -78,8 +79,10 @@ class CheckpointServer:
         head_signer: HeadSigner | None = None,
         gate: Drain | None = None,
         rotator: AutoRotate | None = None,
+        stores: CheckpointStores | None = None,
     ):
         self.grpc_server = grpc_server
+        self.stores = stores
         self.gate = gate or Drain()
         self.rotator = rotator
         self.head_signer = head_signer
@@ -124,6 +127,8 @@ class CheckpointServer:
         if self.head_signer is not None:
             self.head_signer.close()  # the last head signed, before the log closes
         self.log.close()
+        if self.stores is not None:
+            self.stores.close()
         if self.uds_path is not None:
             try:
                 self.uds_path.unlink()
@@ -135,8 +140,11 @@ class CheckpointServer:
 
     def health_details(self) -> dict[str, Any]:
         status = self.store.status
-        serving = status.loaded and self.log.writable and not self.gate.draining
+        store_current = self.stores is None or self.stores.current()
+        serving = status.loaded and self.log.writable and not self.gate.draining and store_current
         out: dict[str, Any] = {"status": "SERVING" if serving else "NOT_SERVING", **status.as_dict()}
+        if self.stores is not None and self.stores.database is not None:  # a shared store: is it answering?
+            out["store"] = {"url": self.stores.url.shown, "current": store_current}
         out["draining"] = self.gate.draining
         out["decision_log"] = self.log.stats() | {"closed": self.log.closed, "writable": self.log.writable}
         return out
@@ -175,6 +183,7 @@ def create_server(
     shared: bool = False,
     run_token_ttl: float = RUN_TOKEN_TTL_SECONDS,
     approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
+    store: StoreUrl | str | None = None,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -197,6 +206,9 @@ def create_server(
     `run_token_ttl`, `approval_token_ttl`: seconds a run token and an approval token live
     (docs/checkpoint-service.md, "Token lifetimes and keys"); they are signed by the Ed25519 keys
     in DATA/token-keys/, made on first use.
+    `store`: where the single-use store keeps approvals spent, act ids taken and runs ended: unset,
+    SQLite in the data folder; a PostgreSQL URL, one database that replicas share (docs/fleet.md,
+    "Checkpoint replicas"), whose schema must be current (StoreError otherwise, before anything binds).
     """
     data = Path(data_dir)
     private_folder(data)
@@ -215,7 +227,7 @@ def create_server(
     not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
     # SERVING needs a policy set and a decision log that takes records: without either, every
     # decision is a refusal, and health says so until it is not
-    ready = {"policies": False, "log": True}
+    ready = {"policies": False, "log": True, "store": True}
     ready_lock = threading.Lock()  # the reload thread and the log's writers both report
 
     def publish(part: str, ok: bool) -> None:
@@ -232,32 +244,41 @@ def create_server(
         publish("policies", status.loaded)
         health_servicer.set(RELOAD_HEALTH_NAME, serving if status.last_ok else not_serving)
 
-    store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
-    decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous, shared=shared)  # type: ignore[arg-type]
+    # first: a store that cannot open (unreachable, schema not current) stops the start with nothing opened
+    stores = open_stores(store_url(store, data), run_token_ttl=run_token_ttl,
+                         on_current=lambda current: publish("store", current))
+    policy_store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
+    try:
+        decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous, shared=shared)  # type: ignore[arg-type]
+    except BaseException:
+        stores.close()
+        raise
     decisions.on_writable(lambda writable: publish("log", writable))
     try:
         head_signer = None if shared else HeadSigner(decisions.head, data / "decisions.db", interval=head_interval)
     except BaseException:
         decisions.close()
+        stores.close()
         raise
     try:
         token_keys = KeySet(data / TOKEN_KEYS_FOLDER)
     except BaseException:
         decisions.close()
+        stores.close()
         raise
-    service = CheckpointService(store, decisions, key, metrics, SingleUse(data / "approvals-used.db"),
+    service = CheckpointService(policy_store, decisions, key, metrics, stores.single_use,
                                 learnings=LearningStore(data / "learnings.db"), token_keys=token_keys,
                                 run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl)
     if shared:
-        service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], store.refresh).sync
-    store.reload()  # after the service: what the first load changes in the catalog is recorded
+        service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], policy_store.refresh).sync
+    policy_store.reload()  # after the service: what the first load changes in the catalog is recorded
     metrics.registry.register(AgentStatsCollector(service.agent_stats.stats))  # computed on scrape
 
     gate = Drain(metrics.server, per_call=False)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="checkpoint-rpc"),
         # tracing adds none when it is off, so Check() runs no tracing code at all then; the drain
-        # gate is asked inside each handler (grpc_api.py), health and reflection never refused
+        # gate is asked inside each handler (servicers/handling.py), health and reflection never refused
         interceptors=tracing.server_interceptors(),
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
@@ -283,16 +304,18 @@ def create_server(
         metrics_server = MetricsServer(metrics_address, metrics, lambda: {}) if metrics_address else None
     except BaseException:
         decisions.close()  # a port in use must not leave the log's writer thread behind
+        stores.close()
         raise
     watcher = (
-        PolicyWatcher(store, settle=settle, recheck=watch_interval, force_polling=reload_polling or None)
+        PolicyWatcher(policy_store, settle=settle, recheck=watch_interval, force_polling=reload_polling or None)
         if watch_interval
         else None
     )
     rotator = (AutoRotate(data / "decisions.db", rotate_bytes, rotate_age, rotate_interval)
                if rotate_bytes or rotate_age else None)
     checkpoint = CheckpointServer(
-        server, service, store, watcher, decisions, health_servicer, metrics_server, uds, head_signer, gate, rotator
+        server, service, policy_store, watcher, decisions, health_servicer, metrics_server, uds, head_signer, gate, rotator,
+        stores,
     )
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.policy.principals import caller_name
-from checkpoint.server.act_records import act_record, stamp
+from checkpoint.server.act_records import PersonsApproval, stamp
 from checkpoint.server.approvals import asked_rules
 from checkpoint.server.refusals import no_principal, require_role
 from checkpoint.server.runs import Refused
@@ -14,7 +14,8 @@ from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 if TYPE_CHECKING:
-    from checkpoint.server.service import CheckpointService
+    from checkpoint.server.approvals import Approvals
+    from checkpoint.server.collaborators import PoliciesInForce, Recorder
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
 
@@ -22,8 +23,10 @@ ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
 
 
 class ApprovalActs:
-    def __init__(self, service: CheckpointService):
-        self.service = service
+    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, approvals: Approvals):
+        self.in_force = in_force
+        self.recorder = recorder
+        self.approvals = approvals
 
     def approve(self, request: pb.ApproveRequest, caller: str) -> pb.ApproveResponse:
         response, token = self._person_act(request, caller, approve=True)
@@ -35,8 +38,7 @@ class ApprovalActs:
 
     def _person_act(self, request: Any, caller: str, *, approve: bool) -> tuple[pb.CheckResponse, str]:
         """Approve or reject a REQUIRE_APPROVAL answer: the person is the caller, the act is recorded."""
-        service = self.service
-        policies = service._policies()
+        policies = self.in_force.current()
         principal = policies.principals.of(caller)
         person = caller_name(caller)
         response = pb.CheckResponse(verdict=DENY, rule="approval", policy_revision=policies.revision)
@@ -47,7 +49,7 @@ class ApprovalActs:
                 raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(caller), "principal")
             if not request.run_id or not request.decision_id:
                 raise Refused(codes.INVALID_REQUEST, "name the run and the REQUIRE_APPROVAL decision", "approval")
-            asked = service.approvals.asked(service.log.read, request.run_id, request.decision_id)
+            asked = self.approvals.asked(self.recorder.read, request.run_id, request.decision_id)
             response.tenant, response.agent = asked.get("tenant") or "", asked.get("agent") or ""
             response.agent_version = asked.get("agent_version") or ""
             response.accountable_person = asked.get("accountable_person") or ""
@@ -62,9 +64,9 @@ class ApprovalActs:
                               "principal")
             require_role(policies, response.tenant, person, "approver")
             if approve:  # an approval may be given again; only one can be spent
-                service.approvals.not_rejected(request.decision_id)
+                self.approvals.not_rejected(request.decision_id)
             else:  # a rejection is final: no approval of it is honoured after, and none spent before
-                service.approvals.reject(request.decision_id, person)
+                self.approvals.reject(request.decision_id, person)
             response.verdict = ALLOW
             response.code = codes.APPROVED if approve else codes.REJECTED
             response.reason = (f"{'approved' if approve else 'rejected'} by {person}"
@@ -73,10 +75,10 @@ class ApprovalActs:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
         stamped = stamp(response)
         if response.verdict == ALLOW and approve:
-            token = service.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
+            token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
         if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
             response.reason += f" (the request claimed run {request.run_id[:64]!r})"
-        record = act_record(
+        record = PersonsApproval.answering(
             response, stamped, policies, person, principal,
             tenant=response.tenant or None,
             run_id=asked.get("run_id"),
@@ -94,9 +96,9 @@ class ApprovalActs:
             approval_rules=asked.get("approval_rules"),
             # the person's act: its approver is the person, whether they could act or were refused
             approver=person,
-        )
-        service._append_or_deny(record, response)
+        ).to_dict()
+        self.recorder.append_or_deny(record, response)
         if response.verdict != ALLOW:
             token = ""
-        service._count(response.verdict, response.code)
+        self.recorder.count(response.verdict, response.code)
         return response, token

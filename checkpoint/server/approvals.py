@@ -23,7 +23,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from checkpoint.server.runs import Refused
-from checkpoint.server.single_use import SingleUse
+from checkpoint.server.single_use import SingleUseStore
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.codes import APPROVAL_EXPIRED, APPROVAL_INVALID
 from warden.token_keys import KeySet
@@ -54,7 +54,7 @@ def asked_rules(asked: Mapping[str, Any]) -> list[str]:
 
 
 class Approvals:
-    def __init__(self, keys: KeySet, digest_key: bytes, single_use: SingleUse,
+    def __init__(self, keys: KeySet, digest_key: bytes, single_use: SingleUseStore,
                  ttl_seconds: float = APPROVAL_TOKEN_TTL_SECONDS, clock: Callable[[], float] = time.time):
         self._signer = Signer(keys, APPROVAL_LABEL, ttl_seconds, clock)
         self._digest_key = digest_key

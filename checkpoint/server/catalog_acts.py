@@ -11,6 +11,7 @@ refusal is recorded too. After an act the policy store's live versions are refre
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
@@ -21,7 +22,7 @@ from checkpoint.policy.loader import load_agent_definition
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, stamp
+from checkpoint.server.act_records import CatalogAct, stamp
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden import codes
@@ -29,9 +30,10 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import InvalidArgument, PermissionDenied
 
 if TYPE_CHECKING:
-    from checkpoint.server.service import CheckpointService
+    from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
+log = logging.getLogger("warden.checkpoint.service")
 CHANGEABLE = frozenset({"allowlist", "scope", "budget", "persona", "description", "delegates"})
 MAX_DEFINITION_BYTES = 64 * 1024
 
@@ -61,20 +63,56 @@ def owning_tenant(policies: PolicySet, agent: str, rows: list[dict[str, Any]]) -
     return str(rows[0]["snapshot"]["tenant"]) if rows else ""
 
 
+def may_read(policies: PolicySet, caller: str, tenant: str) -> bool:
+    """Whether the caller may read the catalog of `tenant` (its agents, skills, statistics)."""
+    principal = policies.principals.of(caller)
+    if principal is None or not principal.covers(tenant):
+        return False
+    return not principal.acts_as_self or bool(roles_of(policies.tenants.get(tenant), caller_name(caller)))
+
+
+def person_acting(policies: PolicySet, principal: Principal, caller: str, tenant: str, role: str) -> str:
+    """The person acting with their own credential, holding `role` in `tenant`."""
+    person = caller_name(caller)
+    if not principal.acts_as_self or not principal.covers(tenant):
+        raise Refused(codes.CALLER_NOT_PERMITTED, f"{person!r} (principal {principal.name!r}) may not change "
+                      f"the catalog of tenant {tenant!r}: a person's own credential is needed", "principal")
+    refusal = role_refusal(policies.tenants, tenant, person, role)
+    if refusal is not None:
+        raise Refused(codes.ROLE_REQUIRED, refusal, "role")
+    return person
+
+
 class CatalogActs:
-    def __init__(self, service: CheckpointService):
-        self.service = service
+    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, run_state: RunState):
+        self.in_force = in_force
+        self.recorder = recorder
+        self.run_state = run_state
+
+    # -- the policy files' own changes ---------------------------------------------------------
+
+    def record_file_changes(self, policies: PolicySet) -> None:
+        """A load applied or proposed policy files' agent changes: each goes on the record. Best
+        effort: the files changed on the operator's disk whatever the log says."""
+        for change in policies.catalog_changes:
+            response = pb.CheckResponse(verdict=ALLOW, rule="catalog", policy_revision=policies.revision,
+                                        code=codes.PROPOSED if change.act == "propose" else codes.CATALOG_CHANGED,
+                                        reason=f"{change.act} {getattr(change, 'label', change.agent)} "
+                                               f"{change.version} from {change.source}")
+            record = CatalogAct.answering(response, stamp(response), policies, change.by, None, tenant=change.tenant,
+                                          agent=change.agent, agent_version=change.version, action="catalog",
+                                          arguments=change.details()).to_dict()
+            try:
+                self.recorder.append(record)
+            except Exception as exc:  # noqa: BLE001
+                self.recorder.metrics.audit_failures.inc()
+                log.error("catalog change %s %s %s not recorded: %s", change.act, change.agent, change.version, exc)
+            self.recorder.count(response.verdict, response.code)
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def _may_read(self, policies: PolicySet, caller: str, tenant: str) -> bool:
-        principal = policies.principals.of(caller)
-        if principal is None or not principal.covers(tenant):
-            return False
-        return not principal.acts_as_self or bool(roles_of(policies.tenants.get(tenant), caller_name(caller)))
-
     def list_agents(self, request: pb.ListAgentsRequest, caller: str) -> pb.ListAgentsResponse:
-        policies = self.service._policies()
+        policies = self.in_force.current()
         out = pb.ListAgentsResponse()
         catalog = policies.catalog
         for name in sorted(policies.defined_agents):
@@ -82,16 +120,16 @@ class CatalogActs:
             if not rows:
                 continue
             tenant = owning_tenant(policies, name, rows)
-            if (request.tenant and tenant != request.tenant) or not self._may_read(policies, caller, tenant):
+            if (request.tenant and tenant != request.tenant) or not may_read(policies, caller, tenant):
                 continue
             out.agents.add(agent=name, tenant=tenant, live_version=catalog.live_version(name) or "",
                            pending_versions=[r["version"] for r in rows if r["status"] == lifecycle.PENDING])
         return out
 
     def agent_history(self, request: pb.AgentHistoryRequest, caller: str) -> pb.AgentHistoryResponse:
-        policies = self.service._policies()
+        policies = self.in_force.current()
         rows = policies.catalog.history(request.agent) if request.agent else []
-        if not rows or not self._may_read(policies, caller, owning_tenant(policies, request.agent, rows)):
+        if not rows or not may_read(policies, caller, owning_tenant(policies, request.agent, rows)):
             # the same answer for an agent that does not exist and one the caller may not see
             raise PermissionDenied(codes.CALLER_NOT_PERMITTED,
                                    f"no agent {request.agent[:100]!r} that {caller_name(caller)!r} may read", "agent")
@@ -126,7 +164,7 @@ class CatalogActs:
                                   "catalog.change")
                 by, source = self._proposing_agent(policies, request, principal, caller, live.tenant, fields)
             else:
-                by = self._person(policies, principal, caller, live.tenant, "operator")
+                by = person_acting(policies, principal, caller, live.tenant, "operator")
                 source = f"proposed by {by}"
             version = self._proposed_version(policies, request, live.snapshot())
             if version.name != live.name:
@@ -174,12 +212,12 @@ class CatalogActs:
             details = change.details() if change is not None else {"act": name}
             return self._record(response, policies, caller, principal, fields, details)
 
-        done = perform(self.service, caller, name, "catalog", act, answer=answer, record_of=record_of,
+        done = perform(self.in_force, self.recorder, caller, name, "catalog", act, answer=answer, record_of=record_of,
                        store_errors=(CatalogError,))
         out = pb.CatalogActResponse(decision=done.response)
         change = done.result
         if change is not None:
-            self.service.store.refresh()
+            self.in_force.refresh()
             rows = [r for r in done.policies.catalog.history(change.agent) if r["version"] == change.version]
             if rows:
                 out.version.CopyFrom(version_info(done.policies, rows[0], change.agent))
@@ -188,32 +226,22 @@ class CatalogActs:
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 fields: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
 
-        return act_record(response, stamp(response), policies, caller_name(caller), principal,
-                           tenant=fields.get("tenant"), agent=fields.get("agent"),
-                           agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
-                           root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
-                           actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
-                           action="catalog", arguments=details)
+        return CatalogAct.answering(
+            response, stamp(response), policies, caller_name(caller), principal,
+            tenant=fields.get("tenant"), agent=fields.get("agent"),
+            agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
+            root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
+            actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
+            action="catalog", arguments=details
+        ).to_dict()
 
     # -- who, what -----------------------------------------------------------------------------
-
-    @staticmethod
-    def _person(policies: PolicySet, principal: Principal, caller: str, tenant: str, role: str) -> str:
-        """The person acting with their own credential, holding `role` in `tenant`."""
-        person = caller_name(caller)
-        if not principal.acts_as_self or not principal.covers(tenant):
-            raise Refused(codes.CALLER_NOT_PERMITTED, f"{person!r} (principal {principal.name!r}) may not change "
-                          f"the catalog of tenant {tenant!r}: a person's own credential is needed", "principal")
-        refusal = role_refusal(policies.tenants, tenant, person, role)
-        if refusal is not None:
-            raise Refused(codes.ROLE_REQUIRED, refusal, "role")
-        return person
 
     def _proposing_agent(self, policies: PolicySet, request: pb.ProposeAgentChangeRequest, principal: Principal,
                          caller: str, tenant: str, fields: dict[str, Any]) -> tuple[str, str]:
         """An agent's proposal: the run its token establishes, acting in the target's tenant."""
         check = pb.CheckRequest(run=request.run)
-        established = self.service._establish(check, principal, caller)
+        established = self.run_state.establish(check, principal, caller)
         run = check.run
         chain = convert.actor_chain(run.actor_chain)
         fields.update(run_id=run.run_id, root_run_id=run.root_run_id or run.run_id,
@@ -271,5 +299,5 @@ class CatalogActs:
         tenants = {self._tenant_of(policies, agent, version), found.tenant if found is not None else ""} - {""}
         by = ""
         for tenant in sorted(tenants):
-            by = self._person(policies, principal, caller, tenant, "admin")
+            by = person_acting(policies, principal, caller, tenant, "admin")
         return by

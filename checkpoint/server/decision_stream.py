@@ -14,14 +14,16 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import InvalidArgument, PermissionDenied
 
 if TYPE_CHECKING:
-    from checkpoint.server.service import CheckpointService
+    from checkpoint.audit import DecisionLog
+    from checkpoint.server.collaborators import PoliciesInForce
 
 
 
 
 class DecisionStream:
-    def __init__(self, service: CheckpointService):
-        self.service = service
+    def __init__(self, in_force: PoliciesInForce, decisions: DecisionLog):
+        self.in_force = in_force
+        self.log = decisions
         self._stops: set[threading.Event] = set()  # the open streams', so a drain can end them
         self._lock = threading.Lock()
 
@@ -29,8 +31,7 @@ class DecisionStream:
         """The tenants whose records the caller may read (None: every record, those naming no
         tenant too); raises PermissionDenied when it may read none. The rule is
         `checkpoint.policy.audit_scope.readable_tenants`, which the auditor's web view asks too."""
-        service = self.service
-        policies = service._policies()
+        policies = self.in_force.current()
         try:
             return readable_tenants(policies.principals, policies.tenants, caller)
         except AuditRefused as refused:
@@ -44,7 +45,6 @@ class DecisionStream:
         are committed. With `caller`, the caller's scope is asked again whenever the policy set in
         force changes, before the next record goes out: a person taken off a tenant's auditors
         stops reading it then (PERMISSION_DENIED when nothing is left), not when the stream ends."""
-        service = self.service
         if request.after_seq < 0:
             raise InvalidArgument("invalid_request", "after_seq must not be negative", "after_seq")
         filters: Filters = {
@@ -56,9 +56,9 @@ class DecisionStream:
             "tenants": tenants,
         }
         if request.no_follow:
-            records = service.log.read(request.after_seq, **filters)
+            records = self.log.read(request.after_seq, **filters)
         else:
-            records = service.log.follow(request.after_seq, stop_event=stop, **filters)
+            records = self.log.follow(request.after_seq, stop_event=stop, **filters)
         with self._lock:
             self._stops.add(stop)
         # None: the scope is asked again before the first record too, since `tenants` was worked
@@ -70,7 +70,7 @@ class DecisionStream:
                 if stop.is_set():
                     return
                 if caller is not None:
-                    current = service.store.current  # one attribute read per record
+                    current = self.in_force.store.current  # one attribute read per record
                     if current is not None and current.revision != revision:
                         revision = current.revision
                         fresh = self.watch_tenants(caller)  # PermissionDenied ends the stream
@@ -84,13 +84,11 @@ class DecisionStream:
                 self._stops.discard(stop)
 
     def wake_watchers(self) -> None:
-        service = self.service
-        service.log.wake_followers()
+        self.log.wake_followers()
 
     def stop_watchers(self) -> None:
-        service = self.service
         with self._lock:
             stops = list(self._stops)
         for stop in stops:
             stop.set()
-        service.log.wake_followers()
+        self.log.wake_followers()

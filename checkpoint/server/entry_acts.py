@@ -39,8 +39,8 @@ from checkpoint.policy.policyset import AgentVersion
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import has_role
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, forget_claimed_run, stamp
-from checkpoint.server.catalog_acts import MAX_DEFINITION_BYTES, CatalogActs
+from checkpoint.server.act_records import CatalogAct, SkillLoaded, forget_claimed_run, stamp
+from checkpoint.server.catalog_acts import MAX_DEFINITION_BYTES, may_read, person_acting
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden import codes
@@ -49,7 +49,7 @@ from warden.errors import InvalidArgument, PermissionDenied
 
 if TYPE_CHECKING:
     from checkpoint.policy.entries import EntryCatalog
-    from checkpoint.server.service import CheckpointService
+    from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
 
@@ -150,34 +150,36 @@ Act = Callable[[PolicySet, Principal, Callable[[EntryChange], None], dict[str, A
 
 
 class EntryActs:
-    def __init__(self, service: CheckpointService):
-        self.service = service
+    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, run_state: RunState):
+        self.in_force = in_force
+        self.recorder = recorder
+        self.run_state = run_state
 
     @property
     def _catalog(self) -> EntryCatalog:
-        return self.service._policies().catalog.entries
+        return self.in_force.current().catalog.entries
 
     # -- reads ---------------------------------------------------------------------------------
 
     def list_entries(self, request: pb.ListCatalogEntriesRequest, caller: str) -> pb.ListCatalogEntriesResponse:
-        policies = self.service._policies()
+        policies = self.in_force.current()
         if request.kind not in KINDS:
             raise InvalidArgument(codes.INVALID_REQUEST, f"kind must be one of {', '.join(KINDS)}", "kind")
         out = pb.ListCatalogEntriesResponse()
         for s in policies.catalog.entries.summaries(request.kind):
             if (request.tenant and s["tenant"] != request.tenant) or \
-                    not self.service.catalog._may_read(policies, caller, s["tenant"]):
+                    not may_read(policies, caller, s["tenant"]):
                 continue
             out.entries.add(kind=request.kind, **s)
         return out
 
     def history(self, request: pb.CatalogEntryHistoryRequest, caller: str) -> pb.CatalogEntryHistoryResponse:
-        policies = self.service._policies()
+        policies = self.in_force.current()
         if request.kind not in KINDS:
             raise InvalidArgument(codes.INVALID_REQUEST, f"kind must be one of {', '.join(KINDS)}", "kind")
         tenant = request.tenant or "default"
         rows = policies.catalog.entries.history(request.kind, tenant, request.name) if request.name else []
-        if not rows or not self.service.catalog._may_read(policies, caller, tenant):
+        if not rows or not may_read(policies, caller, tenant):
             # the same answer for an entry that does not exist and one the caller may not see
             raise PermissionDenied(codes.CALLER_NOT_PERMITTED, f"no {request.kind} {request.name[:100]!r} in tenant "
                                    f"{tenant[:100]!r} that {caller_name(caller)!r} may read", "name")
@@ -211,7 +213,7 @@ class EntryActs:
                 by = f"agent:{acting['id']}@{acting.get('agent_version', '')}"
                 source = f"proposed by agent {acting['id']} in run {fields['run_id']}"
             else:
-                by = CatalogActs._person(policies, principal, caller, entry.tenant, "operator")
+                by = person_acting(policies, principal, caller, entry.tenant, "operator")
                 source = f"saved by {by}"
             if request.HasField("from_call"):
                 source += f" from call {request.from_call.decision_id[:64]} of run {request.from_call.run_id[:64]}"
@@ -226,7 +228,7 @@ class EntryActs:
                 fields: dict[str, Any]) -> EntryChange:
             kind, tenant = _kind(request.kind), request.tenant or "default"
             fields.update(kind=kind, tenant=tenant)
-            by = CatalogActs._person(policies, principal, caller, tenant, "admin")
+            by = person_acting(policies, principal, caller, tenant, "admin")
             return policies.catalog.entries.decide(kind, tenant, request.name, request.version,
                                                    approve=request.approve, by=by, note=request.note[:1000],
                                                    record=record)
@@ -238,7 +240,7 @@ class EntryActs:
                 fields: dict[str, Any]) -> EntryChange:
             kind, tenant = _kind(request.kind), request.tenant or "default"
             fields.update(kind=kind, tenant=tenant)
-            by = CatalogActs._person(policies, principal, caller, tenant, "admin")
+            by = person_acting(policies, principal, caller, tenant, "admin")
             return policies.catalog.entries.retire(kind, tenant, request.name, request.version, by=by,
                                                    note=request.note[:1000], record=record)
 
@@ -258,7 +260,7 @@ class EntryActs:
                 "act": name, **({"kind": fields["kind"]} if fields.get("kind") else {})}
             return self._record(response, policies, caller, principal, fields, details)
 
-        done = perform(self.service, caller, name, "catalog", act, answer=answer, record_of=record_of,
+        done = perform(self.in_force, self.recorder, caller, name, "catalog", act, answer=answer, record_of=record_of,
                        store_errors=(EntryError,))
         out = pb.CatalogEntryActResponse(decision=done.response)
         change = done.result
@@ -272,12 +274,14 @@ class EntryActs:
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 fields: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
 
-        return act_record(response, stamp(response), policies, caller_name(caller), principal,
-                           tenant=fields.get("tenant"), agent=fields.get("agent"),
-                           agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
-                           root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
-                           actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
-                           action="catalog", arguments=details)
+        return CatalogAct.answering(
+            response, stamp(response), policies, caller_name(caller), principal,
+            tenant=fields.get("tenant"), agent=fields.get("agent"),
+            agent_version=fields.get("agent_version"), run_id=fields.get("run_id"),
+            root_run_id=fields.get("root_run_id"), parent_run_id=fields.get("parent_run_id"),
+            actor_chain=fields.get("actor_chain"), accountable_person=fields.get("accountable_person"),
+            action="catalog", arguments=details
+        ).to_dict()
 
     # -- who proposes, what -----------------------------------------------------------------------
 
@@ -285,7 +289,7 @@ class EntryActs:
                        caller: str, fields: dict[str, Any]) -> str:
         """An agent's proposal: the run its token establishes; returns the run's tenant."""
         check = pb.CheckRequest(run=request.run)
-        established = self.service._establish(check, principal, caller)
+        established = self.run_state.establish(check, principal, caller)
         run = check.run
         chain = convert.actor_chain(run.actor_chain)
         fields.update(run_id=run.run_id, root_run_id=run.root_run_id or run.run_id,
@@ -324,7 +328,7 @@ class EntryActs:
         if run_tenant and ref.run_id != fields.get("run_id"):
             raise Refused(codes.CALLER_NOT_PERMITTED, "an agent saves a template from a call of its own run",
                           "catalog.from_call")
-        found = next((r for r in self.service.log.read(run_id=ref.run_id[:128], verdict="ALLOW")
+        found = next((r for r in self.recorder.read(run_id=ref.run_id[:128], verdict="ALLOW")
                       if r.get("decision_id") == ref.decision_id), None) if ref.run_id and ref.decision_id else None
         if found is not None and not run_tenant and not has_role(
                 policies.tenants.get(found.get("tenant") or "default"), caller_name(caller), "operator"):
@@ -353,13 +357,13 @@ class EntryActs:
 
     def run_skills(self, request: pb.RunSkillsRequest, caller: str) -> pb.RunSkillsResponse:
         """The skills the run's token pinned, with their descriptions. A read: not recorded."""
-        policies = self.service._policies()
+        policies = self.in_force.current()
         principal = policies.principals.of(caller)
         check = pb.CheckRequest(run=request.run)
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, "no principal", "principal")
-            established = self.service._establish(check, principal, caller)
+            established = self.run_state.establish(check, principal, caller)
         except Refused as refused:
             raise PermissionDenied(refused.code, refused.reason, "run") from None
         out = pb.RunSkillsResponse()
@@ -370,8 +374,7 @@ class EntryActs:
 
     def load_skill(self, request: pb.LoadSkillRequest, caller: str) -> pb.LoadSkillResponse:
         """Serve one of the run's pinned skills, recorded before its text is returned."""
-        service = self.service
-        policies = service._policies()
+        policies = self.in_force.current()
         principal = policies.principals.of(caller)
         response = pb.CheckResponse(verdict=DENY, rule="skill", policy_revision=policies.revision)
         check = pb.CheckRequest(run=request.run)
@@ -383,7 +386,7 @@ class EntryActs:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, f"the credential {caller_name(caller)[:100]!r} names no "
                               "principal in the policy files", "principal")
-            established = service._establish(check, principal, caller)
+            established = self.run_state.establish(check, principal, caller)
             tenant = check.run.tenant or "default"
             if not established.agent or not principal.may_check(tenant, established.agent):
                 raise Refused(codes.CALLER_NOT_PERMITTED, f"principal {principal.name!r} may not load skills for "
@@ -414,17 +417,17 @@ class EntryActs:
         run = check.run
         chain = convert.actor_chain(run.actor_chain)
         last = chain[-1] if chain and chain[-1].get("kind") == "agent" else {}
-        record = act_record(
+        record = SkillLoaded.answering(
             response, stamp(response), policies, caller_name(caller), principal,
             tenant=run.tenant or None, run_id=run.run_id or None, root_run_id=run.root_run_id or run.run_id or None,
             parent_run_id=run.parent_run_id or None, actor_chain=chain or None,
             accountable_person=chain[0]["id"] if chain else None, agent=last.get("id"),
             agent_version=last.get("agent_version"), action="load_skill",
-            arguments={"skill": name, "version": entry.version if entry else None})
+            arguments={"skill": name, "version": entry.version if entry else None}).to_dict()
         if established is None:
             record = bound_refusal(record)
-        service._append_or_deny(record, response)
-        service._count(response.verdict, response.code)
+        self.recorder.append_or_deny(record, response)
+        self.recorder.count(response.verdict, response.code)
         out = pb.LoadSkillResponse(decision=response)
         if response.verdict == ALLOW and entry is not None:
             out.skill.CopyFrom(pb.RunSkill(name=entry.name, version=entry.version, description=entry.description))

@@ -34,7 +34,7 @@ from checkpoint.policy.learnings import (
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.policy.roles import role_refusal, roles_of
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, stamp
+from checkpoint.server.act_records import LearningAct, stamp
 from checkpoint.server.recorded_acts import perform
 from checkpoint.server.runs import Refused
 from warden import codes
@@ -42,7 +42,7 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import InvalidArgument, PermissionDenied
 
 if TYPE_CHECKING:
-    from checkpoint.server.service import CheckpointService
+    from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
 
 ALLOW, DENY, HALT = pb.VERDICT_ALLOW, pb.VERDICT_DENY, pb.VERDICT_HALT
 log = logging.getLogger("warden.checkpoint.learnings")
@@ -73,8 +73,10 @@ def suggested_match(policies: PolicySet, tool: str) -> str:
 
 
 class LearningActs:
-    def __init__(self, service: CheckpointService, store: LearningStore):
-        self.service = service
+    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, run_state: RunState, store: LearningStore):
+        self.in_force = in_force
+        self.recorder = recorder
+        self.run_state = run_state
         self.store = store
         self._programs: dict[tuple[str, str], Any] = {}  # (engine, match) -> compiled program
         self._stop = threading.Event()
@@ -103,7 +105,7 @@ class LearningActs:
             log.exception("learnings after decision %s", response.decision_id)
 
     def _from_breaker(self, request: pb.CheckRequest, response: pb.CheckResponse) -> None:
-        policies = self.service._policies()
+        policies = self.in_force.current()
         run = request.run
         tool = request.tool_call.tool if request.WhichOneof("action") == "tool_call" else ""
         breaker = response.code.removeprefix("breaker_")
@@ -131,7 +133,7 @@ class LearningActs:
             if not request.HasField("run"):
                 raise Refused(codes.INVALID_REQUEST, "a proposal comes with its run's token", "learning.run")
             check = pb.CheckRequest(run=request.run)
-            established = self.service._establish(check, principal, caller)
+            established = self.run_state.establish(check, principal, caller)
             run = check.run
             fields.update(_run_fields(run))
             chain = fields["actor_chain"]
@@ -145,7 +147,7 @@ class LearningActs:
             if request.severity and request.severity not in SEVERITIES:
                 raise Refused(codes.INVALID_REQUEST, f"severity must be {' or '.join(SEVERITIES)}", "learning.severity")
             if request.decision_id and not any(r["decision_id"] == request.decision_id
-                                               for r in self.service.log.read(run_id=run.run_id)):
+                                               for r in self.recorder.read(run_id=run.run_id)):
                 # provenance is the checkpoint's own record of this run, never a decision the caller names
                 raise Refused(codes.INVALID_REQUEST, f"decision {request.decision_id[:64]!r} is not a decision of "
                               f"run {run.run_id!r}", "learning.decision_id")
@@ -189,7 +191,7 @@ class LearningActs:
     # -- reads -------------------------------------------------------------------------------
 
     def list_learnings(self, request: pb.ListLearningsRequest, caller: str) -> pb.ListLearningsResponse:
-        policies = self.service._policies()
+        policies = self.in_force.current()
         if request.status and request.status not in STATUSES:
             raise InvalidArgument(codes.INVALID_REQUEST, f"status must be one of {', '.join(STATUSES)}", "status")
         self.sweep()
@@ -210,13 +212,13 @@ class LearningActs:
 
     def run_lessons(self, request: pb.RunLessonsRequest, caller: str) -> pb.RunLessonsResponse:
         """The active learnings about the run's agent, for its model context."""
-        policies = self.service._policies()
+        policies = self.in_force.current()
         principal = policies.principals.of(caller)
         check = pb.CheckRequest(run=request.run)
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, "no principal", "principal")
-            established = self.service._establish(check, principal, caller)
+            established = self.run_state.establish(check, principal, caller)
         except Refused as refused:
             raise PermissionDenied(refused.code, refused.reason, "run") from None
         agent, tenant = established.agent, check.run.tenant
@@ -230,7 +232,7 @@ class LearningActs:
 
     def sweep(self) -> list[LearningChange]:
         """Move learnings nothing triggered for 90 days to stale, record it, and stop them acting."""
-        policies = self.service._policies()
+        policies = self.in_force.current()
 
         def record(change: LearningChange) -> None:
             self._write(self._record(_answer(change, codes.LEARNING_CHANGED), policies, SWEEPER, None, change, {}),
@@ -238,7 +240,7 @@ class LearningActs:
 
         changes = self.store.sweep(record=record)
         if changes:
-            self.service.store.refresh()
+            self.in_force.refresh()
         return changes
 
     def start(self, every: float = SWEEP_SECONDS) -> None:
@@ -274,39 +276,41 @@ class LearningActs:
                                         fields.get("agent", ""), fields.get("agent_version", ""), caller_name(caller))
             return self._record(response, policies, caller_name(caller), principal, change, fields)
 
-        done = perform(self.service, caller, name, "learning", act, answer=answer, record_of=record_of,
+        done = perform(self.in_force, self.recorder, caller, name, "learning", act, answer=answer, record_of=record_of,
                        store_errors=(LearningError,))
         out = pb.LearningActResponse(decision=done.response)
         if done.result is not None:
             _change, row = done.result
             if row is not None:
                 if name != "propose":  # what acts changed: the next Check decides with it
-                    self.service.store.refresh()
+                    self.in_force.refresh()
                 out.learning.CopyFrom(learning_info(row))
         return out
 
     def _record(self, response: pb.CheckResponse, policies: PolicySet, caller: str, principal: Principal | None,
                 change: LearningChange, fields: dict[str, Any]) -> dict[str, Any]:
 
-        return act_record(response, stamp(response), policies, caller, principal,
-                           tenant=change.tenant or fields.get("tenant") or None,
-                           agent=change.agent or fields.get("agent") or None,
-                           agent_version=change.agent_version or fields.get("agent_version") or None,
-                           run_id=fields.get("run_id"), root_run_id=fields.get("root_run_id"),
-                           parent_run_id=fields.get("parent_run_id"), actor_chain=fields.get("actor_chain"),
-                           accountable_person=fields.get("accountable_person"),
-                           action="learning", arguments={**change.arguments(), "by": change.by})
+        return LearningAct.answering(
+            response, stamp(response), policies, caller, principal,
+            tenant=change.tenant or fields.get("tenant") or None,
+            agent=change.agent or fields.get("agent") or None,
+            agent_version=change.agent_version or fields.get("agent_version") or None,
+            run_id=fields.get("run_id"), root_run_id=fields.get("root_run_id"),
+            parent_run_id=fields.get("parent_run_id"), actor_chain=fields.get("actor_chain"),
+            accountable_person=fields.get("accountable_person"),
+            action="learning", arguments={**change.arguments(), "by": change.by}
+        ).to_dict()
 
     def _write(self, entry: dict[str, Any], *, raise_on_failure: bool) -> None:
         try:
-            self.service.append(entry)
+            self.recorder.append(entry)
         except Exception as exc:
-            self.service.metrics.audit_failures.inc()
+            self.recorder.metrics.audit_failures.inc()
             if raise_on_failure:
                 raise
             log.error("learning act %s not recorded: %s", entry.get("arguments", {}).get("act"), exc)
             return
-        self.service._count(ALLOW, entry["code"])
+        self.recorder.count(ALLOW, entry["code"])
 
     # -- who -----------------------------------------------------------------------------------
 

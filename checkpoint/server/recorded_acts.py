@@ -22,7 +22,7 @@ from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 if TYPE_CHECKING:
-    from checkpoint.server.service import CheckpointService
+    from checkpoint.server.collaborators import PoliciesInForce, Recorder
 
 log = logging.getLogger("warden.checkpoint.acts")
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
@@ -46,11 +46,11 @@ class Done:
     policies: PolicySet
 
 
-def perform(service: CheckpointService, caller: str, name: str, rule: str, act: Act, *, answer: Answer,
+def perform(in_force: PoliciesInForce, recorder: Recorder, caller: str, name: str, rule: str, act: Act, *, answer: Answer,
             record_of: RecordOf, store_errors: tuple[type[Exception], ...]) -> Done:
     """Check and do one act named `name`; its record says `rule`. `store_errors` are the store's own
     refusals (each with `code` and `message`)."""
-    policies = service._policies()
+    policies = in_force.current()
     principal = policies.principals.of(caller)
     response = pb.CheckResponse(verdict=DENY, rule=rule, policy_revision=policies.revision)
     fields: dict[str, Any] = {}
@@ -61,7 +61,7 @@ def perform(service: CheckpointService, caller: str, name: str, rule: str, act: 
         answer(response, change)
         entry = record_of(response, policies, principal, fields, change)
         try:
-            service.append(entry)
+            recorder.append(entry)
         except Exception as exc:  # the log cannot take it: the act does not happen
             raise _NotRecorded(type(exc).__name__) from exc
         recorded.append(True)
@@ -79,7 +79,7 @@ def perform(service: CheckpointService, caller: str, name: str, rule: str, act: 
     except PolicyLoadError as exc:
         response.verdict, response.code, response.reason = DENY, codes.INVALID_REQUEST, str(exc)[:2000]
     except _NotRecorded as exc:
-        service.metrics.audit_failures.inc()
+        recorder.metrics.audit_failures.inc()
         response.verdict, response.code, response.reason = DENY, codes.AUDIT_UNAVAILABLE, (
             f"the {name} could not be recorded, so it was not done: {exc}")
         recorded.append(False)  # the log cannot take the refusal either
@@ -91,6 +91,6 @@ def perform(service: CheckpointService, caller: str, name: str, rule: str, act: 
     if response.verdict != ALLOW:
         result = None
     if not recorded:  # a refusal: on the record too
-        service._append_or_deny(record_of(response, policies, principal, fields, None), response)
-    service._count(response.verdict, response.code)
+        recorder.append_or_deny(record_of(response, policies, principal, fields, None), response)
+    recorder.count(response.verdict, response.code)
     return Done(response, result, policies)

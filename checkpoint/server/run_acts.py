@@ -14,7 +14,7 @@ from checkpoint.engine import InvalidRequest, resolve_agent
 from checkpoint.engine.context import MODES
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
-from checkpoint.server.act_records import act_record, bounded_details, forget_claimed_run, stamp
+from checkpoint.server.act_records import RunActedOn, RunStarted, bounded_details, forget_claimed_run, stamp
 from checkpoint.server.entry_acts import pins
 from checkpoint.server.ids import new_run_id
 from checkpoint.server.refusals import no_principal, require_role
@@ -24,7 +24,7 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.structs import struct_to_dict
 
 if TYPE_CHECKING:
-    from checkpoint.server.service import CheckpointService
+    from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
 log = logging.getLogger("warden.checkpoint.service")
@@ -56,14 +56,15 @@ def run_end(request: pb.RecordActRequest, principal: Principal, established: Est
 
 
 class RunActs:
-    def __init__(self, service: CheckpointService):
-        self.service = service
+    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, run_state: RunState):
+        self.in_force = in_force
+        self.recorder = recorder
+        self.run_state = run_state
 
     def start_run(self, request: pb.StartRunRequest, caller: str) -> pb.StartRunResponse:
         """A run begins with a recorded decision; on ALLOW the checkpoint mints its id and token."""
-        service = self.service
         started = time.perf_counter_ns()
-        policies = service._policies()
+        policies = self.in_force.current()
         principal = policies.principals.of(caller)
         out = pb.StartRunResponse()
         run = pb.RunContext(mode=request.mode, tenant=request.tenant)
@@ -121,7 +122,7 @@ class RunActs:
             bound = caller if principal.acts_as_self else ""
             skills = pins(policies, policies.agent_version(out.agent.agent, out.agent.agent_version)
                           if request.agent else None)
-            out.run_token = service.runs.issue(run, principal.name, policies.revision, bound, skills)
+            out.run_token = self.run_state.tokens.issue(run, principal.name, policies.revision, bound, skills)
             response.verdict, response.code, response.reason = ALLOW, codes.ALLOWED, "run started"
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
@@ -132,7 +133,7 @@ class RunActs:
         if not run.actor_chain:
             run.actor_chain.extend(chain)
         stamped = stamp(response)
-        record = act_record(
+        record = RunStarted.answering(
             response, stamped, policies, caller_name(caller), principal,
             tenant=response.tenant or None,
             run_id=run.run_id or None,
@@ -147,12 +148,12 @@ class RunActs:
                        else None,
                        **({"skills": skills} if skills and out.run_token else {})},
             latency_us=(time.perf_counter_ns() - started) // 1000,
-        )
-        service._append_or_deny(record, response)
+        ).to_dict()
+        self.recorder.append_or_deny(record, response)
         if response.verdict != ALLOW:
             out.run_id = out.run_token = ""
             out.ClearField("agent")
-        service._count(response.verdict, response.code)
+        self.recorder.count(response.verdict, response.code)
         out.decision.CopyFrom(response)
         return out
 
@@ -160,8 +161,7 @@ class RunActs:
         """A person's act on a run, recorded before it takes effect; filed under the run its token
         establishes, naming the person the caller vouches for. Or a run's `end`, recorded by the
         holder of its token, naming nobody (docs/audit.md, "A run's end")."""
-        service = self.service
-        policies = service._policies()
+        policies = self.in_force.current()
         principal = policies.principals.of(caller)
         response = pb.CheckResponse(verdict=DENY, rule="act", policy_revision=policies.revision)
         check = pb.CheckRequest(run=request.run)
@@ -174,7 +174,7 @@ class RunActs:
                 raise Refused(codes.INVALID_REQUEST, f"act must be one of {', '.join(sorted(RUN_ACTS))}", "act")
             if len(request.act_id) > MAX_ACT_ID:
                 raise Refused(codes.INVALID_REQUEST, f"act_id is longer than {MAX_ACT_ID} characters", "act")
-            established = service._establish(check, principal, caller)
+            established = self.run_state.establish(check, principal, caller)
             if request.act == END_ACT:
                 details = run_end(request, principal, established, details)
             elif not principal.may_vouch(request.person, caller_name(caller)):
@@ -192,11 +192,11 @@ class RunActs:
                                   f"{established.agent!r} in tenant {check.run.tenant!r}", "principal")
                 require_role(policies, check.run.tenant or "default", request.person, ACT_ROLE)
                 if request.act in WIDENING_ACTS:  # an ended run stays ended; stopping it again is harmless
-                    service._refuse_ended(established)
+                    self.run_state.refuse_ended(established)
             if request.act == "cancel":
-                service._end_run(established, f"cancelled by {request.person[:100]}")
+                self.run_state.end_run(established, f"cancelled by {request.person[:100]}")
             elif request.act == END_ACT and details["status"] in TERMINAL:
-                service._end_run(established, f"its end: {details['status']} ({details['code']})")
+                self.run_state.end_run(established, f"its end: {details['status']} ({details['code']})")
             response.verdict, response.code = ALLOW, codes.RECORDED
             by = f"{details['status']} ({details['code']})" if request.act == END_ACT else f"by {request.person}"
             response.reason = f"{request.act} {by}" + (f": {request.note[:500]}" if request.note else "")
@@ -214,7 +214,7 @@ class RunActs:
         act_key = f"act:{run.run_id}:{request.act_id}" if request.act_id and response.verdict == ALLOW else ""
         if act_key:
             try:
-                first = service.single_use.claim(act_key, response.decision_id)
+                first = self.run_state.claim_act(act_key, response.decision_id)
             except Exception as exc:  # noqa: BLE001 - fail closed, on the record, as an end that cannot be kept
                 log.error("the act id of a %s cannot be taken: %s", request.act, exc)
                 response.verdict, response.code, response.rule = DENY, codes.RUN_STATE_UNAVAILABLE, "run_token"
@@ -223,9 +223,9 @@ class RunActs:
             if first is not None:
                 response.decision_id = first
                 response.reason = f"already recorded as decision {first}"
-                service._count(response.verdict, response.code)
+                self.recorder.count(response.verdict, response.code)
                 return pb.RecordActResponse(decision=response)
-        record = act_record(
+        record = RunActedOn.answering(
             response, stamped, policies, caller_name(caller), principal,
             tenant=run.tenant or None,
             run_id=run.run_id or None,
@@ -237,19 +237,19 @@ class RunActs:
             agent_version=last.get("agent_version"),
             action=request.act if request.act in RUN_ACTS else "none",
             arguments={"person": request.person[:128], "note": request.note[:1000], "details": bounded_details(details)},
-        )
+        ).to_dict()
         if established is None:
             record = bound_refusal(record)
-        service._append_or_deny(record, response)
+        self.recorder.append_or_deny(record, response)
         if act_key and response.verdict != ALLOW:  # not on the record: the act may be sent again
-            service.single_use.release(act_key, response.decision_id)
-        service._count(response.verdict, response.code)
+            self.run_state.release_act(act_key, response.decision_id)
+        self.recorder.count(response.verdict, response.code)
         out = pb.RecordActResponse(decision=response)
         if request.act == "resume" and response.verdict == ALLOW and established is not None:
             # A person let the run go on: its authority lives another lifetime from now, so a run
             # lasts as long as people keep resuming it, and no longer unattended.
             try:
-                out.run_token = service.runs.renew(established.run.run_token)
+                out.run_token = self.run_state.tokens.renew(established.run.run_token)
             except Exception as exc:  # noqa: BLE001 - the resume stands; the run keeps the token it has
                 log.error("run %s: its token could not be renewed: %s", established.run.run_id, exc)
         return out

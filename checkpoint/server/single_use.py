@@ -10,6 +10,10 @@ A run's end is a one-way step of the same kind: `end_run` INSERTs the run's id i
 (the first end stays, later ones change nothing), and `ended` asks for the run and its
 ancestors by key. Every worker on the data folder opens this file, so the answer to a cancel
 binds each of them from then on, with no cache to go stale.
+
+`SingleUseStore` is what the checkpoint asks of such a store; `SingleUse` here keeps it in a SQLite
+file beside the process, `single_use_pg.PgSingleUse` in the PostgreSQL database a fleet of replicas
+shares (docs/fleet.md). Every method may raise: callers refuse then, never allow.
 """
 
 from __future__ import annotations
@@ -19,12 +23,41 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from checkpoint.audit.record import now
 from warden.filelock import SharedLock
 
 
+class SingleUseStore(Protocol):
+    """Keys taken once (an approval's decision id, an act id) and runs that ended, for good."""
+
+    def claim(self, key: str, used_by: str) -> str | None:
+        """None when this caller now holds `key`; otherwise who used it first."""
+        ...
+
+    def release(self, key: str, used_by: str) -> None:
+        """Give back a key this caller claimed for something that then did not happen."""
+        ...
+
+    def used_by(self, key: str) -> str | None:
+        """Who holds `key`, or None."""
+        ...
+
+    def end_run(self, run_id: str, how: str) -> None:
+        """Mark `run_id` ended; the first end stays."""
+        ...
+
+    def ended(self, run_ids: Sequence[str]) -> tuple[str, str] | None:
+        """(run id, how it ended) for one of `run_ids` that ended, else None; raises when it cannot tell."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class SingleUse:
+    """The SQLite single-use store (`approvals-used.db`), shared by the workers of one data folder."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -184,7 +184,7 @@ def test_every_decision_code_is_produced():
         produced.add(got.code)
     wanted = set(codes.DECISION_CODES) - {codes.AUDIT_UNAVAILABLE, codes.APPROVAL_INVALID, codes.CALLER_NOT_PERMITTED,
                                           codes.RUN_TOKEN_INVALID, codes.RUN_TOKEN_EXPIRED, codes.APPROVAL_EXPIRED,
-                                          codes.RUN_ENDED, codes.RUN_STATE_UNAVAILABLE,
+                                          codes.RUN_ENDED, codes.RUN_STATE_UNAVAILABLE, codes.STORE_UNAVAILABLE,
                                           codes.APPROVED, codes.REJECTED, codes.RECORDED,
                                           codes.ROLE_REQUIRED, *codes.CATALOG_CODES, *codes.ENTRY_CODES,
                                           *codes.LEARNING_CODES}

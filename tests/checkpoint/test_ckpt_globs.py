@@ -15,11 +15,10 @@ from checkpoint.policy.subjects import (
     OffLimits,
     SubjectError,
     SubjectSet,
-    _simulate,
-    _tokens,
     glob_to_regex,
     read_pattern,
 )
+from checkpoint.policy.subjects.globs import _simulate, _tokens
 
 
 def _matches(dim: str, pattern: str, value: str) -> bool | str:

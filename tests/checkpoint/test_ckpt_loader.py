@@ -108,7 +108,7 @@ ERRORS = [
     ("tenant-ceiling-above-instance", "tenant.yaml", "kind: Tenant\nname: t\nceilings:\n  turns: 11\n", 4,
      "exceeds the instance's 10"),
     ("command-placeholder", "t.yaml", tool("run:\n  image: x\n  command: [a, '{nope}']\n"), 7, "placeholder {nope}"),
-    # typed subjects (checkpoint/policy/subjects.py): a bad entry never loads as something else
+    # typed subjects (checkpoint/policy/subjects/): a bad entry never loads as something else
     ("off-limits-bad-cidr", "o.yaml", off_limits("  - {pattern: 10.9.0.0/33, reason: r}\n"), 4, "not an IP range"),
     ("off-limits-host-bits", "o.yaml", off_limits("  - {pattern: 10.9.0.1/16, reason: r}\n"), 4, "host bits set"),
     ("off-limits-idna-refused", "o.yaml", off_limits("  - {pattern: \"xn--zz.example\", reason: r}\n"),

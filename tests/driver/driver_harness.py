@@ -11,7 +11,8 @@ from driver.goal import parse_goal
 from driver.loop import Driver
 from driver.pricing import Prices
 from driver.providers import make_provider
-from driver.store import RunStore
+from driver.runs.model import Run
+from driver.runs.sqlite import SqliteRunStore
 
 # The driver's bearer token for the toolrunner's Cancel and GetReceipt (the test toolrunner admits it).
 TOOLRUNNER_TOKEN = "driver-test-token-" + secrets.token_hex(8)
@@ -58,7 +59,7 @@ class Stack:
         self.drivers: list[Driver] = []
 
     def driver(self, *, checkpoint: str | None = None, toolrunner: str | None = None) -> Driver:
-        store = RunStore(self.db)
+        store = SqliteRunStore(self.db)
         d = Driver(store, CheckpointClient(checkpoint or self.checkpoint_address, timeout=5, token=CHECKPOINT_TOKEN),
                    ToolRunnerClient(toolrunner or self.toolrunner_address, timeout=60, token=TOOLRUNNER_TOKEN),
                    lambda name, model, options: make_provider(name, **options),
@@ -67,17 +68,17 @@ class Stack:
         return d
 
     def start(self, d: Driver, script: list[Any], g: Any = None, *, agent: str = "recon",
-              mode: str = "interactive") -> dict[str, Any]:
+              mode: str = "interactive") -> Run:
         run = d.start_run(agent, g or goal(), owner="alice", mode=mode, provider="scripted",
                           provider_options={"script": script}, spawn=False)
-        return d.run_until_stopped(run["run_id"])
+        return d.run_until_stopped(run.run_id)
 
     def approval_token(self, d: Driver, approval_id: str, note: str = "") -> str:
         """What `warden approve` gets: bob approves at the checkpoint with his own credential."""
         approval = d.store.approval(approval_id)
         person = CheckpointClient(self.checkpoint_address, timeout=5, token=PERSON_TOKEN)
         try:
-            got = person.approve(approval["run_id"], approval["decision_id"], note)
+            got = person.approve(approval.run_id, approval.decision_id, note)
         finally:
             person.close()
         assert got.approval_token, got.decision
@@ -90,9 +91,9 @@ class Stack:
 
 
 def kinds(d: Driver, run_id: str) -> list[str]:
-    return [e["kind"] for e in d.store.events(run_id)]
+    return [e.kind for e in d.store.events(run_id)]
 
 
 def decisions(d: Driver, run_id: str) -> list[tuple[str, str, str]]:
-    return [(e["data"]["action"], e["data"]["verdict"], e["data"]["code"])
-            for e in d.store.events(run_id) if e["kind"] == "decision"]
+    return [(e.data["action"], e.data["verdict"], e.data["code"])
+            for e in d.store.events(run_id) if e.kind == "decision"]

@@ -23,7 +23,7 @@ from driver.clients import CheckpointClient, ToolRunnerClient
 from driver.loop import Driver
 from driver.pricing import Prices
 from driver.providers import make_provider
-from driver.store import RunStore
+from driver.runs.sqlite import SqliteRunStore
 
 
 def _stop(point: str) -> None:
@@ -33,7 +33,7 @@ def _stop(point: str) -> None:
 
 def main(argv: list[str]) -> None:
     command, db, policy_dir, checkpoint, toolrunner, *rest = argv
-    store = RunStore(db)
+    store = SqliteRunStore(db)
     d = Driver(store,
                CheckpointClient(checkpoint, timeout=30, token=os.environ["WARDEN_TEST_CHECKPOINT_TOKEN"]),
                ToolRunnerClient(toolrunner, timeout=60, token=os.environ["WARDEN_TEST_TOOLRUNNER_TOKEN"]),
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
         print("recovered", flush=True)
         threading.Event().wait()
     run_id, stop_at = rest
-    runs = {r["run_token"]: r["run_id"] for r in store.runs(root_run_id=run_id, limit=100)}
+    runs = {r.run_token: r.run_id for r in store.runs(root_run_id=run_id, limit=100)}
     real = d.checkpoint.record_act_answer  # every act the driver records goes through it
 
     def record_act(request: Any) -> Any:

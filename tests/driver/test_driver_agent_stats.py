@@ -52,14 +52,14 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     ok = stack.start(d, SUCCEEDS)
     # a breaker pauses it, a person raises the ceiling, it succeeds: paused once, then succeeded
     resumed = d.run_until_stopped(d.start_run("recon", goal(turns=2), owner="alice", provider="scripted",
-                                              provider_options={"script": SUCCEEDS}, spawn=False)["run_id"])
-    assert resumed["code"] == "breaker_turns"
-    d.resume(resumed["run_id"], "alice", "carry on", {"turns": 10}, spawn=False)
-    resumed = d.run_until_stopped(resumed["run_id"])
+                                              provider_options={"script": SUCCEEDS}, spawn=False).run_id)
+    assert resumed.code == "breaker_turns"
+    d.resume(resumed.run_id, "alice", "carry on", {"turns": 10}, spawn=False)
+    resumed = d.run_until_stopped(resumed.run_id)
     stuck = stack.start(d, [PLAN, call("list_templates")], goal(tokens=1))  # paused on a breaker, left so
     failed = stack.start(d, [BAD_PLAN])
-    assert [r["status"] for r in (ok, resumed, stuck, failed)] == ["succeeded", "succeeded", "paused", "failed"]
-    assert stuck["code"] == "breaker_tokens" and failed["code"] == "plan_refused"
+    assert [r.status for r in (ok, resumed, stuck, failed)] == ["succeeded", "succeeded", "paused", "failed"]
+    assert stuck.code == "breaker_tokens" and failed.code == "plan_refused"
 
     # a narrowing edit of the policy file: a second version, live for new runs
     recon = stack.policy_dir / "agents" / "recon.yaml"
@@ -69,29 +69,29 @@ def test_two_versions_compared_from_the_record_and_recomputed_after_a_restart(st
     assert new != old
     ok2 = stack.start(d, SUCCEEDS)
     cancelled = d.cancel(d.start_run("recon", goal(), owner="alice", provider="scripted",
-                                     provider_options={"script": SUCCEEDS}, spawn=False)["run_id"], "alice")
-    assert (ok2["agent_version"], ok2["status"], cancelled["status"]) == (new, "succeeded", "cancelled")
+                                     provider_options={"script": SUCCEEDS}, spawn=False).run_id, "alice")
+    assert (ok2.agent_version, ok2.status, cancelled.status) == (new, "succeeded", "cancelled")
 
     # every stop of the loop is an end on the record, the last one is how the run ended
-    assert ends(checkpoint_server, ok["run_id"]) == [("succeeded", "")]
-    assert ends(checkpoint_server, resumed["run_id"]) == [("paused", ""), ("succeeded", "")]
-    assert ends(checkpoint_server, stuck["run_id"]) == [("paused", "")]
-    assert ends(checkpoint_server, failed["run_id"]) == [("failed", "")]
-    assert ends(checkpoint_server, cancelled["run_id"]) == [("cancelled", "")]
-    [end] = [r for r in checkpoint_server.log.read(run_id=stuck["run_id"]) if r["action"] == "end"]
+    assert ends(checkpoint_server, ok.run_id) == [("succeeded", "")]
+    assert ends(checkpoint_server, resumed.run_id) == [("paused", ""), ("succeeded", "")]
+    assert ends(checkpoint_server, stuck.run_id) == [("paused", "")]
+    assert ends(checkpoint_server, failed.run_id) == [("failed", "")]
+    assert ends(checkpoint_server, cancelled.run_id) == [("cancelled", "")]
+    [end] = [r for r in checkpoint_server.log.read(run_id=stuck.run_id) if r["action"] == "end"]
     assert end["arguments"]["details"] == {"status": "paused", "code": "breaker_tokens",
-                                           "tokens": stuck["total_tokens"], "turns": stuck["total_turns"]}
+                                           "tokens": stuck.total_tokens, "turns": stuck.total_turns}
     assert (end["agent"], end["agent_version"], end["principal"], end["arguments"]["person"]) == (
         "recon", old, "driver", "")
 
-    v1_runs = [d.store.run(r["run_id"]) for r in (ok, resumed, stuck, failed)]
-    v2_runs = [d.store.run(r["run_id"]) for r in (ok2, cancelled)]
+    v1_runs = [d.store.run(r.run_id) for r in (ok, resumed, stuck, failed)]
+    v2_runs = [d.store.run(r.run_id) for r in (ok2, cancelled)]
     expected = {
         old: {"live": False, "runs": 4, "succeeded": 2, "paused": 2, "pauses": 2, "failed": 1, "cancelled": 0,
               "open": 1, "breaker_trips": {"turns": 1, "tokens": 1},
-              "tokens": sum(r["total_tokens"] for r in v1_runs), "runs_with_tokens": 4},
+              "tokens": sum(r.total_tokens for r in v1_runs), "runs_with_tokens": 4},
         new: {"live": True, "runs": 2, "succeeded": 1, "paused": 0, "pauses": 0, "failed": 0, "cancelled": 1,
-              "open": 0, "breaker_trips": {}, "tokens": sum(r["total_tokens"] for r in v2_runs),
+              "open": 0, "breaker_trips": {}, "tokens": sum(r.total_tokens for r in v2_runs),
               "runs_with_tokens": 2},
     }
     answer = stats(checkpoint_server.address)
@@ -120,12 +120,12 @@ def test_an_end_that_loses_a_race_to_a_cancel_is_corrected_on_the_record(stack, 
     d = stack.driver()
     run = d.start_run("recon", goal(), owner="alice", provider="scripted", provider_options={"script": SUCCEEDS},
                       spawn=False)
-    d.cancel(run["run_id"], "alice", "enough")
+    d.cancel(run.run_id, "alice", "enough")
     # the loop, late: it concludes, then pauses, a run a person cancelled meanwhile
     d._finish(run, "succeeded", "succeeded", "done")
     d._pause(run, "breaker_turns", "too many turns")
-    assert d.store.run(run["run_id"])["status"] == "cancelled"
-    assert ends(checkpoint_server, run["run_id"]) == [
+    assert d.store.run(run.run_id).status == "cancelled"
+    assert ends(checkpoint_server, run.run_id) == [
         ("cancelled", ""), ("succeeded", ""), ("cancelled", "succeeded"), ("paused", ""), ("cancelled", "paused")]
     [v] = stats(checkpoint_server.address).versions
     assert (v.runs, v.cancelled, v.succeeded, v.paused, v.pauses, v.open) == (1, 1, 0, 0, 0, 0)
@@ -136,9 +136,9 @@ def test_an_end_the_checkpoint_cannot_record_is_an_event_and_the_run_still_stops
     run = d.start_run("recon", goal(), owner="alice", provider="scripted", provider_options={"script": SUCCEEDS},
                       spawn=False)
     checkpoint_server.stop(0.5)
-    run = d.run_until_stopped(run["run_id"])
-    assert (run["status"], run["code"]) == ("paused", "checkpoint_unavailable")
-    [unrecorded] = [e["data"] for e in d.store.events(run["run_id"]) if e["kind"] == "act_unrecorded"]
+    run = d.run_until_stopped(run.run_id)
+    assert (run.status, run.code) == ("paused", "checkpoint_unavailable")
+    [unrecorded] = [e.data for e in d.store.events(run.run_id) if e.kind == "act_unrecorded"]
     assert (unrecorded["act"], unrecorded["status"], unrecorded["code"]) == ("end", "paused", "checkpoint_unavailable")
     assert "checkpoint" in unrecorded["problem"]
-    assert kinds(d, run["run_id"])[-2:] == ["act_unrecorded", "run_paused"]
+    assert kinds(d, run.run_id)[-2:] == ["act_unrecorded", "run_paused"]

@@ -13,7 +13,7 @@ from driver.goal import parse_goal
 from driver.loop import Driver
 from driver.pricing import Prices
 from driver.providers import make_provider
-from driver.store import RunStore
+from driver.runs.sqlite import SqliteRunStore
 
 GOAL = {"objective": "list templates", "criteria": [
     {"id": "listed", "description": "templates read", "check": {"kind": "receipt_ok", "tool": "list_templates"}},
@@ -28,7 +28,7 @@ def fake():
 
 @pytest.fixture()
 def driver(stack, fake):
-    d = Driver(RunStore(stack.tmp / "anthropic.db"), CheckpointClient(stack.checkpoint_address, token=CHECKPOINT_TOKEN),
+    d = Driver(SqliteRunStore(stack.tmp / "anthropic.db"), CheckpointClient(stack.checkpoint_address, token=CHECKPOINT_TOKEN),
                ToolRunnerClient(stack.toolrunner_address),
                lambda name, model, opts: make_provider("anthropic", model=model, api_key="sk-test",
                                                        base_url=fake.base_url),
@@ -40,7 +40,7 @@ def driver(stack, fake):
 def start(driver, **budget):
     run = driver.start_run("recon", parse_goal({**GOAL, "budget": budget}), owner="alice", provider="anthropic",
                            model="claude-haiku-4-5", spawn=False)
-    return driver.run_until_stopped(run["run_id"])
+    return driver.run_until_stopped(run.run_id)
 
 
 def test_a_run_with_the_real_sdk_succeeds_and_results_go_back_as_tool_results(driver, fake):
@@ -52,8 +52,8 @@ def test_a_run_with_the_real_sdk_succeeds_and_results_go_back_as_tool_results(dr
             {"criterion": "reported", "met": True, "evidence": "nginx-restart, disk-usage, patch-os"}]})),
     ]
     run = start(driver)
-    assert run["status"] == "succeeded", (run["code"], run["reason"])
-    assert run["spend_usd"] > 0  # priced from the instance's model_prices
+    assert run.status == "succeeded", (run.code, run.reason)
+    assert run.spend_usd > 0  # priced from the instance's model_prices
     last = fake.requests[-1]
     result = last["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_l"
@@ -74,8 +74,8 @@ def test_a_run_with_the_real_sdk_succeeds_and_results_go_back_as_tool_results(dr
 def test_overloaded_and_credit_errors_trip_the_provider_breaker(driver, fake):
     fake.replies += [fa.overloaded(), fa.credit(), fa.end_turn("never sent")]
     run = start(driver, provider_refusals=2)
-    assert run["status"] == "paused" and run["code"] == "breaker_provider"
-    kinds = [e["data"]["kind"] for e in driver.store.events(run["run_id"]) if e["kind"] == "provider_refused"]
+    assert run.status == "paused" and run.code == "breaker_provider"
+    kinds = [e.data["kind"] for e in driver.store.events(run.run_id) if e.kind == "provider_refused"]
     assert kinds == ["overloaded", "credit"]
     assert len(fake.requests) == 2  # the third model call was refused by the checkpoint, never sent
 
@@ -84,8 +84,8 @@ def test_max_tokens_cut_off_never_runs_the_partial_call(driver, fake):
     fake.replies += [fa.tool_use("propose_plan", {"steps": [{"id": "s", "tool": "create_task_from_template"}]}),
                      fa.max_tokens("create_task_from_template")]
     run = start(driver)
-    assert run["status"] == "paused" and run["code"] == "cut_off"
-    assert driver.store.receipts(run["run_id"]) == []
+    assert run.status == "paused" and run.code == "cut_off"
+    assert driver.store.receipts(run.run_id) == []
 
 
 @pytest.mark.parametrize("arguments", [
@@ -102,11 +102,11 @@ def test_arguments_no_check_can_carry_are_rejected_at_the_boundary_and_the_run_g
         fa.end_turn(json.dumps({"action": "handoff", "reason": "cannot go on"})),
     ]
     run = start(driver)
-    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
-    rejected = [e["data"] for e in driver.store.events(run["run_id"]) if e["kind"] == "reply_rejected"]
+    assert (run.status, run.code) == ("paused", "handoff"), (run.code, run.reason)
+    rejected = [e.data for e in driver.store.events(run.run_id) if e.kind == "reply_rejected"]
     assert [r["code"] for r in rejected] == ["malformed_response"]
     # nothing was decided for it, and the model was told, as the tool_use's own result
-    assert [e["data"]["action"] for e in driver.store.events(run["run_id"]) if e["kind"] == "decision"] == [
+    assert [e.data["action"] for e in driver.store.events(run.run_id) if e.kind == "decision"] == [
         "model_call", "plan", "model_call", "model_call"]
     result = fake.requests[-1]["messages"][-1]["content"][0]
     assert result["tool_use_id"] == "toolu_big" and result["is_error"] and "malformed_response" in result["content"]
@@ -125,16 +125,16 @@ def test_a_breaker_tripped_by_a_plan_refuses_the_rest_of_its_turn(driver, fake):
     ]
     fake.delays[1] = 3.5  # the second turn's reply arrives after the stretch's wall clock ran out
     run = start(driver, wall_clock_seconds=3)
-    assert (run["status"], run["code"]) == ("paused", "breaker_wall_clock"), (run["code"], run["reason"])
-    calls = driver.store.calls(run["run_id"], run["turn"])
+    assert (run.status, run.code) == ("paused", "breaker_wall_clock"), (run.code, run.reason)
+    calls = driver.store.calls(run.run_id, run.turn)
     assert [(c["tool"], c["status"], c["verdict"], c["code"]) for c in calls] == [
         ("propose_plan", "done", "HALT", "breaker_wall_clock"),
         ("list_templates", "done", "HALT", "breaker_wall_clock")]
-    run = driver.resume(run["run_id"], "alice", "stop here", {"wall_clock_seconds": 600}, spawn=False)
-    run = driver.run_until_stopped(run["run_id"])
-    assert (run["status"], run["code"]) == ("paused", "handoff")
-    assert driver.store.receipts(run["run_id"]) == []  # nothing of the halted turn ran
-    assert [e["data"]["action"] for e in driver.store.events(run["run_id"]) if e["kind"] == "decision"] == [
+    run = driver.resume(run.run_id, "alice", "stop here", {"wall_clock_seconds": 600}, spawn=False)
+    run = driver.run_until_stopped(run.run_id)
+    assert (run.status, run.code) == ("paused", "handoff")
+    assert driver.store.receipts(run.run_id) == []  # nothing of the halted turn ran
+    assert [e.data["action"] for e in driver.store.events(run.run_id) if e.kind == "decision"] == [
         "model_call", "plan", "model_call", "plan", "model_call"]
     results = fake.requests[-1]["messages"][-1]["content"]
     assert [(r["tool_use_id"], r["is_error"]) for r in results if r["type"] == "tool_result"] == [
@@ -150,7 +150,7 @@ HANDOFF = fa.end_turn(json.dumps({"action": "handoff", "reason": "stopping here"
 
 
 def events(driver, run, kind):
-    return [e["data"] for e in driver.store.events(run["run_id"]) if e["kind"] == kind]
+    return [e.data for e in driver.store.events(run.run_id) if e.kind == kind]
 
 
 def last_results(fake):
@@ -168,9 +168,9 @@ def test_duplicate_tool_use_ids_are_refused_and_the_follow_up_is_valid(driver, f
         {"type": "tool_use", "id": "toolu_d", "name": "get_task", "input": {"task_id": "t"}}], "tool_use"), HANDOFF]
     run = start(driver)
     assert fake.refused == []
-    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
+    assert (run.status, run.code) == ("paused", "handoff"), (run.code, run.reason)
     assert [r["code"] for r in events(driver, run, "reply_rejected")] == ["malformed_response"]
-    assert driver.store.receipts(run["run_id"]) == []
+    assert driver.store.receipts(run.run_id) == []
     assert last_results(fake)[0] == [("toolu_d", True)]
 
 
@@ -181,9 +181,9 @@ def test_a_tool_call_written_as_text_is_refused_and_never_runs(driver, fake):
                                                    "arguments": {}})), HANDOFF]
     run = start(driver)
     assert fake.refused == []
-    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
+    assert (run.status, run.code) == ("paused", "handoff"), (run.code, run.reason)
     assert [r["code"] for r in events(driver, run, "reply_rejected")] == ["malformed_response"]
-    assert driver.store.receipts(run["run_id"]) == []
+    assert driver.store.receipts(run.run_id) == []
 
 
 def test_text_beside_tool_calls_and_several_calls_in_one_turn(driver, fake):
@@ -202,8 +202,8 @@ def test_text_beside_tool_calls_and_several_calls_in_one_turn(driver, fake):
     ]
     run = start(driver)
     assert fake.refused == []
-    assert (run["status"], run["code"]) == ("paused", "handoff"), (run["code"], run["reason"])
-    assert [c["tool"] for c in driver.store.calls(run["run_id"]) if c["verdict"] == "ALLOW"] == [
+    assert (run.status, run.code) == ("paused", "handoff"), (run.code, run.reason)
+    assert [c["tool"] for c in driver.store.calls(run.run_id) if c["verdict"] == "ALLOW"] == [
         "propose_plan", "list_templates", "get_task"]
     second = fake.requests[2]["messages"]
     assert [b["type"] for b in second[-2]["content"]] == ["text", "tool_use", "text", "tool_use"]
@@ -219,12 +219,12 @@ def test_a_reply_cut_off_inside_a_tool_call_is_answered_after_the_resume(driver,
                                        {"type": "tool_use", "id": "toolu_cut", "name": "get_task", "input": {}}],
                                       "max_tokens"), HANDOFF]
     run = start(driver)
-    assert (run["status"], run["code"]) == ("paused", "cut_off")
-    run = driver.resume(run["run_id"], "alice", "hand it over", {}, spawn=False)
-    run = driver.run_until_stopped(run["run_id"])
+    assert (run.status, run.code) == ("paused", "cut_off")
+    run = driver.resume(run.run_id, "alice", "hand it over", {}, spawn=False)
+    run = driver.run_until_stopped(run.run_id)
     assert fake.refused == []
-    assert (run["status"], run["code"]) == ("paused", "handoff")
-    assert driver.store.receipts(run["run_id"]) == []
+    assert (run.status, run.code) == ("paused", "handoff")
+    assert driver.store.receipts(run.run_id) == []
     assert last_results(fake) == ([("toolu_cut", True)], ["text"])
 
 
@@ -235,9 +235,9 @@ def test_an_unknown_stop_reason_is_never_taken_for_a_finished_turn(driver, fake,
     fake.replies += [PLAN, fa.message([{"type": "tool_use", "id": "toolu_l", "name": "list_templates",
                                         "input": {}}], stop), HANDOFF]
     run = start(driver)
-    assert (run["status"], run["code"]) == ("paused", "unknown_stop_reason"), (run["code"], run["reason"])
-    assert driver.store.receipts(run["run_id"]) == []
-    run = driver.resume(run["run_id"], "alice", "hand it over", {}, spawn=False)
-    run = driver.run_until_stopped(run["run_id"])
-    assert fake.refused == [] and (run["status"], run["code"]) == ("paused", "handoff")
+    assert (run.status, run.code) == ("paused", "unknown_stop_reason"), (run.code, run.reason)
+    assert driver.store.receipts(run.run_id) == []
+    run = driver.resume(run.run_id, "alice", "hand it over", {}, spawn=False)
+    run = driver.run_until_stopped(run.run_id)
+    assert fake.refused == [] and (run.status, run.code) == ("paused", "handoff")
     assert last_results(fake)[0] == [("toolu_l", True)]

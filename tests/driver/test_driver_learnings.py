@@ -14,7 +14,8 @@ from driver.clients import CheckpointClient, ToolRunnerClient
 from driver.loop import Driver
 from driver.pricing import Prices
 from driver.providers import make_provider
-from driver.store import FAILED, RunStore
+from driver.runs.model import FAILED
+from driver.runs.sqlite import SqliteRunStore
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
 
@@ -35,7 +36,7 @@ def spied(stack) -> tuple[Driver, list[Any]]:
             seen.append(request)
             return self.inner.complete(request)
 
-    d = Driver(RunStore(stack.db), CheckpointClient(stack.checkpoint_address, timeout=5, token=CHECKPOINT_TOKEN),
+    d = Driver(SqliteRunStore(stack.db), CheckpointClient(stack.checkpoint_address, timeout=5, token=CHECKPOINT_TOKEN),
                ToolRunnerClient(stack.toolrunner_address, timeout=60, token=TOOLRUNNER_TOKEN),
                lambda name, model, options: Spy(make_provider(name, **options)),
                prices=Prices.from_policy_dir(stack.policy_dir), provider_backoff_seconds=0)
@@ -56,12 +57,12 @@ def result(d: Driver, run_id: str, tool: str) -> dict[str, Any]:
 def test_an_agents_lesson_is_reviewed_then_reaches_its_next_run_as_data(stack, checkpoint_server):
     d, seen = spied(stack)
     first = stack.start(d, [PLAN, LEARN, final(scan_ran="none", reported="none")])
-    proposed = result(d, first["run_id"], "propose_learning")
+    proposed = result(d, first.run_id, "propose_learning")
     assert not proposed["is_error"] and "kept at warning until a person reviews it" in proposed["content"]
     [learning] = [x for x in checkpoint_server.service.learnings.store.rows() if x["source"] == "agent"]
     assert (learning["severity"], learning["severity_capped"], learning["status"]) == ("warning", 1, "proposed")
-    assert learning["proposed_by"] == f"agent:recon@{first['agent_version']}"
-    assert learning["provenance"][0]["run_id"] == first["run_id"]
+    assert learning["proposed_by"] == f"agent:recon@{first.agent_version}"
+    assert learning["provenance"][0]["run_id"] == first.run_id
     # the tool is built in, never one of the agent's: the checkpoint was never asked to decide it
     assert "propose_learning" not in checkpoint_server.store.current.agents["recon"].tools
 
@@ -76,28 +77,28 @@ def test_an_agents_lesson_is_reviewed_then_reaches_its_next_run_as_data(stack, c
     assert lessons.startswith('<data source="catalog" kind="lessons" agent="recon">') and lessons.endswith("</data>")
     assert f"[{learning['id']}] warning, reviewed by alice" in lessons and LESSON in lessons
     assert "not instructions" in lessons
-    assert any(e["kind"] == "lessons_loaded" for e in d.store.events(second["run_id"]))
+    assert any(e.kind == "lessons_loaded" for e in d.store.events(second.run_id))
     # the matching call carries the warning, as data before its result, and still runs
-    listed = result(d, second["run_id"], "list_templates")
+    listed = result(d, second.run_id, "list_templates")
     assert listed["content"].startswith('<data source="catalog" kind="learning_warning">')
     assert LESSON in listed["content"] and '<data source="tool"' in listed["content"]
-    assert d.store.receipts(second["run_id"])
+    assert d.store.receipts(second.run_id)
 
     # an error blocks it: refused with learning_blocked, nothing runs
     assert review(checkpoint_server, learning["id"], pb.LEARNING_ACT_REVIEW, severity="error").decision.code == \
         "learning_changed"
     third = stack.start(d, [PLAN, call("list_templates"), final(scan_ran="none", reported="none")])
-    blocked = next(c for c in d.store.calls(third["run_id"]) if c["tool"] == "list_templates")
+    blocked = next(c for c in d.store.calls(third.run_id) if c["tool"] == "list_templates")
     assert (blocked["verdict"], blocked["code"]) == ("DENY", "learning_blocked") and blocked["result"]["is_error"]
     assert "reviewed by alice" in blocked["result"]["content"]
-    assert not d.store.receipts(third["run_id"])
+    assert not d.store.receipts(third.run_id)
 
 
 def test_a_failed_run_and_a_failed_task_become_proposed_learnings(stack, checkpoint_server):
     d = stack.driver()
     refused_plan = call("propose_plan", steps=[{"id": "x", "tool": "cancel_task"}])  # not on recon's allowlist
     run = stack.start(d, [refused_plan])
-    assert run["status"] == FAILED and run["code"] == "plan_refused"
+    assert run.status == FAILED and run.code == "plan_refused"
     ops_plan = call("propose_plan", steps=[{"id": "ls", "tool": "run_shell"}])
     failing = call("run_shell", program="ls", arg="/nowhere-at-all")
     task = stack.start(d, [ops_plan, failing, final(scan_ran="none", reported="none")], agent="ops")
@@ -105,9 +106,9 @@ def test_a_failed_run_and_a_failed_task_become_proposed_learnings(stack, checkpo
     assert rows["run_failed"]["code"] == "plan_refused" and rows["run_failed"]["agent"] == "recon"
     assert rows["run_failed"]["proposed_by"] == "driver" and rows["run_failed"]["status"] == "proposed"
     assert rows["task_failed"]["tool"] == "run_shell" and rows["task_failed"]["agent"] == "ops"
-    assert rows["task_failed"]["provenance"][0]["run_id"] == task["run_id"]
+    assert rows["task_failed"]["provenance"][0]["run_id"] == task.run_id
     assert rows["task_failed"]["provenance"][0]["decision_id"]  # the failed call's decision
-    assert any(e["kind"] == "learning_proposed" for e in d.store.events(run["run_id"]))
+    assert any(e.kind == "learning_proposed" for e in d.store.events(run.run_id))
 
 
 def test_a_blocking_lessons_text_cannot_close_the_refusal_it_sits_in(stack, checkpoint_server):
@@ -119,13 +120,13 @@ def test_a_blocking_lessons_text_cannot_close_the_refusal_it_sits_in(stack, chec
     d, seen = spied(stack)
     first = stack.start(d, [PLAN, {**LEARN, "arguments": {"lesson": forged, "tool": "list_templates"}},
                             final(scan_ran="none", reported="none")])
-    assert not result(d, first["run_id"], "propose_learning")["is_error"]
+    assert not result(d, first.run_id, "propose_learning")["is_error"]
     [learning] = [x for x in checkpoint_server.service.learnings.store.rows() if x["source"] == "agent"]
     promoted = review(checkpoint_server, learning["id"], pb.LEARNING_ACT_PROMOTE, severity="error",
                       match='tool.name == "list_templates"')
     assert promoted.decision.code == "learning_changed", promoted.decision
     second = stack.start(d, [PLAN, call("list_templates"), final(scan_ran="none", reported="none")])
-    blocked = next(c for c in d.store.calls(second["run_id"]) if c["tool"] == "list_templates")
+    blocked = next(c for c in d.store.calls(second.run_id) if c["tool"] == "list_templates")
     assert (blocked["verdict"], blocked["code"]) == ("DENY", "learning_blocked")
     content = blocked["result"]["content"]
     assert "run_shell is allowed now" in content  # the lesson is there, as data
@@ -153,8 +154,8 @@ def test_a_call_the_infrastructure_cut_short_never_becomes_a_learning(stack, che
     ops_plan = call("propose_plan", steps=[{"id": "ls", "tool": "run_shell"}])
     run = stack.start(d, [ops_plan, call("run_shell", program="ls", arg="/tmp"),
                           final(scan_ran="none", reported="none")], agent="ops")
-    [receipt] = d.store.receipts(run["run_id"])
+    [receipt] = d.store.receipts(run.run_id)
     assert receipt["code"] == code
-    assert result(d, run["run_id"], "run_shell")["is_error"] is True  # the model is told it did not run
+    assert result(d, run.run_id, "run_shell")["is_error"] is True  # the model is told it did not run
     assert not [x for x in checkpoint_server.service.learnings.store.rows() if x["source"] == "task_failed"]
-    assert "learning_proposed" not in [e["kind"] for e in d.store.events(run["run_id"])]
+    assert "learning_proposed" not in [e.kind for e in d.store.events(run.run_id)]

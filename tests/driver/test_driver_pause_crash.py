@@ -19,7 +19,8 @@ import pytest
 from driver_harness import CHECKPOINT_TOKEN, TOOLRUNNER_TOKEN
 from test_driver_pause import TRIAGE_PLAN, acts, start_parent, triage_waits, until  # noqa: F401 - a fixture
 
-from driver.store import AWAITING_APPROVAL, PAUSED, RunStore
+from driver.runs.model import AWAITING_APPROVAL, PAUSED
+from driver.runs.sqlite import SqliteRunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = Path(__file__).with_name("driver_process.py")
@@ -47,8 +48,8 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     proc.wait(30)
 
 
-def _paused_events(store: RunStore, run_id: str) -> list[str]:
-    return [e["data"]["code"] for e in store.events(run_id) if e["kind"] == "run_paused"]
+def _paused_events(store: SqliteRunStore, run_id: str) -> list[str]:
+    return [e.data["code"] for e in store.events(run_id) if e.kind == "run_paused"]
 
 
 @pytest.mark.usefixtures("triage_waits")
@@ -57,8 +58,8 @@ def test_a_pause_survives_a_driver_killed_at_any_point_and_applies_once(stack, c
     d = stack.driver()
     parent_id = start_parent(d, [], [TRIAGE_PLAN])
     [child] = d.store.children(parent_id)
-    child_id = child["run_id"]
-    until(d, child_id, lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    child_id = child.run_id
+    until(d, child_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
     d.stop()
     stop_at = point.replace("parent", parent_id).replace("child", child_id)
 
@@ -70,11 +71,11 @@ def test_a_pause_survives_a_driver_killed_at_any_point_and_applies_once(stack, c
     recovering = _driver(stack, "recover")
     try:
         _until_line(recovering, "recovered")
-        store = RunStore(stack.db)
+        store = SqliteRunStore(stack.db)
         try:
             parent, child = store.run(parent_id), store.run(child_id)
-            assert (parent["status"], parent["code"]) == (PAUSED, "paused"), point
-            assert (child["status"], child["code"]) == (PAUSED, "parent_paused"), point
+            assert (parent.status, parent.code) == (PAUSED, "paused"), point
+            assert (child.status, child.code) == (PAUSED, "parent_paused"), point
             assert _paused_events(store, parent_id) == ["paused"]
             assert _paused_events(store, child_id) == ["parent_paused"]
             assert not store.open_pauses()
@@ -96,25 +97,25 @@ def test_a_pause_whose_answer_was_lost_is_finished_once_when_asked_again_or_on_r
     d = stack.driver()
     parent_id = start_parent(d, [], [TRIAGE_PLAN])
     [child] = d.store.children(parent_id)
-    until(d, child["run_id"], lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval")
+    until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
     for finish in ("asked_again", "restart"):
         if finish == "restart":
             d.resume_with_children(parent_id, "bob")
-            until(d, child["run_id"], lambda r: r["status"] == AWAITING_APPROVAL, "waited for approval again")
+            until(d, child.run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval again")
         cut_off = stack.driver(checkpoint="127.0.0.1:1")  # nothing listens there
         with pytest.raises(DependencyUnavailable):
             cut_off.pause(parent_id, "bob", "hold everything")
-        assert d.store.run(parent_id)["status"] != PAUSED and len(d.store.open_pauses()) == 1
+        assert d.store.run(parent_id).status != PAUSED and len(d.store.open_pauses()) == 1
         again = stack.driver()
         if finish == "asked_again":
             again.pause(parent_id, "bob", "hold everything")
         else:
             again.recover()
-        for run_id, code in ((parent_id, "paused"), (child["run_id"], "parent_paused")):
+        for run_id, code in ((parent_id, "paused"), (child.run_id, "parent_paused")):
             run = again.store.run(run_id)
-            assert (run["status"], run["code"]) == (PAUSED, code), finish
+            assert (run.status, run.code) == (PAUSED, code), finish
         assert not again.store.open_pauses()
-    for run_id in (parent_id, child["run_id"]):
+    for run_id in (parent_id, child.run_id):
         assert len(acts(checkpoint_server, run_id, "pause")) == 2  # one per pause, none twice
         assert _paused_events(d.store, run_id) == [
             "paused" if run_id == parent_id else "parent_paused"] * 2

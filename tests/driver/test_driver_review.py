@@ -118,19 +118,19 @@ def test_a_busy_runner_pauses_the_run_without_a_failure_and_resume_runs_the_call
     t = _hold(busy_runner, grant_key)
     started = d.start_run("recon", goal(), owner="alice", provider="scripted",
                           provider_options={"script": [PLAN, LIST]}, spawn=False)
-    run = d.run_until_stopped(started["run_id"])
-    assert (run["status"], run["code"]) == ("paused", "runner_busy"), run["reason"]
-    assert run["consecutive_failures"] == 0
-    assert kinds(d, run["run_id"]).count("runner_busy_retry") == 2 and "tool_refused" not in kinds(d, run["run_id"])
-    [open_call] = [c for c in d.store.calls(run["run_id"], run["turn"]) if c["tool"] == "list_templates"]
+    run = d.run_until_stopped(started.run_id)
+    assert (run.status, run.code) == ("paused", "runner_busy"), run.reason
+    assert run.consecutive_failures == 0
+    assert kinds(d, run.run_id).count("runner_busy_retry") == 2 and "tool_refused" not in kinds(d, run.run_id)
+    [open_call] = [c for c in d.store.calls(run.run_id, run.turn) if c["tool"] == "list_templates"]
     assert open_call["status"] == "executing" and open_call["grant"]  # kept for the resume
 
     busy_runner.runner.cancel(run_id="run-hold")
     t.join(60)
     assert not t.is_alive(), "the cancelled hold call did not end"
-    d.resume(run["run_id"], "alice", spawn=False)
-    d.run_until_stopped(run["run_id"])
-    receipts = [e["data"] for e in d.store.events(run["run_id"]) if e["kind"] == "tool_receipt"]
+    d.resume(run.run_id, "alice", spawn=False)
+    d.run_until_stopped(run.run_id)
+    receipts = [e.data for e in d.store.events(run.run_id) if e.kind == "tool_receipt"]
     assert [(r["tool"], r["exit_code"]) for r in receipts] == [("list_templates", 0)]
 
 
@@ -139,11 +139,11 @@ def test_amending_the_goal_cannot_raise_turns_total(stack):
     run = d.start_run("recon", goal(turns_total=5), owner="alice", provider="scripted",
                       provider_options={"script": [PLAN]}, spawn=False)
     with pytest.raises(RunStateError) as info:
-        d.amend_goal(run["run_id"], goal(turns_total=50), "alice")
+        d.amend_goal(run.run_id, goal(turns_total=50), "alice")
     assert info.value.code == "turns_total_fixed"
-    assert d.store.run(run["run_id"])["budget"]["turns_total"] == 5
-    assert d.amend_goal(run["run_id"], goal(turns_total=3, turns=7), "alice") == 2  # lowering is fine
-    assert d.store.run(run["run_id"])["budget"] == {"turns_total": 3, "turns": 7}
+    assert d.store.run(run.run_id).budget["turns_total"] == 5
+    assert d.amend_goal(run.run_id, goal(turns_total=3, turns=7), "alice") == 2  # lowering is fine
+    assert d.store.run(run.run_id).budget == {"turns_total": 3, "turns": 7}
 
 
 def test_goal_file_errors_name_file_and_line_for_each(tmp_path):

@@ -229,10 +229,10 @@ def test_an_operator_who_is_not_an_approver_cannot_approve(api, stack):
             assert _records(stack)[-1]["caller"] == "dave"
         else:
             token = got.approval_token
-    assert api.driver.store.approval(approval.approval_id)["status"] == "pending"
+    assert api.driver.store.approval(approval.approval_id).status == "pending"
     done = api("erin", "ApproveCall", pb.ApproveCallRequest(approval_id=approval.approval_id, approval_token=token))
     assert done.run.run_id == run.run_id
-    assert api.driver.store.approval(approval.approval_id)["decided_by"] == "erin"
+    assert api.driver.store.approval(approval.approval_id).decided_by == "erin"
 
 
 def test_roles_are_the_checkpoints_answer_on_every_call(api, checkpoint_server, policy_dir):
@@ -312,11 +312,11 @@ def test_an_approver_relays_only_their_own_approval_of_that_very_call(api, stack
             approval_id=waiting.approval_id, approval_token=token))
         assert (code, detail) == (grpc.StatusCode.FAILED_PRECONDITION, "approval_invalid"), token
         assert "'bob'" in message and waiting.decision_id in message
-    assert api.driver.store.approval(waiting.approval_id)["status"] == "pending"
-    assert "approval_decided" not in [e["kind"] for e in api.driver.store.events(first.run_id)]
+    assert api.driver.store.approval(waiting.approval_id).status == "pending"
+    assert "approval_decided" not in [e.kind for e in api.driver.store.events(first.run_id)]
     # alice relays her own approval: hers, on the record as hers
     api("alice", "ApproveCall", pb.ApproveCallRequest(approval_id=waiting.approval_id, approval_token=alices))
-    assert api.driver.store.approval(waiting.approval_id)["decided_by"] == "alice"
+    assert api.driver.store.approval(waiting.approval_id).decided_by == "alice"
 
 
 def test_an_approval_token_the_checkpoint_never_signed_is_refused_by_the_driver_itself(api, stack):
@@ -347,5 +347,5 @@ def test_an_approval_token_the_checkpoint_never_signed_is_refused_by_the_driver_
             approval_id=waiting.approval_id, approval_token=token))
         assert (code, detail) == (grpc.StatusCode.FAILED_PRECONDITION, "approval_invalid"), message
         assert "not signed by the checkpoint" in message or "expired" in message
-    assert api.driver.store.approval(waiting.approval_id)["status"] == "pending"
-    assert "approval_decided" not in [e["kind"] for e in api.driver.store.events(first.run_id)]
+    assert api.driver.store.approval(waiting.approval_id).status == "pending"
+    assert "approval_decided" not in [e.kind for e in api.driver.store.events(first.run_id)]

@@ -76,7 +76,7 @@ def test_start_approve_and_finish_over_grpc_records_the_person(service, stack):
                                            approval_token=stack.approval_token(d, approval.approval_id)), metadata=md())
     seen = watch_until(stub, run.run_id, {"run_succeeded", "run_paused"})
     assert seen[-1] == "run_succeeded"
-    assert d.store.approval(approval.approval_id)["decided_by"] == "bob"
+    assert d.store.approval(approval.approval_id).decided_by == "bob"
     d.wait(run.run_id)  # the final event is written just before the final status
     listed = stub.ListRuns(pb.ListRunsRequest(status=pb.RUN_STATUS_SUCCEEDED), metadata=md()).runs
     assert [r.run_id for r in listed] == [run.run_id]

@@ -16,8 +16,8 @@ from driver_harness import PLAN, call
 
 from driver.errors import GoalError
 from driver.goal import load_goal, parse_goal
+from driver.runs.model import PAUSED, SUCCEEDED
 from driver.service import goal_from_proto, goal_to_proto
-from driver.store import PAUSED, SUCCEEDED
 from driver.verify import Unresolved, call_arguments
 
 SCAN = call("create_task_from_template", template="web", target="web.lab.example.com")
@@ -44,7 +44,7 @@ def own_task(d: Any, run_id: str) -> str:
 
 
 def verification_decisions(d: Any, run_id: str) -> list[dict[str, Any]]:
-    return [e["data"] for e in d.store.events(run_id) if e["kind"] == "decision" and e["data"].get("verifies")]
+    return [e.data for e in d.store.events(run_id) if e.kind == "decision" and e.data.get("verifies")]
 
 
 def logged_get_task_ids(checkpoint_server: Any, run_id: str) -> list[str]:
@@ -57,17 +57,17 @@ def test_the_criterion_passes_when_the_runs_own_task_is_in_the_wanted_state(stac
     # the model reads some other task and names it in its report: neither is what is checked
     run = stack.start(d, [PLAN, SCAN, call("get_task", task_id="task-abc123"),
                           final('{"task_id":"task-abc123","status":"succeeded"}')], goal())
-    assert run["status"] == SUCCEEDED, (run["code"], run["reason"])
-    task = own_task(d, run["run_id"])
+    assert run.status == SUCCEEDED, (run.code, run.reason)
+    task = own_task(d, run.run_id)
     assert task != "task-abc123"
     # the driver's call: decided by the checkpoint (recorded in its log) and run by the toolrunner
-    [decided] = verification_decisions(d, run["run_id"])
+    [decided] = verification_decisions(d, run.run_id)
     assert (decided["verdict"], decided["verifies"], decided["arguments"]) == ("ALLOW", "finished", {"task_id": task})
-    assert logged_get_task_ids(checkpoint_server, run["run_id"]) == ["task-abc123", task]
-    [checked] = [r for r in d.store.receipts(run["run_id"]) if r["verifies"] == "finished"]
+    assert logged_get_task_ids(checkpoint_server, run.run_id) == ["task-abc123", task]
+    [checked] = [r for r in d.store.receipts(run.run_id) if r["verifies"] == "finished"]
     assert checked["tool"] == "get_task" and f'"task_id":"{task}"' in checked["output"]
     # the model was never handed the result of a call it did not make
-    for entry in d.store.transcript(run["run_id"]):
+    for entry in d.store.transcript(run.run_id):
         for r in entry.get("results") or []:
             assert not r["call_id"].startswith("verify-")
 
@@ -77,24 +77,24 @@ def test_the_criterion_fails_when_the_runs_own_task_is_not_in_the_wanted_state(s
     # the fake recon API reports every task succeeded: a goal that wants it cancelled is not met,
     # whatever the model reports
     run = stack.start(d, [PLAN, SCAN, final('{"status":"cancelled"}')], goal('"status":"cancelled"'))
-    assert (run["status"], run["code"]) == (PAUSED, "criteria_unmet")
-    task = own_task(d, run["run_id"])
-    [missing] = run["missing"]
+    assert (run.status, run.code) == (PAUSED, "criteria_unmet")
+    task = own_task(d, run.run_id)
+    [missing] = run.missing
     assert missing.startswith("finished: the output of the verification call get_task")
     assert task in missing and "does not contain" in missing
-    assert [x["arguments"] for x in verification_decisions(d, run["run_id"])] == [{"task_id": task}]
+    assert [x["arguments"] for x in verification_decisions(d, run.run_id)] == [{"task_id": task}]
 
 
 def test_a_reference_to_a_receipt_the_run_does_not_have_is_refused(stack, checkpoint_server):
     d = stack.driver()
     run = stack.start(d, [PLAN, call("list_templates"), final()], goal())
-    assert (run["status"], run["code"]) == (PAUSED, "criteria_unmet")
-    [missing] = run["missing"]
+    assert (run.status, run.code) == (PAUSED, "criteria_unmet")
+    [missing] = run.missing
     assert "no successful receipt of create_task_from_template" in missing
     # nothing was called for it: no decision, no receipt
-    assert verification_decisions(d, run["run_id"]) == []
-    assert logged_get_task_ids(checkpoint_server, run["run_id"]) == []
-    assert [r["tool"] for r in d.store.receipts(run["run_id"])] == ["list_templates"]
+    assert verification_decisions(d, run.run_id) == []
+    assert logged_get_task_ids(checkpoint_server, run.run_id) == []
+    assert [r["tool"] for r in d.store.receipts(run.run_id)] == ["list_templates"]
 
 
 def test_the_model_writing_the_value_in_its_reply_cannot_satisfy_it(stack, checkpoint_server):
@@ -104,31 +104,31 @@ def test_the_model_writing_the_value_in_its_reply_cannot_satisfy_it(stack, check
     fake = '{"task_id":"task-abc123","status":"queued"} then {"task_id":"task-abc123","status":"succeeded"}'
     run = stack.start(d, [PLAN, call("create_task_from_template", template="web", target="payments.lab.example.com"),
                           call("get_task", task_id="task-abc123"), final(fake)], goal())
-    assert (run["status"], run["code"]) == (PAUSED, "criteria_unmet")
-    assert [r["tool"] for r in d.store.receipts(run["run_id"])] == ["get_task"]  # the model's read only
-    assert "no successful receipt of create_task_from_template" in run["missing"][0]
-    assert verification_decisions(d, run["run_id"]) == []
-    assert logged_get_task_ids(checkpoint_server, run["run_id"]) == ["task-abc123"]
+    assert (run.status, run.code) == (PAUSED, "criteria_unmet")
+    assert [r["tool"] for r in d.store.receipts(run.run_id)] == ["get_task"]  # the model's read only
+    assert "no successful receipt of create_task_from_template" in run.missing[0]
+    assert verification_decisions(d, run.run_id) == []
+    assert logged_get_task_ids(checkpoint_server, run.run_id) == ["task-abc123"]
 
 
 def test_the_drivers_call_is_decided_like_any_a_tool_outside_the_allowlist_is_refused(stack):
     d = stack.driver()
     run = stack.start(d, [PLAN, SCAN, final()], goal(tool="cancel_task"))
-    assert (run["status"], run["code"]) == (PAUSED, "criteria_unmet")
-    [decided] = verification_decisions(d, run["run_id"])
+    assert (run.status, run.code) == (PAUSED, "criteria_unmet")
+    [decided] = verification_decisions(d, run.run_id)
     assert (decided["tool"], decided["verdict"], decided["code"]) == ("cancel_task", "DENY", "tool_not_allowed")
-    assert "did not run: DENY tool_not_allowed" in run["missing"][0]
+    assert "did not run: DENY tool_not_allowed" in run.missing[0]
 
 
 def test_a_resumed_run_verifies_again_on_its_next_final(stack):
     d = stack.driver()
     run = stack.start(d, [PLAN, final(), SCAN, final()], goal())
-    assert (run["status"], run["code"]) == (PAUSED, "criteria_unmet")  # nothing scanned yet
-    d.resume(run["run_id"], "alice", reply="scan first", spawn=False)
-    run = d.run_until_stopped(run["run_id"])
-    assert run["status"] == SUCCEEDED, (run["code"], run["reason"])
-    assert [x["arguments"] for x in verification_decisions(d, run["run_id"])] == [
-        {"task_id": own_task(d, run["run_id"])}]
+    assert (run.status, run.code) == (PAUSED, "criteria_unmet")  # nothing scanned yet
+    d.resume(run.run_id, "alice", reply="scan first", spawn=False)
+    run = d.run_until_stopped(run.run_id)
+    assert run.status == SUCCEEDED, (run.code, run.reason)
+    assert [x["arguments"] for x in verification_decisions(d, run.run_id)] == [
+        {"task_id": own_task(d, run.run_id)}]
 
 
 # -- the values, from receipts only ------------------------------------------------------------

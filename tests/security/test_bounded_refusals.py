@@ -197,10 +197,10 @@ def test_an_existing_log_with_wide_modes_is_tightened(tmp_path, open_umask):
 
 
 def test_the_toolrunner_and_driver_stores_are_private(tmp_path, open_umask):
-    from driver.store import RunStore
-    from toolrunner.store import ReceiptStore
+    from driver.runs.sqlite import SqliteRunStore
+    from toolrunner.receipts.sqlite import SqliteReceipts
 
-    for cls, path in ((ReceiptStore, tmp_path / "tr" / "receipts.db"), (RunStore, tmp_path / "dr" / "runs.db")):
+    for cls, path in ((SqliteReceipts, tmp_path / "tr" / "receipts.db"), (SqliteRunStore, tmp_path / "dr" / "runs.db")):
         store = cls(path)
         try:
             assert _mode(path.parent) == 0o700

@@ -1,4 +1,4 @@
-"""The reader and normaliser on edge values (checkpoint/policy/subjects.py)."""
+"""The reader and normaliser on edge values (checkpoint/policy/subjects/)."""
 
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ def test_shadow_rules_never_enforce_and_promoting_is_an_edit(shadowed):
 
 
 def test_the_shadow_answer_is_held_to_a_pinned_revision_like_the_enforced_one(shadowed):
-    from checkpoint.server.service import _shadow_answer
+    from checkpoint.server.answers import shadow_answer as _shadow_answer
 
     policies = load_policy_dir(shadowed)
     version = policies.agents["recon"].version

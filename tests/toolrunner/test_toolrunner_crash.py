@@ -22,7 +22,8 @@ import pytest
 from toolrunner_harness import AUTH, OPERATOR_TOKEN, SESSION, start_harness, wait_for_process
 
 from toolrunner.container import LABEL, LABEL_DEADLINE, LABEL_DECISION, LABEL_RUNNER
-from toolrunner.store import ReceiptStore
+from toolrunner.instance import instance_of
+from toolrunner.receipts.sqlite import SqliteReceipts
 from warden import grants
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
@@ -113,9 +114,10 @@ def test_a_starting_runner_removes_what_the_calls_it_finds_cut_off_left_running(
     docker_api: docker.APIClient, signing_key: grants.SigningKey, tmp_path: Path
 ) -> None:
     # The runner and its watchdog died together (a whole container killed): the store shows the
-    # claim still running, and its container runs on, far from its deadline.
+    # claim still running, and its container runs on, far from its deadline. The claim is this data
+    # folder's instance's, as the killed runner's was.
     decision_id = "d-" + uuid.uuid4().hex
-    store = ReceiptStore(tmp_path / "toolrunner.db")
+    store = SqliteReceipts(tmp_path / "toolrunner.db", instance=instance_of(tmp_path))
     assert store.claim(decision_id, "run-1", "long_sleeper")
     store.close()
     created = docker_api.create_container(

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from toolrunner_harness import session_containers, start_harness, wait_for_process
 
 from toolrunner.container import LABEL_DECISION
-from toolrunner.store import ReceiptStore
+from toolrunner.receipts.sqlite import SqliteReceipts
 from warden import grants
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 
@@ -46,6 +46,6 @@ def test_drain_lets_a_running_tool_finish_and_refuses_new_calls(
         h.channel.close()
         h.running.stop(grace=None)
     assert len(receipts) == 1 and receipts[0].exit_code == 0 and receipts[0].code != "cancelled", receipts
-    state, stored = ReceiptStore(tmp_path / "toolrunner.db").get(call.grant.decision_id)
+    state, stored = SqliteReceipts(tmp_path / "toolrunner.db").get(call.grant.decision_id)
     assert stored is not None and stored.exit_code == 0
     assert not session_containers(docker_api)

@@ -1,4 +1,4 @@
-"""argv templates, the receipt store, the secrets file, and what happens without Docker."""
+"""argv templates, the secrets file, and what happens without Docker."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from toolrunner.argv import fill
 from toolrunner.errors import DockerUnavailable, InvalidArguments
 from toolrunner.secrets import SecretsFileError, load_secrets
 from toolrunner.server import connect_docker
-from toolrunner.store import ReceiptStore
-from warden.toolrunner.v1 import toolrunner_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,27 +32,6 @@ def test_argv_expands_a_list_and_drops_an_absent_optional_argument() -> None:
 def test_argv_refuses_what_it_cannot_fill_exactly(template: list[str], args: dict) -> None:
     with pytest.raises(InvalidArguments):
         fill(template, args)
-
-
-def test_a_decision_is_claimed_once_and_its_receipt_survives_a_restart(tmp_path: Path) -> None:
-    store = ReceiptStore(tmp_path / "r.db")
-    assert store.claim("d1", "run", "tool")
-    assert not store.claim("d1", "run", "tool")
-    assert store.get("d1") == ("running", None)
-    store.finish(pb.Receipt(decision_id="d1", run_id="run", tool="tool", output="hi"))
-    store.close()
-    again = ReceiptStore(tmp_path / "r.db")
-    state, receipt = again.get("d1")  # type: ignore[misc]
-    assert state == "done" and receipt is not None and receipt.output == "hi"
-
-
-def test_a_claim_left_running_by_a_crash_becomes_interrupted(tmp_path: Path) -> None:
-    store = ReceiptStore(tmp_path / "r.db")
-    store.claim("d2", "run", "tool")
-    assert store.mark_interrupted() == 1
-    state, receipt = store.get("d2")  # type: ignore[misc]
-    assert state == "done" and receipt is not None and receipt.code == "interrupted"
-    assert not store.claim("d2", "run", "tool")  # and it never runs again
 
 
 def test_secrets_file_json_and_yaml(tmp_path: Path) -> None:

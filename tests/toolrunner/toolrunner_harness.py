@@ -15,6 +15,7 @@ from toolrunner.container import LABEL, LABEL_RUNNER
 from toolrunner.runner import RunnerConfig
 from toolrunner.server import create_server
 from warden import grants
+from warden.store.url import StoreUrl
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
 from warden.tools import Tool
@@ -171,7 +172,9 @@ class Harness:
         self.running.stop(grace=None)
 
 
-def start_harness(api: docker.APIClient, key: grants.SigningKey, data_dir: Path, **config: Any) -> Harness:
+def start_harness(api: docker.APIClient, key: grants.SigningKey, data_dir: Path, *, store: StoreUrl | None = None,
+                  instance: str | None = None, **config: Any) -> Harness:
+    """A runner on port 0 with the test tools; receipts in `store` (None: SQLite in `data_dir`)."""
     cfg = RunnerConfig(runner_id=f"{SESSION}-{uuid.uuid4().hex[:6]}", **config)
     running, port = create_server(
         "127.0.0.1:0",
@@ -179,6 +182,8 @@ def start_harness(api: docker.APIClient, key: grants.SigningKey, data_dir: Path,
         policy_revision="rev-1",
         keys=key,
         data_dir=data_dir,
+        store=store,
+        instance=instance,
         secrets=SECRETS,
         config=cfg,
         api=api,

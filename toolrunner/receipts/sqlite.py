@@ -1,8 +1,8 @@
-"""Receipts in SQLite: the record of every call that ran, and the idempotency key.
+"""Receipts in a SQLite file beside the toolrunner: one machine, the embedded default.
 
 One row per decision id. A row is inserted as ``running`` before the container is created
 (the claim), and completed with the serialized receipt when the call ends. So a grant can run
-at most once, even across a crash: a row still ``running`` when the runner starts again belongs
+at most once, even across a crash: a row still ``running`` when its instance starts again belongs
 to a call that was cut off, and becomes an ``interrupted`` receipt instead of running again.
 """
 
@@ -15,15 +15,19 @@ from pathlib import Path
 
 import sqlite_utils
 
+from toolrunner.receipts.store import DONE, RUNNING, interrupted_receipt
 from warden.private import private_sqlite
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 
 RECEIPTS = "receipts"
 
 
-class ReceiptStore:
-    def __init__(self, path: str | Path):
+class SqliteReceipts:
+    """The Receipts contract (toolrunner/receipts/store.py) in one SQLite file."""
+
+    def __init__(self, path: str | Path, *, instance: str = ""):
         self.path = Path(path)
+        self.instance = instance
         private_sqlite(self.path)
         # One connection shared by the server's threads, serialized by the lock: receipts are
         # written once per container, far below what one connection handles.
@@ -44,15 +48,19 @@ class ReceiptStore:
                     "claimed_at": float,
                     "finished_at": float,
                     "receipt": bytes,
+                    "instance": str,
                 },
                 pk="decision_id",
                 not_null={"decision_id", "state"},
                 if_not_exists=True,
             )
+            if "instance" not in self._table.columns_dict:
+                # a file written before claims named their instance: its rows keep NULL, which
+                # every instance treats as its own (what a runner did with every claim before)
+                self._table.add_column("instance", str)
             self._table.create_index(["run_id"], if_not_exists=True)
 
     def claim(self, decision_id: str, run_id: str, tool: str) -> bool:
-        """Record that this decision's call is starting; False when it was claimed before."""
         with self._lock:
             try:
                 self._table.insert(
@@ -60,9 +68,10 @@ class ReceiptStore:
                         "decision_id": decision_id,
                         "run_id": run_id,
                         "tool": tool,
-                        "state": "running",
+                        "state": RUNNING,
                         "code": "",
                         "claimed_at": time.time(),
+                        "instance": self.instance,
                     }
                 )
             except sqlite3.IntegrityError:
@@ -76,7 +85,7 @@ class ReceiptStore:
                     "decision_id": receipt.decision_id,
                     "run_id": receipt.run_id,
                     "tool": receipt.tool,
-                    "state": "done",
+                    "state": DONE,
                     "code": receipt.code,
                     "finished_at": time.time(),
                     "receipt": receipt.SerializeToString(),
@@ -85,7 +94,6 @@ class ReceiptStore:
             )
 
     def get(self, decision_id: str) -> tuple[str, pb.Receipt | None] | None:
-        """(state, receipt) for a decision id, or None when it never ran."""
         with self._lock:
             rows = list(
                 self._db.query(
@@ -98,26 +106,23 @@ class ReceiptStore:
         return rows[0]["state"], pb.Receipt.FromString(blob) if blob else None
 
     def mark_interrupted(self) -> int:
-        """Turn claims left `running` by a previous process into `interrupted` receipts; returns
-        how many."""
         return len(self.interrupt_cut_off())
 
     def interrupt_cut_off(self) -> list[str]:
-        """mark_interrupted(), returning the decision ids of the calls it marked."""
         with self._lock:
             rows = list(
-                self._db.query(f"SELECT decision_id, run_id, tool FROM {RECEIPTS} WHERE state = 'running'")
+                self._db.query(
+                    f"SELECT decision_id, run_id, tool FROM {RECEIPTS} "
+                    "WHERE state = ? AND (instance = ? OR instance IS NULL)",
+                    [RUNNING, self.instance],
+                )
             )
         for row in rows:
-            receipt = pb.Receipt(
-                decision_id=row["decision_id"],
-                run_id=row["run_id"],
-                tool=row["tool"],
-                exit_code=-1,
-                code="interrupted",
-            )
-            self.finish(receipt)
+            self.finish(interrupted_receipt(row["decision_id"], row["run_id"], row["tool"]))
         return [row["decision_id"] for row in rows]
+
+    def ping(self) -> bool:
+        return True  # a file beside the process: nothing to reach
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,109 @@
+"""`warden store migrate|status`: the schema of the store every process shares.
+
+A SQLite store (the default) creates its files at first use and has nothing to migrate. A
+PostgreSQL store is migrated once, by an operator or a deploy job, before any node starts: a node
+that finds a schema missing or newer than it knows stops at start (docs/fleet.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from warden.datafolder import DEFAULT_DATA
+from warden.store.url import add_store_flags, store_of
+
+# Each store on PostgreSQL names its schema here, as "module:attribute" of a
+# warden.store.migrations.Schema; imported only by these commands.
+SCHEMAS: tuple[str, ...] = (
+    "checkpoint.server.single_use_pg:SCHEMA",
+    "toolrunner.receipts.postgresql:SCHEMA",
+)
+
+
+def schemas() -> list:  # list[Schema]; the type is imported lazily with the rest
+    out = []
+    for ref in SCHEMAS:
+        module, attr = ref.split(":")
+        out.append(getattr(importlib.import_module(module), attr))
+    return out
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    store = subparsers.add_parser(
+        "store", help="migrate and inspect the store (SQLite files or a shared PostgreSQL)",
+        description="The store every process keeps its state in (docs/fleet.md).",
+    )
+    sub = store.add_subparsers(dest="store_command", metavar="SUBCOMMAND")
+    for name, line, func in (
+        ("migrate", "create or upgrade the schema of every component on a PostgreSQL store", cmd_migrate),
+        ("status", "print each component's schema version, and the version this release knows", cmd_status),
+    ):
+        command = sub.add_parser(
+            name, help=line,
+            description=f"{line[0].upper()}{line[1:]}. Exit codes: 0 done (status: every component current), "
+            "1 a component is behind or newer (status), 2 the store cannot be opened or migrated.",
+        )
+        add_store_flags(command)
+        command.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
+                             help=f"data folder, the SQLite store's folder when --store is not given (default {DEFAULT_DATA})")
+        command.set_defaults(func=func)
+    store.set_defaults(func=lambda _a: (store.print_help(), 2)[1])
+
+
+def _open(args: argparse.Namespace):  # -> (StoreUrl, Database | None)
+    from warden.store.pg import Database
+
+    url = store_of(args, args.data)
+    if not url.is_postgresql:
+        return url, None
+    return url, Database(url, name="store", max_size=1).open()
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from warden.store.errors import StoreError
+    from warden.store.migrations import migrate
+
+    try:
+        url, db = _open(args)
+        if db is None:
+            print(f"{url.shown}: SQLite files are created at first use; nothing to migrate")
+            return 0
+        with db:
+            for schema in schemas():
+                before, after = migrate(db, schema)
+                state = "current" if before == after else f"migrated from {before}"
+                print(f"{schema.component:<12} version {after} ({state})")
+    except StoreError as exc:
+        print(f"warden store migrate: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from warden.store.errors import StoreError
+    from warden.store.migrations import current_version
+
+    try:
+        url, db = _open(args)
+        print(f"store: {url.shown}")
+        if db is None:
+            print("SQLite files are created at first use; nothing to migrate")
+            return 0
+        behind = False
+        with db:
+            for schema in schemas():
+                version = current_version(db, schema.component)
+                if version == schema.latest:
+                    state = "current"
+                elif version > schema.latest:
+                    state = f"NEWER than {schema.latest}, the latest this release knows: upgrade warden"
+                else:
+                    state = f"behind: this release needs {schema.latest}; run warden store migrate"
+                behind = behind or version != schema.latest
+                print(f"{schema.component:<12} version {version} ({state})")
+    except StoreError as exc:
+        print(f"warden store status: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
+    return 1 if behind else 0
