@@ -18,7 +18,7 @@ from checkpoint.server.answers import fail_closed
 from checkpoint.server.metrics import Metrics
 from checkpoint.server.reload import PolicyStore
 from checkpoint.server.runs import Established, Refused, RunTokens
-from checkpoint.server.single_use import SingleUse
+from checkpoint.server.single_use import SingleUseStore
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import Unavailable
@@ -96,7 +96,7 @@ class RunState:
     """What the checkpoint knows of runs: the tokens it issued, the runs that ended, and the act
     ids already taken. A store that cannot say refuses (fail closed)."""
 
-    def __init__(self, runs: RunTokens, single_use: SingleUse):
+    def __init__(self, runs: RunTokens, single_use: SingleUseStore):
         self.tokens = runs
         self.single_use = single_use
 
