@@ -30,12 +30,12 @@ def hook(checkpoint, tmp_path: Path):
                               text=True, timeout=60, cwd=REPO, env=env)
 
     def call(tool: str, tool_input: dict, *, session: str = "s-1", checkpoint_address: str = checkpoint.address,
-             **extra) -> subprocess.CompletedProcess:
+             flags: tuple[str, ...] = (), **extra) -> subprocess.CompletedProcess:
         event = {"session_id": session, "transcript_path": "/tmp/t.jsonl", "cwd": str(checkpoint.shared),
                  "hook_event_name": "PreToolUse", "tool_name": tool, "tool_input": tool_input,
                  "tool_use_id": "toolu_01", **extra}
         return warden("hook", "claude-code", "--checkpoint", checkpoint_address, "--token-file",
-                      str(credentials / "hook.token"), "--person", "alice", "--state", str(state),
+                      str(credentials / "hook.token"), "--person", "alice", "--state", str(state), *flags,
                       stdin=json.dumps(event))
 
     def raw(stdin: str) -> subprocess.CompletedProcess:
@@ -178,3 +178,10 @@ def test_parallel_calls_count_against_the_run_each_once(checkpoint, tmp_path):
     with ThreadPoolExecutor(4) as pool:
         reasons = list(pool.map(one, range(4)))
     assert sum("breaker_repetition" in r for r in reasons) == 1, reasons
+
+
+def test_with_on_approval_ask_a_call_waiting_for_a_person_is_left_to_claude_codes_prompt(hook, checkpoint):
+    verdict, reason = decision(hook("Bash", {"command": "ls"}, flags=("--on-approval", "ask")))
+    assert verdict == "ask" and "approval_required" in reason
+    # what the checkpoint refuses is still refused
+    assert decision(hook("Read", {"file_path": "/etc/shadow"}, flags=("--on-approval", "ask")))[0] == "deny"

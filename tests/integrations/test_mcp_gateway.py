@@ -52,6 +52,7 @@ def gateway(checkpoint, tmp_path: Path):
         return Client(params, cache=None)
 
     session.inbox = state / "approvals.db"  # type: ignore[attr-defined]
+    session.settings = settings  # type: ignore[attr-defined]
     return session
 
 
@@ -142,8 +143,22 @@ def test_an_upstream_tool_that_changed_after_admission_is_refused(gateway, check
             # the tools that did not change are still served
             assert not (await client.call_tool("fs__list_directory", {"path": f"{checkpoint.shared}/"})).is_error
 
+    async def accepted():
+        async with gateway(variant="changed") as client:
+            assert "fs__read_text_file" in {t.name for t in (await client.list_tools()).tools}
+
     anyio.run(admitted)
     anyio.run(changed)
+    # a person reads the change and accepts it: the new definition is pinned
+    settings = gateway.settings(variant="changed")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "UPSTREAM_VARIANT": "changed"}
+    listed = subprocess.run([sys.executable, "-m", "warden.cli", "mcp", "pins", "list", "--settings", str(settings)],
+                            capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert "fs__read_text_file  CHANGED" in listed.stdout and "fs__write_file  pinned" in listed.stdout, listed.stderr
+    done = subprocess.run([sys.executable, "-m", "warden.cli", "mcp", "pins", "accept", "fs__read_text_file",
+                           "--settings", str(settings)], capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr
+    anyio.run(accepted)
 
 
 def test_a_result_larger_than_the_gateway_passes_on_is_refused(gateway, checkpoint):
