@@ -61,7 +61,7 @@ async def _serving(settings: Any, http: str | None) -> None:
 
     token = read_credential(settings.token_file)
     tokens = load_tokens(settings.clients_file, require_names=True) if settings.clients_file else {}
-    principals = Principals(settings, tokens)
+    principals = Principals(settings, tokens, http=bool(http))
     with CheckpointClient(settings.checkpoint, token=token, timeout=settings.timeout, stream=True) as checkpoint:
         async with Upstreams(settings.upstreams) as upstreams:
             gateway = Gateway(settings, checkpoint, upstreams, Pins(settings.state / "mcp-pins.json"),

@@ -11,8 +11,10 @@ from warden.mcp.settings import Client, Settings
 
 
 class Principals:
-    def __init__(self, settings: Settings, tokens: dict[bytes, str] | None = None) -> None:
-        self._stdio = Client("stdio", settings.person, settings.agent, settings.tenant) if settings.person else None
+    def __init__(self, settings: Settings, tokens: dict[bytes, str] | None = None, *, http: bool = False) -> None:
+        # over HTTP every request names its client by token: none falls back to the launcher's identity
+        launcher = settings.person and not http
+        self._stdio = Client("stdio", settings.person, settings.agent, settings.tenant) if launcher else None
         self._tokens = tokens or {}
         self._clients = {c.name: c for c in settings.clients}
 
