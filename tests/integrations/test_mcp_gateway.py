@@ -13,16 +13,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 
-from warden.client import ApprovalInbox, CheckpointClient
+pytest.importorskip("mcp", reason="the gateway's extra: pip install 'warden[mcp]'")
 
-from .conftest import ALICE_TOKEN, GATEWAY_TOKEN, REPO
+import anyio  # noqa: E402
+import httpx2  # noqa: E402
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from warden.client import ApprovalInbox, CheckpointClient  # noqa: E402
+
+from .conftest import ALICE_TOKEN, GATEWAY_TOKEN, REPO  # noqa: E402
 
 UPSTREAM = Path(__file__).with_name("fs_upstream.py")
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
