@@ -193,21 +193,21 @@ class PgDecisionLog:
     def chain_rows(self, conn: psycopg.Connection[Any], batch: list[tuple[Any, ...]]) -> tuple[int, int]:
         """Link `batch` to the head and commit it in one transaction; (last, first) seq.
 
-        Three round trips: BEGIN and the lock (pipelined); the head; the inserts and COMMIT
-        (pipelined). The head is read by a plain statement because the database arms its idle
-        timeout (below) only after one: after a pipeline's Sync a session stalled there would keep
-        the lock for ever (measured with PostgreSQL 15 and psycopg 3.3)."""
-        with conn.pipeline():
-            conn.execute("BEGIN")
+        Two round trips. The first is one message of the simple query protocol: BEGIN, the idle
+        timeout, the lock and the head. Each statement of it takes its own snapshot (READ
+        COMMITTED) when it starts, so the head is read after the lock is held and sees what the
+        lock's previous holder committed; and it ends in ReadyForQuery, which is what arms the
+        database's idle timeout (a pipeline's Sync does not: measured with PostgreSQL 15 and
+        psycopg 3.3). The second is a pipeline: the inserts and COMMIT."""
+        with psycopg.ClientCursor(conn) as start:
             # a writer that stalls holding the lock (stopped, swapping, cut off) would hold every
             # replica's records back: the database ends its session, and so its lock, after this long
-            conn.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(self.lock_idle_timeout * 1000)}"
-                         .encode())
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHAIN_LOCK,))
-        # a statement of its own, after the lock: READ COMMITTED takes its snapshot per statement
-        # (when the statement starts, so after the lock is held), so this one sees what the lock's
-        # previous holder committed
-        head = conn.execute(HEAD_SQL).fetchone()
+            start.execute(f"BEGIN; SET LOCAL idle_in_transaction_session_timeout = "
+                          f"{int(self.lock_idle_timeout * 1000)}; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); "
+                          f"{HEAD_SQL}".encode())
+            while start.nextset():  # BEGIN, SET and the lock answer first: the head is the last result
+                pass
+            head = start.fetchone()
         seq, prev = (int(head[0]), head[1]) if head else (0, GENESIS_HASH)
         first = seq + 1
         self._ensure_partitions(conn, first, seq + len(batch))
