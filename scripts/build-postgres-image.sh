@@ -7,7 +7,8 @@
 # environment or the compose file.
 #
 # Skipped when its `warden.inputs` label matches the hash of what it is made of (the mmdebstrap
-# arguments, the sources and the entrypoint); FORCE=1 rebuilds it (e.g. for Debian security updates).
+# arguments, the sources, this script and the entrypoint); FORCE=1 rebuilds it (e.g. for Debian
+# security updates).
 #
 # Environment: DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR, TAG (default warden-postgres:local).
 set -eu
@@ -23,7 +24,7 @@ t0=$(date +%s)
 
 case ${1:-} in
 -h | --help)
-	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 "") ;;
@@ -63,7 +64,7 @@ deb $SECURITY bookworm-security main"
 
 inputs=$({
 	printf '%s\n%s\n' "$args" "$sources"
-	sha256sum "$ENTRYPOINT" | cut -d' ' -f1
+	sha256sum "$0" "$ENTRYPOINT" | cut -d' ' -f1
 } | sha256sum | cut -d' ' -f1)
 current=$(docker image inspect --format '{{ index .Config.Labels "warden.inputs" }}' "$TAG" 2>/dev/null || true)
 if [ "${FORCE:-0}" != 1 ] && [ "$current" = "$inputs" ]; then
@@ -103,7 +104,7 @@ FROM $TAG-rootfs
 ENV PATH=/usr/lib/postgresql/15/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 PGDATA=/var/lib/postgresql/data
 EXPOSE 5432
 STOPSIGNAL SIGINT
-HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 CMD ["pg_isready", "--quiet", "--host=/run/postgresql"]
+HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 CMD ["pg_isready", "--quiet", "--host=/run/postgresql", "--username=postgres", "--dbname=postgres"]
 ENTRYPOINT ["/usr/local/bin/entrypoint.sh"]
 DOCKERFILE
 	cat "$stage/build.log" >&2
