@@ -162,3 +162,25 @@ def test_the_documented_backup_restores_into_an_empty_database(fleet):
                           user="postgres").strip()
 
     assert rows("restored") == rows("warden") and rows("warden").split()[0] != "0"
+
+
+def test_a_key_rotated_in_the_keys_service_signs_at_every_replica_with_no_restart(fleet):
+    one, two = (fleet.client(r) for r in REPLICAS)
+    try:
+        before = _start(one)
+        old = fleet.exec("checkpoint-1", "cat", "/var/lib/warden/token-keys/active").strip()
+        # docs/fleet.md, "With docker-compose"
+        fleet.compose("run", "--rm", "keys", "warden keys rotate --data /w/checkpoint && chown -R 10001:10001 /w/checkpoint")
+        new = fleet.exec("checkpoint-2", "cat", "/var/lib/warden/token-keys/active").strip()
+        assert new != old
+        deadline = time.monotonic() + 10
+        while not all(new in c.token_keys() for c in (one, two)):
+            assert time.monotonic() < deadline, "a replica did not take the new key up"
+            time.sleep(0.2)
+        after = _start(two)
+        answers = [one.check(_get_task(run.run_token)) for run in (before, after)]
+    finally:
+        one.close()
+        two.close()
+    # the new key signs at one replica and verifies at the other; the old key still verifies
+    assert [(a.verdict, a.code) for a in answers] == [(pb.VERDICT_ALLOW, "allowed")] * 2, answers
