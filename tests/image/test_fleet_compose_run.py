@@ -3,9 +3,10 @@ migrate, and two checkpoint replicas from warden:local. A run started at one rep
 each, a cancel at one is refused at the other through the database, the schema is current, the
 password is in no container's environment nor log, and the documented backup restores.
 
-Slow for every CI run (both images built, the stack started and stopped: see FLEET_ENV), so it runs
-only when WARDEN_TEST_FLEET_COMPOSE=1; without it each test says so and skips. With it, a missing
-engine, image or tool is a failure, as in the other image tests."""
+It needs a second image and five containers (41 s with both images up to date, plus 57-82 s to
+build warden-postgres:local cold, here), so it runs when WARDEN_TEST_FLEET_COMPOSE=1, which CI sets;
+without it each test says so and skips. With it, a missing engine, image or tool is a failure, as
+in the other image tests."""
 
 from __future__ import annotations
 
