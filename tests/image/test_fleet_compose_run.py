@@ -1,9 +1,10 @@
 """deploy/compose.fleet.yaml run for real: PostgreSQL from warden-postgres:local, the one-shot
 migrate, and two checkpoint replicas from warden:local. A run started at one replica is decided at
 each, a cancel at one is refused at the other through the database, the schema is current, the
-password is in no container's environment nor log, and the documented backup restores.
+password is in no container's environment nor log, the documented backup restores, a rotated key signs
+at every replica, and the database stopped and started again refuses, then serves, with no restart.
 
-It needs a second image and five containers (41 s with both images up to date, plus 57-82 s to
+It needs a second image and five containers (48 s with both images up to date, plus 57-82 s to
 build warden-postgres:local cold, here), so it runs when WARDEN_TEST_FLEET_COMPOSE=1, which CI sets;
 without it each test says so and skips. With it, a missing engine, image or tool is a failure, as
 in the other image tests."""
@@ -185,3 +186,38 @@ def test_a_key_rotated_in_the_keys_service_signs_at_every_replica_with_no_restar
         two.close()
     # the new key signs at one replica and verifies at the other; the old key still verifies
     assert [(a.verdict, a.code) for a in answers] == [(pb.VERDICT_ALLOW, "allowed")] * 2, answers
+
+
+def test_the_database_stopped_refuses_and_started_again_serves_with_no_restart(fleet):
+    one, two = (fleet.client(r) for r in REPLICAS)
+
+    def started_at() -> dict[str, str]:
+        return {r: docker("inspect", "--format", "{{.State.StartedAt}}",
+                          fleet.compose("ps", "-q", r).stdout.strip()).stdout.strip() for r in REPLICAS}
+
+    before = started_at()
+    try:
+        run = _start(one)
+        fleet.compose("stop", "postgres")
+        stopped = time.monotonic()
+        try:
+            late = []
+            while time.monotonic() - stopped < ENDED_WITHIN + 2:
+                for client in (one, two):
+                    sent = time.monotonic() - stopped
+                    answer = client.check(_get_task(run.run_token))
+                    if sent > ENDED_WITHIN + 0.5:
+                        late.append((answer.verdict, answer.code))
+                time.sleep(0.1)
+        finally:
+            fleet.compose("start", "postgres")
+        # nothing a replica cannot vouch for is allowed while the database is gone
+        assert late and all(verdict == pb.VERDICT_DENY for verdict, _ in late), set(late)
+        deadline = time.monotonic() + 60
+        while not all(c.check(_get_task(run.run_token)).verdict == pb.VERDICT_ALLOW for c in (one, two)):
+            assert time.monotonic() < deadline, "the replicas did not serve again once the database was back"
+            time.sleep(0.5)
+    finally:
+        one.close()
+        two.close()
+    assert started_at() == before  # by themselves: neither replica was restarted
