@@ -104,7 +104,7 @@ FROM $TAG-rootfs
 ENV PATH=/usr/lib/postgresql/15/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 PGDATA=/var/lib/postgresql/data
 EXPOSE 5432
 STOPSIGNAL SIGINT
-HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 CMD ["pg_isready", "--quiet", "--host=/run/postgresql", "--username=postgres", "--dbname=postgres"]
+HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 CMD ["setpriv", "--reuid=postgres", "--regid=postgres", "--clear-groups", "--", "pg_isready", "--quiet", "--host=/run/postgresql", "--username=postgres", "--dbname=postgres"]
 ENTRYPOINT ["/usr/local/bin/entrypoint.sh"]
 DOCKERFILE
 	cat "$stage/build.log" >&2

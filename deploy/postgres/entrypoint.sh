@@ -31,6 +31,12 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 		say "the first start needs the application role's password: set WARDEN_STORE_PASSWORD_FILE to a file that holds it"
 		exit 1
 	fi
+	# warden reads the file with the whitespace at its ends taken off; psql would keep all but a
+	# last newline: one line without spaces at its ends is the password both read alike.
+	if [ "$(grep -c '' "$password_file")" != 1 ] || grep -q '^[[:space:]]\|[[:space:]]$' "$password_file"; then
+		say "$password_file: the password must be one line, without spaces at its ends"
+		exit 1
+	fi
 	say "making the cluster in $PGDATA (database $DB, role $DB_USER)"
 	as_postgres "$BIN/initdb" --pgdata="$PGDATA" --username=postgres --encoding=UTF8 --locale=C.UTF-8 \
 		--auth-local=peer --auth-host=reject >/dev/null

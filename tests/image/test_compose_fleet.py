@@ -70,9 +70,10 @@ def test_the_database_is_migrated_before_any_node_starts(services):
     for name in (*REPLICAS, "toolrunner"):
         assert _depends(services[name]) == {"migrate": "service_completed_successfully"}, name
     assert _depends(services["driver"]) == {name: "service_healthy" for name in (*REPLICAS, "toolrunner")}
-    # the health check asks as the superuser over the socket, which it may: no failed login logged
-    assert services["postgres"]["healthcheck"]["test"][1:3] == ["pg_isready", "--quiet"]
-    assert "--username=postgres" in services["postgres"]["healthcheck"]["test"]
+    # the health check asks as `postgres` over the socket, which peer lets in: no failed login logged
+    check = services["postgres"]["healthcheck"]["test"]
+    assert check[1:3] == ["setpriv", "--reuid=postgres"] and "pg_isready" in check
+    assert "--username=postgres" in check
 
 
 def test_the_replicas_share_their_keys_read_only_and_keep_a_data_folder_each(services):

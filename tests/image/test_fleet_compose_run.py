@@ -143,6 +143,8 @@ def test_the_schema_is_current_and_the_password_is_in_no_environment_nor_log(fle
         assert password not in inspected, container
     logs = fleet.compose("logs", "--no-color").stdout
     assert "migrated from 0" in logs and password not in logs
+    # nothing failed to log in: not the health check, not a replica, not the migration
+    assert "FATAL" not in logs, [line for line in logs.splitlines() if "FATAL" in line]
 
 
 def test_the_documented_backup_restores_into_an_empty_database(fleet):
