@@ -19,6 +19,18 @@ LABEL = "warden.test=image"
 DRIVER_TOKEN = "image-test-driver-token-0123456789"
 
 
+def compose_command() -> list[str]:
+    """Debian's docker-compose, else the `docker compose` plugin; a failure (never a skip) without."""
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    import pytest
+
+    pytest.fail("neither docker-compose nor the `docker compose` plugin is installed: "
+                "apt-get install -y docker-compose", pytrace=False)
+
+
 def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
