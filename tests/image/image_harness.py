@@ -4,6 +4,7 @@ and the data folder an operator would give it."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -15,7 +16,9 @@ from warden.grants import SigningKey
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "warden:local"
 UID = 10001  # the image's user (deploy/Dockerfile)
-LABEL = "warden.test=image"
+# one label per test process: two test runs on one engine (CI beside a developer's run) must
+# neither count nor remove each other's containers
+LABEL = f"warden.test=image-{os.getpid()}"
 DRIVER_TOKEN = "image-test-driver-token-0123456789"
 
 
