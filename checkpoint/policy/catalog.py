@@ -234,6 +234,16 @@ class AgentCatalog:
         unpinnable = frozenset((r["agent"], r["version"]) for r in rows)
         return unpinnable, frozenset((r["agent"], r["version"]) for r in rows if r["status"] == RETIRED)
 
+    def stated(self) -> frozenset[tuple[str, str]] | None:
+        """On a shared store, the versions whose state this read holds (None elsewhere): a version
+        proposed at another replica since is read from the store before the snapshot knows it is
+        pending, and must not be pinned meanwhile."""
+        if not self._store.shared:
+            return None
+        with self._lock:
+            rows = self._store.rows("agent_lifecycle")
+        return frozenset((r["agent"], r["version"]) for r in rows)
+
     def history(self, agent: str) -> list[dict[str, Any]]:
         """Every version of `agent`, oldest first, with its state and who moved it there."""
         with self._lock:

@@ -158,6 +158,8 @@ class PgLock:
 class PostgresqlStore:
     """The tables of one store (`CATALOG` or `LEARNINGS`) on the shared database `db`."""
 
+    shared = True
+
     def __init__(self, db: Database, name: str = CATALOG):
         self.read_only = False
         self._db = db

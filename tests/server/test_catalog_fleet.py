@@ -1,0 +1,171 @@
+"""One catalog for a fleet: two checkpoint replicas, each a real gRPC server on loopback with its
+own data folder, on one PostgreSQL database. A version approved at A, or a learning promoted there,
+decides at B within a second; with the notifications off the poll still brings it; with the
+database gone B refuses `catalog_unavailable` rather than decide on a catalog it cannot vouch for,
+and serves again by itself when the database is back."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+
+import psycopg
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from security.test_catalog_lifecycle import PEOPLE, as_, changes, live, propose, reviewed_tenant
+from security.test_learnings import SCAN, call, learnings, promote, trip
+
+from checkpoint.policy.postgresql_store import CHANGES
+from checkpoint.server import AuthPolicy
+from checkpoint.server.catalog_feed import MAX_AGE
+from checkpoint.server.stores import store_url
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.grants import SigningKey
+from warden.store.migrations import migrate
+from warden.store.pg import Database
+from warden.store_cli import schemas
+from warden.token_keys import FOLDER as TOKEN_KEYS_FOLDER
+
+from .conftest import TOKEN
+
+WITHIN = 1.0  # seconds: an act at one replica is in force at every other within this
+# a version not pinnable at B: pending, or newer than what B has read of the catalog
+WAITING = ("agent_version_not_approved", "catalog_unavailable")
+
+
+@pytest.fixture
+def fleet(start, policy_dir, pg_url, tmp_path):
+    """Replicas A and B of a tenant that reviews changes: one grant key, one set of token keys, one
+    database (migrated as `warden store migrate` does); a data folder each."""
+    with Database(store_url(pg_url, tmp_path), name="test", max_size=1) as db:
+        for schema in schemas():
+            migrate(db, schema)
+    reviewed_tenant(policy_dir)
+    tokens = {hashlib.sha256(TOKEN.encode()).digest(): "driver"}
+    tokens.update({hashlib.sha256(t.encode()).digest(): name for name, t in PEOPLE.items()})
+    key = SigningKey.generate()
+    a = start(key=key, store=pg_url, watch_interval=None, auth=AuthPolicy(tokens=tokens))
+    shutil.copytree(a.data / TOKEN_KEYS_FOLDER, tmp_path / "data-b" / TOKEN_KEYS_FOLDER)
+    b = start(key=key, store=pg_url, watch_interval=None, auth=AuthPolicy(tokens=tokens),
+              data_dir=tmp_path / "data-b")
+    return a, b
+
+
+def _approved_at(a) -> tuple[str, float]:
+    """A new version of triage proposed and approved at A: (version, when A answered)."""
+    proposal = propose(a, "erin", changes=changes(persona="You read tasks carefully."))
+    assert proposal.decision.code == "proposed", proposal.decision
+    version = proposal.version.version
+    approved = as_(a, "carol").ReviewAgentChange(
+        pb.ReviewAgentChangeRequest(agent="triage", version=version, approve=True, note="read it"), timeout=10)
+    assert approved.decision.code == "catalog_changed", approved.decision
+    return version, time.monotonic()
+
+
+def _pins_within(replica, version: str, since: float) -> float:
+    """Start runs of triage@version at `replica` until one is allowed; the seconds it took from `since`."""
+    while not (started := replica.start_run("triage", version)).run_token:
+        assert started.decision.code in WAITING, started.decision
+        assert time.monotonic() - since < WITHIN, "the replica still refuses a version approved at the other"
+        time.sleep(0.01)
+    assert started.agent.agent_version == version
+    return time.monotonic() - since
+
+
+def test_a_version_approved_at_one_replica_decides_at_the_other_within_a_second(fleet):
+    a, b = fleet
+    before = live(b)
+    proposal = propose(a, "erin", changes=changes(persona="You read tasks carefully."))
+    version = proposal.version.version
+    # pending: no replica lets a run pin it, not even B before it has read that the version waits
+    assert a.start_run("triage", version).decision.code == "agent_version_not_approved"
+    assert b.start_run("triage", version).decision.code in WAITING
+    approved = as_(a, "carol").ReviewAgentChange(
+        pb.ReviewAgentChangeRequest(agent="triage", version=version, approve=True, note="read it"), timeout=10)
+    assert approved.decision.code == "catalog_changed", approved.decision
+    _pins_within(b, version, time.monotonic())
+    # and it is B's live version: a run that names none pins it
+    assert live(b) == version != before
+    assert b.start_run("triage").agent.agent_version == version
+    # the act is on A's record only: B followed it, it did not make it again
+    assert not [r for r in b.records(catalog=True) if r["action"] == "catalog" and r["arguments"].get("act") == "approve"]
+
+
+def test_a_version_retired_at_one_replica_halts_its_runs_at_the_other_within_a_second(fleet):
+    a, b = fleet
+    old = live(a)
+    version, _ = _approved_at(a)
+    _pins_within(b, version, time.monotonic())
+    run = b.start_run("triage", old)  # superseded: still pinnable until it is retired
+    assert run.run_token, run.decision
+    request = pb.CheckRequest(run=pb.RunContext(run_token=run.run_token), tool_call=pb.ToolCall(tool="get_task"))
+    request.tool_call.arguments.update({"task_id": "task-1"})
+    assert b.stub().Check(request, timeout=5).verdict == pb.VERDICT_ALLOW
+    retired = as_(a, "carol").RetireAgentVersion(pb.RetireAgentVersionRequest(agent="triage", version=old,
+                                                                             note="leaked"), timeout=5)
+    assert retired.decision.code == "catalog_changed"
+    since = time.monotonic()
+    while (answer := b.stub().Check(request, timeout=5)).verdict == pb.VERDICT_ALLOW:
+        assert time.monotonic() - since < WITHIN, "replica B still allows a run of a version retired at A"
+    assert (answer.verdict, answer.code) == (pb.VERDICT_HALT, "agent_version_retired")
+
+
+def test_a_learning_promoted_at_one_replica_blocks_at_the_other_within_a_second(fleet):
+    a, b = fleet
+    trip(a)  # a breaker's HALT at A proposes a learning, in the shared store
+    [learning] = learnings(b)  # read at B: one store
+    run = b.start_run("recon")
+    assert call(b, run, "create_task_from_template", SCAN).verdict == pb.VERDICT_ALLOW
+    promoted = promote(a, learning.id, severity="error", match='tool.name == "create_task_from_template"')
+    assert promoted.decision.code == "learning_changed", promoted.decision
+    since = time.monotonic()
+    while (answer := call(b, run, "create_task_from_template", SCAN)).verdict == pb.VERDICT_ALLOW:
+        assert time.monotonic() - since < WITHIN, "replica B still allows a call a learning promoted at A blocks"
+    assert (answer.verdict, answer.code, answer.rule) == (pb.VERDICT_DENY, "learning_blocked", f"learning:{learning.id}")
+    assert not answer.HasField("grant")
+
+
+def test_with_the_notifications_off_the_poll_still_brings_an_act(fleet, pg_url):
+    a, b = fleet
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the trigger that notifies, disabled
+        conn.execute(f"ALTER TABLE {CHANGES} DISABLE TRIGGER {CHANGES}_notify")
+    version, approved = _approved_at(a)
+    took = _pins_within(b, version, approved)
+    assert took < WITHIN
+
+
+def _health(running) -> int:
+    return health_pb2_grpc.HealthStub(running.uds()).Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
+
+
+def test_the_database_gone_refuses_catalog_unavailable_and_its_return_serves_without_a_restart(fleet, pg_server):
+    a, b = fleet
+    assert b.start_run("triage").run_token
+    pg_server.stop()
+    try:
+        stopped = time.monotonic()
+        answers = []
+        while time.monotonic() - stopped < MAX_AGE + 1.0:
+            sent = time.monotonic()
+            answers.append((sent - stopped, b.start_run("triage").decision))
+        late = [x for at, x in answers if at > MAX_AGE + 0.05]
+        assert late and all((x.verdict, x.code) == (pb.VERDICT_DENY, "catalog_unavailable") for x in late), \
+            {(x.verdict, x.code) for x in late}
+        assert _health(b) == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert b.server.health_details()["store"]["current"] is False
+    finally:
+        pg_server.start()
+    deadline = time.monotonic() + 20
+    while not (started := b.start_run("triage")).run_token:
+        assert started.decision.code == "catalog_unavailable", started.decision
+        assert time.monotonic() < deadline, "replica B did not serve again after the database came back"
+        time.sleep(0.2)
+    while _health(b) != health_pb2.HealthCheckResponse.SERVING:
+        assert time.monotonic() < deadline, "replica B's health did not come back"
+        time.sleep(0.1)
+    # every refusal is on B's record; and B follows A's acts again
+    refused = [r for r in b.records() if r["code"] == "catalog_unavailable"]
+    assert refused and all(r["verdict"] == "DENY" for r in refused)
+    version, approved = _approved_at(a)
+    _pins_within(b, version, approved)
