@@ -36,6 +36,7 @@ log = logging.getLogger("warden.checkpoint.catalog_feed")
 MAX_AGE = 1.0  # seconds: the oldest catalog a decision may be made on
 POLL_INTERVAL = 0.25
 RETRY_AFTER = 0.2  # seconds the follower waits before it reads again after a failure
+STOP_WITHIN = 0.5  # seconds: how soon close() is noticed while the follower waits
 
 _READ = f"SELECT store, version FROM {CHANGES}"
 
@@ -74,7 +75,7 @@ class CatalogFeed:
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=self._poll_interval + 5)
+            self._thread.join(timeout=STOP_WITHIN + 5)
 
     # -- what decisions ask -------------------------------------------------------------------
 
@@ -131,8 +132,7 @@ class CatalogFeed:
                     try:
                         self._catch_up(conn)  # what was notified before the LISTEN began is read here
                         while not self._stop.is_set():
-                            for _notify in conn.notifies(timeout=self._poll_interval, stop_after=1):
-                                pass  # a wake-up only: the counters themselves are read next
+                            self._wait(conn)
                             self._catch_up(conn)
                     finally:
                         if not conn.closed:
@@ -141,6 +141,14 @@ class CatalogFeed:
             except Exception as exc:  # noqa: BLE001 - whatever broke, decisions refuse once the memory is old
                 self._failed(exc)
                 self._stop.wait(max(self._poll_interval, RETRY_AFTER))
+
+    def _wait(self, conn: Any) -> None:
+        """Until a notification, the next poll, or close(): a notification is a wake-up only, the
+        counters themselves are read next."""
+        deadline = time.monotonic() + self._poll_interval
+        while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            if any(True for _ in conn.notifies(timeout=min(left, STOP_WITHIN), stop_after=1)):
+                return
 
     def _failed(self, exc: BaseException) -> None:
         self._failed_at = time.monotonic()
