@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from checkpoint.policy.catalog_store import INSERTED, Not, Pk
+from checkpoint.policy.catalog_store import INSERTED, Lock, Not, Pk
 from warden.store.errors import StoreUnavailable
 from warden.store.migrations import Schema
 from warden.store.pg import Database
@@ -145,7 +145,7 @@ class PgLock:
         self._store._held.locks += 1
         return self
 
-    def __exit__(self, *_exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> None:
         held = self._store._held
         try:
             held.locks -= 1
@@ -165,7 +165,7 @@ class PostgresqlStore:
         self._db = db
         self._key = LOCK_KEYS[name]
         self._held = _Held()
-        self.lock = PgLock(self)
+        self.lock: Lock = PgLock(self)
         self._columns: dict[str, list[str]] = {}  # table -> its columns, `_inserted` left out
         self._columns_lock = threading.Lock()
 
