@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import threading
 import time
 
 import psycopg
@@ -109,6 +110,30 @@ def test_a_version_retired_at_one_replica_halts_its_runs_at_the_other_within_a_s
     while (answer := b.stub().Check(request, timeout=5)).verdict == pb.VERDICT_ALLOW:
         assert time.monotonic() - since < WITHIN, "replica B still allows a run of a version retired at A"
     assert (answer.verdict, answer.code) == (pb.VERDICT_HALT, "agent_version_retired")
+
+
+def test_two_admins_at_two_replicas_approve_one_proposal_once(fleet):
+    a, b = fleet
+    proposal = propose(a, "erin", changes=changes(persona="You read tasks carefully."))
+    version = proposal.version.version
+    answers: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def approve(replica, person: str) -> None:
+        barrier.wait()
+        got = as_(replica, person).ReviewAgentChange(
+            pb.ReviewAgentChangeRequest(agent="triage", version=version, approve=True, note="ok"), timeout=10)
+        answers.append(got.decision.code)
+
+    threads = [threading.Thread(target=approve, args=(r, p)) for r, p in ((a, "carol"), (b, "dave"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(answers) == ["catalog_changed", "not_pending"], answers
+    approvals = [r for replica in (a, b) for r in replica.records(catalog=True)
+                 if r["action"] == "catalog" and r["code"] == "catalog_changed" and r["arguments"].get("act") == "approve"]
+    assert len(approvals) == 1
 
 
 def test_a_learning_promoted_at_one_replica_blocks_at_the_other_within_a_second(fleet):
