@@ -179,6 +179,9 @@ def test_the_database_gone_refuses_catalog_unavailable_and_its_return_serves_wit
             {(x.verdict, x.code) for x in late}
         assert _health(b) == health_pb2.HealthCheckResponse.NOT_SERVING
         assert b.server.health_details()["store"]["current"] is False
+        # an act cannot be checked nor written: refused with the store's code, on the record
+        refused_act = propose(a, "erin", changes=changes(persona="You read tasks carefully."))
+        assert (refused_act.decision.verdict, refused_act.decision.code) == (pb.VERDICT_DENY, "store_unavailable")
     finally:
         pg_server.start()
     deadline = time.monotonic() + 20
