@@ -19,6 +19,7 @@ CHANNEL: catalog_feed.py follows both, so that an act at one replica is in force
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -32,6 +33,8 @@ from warden.store.errors import StoreUnavailable
 from warden.store.migrations import Schema
 from warden.store.pg import Database
 from warden.store.url import shown
+
+log = logging.getLogger("warden.checkpoint.catalog_store")
 
 PREFIX = "checkpoint_"
 ORDER = "_inserted"
@@ -193,7 +196,14 @@ class PostgresqlStore:
         try:
             if held.locked and held.conn is not None:
                 held.locked = False
-                self._run(held.conn, "SELECT pg_advisory_unlock(%s)", (self._key,))
+                try:
+                    self._run(held.conn, "SELECT pg_advisory_unlock(%s)", (self._key,))
+                except StoreUnavailable as exc:
+                    # A session that kept the lock would go back to the pool still holding it, and
+                    # every act of the fleet would wait on it: end the session, which frees it. What
+                    # the block did is done (or rolled back) already; the caller's answer stands.
+                    log.warning("catalog lock not released (%s): closing its connection", exc)
+                    held.conn.close()
         finally:
             self._release()
 
