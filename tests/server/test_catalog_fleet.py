@@ -77,6 +77,8 @@ def _pins_within(replica, version: str, since: float) -> float:
 def test_a_version_approved_at_one_replica_decides_at_the_other_within_a_second(fleet):
     a, b = fleet
     before = live(b)
+    going = b.start_run("triage")  # a run that began before the approval
+    assert going.agent.agent_version == before
     proposal = propose(a, "erin", changes=changes(persona="You read tasks carefully."))
     version = proposal.version.version
     # pending: no replica lets a run pin it, not even B before it has read that the version waits
@@ -89,6 +91,12 @@ def test_a_version_approved_at_one_replica_decides_at_the_other_within_a_second(
     # and it is B's live version: a run that names none pins it
     assert live(b) == version != before
     assert b.start_run("triage").agent.agent_version == version
+    # runs keep their pins: the run that began before decides with its own version at both replicas
+    request = pb.CheckRequest(run=pb.RunContext(run_token=going.run_token), tool_call=pb.ToolCall(tool="get_task"))
+    request.tool_call.arguments.update({"task_id": "task-1"})
+    for replica in (a, b):
+        kept = replica.stub().Check(request, timeout=5)
+        assert (kept.verdict, kept.agent_version) == (pb.VERDICT_ALLOW, before), kept
     # the act is on A's record only: B followed it, it did not make it again
     assert not [r for r in b.records(catalog=True) if r["action"] == "catalog" and r["arguments"].get("act") == "approve"]
 
@@ -148,6 +156,22 @@ def test_a_learning_promoted_at_one_replica_blocks_at_the_other_within_a_second(
     while (answer := call(b, run, "create_task_from_template", SCAN)).verdict == pb.VERDICT_ALLOW:
         assert time.monotonic() - since < WITHIN, "replica B still allows a call a learning promoted at A blocks"
     assert (answer.verdict, answer.code, answer.rule) == (pb.VERDICT_DENY, "learning_blocked", f"learning:{learning.id}")
+    assert not answer.HasField("grant")
+
+
+def test_a_template_retired_at_one_replica_is_served_by_neither_within_a_second(fleet):
+    a, b = fleet
+    run = b.start_run("recon")
+    served = call(b, run, "create_task_from_template", SCAN)
+    assert (served.verdict, served.code) == (pb.VERDICT_ALLOW, "allowed")
+    retired = as_(a, "carol").RetireCatalogEntry(pb.RetireCatalogEntryRequest(
+        kind="template", tenant="acme", name="web-basic", version=served.arguments["spec"]["version"],
+        note="hangs the lab"), timeout=5)
+    assert retired.decision.code == "catalog_changed", retired.decision
+    since = time.monotonic()
+    while (answer := call(b, run, "create_task_from_template", SCAN)).verdict == pb.VERDICT_ALLOW:
+        assert time.monotonic() - since < WITHIN, "replica B still serves a template retired at A"
+    assert (answer.verdict, answer.code) == (pb.VERDICT_DENY, "unknown_template")
     assert not answer.HasField("grant")
 
 
