@@ -37,6 +37,9 @@ MAX_AGE = 1.0  # seconds: the oldest catalog a decision may be made on
 POLL_INTERVAL = 0.25
 RETRY_AFTER = 0.2  # seconds the follower waits before it reads again after a failure
 STOP_WITHIN = 0.5  # seconds: how soon close() is noticed while the follower waits
+# seconds a late decision waits for a read under way (the follower's) before it refuses: a read
+# that answers takes milliseconds, and a refusal should not hold its caller for long
+CATCH_UP_WAIT = 0.2
 
 _READ = f"SELECT store, version FROM {CHANGES}"
 
@@ -92,7 +95,7 @@ class CatalogFeed:
         # The thread is late. Late because reading failed (the database slow or gone): refuse at
         # once and leave the retries to it, a decision waiting on the pool would hold its caller
         # for seconds. Otherwise (the process starved of CPU) catch up here, one caller at a time.
-        if self._failed_at < self._fresh_at and self._catching_up.acquire(timeout=self._max_age):
+        if self._failed_at < self._fresh_at and self._catching_up.acquire(timeout=CATCH_UP_WAIT):
             try:
                 if time.monotonic() - self._fresh_at > self._max_age:
                     with self._db.connection() as conn:
@@ -103,6 +106,8 @@ class CatalogFeed:
                 self._catching_up.release()
         age = time.monotonic() - self._fresh_at
         if age > self._max_age:
+            if self._failed_at < self._fresh_at:  # no read failed: one is under way, and slow
+                self._error = "the database is slow to answer"
             self._report(False)
             raise StoreUnavailable(f"whether the catalog is current cannot be read ({self._error}); "
                                    f"last read: {_ago(age)}")

@@ -184,6 +184,30 @@ def test_with_the_notifications_off_the_poll_still_brings_an_act(fleet, pg_url):
     assert took < WITHIN
 
 
+def test_a_replica_that_cannot_read_the_catalog_in_time_refuses_its_checks(fleet, pg_url):
+    """The database up but the counters held (a slow database): B cannot tell within a second
+    whether its catalog is current, so its Checks are refused catalog_unavailable, never allowed."""
+    a, b = fleet
+    run = b.start_run("triage")
+    request = pb.CheckRequest(run=pb.RunContext(run_token=run.run_token), tool_call=pb.ToolCall(tool="get_task"))
+    request.tool_call.arguments.update({"task_id": "task-1"})
+    assert b.stub().Check(request, timeout=5).verdict == pb.VERDICT_ALLOW
+    with psycopg.connect(pg_url) as conn:  # a transaction that holds the counters from every reader
+        conn.execute(f"LOCK TABLE {CHANGES} IN ACCESS EXCLUSIVE MODE")
+        held = time.monotonic()
+        time.sleep(MAX_AGE + 0.5)
+        answers = [b.stub().Check(request, timeout=10) for _ in range(2)]
+        assert time.monotonic() - held < 4.0, "the counters were let go before the checks were made"
+        conn.rollback()
+    assert all((x.verdict, x.code) == (pb.VERDICT_DENY, "catalog_unavailable") for x in answers), \
+        [(x.verdict, x.code) for x in answers]
+    assert not any(x.HasField("grant") for x in answers)
+    deadline = time.monotonic() + 10
+    while (answer := b.stub().Check(request, timeout=10)).verdict != pb.VERDICT_ALLOW:
+        assert answer.code == "catalog_unavailable" and time.monotonic() < deadline, answer
+        time.sleep(0.05)
+
+
 def _health(running) -> int:
     return health_pb2_grpc.HealthStub(running.uds()).Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
 
