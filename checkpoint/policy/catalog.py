@@ -175,12 +175,15 @@ class AgentCatalog:
 
     def revision_of(self, agent: str, version: str) -> str:
         """The policy revision `version` was first recorded under ("" when none was)."""
+        found = self._version_revisions.get((agent, version))
+        if found:  # a version's first revision never changes: once read, kept (a Check may ask each time)
+            return found
         with self._lock:
-            found = self._version_revisions.get((agent, version))
-            if found:
-                return found
             rows = self._store.rows("agent_versions", {"agent": agent, "version": version})
-            return (rows[0]["policy_revision"] or "") if rows else ""
+            found = (rows[0]["policy_revision"] or "") if rows else ""
+            if found:
+                self._version_revisions[(agent, version)] = found
+            return found
 
     def get(self, agent: str, version: str) -> AgentVersion | None:
         found = self._cache.get((agent, version))
