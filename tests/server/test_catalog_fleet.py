@@ -11,6 +11,7 @@ import shutil
 import threading
 import time
 
+import grpc
 import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -230,6 +231,10 @@ def test_the_database_gone_refuses_catalog_unavailable_and_its_return_serves_wit
         # an act cannot be checked nor written: refused with the store's code, on the record
         refused_act = propose(a, "erin", changes=changes(persona="You read tasks carefully."))
         assert (refused_act.decision.verdict, refused_act.decision.code) == (pb.VERDICT_DENY, "store_unavailable")
+        # and a read of it is UNAVAILABLE, with the store's code
+        with pytest.raises(grpc.RpcError) as unread:
+            learnings(b)
+        assert unread.value.code() == grpc.StatusCode.UNAVAILABLE and "store" in unread.value.details()
     finally:
         pg_server.start()
     deadline = time.monotonic() + 20
