@@ -98,8 +98,8 @@ def test_a_version_approved_at_one_replica_decides_at_the_other_within_a_second(
     for replica in (a, b):
         kept = replica.stub().Check(request, timeout=5)
         assert (kept.verdict, kept.agent_version) == (pb.VERDICT_ALLOW, before), kept
-    # the act is on A's record only: B followed it, it did not make it again
-    assert not [r for r in b.records(catalog=True) if r["action"] == "catalog" and r["arguments"].get("act") == "approve"]
+    # the act is recorded once in the fleet's one log: B followed it, it did not make it again
+    assert len([r for r in b.records(catalog=True) if r["action"] == "catalog" and r["arguments"].get("act") == "approve"]) == 1
 
 
 def test_a_version_retired_at_one_replica_halts_its_runs_at_the_other_within_a_second(fleet):
@@ -140,7 +140,7 @@ def test_two_admins_at_two_replicas_approve_one_proposal_once(fleet):
     for t in threads:
         t.join()
     assert sorted(answers) == ["catalog_changed", "not_pending"], answers
-    approvals = [r for replica in (a, b) for r in replica.records(catalog=True)
+    approvals = [r for r in a.records(catalog=True)  # the fleet's one log, read at either replica
                  if r["action"] == "catalog" and r["code"] == "catalog_changed" and r["arguments"].get("act") == "approve"]
     assert len(approvals) == 1
 
@@ -220,17 +220,25 @@ def test_the_database_gone_refuses_catalog_unavailable_and_its_return_serves_wit
     try:
         stopped = time.monotonic()
         answers = []
-        while time.monotonic() - stopped < MAX_AGE + 1.0:
+        # a refusal may itself wait for the log (in the same database) to give up: send until two
+        # were sent after the catalog's memory expired, however long each takes
+        while len([at for at, _x in answers if at > MAX_AGE + 0.05]) < 2:
+            assert time.monotonic() - stopped < 60
             sent = time.monotonic()
-            answers.append((sent - stopped, b.start_run("triage").decision))
+            started = b.start_run("triage")
+            assert not started.run_token, started.decision
+            answers.append((sent - stopped, started.decision))
         late = [x for at, x in answers if at > MAX_AGE + 0.05]
-        assert late and all((x.verdict, x.code) == (pb.VERDICT_DENY, "catalog_unavailable") for x in late), \
-            {(x.verdict, x.code) for x in late}
+        # the catalog cannot be vouched for, and the decision log being in the same database, the
+        # refusal may come first from the log: never a run, never an answer without its record
+        assert all(x.verdict == pb.VERDICT_DENY and x.code in ("catalog_unavailable", "audit_unavailable")
+                   for x in late), {(x.verdict, x.code) for x in late}
         assert _health(b) == health_pb2.HealthCheckResponse.NOT_SERVING
         assert b.server.health_details()["store"]["current"] is False
         # an act cannot be checked nor written: refused with the store's code, on the record
         refused_act = propose(a, "erin", changes=changes(persona="You read tasks carefully."))
-        assert (refused_act.decision.verdict, refused_act.decision.code) == (pb.VERDICT_DENY, "store_unavailable")
+        assert refused_act.decision.verdict == pb.VERDICT_DENY
+        assert refused_act.decision.code in ("store_unavailable", "audit_unavailable")
         # and a read of it is UNAVAILABLE, with the store's code
         with pytest.raises(grpc.RpcError) as unread:
             learnings(b)
@@ -245,8 +253,7 @@ def test_the_database_gone_refuses_catalog_unavailable_and_its_return_serves_wit
     while _health(b) != health_pb2.HealthCheckResponse.SERVING:
         assert time.monotonic() < deadline, "replica B's health did not come back"
         time.sleep(0.1)
-    # every refusal is on B's record; and B follows A's acts again
-    refused = [r for r in b.records() if r["code"] == "catalog_unavailable"]
-    assert refused and all(r["verdict"] == "DENY" for r in refused)
+    # B follows A's acts again (a catalog_unavailable refusal with the log still up is on the record:
+    # test_a_replica_that_cannot_read_the_catalog_in_time_refuses_its_checks)
     version, approved = _approved_at(a)
     _pins_within(b, version, approved)
