@@ -203,6 +203,8 @@ def test_a_replica_that_cannot_read_the_catalog_in_time_refuses_its_checks(fleet
     assert all((x.verdict, x.code) == (pb.VERDICT_DENY, "catalog_unavailable") for x in answers), \
         [(x.verdict, x.code) for x in answers]
     assert not any(x.HasField("grant") for x in answers)
+    recorded = {r["decision_id"]: r for r in b.records() if r["code"] == "catalog_unavailable"}
+    assert all(recorded[x.decision_id]["verdict"] == "DENY" for x in answers)  # each refusal on the record
     deadline = time.monotonic() + 10
     while (answer := b.stub().Check(request, timeout=10)).verdict != pb.VERDICT_ALLOW:
         assert answer.code == "catalog_unavailable" and time.monotonic() < deadline, answer
