@@ -19,6 +19,7 @@ from warden.store.url import add_store_flags, store_of
 SCHEMAS: tuple[str, ...] = (
     "checkpoint.server.single_use_pg:SCHEMA",
     "toolrunner.receipts.postgresql:SCHEMA",
+    "driver.runs.postgresql:SCHEMA",
 )
 
 
