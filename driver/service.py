@@ -41,6 +41,7 @@ from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 from warden.errors import ServiceError, abort
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
+from warden.store.errors import StoreError
 from warden.structs import struct_to_dict
 
 log = logging.getLogger("warden.driver.service")
@@ -145,7 +146,8 @@ def _abort(context: grpc.ServicerContext, status: grpc.StatusCode, code: str, me
 
 def _driver_errors(rpc: Callable[[DriverServicer, _Req, grpc.ServicerContext], _Resp],
                    ) -> Callable[[DriverServicer, _Req, grpc.ServicerContext], _Resp]:
-    """A unary RPC whose DriverError ends the call with its status (see DriverServicer._fail)."""
+    """A unary RPC whose DriverError or StoreError ends the call with its status (see
+    DriverServicer._fail and _store_failed)."""
 
     @functools.wraps(rpc)
     def wrapper(self: DriverServicer, request: _Req, context: grpc.ServicerContext) -> _Resp:
@@ -154,8 +156,19 @@ def _driver_errors(rpc: Callable[[DriverServicer, _Req, grpc.ServicerContext], _
         except DriverError as exc:
             self._fail(context, exc)
             raise
+        except StoreError as exc:
+            _store_failed(context, exc)
+            raise
 
     return wrapper
+
+
+def _store_failed(context: grpc.ServicerContext, exc: StoreError) -> None:
+    """The runs' store cannot answer (a shared database down, slow or out of connections):
+    UNAVAILABLE with its code, nothing done that the caller can rely on; the next call finds the
+    database again by itself."""
+    log.warning("store: %s", exc)
+    _abort(context, grpc.StatusCode.UNAVAILABLE, exc.code, str(exc))
 
 
 class DriverServicer(pb_grpc.DriverServiceServicer):
@@ -256,22 +269,25 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
     def WatchRun(self, request: pb.WatchRunRequest, context: grpc.ServicerContext) -> Iterator[pb.WatchRunResponse]:
         try:
             self._on_run(context, "WatchRun", request.run_id)  # the roles as the stream begins
+            stop = threading.Event()
+            context.add_callback(stop.set)
+            if request.no_follow:
+                stop.set()
+                events = iter(self.driver.store.events(request.run_id, request.after_seq, limit=100000))
+            else:
+                events = self.driver.store.follow(request.run_id, request.after_seq, stop,
+                                                  until_waiting=request.until_waiting)
+            for e in events:
+                if self.stopping.is_set():
+                    return
+                yield pb.WatchRunResponse(event=pb.RunEvent(seq=e.seq, run_id=e.run_id, time=_ts(e.time),
+                                                            kind=e.kind, data=_struct(e.data)))
         except DriverError as exc:
             self._fail(context, exc)
             raise
-        stop = threading.Event()
-        context.add_callback(stop.set)
-        if request.no_follow:
-            stop.set()
-            events = iter(self.driver.store.events(request.run_id, request.after_seq, limit=100000))
-        else:
-            events = self.driver.store.follow(request.run_id, request.after_seq, stop,
-                                              until_waiting=request.until_waiting)
-        for e in events:
-            if self.stopping.is_set():
-                return
-            yield pb.WatchRunResponse(event=pb.RunEvent(seq=e.seq, run_id=e.run_id, time=_ts(e.time),
-                                                        kind=e.kind, data=_struct(e.data)))
+        except StoreError as exc:  # a watcher sends after_seq of its last event to go on
+            _store_failed(context, exc)
+            raise
 
     @_driver_errors
     def ApproveCall(self, request: pb.ApproveCallRequest, context: grpc.ServicerContext) -> pb.ApproveCallResponse:

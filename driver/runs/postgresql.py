@@ -315,7 +315,7 @@ class PostgresRunStore(PostgresRecords):
             row = conn.execute("INSERT INTO driver_events (run_id, time, kind, data) VALUES (%s, %s, %s, %s) "
                                "RETURNING seq", (run_id, now(), kind, payload)).fetchone()
             conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, run_id))
-        return int(row[0])
+        return int(row[0])  # type: ignore[index]  # RETURNING of an INSERT always gives its row
 
     def events(self, run_id: str | None = None, after_seq: int = 0, limit: int = 1000) -> list[Event]:
         if run_id:

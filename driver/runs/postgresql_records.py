@@ -114,7 +114,7 @@ class PostgresRecords:
                 "INSERT INTO driver_goals (run_id, version, goal, author, created_at) "
                 "SELECT %s, COALESCE(MAX(version), 0) + 1, %s, %s, %s FROM driver_goals WHERE run_id = %s "
                 "RETURNING version", (run_id, json.dumps(goal), author, now(), run_id)).fetchone()
-        return int(row[0])
+        return int(row[0])  # type: ignore[index]  # RETURNING of an INSERT always gives its row
 
     def goal(self, run_id: str, version: int | None = None) -> dict[str, Any]:
         if version is None:

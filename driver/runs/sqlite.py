@@ -15,6 +15,7 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from driver.runs.following import follow_events
@@ -347,6 +348,11 @@ class SqliteRunStore(SqliteRecords):
         return follow_events(self, run_id, after_seq, stop, wait=wait, has_final_event=self._has_final_event,
                              poll_seconds=poll_seconds, until_waiting=until_waiting,
                              final_grace_seconds=final_grace_seconds)
+
+    @contextmanager
+    def driving(self, run_id: str) -> Iterator[bool]:
+        """One driver per file: it drives every run (its workers keep one per run)."""
+        yield True
 
     def _has_final_event(self, run_id: str) -> bool:
         with self._lock:

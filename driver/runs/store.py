@@ -5,12 +5,17 @@ the store of one SQLite file, and tests/driver/test_runs_store_contract.py is wh
 store must pass. Every method that moves a run's status does so only from the statuses it names
 and says whether it did (False: another writer won the race, nothing was written); a status and
 its event are written together or not at all.
+
+Several drivers may share one store (PostgreSQL): `driving(run_id)` says, for as long as its block
+lasts, whether this driver is the one that drives the run (True) or another driver is (False);
+one store per driver process (SQLite) always says True.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from driver.runs.model import Approval, Event, EventKind, Pause, Run, RunStatus
@@ -82,5 +87,8 @@ class RunStore(Protocol):
     def receipt(self, decision_id: str) -> dict[str, Any] | None: ...
     def add_spend(self, run_id: str, owner: str, tenant: str, usd: float) -> None: ...
     def spend_today(self, owner: str, tenant: str) -> tuple[float, float]: ...
+
+    # -- which driver drives a run ------------------------------------------------------------
+    def driving(self, run_id: str) -> AbstractContextManager[bool]: ...
 
     def close(self) -> None: ...
