@@ -178,18 +178,20 @@ def test_a_pause_sent_to_b_reaches_the_run_a_drives_and_b_resumes_it(nodes, monk
 
 
 def test_a_driver_refuses_while_the_database_is_gone_and_serves_again_without_a_restart(
-        nodes, pg_server, monkeypatch):
+        nodes, pg_server, monkeypatch, caplog):
     a, b = nodes
     real_execute = a.driver.toolrunner.execute
     under_way, go_on = threading.Event(), threading.Event()
 
     def held(req: Any, output: Any) -> Any:
+        got = real_execute(req, output)
         if req.tool == SCAN["tool"] and not under_way.is_set():
-            under_way.set()
+            under_way.set()  # the scan ran; its receipt is not stored yet
             assert go_on.wait(60)
-        return real_execute(req, output)
+        return got
 
     monkeypatch.setattr(a.driver.toolrunner, "execute", held)
+    caplog.set_level("WARNING", logger="warden.driver")
     run_id = a.start([PLAN, SCAN, final(scan_ran="created", reported="queued")])
     assert under_way.wait(60)
     pg_server.stop()
@@ -202,6 +204,10 @@ def test_a_driver_refuses_while_the_database_is_gone_and_serves_again_without_a_
         with pytest.raises(grpc.RpcError) as err:
             b.stub.GetRun(pb.GetRunRequest(run_id=run_id), metadata=MD, timeout=30)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "store_unavailable" in err.value.details()
+        end = time.monotonic() + 30
+        while not any(f"run {run_id} waits for the store" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < end, "the run's worker never met the outage"
+            time.sleep(0.05)
     finally:
         pg_server.start()
     end = time.monotonic() + 30
@@ -213,7 +219,8 @@ def test_a_driver_refuses_while_the_database_is_gone_and_serves_again_without_a_
             assert time.monotonic() < end, "the driver did not serve again once the database was back"
             time.sleep(0.2)
     assert run_id in [r.run_id for r in listed]
-    # the run goes on from its last committed step, and its tool call ran once
+    # the run goes on from its last committed step (the call is sent again with its grant: the
+    # toolrunner answers with the stored receipt), and its tool call ran once
     run = until(a.driver, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
     assert run.status == SUCCEEDED
     assert [r["tool"] for r in a.driver.store.receipts(run_id)] == ["create_task_from_template"]
