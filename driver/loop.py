@@ -28,6 +28,11 @@ cancels its children, pausing a parent pauses its active children, and they resu
 model turn is also counted in each run above (its descendant turns), so turn ceilings bound a
 whole subtree.
 
+Drivers that share a store (PostgreSQL) drive each run one at a time: a run's worker drives it
+only while the store says this driver holds it (RunStore.driving), and looks at it once more after
+letting go, for a person's act at another driver may have set it going meanwhile. A store that
+fails (the database gone) makes the worker wait and go on from the run's last committed step.
+
 What a person does (start, approve, reject, resume, amend, cancel) is in person_acts.py, and
 their pauses in pauses.py; this module holds the Driver and its workers.
 """

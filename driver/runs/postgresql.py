@@ -20,7 +20,6 @@ What keeps two drivers on one database apart:
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -51,20 +50,19 @@ from driver.runs.model import (
     now,
     status_event,
 )
+from driver.runs.postgresql_notices import RunNotices
 from driver.runs.postgresql_records import PostgresRecords, run_key
 from driver.runs.postgresql_schema import CHANNEL, SCHEMA, q
 from driver.runs.sqlite_schema import PAUSE_COLUMNS, RUN_COLUMNS, pause_row, run_row
 from warden.store.errors import StoreUnavailable
 from warden.store.migrations import require_current
 from warden.store.pg import Database
-from warden.store.url import StoreUrl
+from warden.store.url import StoreUrl, shown
 
 __all__ = ["SCHEMA", "PostgresRunStore", "open_postgresql"]
 
-log = logging.getLogger("warden.driver.runs")
 
 _PAUSE_SELECT = "SELECT " + ", ".join(q(c) for c in PAUSE_COLUMNS) + " FROM driver_pauses"
-_LISTEN_RETRY = 0.5  # seconds the follower waits before it listens again after losing its connection
 
 
 def _in(values: tuple[str, ...] | list[str]) -> str:
@@ -76,10 +74,7 @@ class PostgresRunStore(PostgresRecords):
 
     def __init__(self, db: Database) -> None:
         super().__init__(db)
-        self.changed = threading.Condition()
-        self._stop = threading.Event()
-        self._listener: threading.Thread | None = None
-        self._listener_lock = threading.Lock()
+        self._notices = RunNotices(db.url)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -331,45 +326,13 @@ class PostgresRunStore(PostgresRecords):
                until_waiting: bool = False, final_grace_seconds: float = 30.0) -> Iterator[Event]:
         """Stored events after `after_seq`, then live ones, whichever driver writes them: woken by
         the database's notifications, read again every `poll_seconds` all the same."""
-        self._listen()
-
-        def wait(seconds: float) -> None:
-            with self.changed:
-                self.changed.wait(seconds)
-
-        return follow_events(self, run_id, after_seq, stop, wait=wait, has_final_event=self._has_final_event,
+        return follow_events(self, run_id, after_seq, stop, wait=self._notices.wait, has_final_event=self._has_final_event,
                              poll_seconds=poll_seconds, until_waiting=until_waiting,
                              final_grace_seconds=final_grace_seconds)
 
     def _has_final_event(self, run_id: str) -> bool:
         return self._one(f"SELECT 1 FROM driver_events WHERE run_id = %s AND kind IN ({_in(FINAL_EVENTS)}) LIMIT 1",
                          [run_id, *FINAL_EVENTS]) is not None
-
-    def _listen(self) -> None:
-        with self._listener_lock:
-            if self._listener is None and not self._stop.is_set():
-                self._listener = threading.Thread(target=self._hear, name="driver-runs-listen", daemon=True)
-                self._listener.start()
-
-    def _hear(self) -> None:
-        """LISTEN on a connection of its own for as long as the store is open; every notification
-        wakes the followers (each reads its own run). A lost connection is listened on again."""
-        while not self._stop.is_set():
-            try:
-                with Database(self.db.url, name="driver-listen", max_size=1) as listen_db, \
-                        listen_db.connection() as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    self._wake()  # what was notified before the LISTEN began is read now
-                    while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5):
-                            self._wake()
-            except (StoreUnavailable, psycopg.Error) as exc:
-                log.debug("run events: not listening (%s); followers poll", exc)
-                self._stop.wait(_LISTEN_RETRY)
-
-    def _wake(self) -> None:
-        with self.changed:
-            self.changed.notify_all()
 
     # -- the runs a driver drives -----------------------------------------------------------
 
@@ -381,7 +344,8 @@ class PostgresRunStore(PostgresRecords):
         try:
             conn = psycopg.connect(self.db.url.conninfo, **self.db._kwargs)
         except psycopg.Error as exc:
-            raise StoreUnavailable(f"store {self.db.url.shown}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+            first_line = (shown(str(exc)).strip() or type(exc).__name__).splitlines()[0]
+            raise StoreUnavailable(f"store {self.db.url.shown}: {first_line}") from None
         try:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (run_key(run_id),)).fetchone()
             yield bool(row and row[0])
@@ -390,9 +354,7 @@ class PostgresRunStore(PostgresRecords):
 
     def close(self) -> None:
         """Stop listening and close the pool; the store is not used after."""
-        self._stop.set()
-        if self._listener is not None:
-            self._listener.join(5)
+        self._notices.close()
         self.db.close()
 
 
