@@ -97,7 +97,9 @@ def until(d: Driver, run_id: str, ok: Any, what: str, deadline: float = 90) -> A
         if ok(run):
             return run
         time.sleep(0.05)
-    raise AssertionError(f"run {run_id} never {what}: {d.store.run(run_id).status}")
+    run = d.store.run(run_id)
+    raise AssertionError(f"run {run_id} never {what}: {run.status} {run.code} {run.reason}; "
+                         f"events {[e.kind for e in d.store.events(run_id)]}")
 
 
 def test_a_run_started_at_a_is_listed_watched_and_approved_at_b_and_the_approval_is_taken_once(nodes, stack):
