@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from driver_harness import PLAN, call, final
 from driver.goal import parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import parse_script
-from driver.runs.model import PAUSED, SUCCEEDED
+from driver.runs.model import PAUSED, RUNNING, SUCCEEDED
 from driver.runs.postgresql import SCHEMA, open_postgresql
 from driver.service import create_server, goal_from_proto, goal_to_proto
 from warden.driver.v1 import driver_pb2 as pb
@@ -140,6 +141,36 @@ def test_a_run_started_at_a_is_listed_watched_and_approved_at_b_and_the_approval
     decided = [e for e in b.driver.store.events(run_id) if e.kind == "approval_decided"]
     assert len(decided) == 1  # one decision, relayed once
     assert [r["tool"] for r in a.driver.store.receipts(run_id)] == ["create_task_from_template"]  # ran once
+
+
+def test_a_run_approved_at_b_while_a_still_holds_it_is_driven_on_by_a(nodes, stack, monkeypatch):
+    """A's worker has moved the run to awaiting_approval but not yet let it go when the approval
+    reaches B: B's worker finds the run held and leaves it; A, letting go, finds it running
+    again and drives it on. Nobody drives it twice, and it is never left running undriven."""
+    a, b = nodes
+    real_driving = a.driver.store.driving
+    letting_go, let_go = threading.Event(), threading.Event()
+
+    @contextmanager
+    def slow_to_let_go(run_id: str) -> Iterator[bool]:
+        with real_driving(run_id) as mine:
+            yield mine
+            if mine and not letting_go.is_set():
+                letting_go.set()
+                assert let_go.wait(60)
+
+    monkeypatch.setattr(a.driver.store, "driving", slow_to_let_go)
+    run_id = a.start([PLAN, NEEDS_APPROVAL, final(scan_ran="created", reported="queued")])
+    assert letting_go.wait(60)
+    [approval] = b.stub.GetRun(pb.GetRunRequest(run_id=run_id), metadata=MD).run.pending_approvals
+    b.stub.ApproveCall(pb.ApproveCallRequest(approval_id=approval.approval_id, approval_token=stack.approval_token(
+        a.driver, approval.approval_id)), metadata=MD)
+    b.driver.wait(run_id, timeout=30)  # B's worker found the run held by A, and left it
+    assert b.driver.store.run(run_id).status == RUNNING
+    let_go.set()
+    run = until(a.driver, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    assert run.status == SUCCEEDED
+    assert [r["tool"] for r in a.driver.store.receipts(run_id)] == ["create_task_from_template"]
 
 
 def test_a_pause_sent_to_b_reaches_the_run_a_drives_and_b_resumes_it(nodes, monkeypatch):
