@@ -352,6 +352,9 @@ class PostgresRunStore(PostgresRecords):
         finally:
             conn.close()  # the lock ends with its session
 
+    def ping(self) -> bool:
+        return self.db.ping()
+
     def close(self) -> None:
         """Stop listening and close the pool; the store is not used after."""
         self._notices.close()

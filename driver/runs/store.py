@@ -90,5 +90,6 @@ class RunStore(Protocol):
 
     # -- which driver drives a run ------------------------------------------------------------
     def driving(self, run_id: str) -> AbstractContextManager[bool]: ...
+    def ping(self) -> bool: ...  # whether the store answers now (health)
 
     def close(self) -> None: ...

@@ -23,6 +23,7 @@ import grpc
 import pytest
 import yaml
 from driver_harness import PLAN, call, final
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from driver.goal import parse_goal
 from driver.loop import Driver
@@ -101,6 +102,16 @@ def until(d: Driver, run_id: str, ok: Any, what: str, deadline: float = 90) -> A
     run = d.store.run(run_id)
     raise AssertionError(f"run {run_id} never {what}: {run.status} {run.code} {run.reason}; "
                          f"events {[e.kind for e in d.store.events(run_id)]}")
+
+
+def health_becomes(node: Node, status: int, deadline: float = 30) -> bool:
+    stub = health_pb2_grpc.HealthStub(node.channel)
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if stub.Check(health_pb2.HealthCheckRequest(service="warden.driver.v1.DriverService")).status == status:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_a_run_started_at_a_is_listed_watched_and_approved_at_b_and_the_approval_is_taken_once(nodes, stack):
@@ -241,8 +252,10 @@ def test_a_driver_refuses_while_the_database_is_gone_and_serves_again_without_a_
         while not any(f"run {run_id} waits for the store" in r.getMessage() for r in caplog.records):
             assert time.monotonic() < end, "the run's worker never met the outage"
             time.sleep(0.05)
+        assert health_becomes(b, health_pb2.HealthCheckResponse.NOT_SERVING)
     finally:
         pg_server.start()
+    assert health_becomes(b, health_pb2.HealthCheckResponse.SERVING)
     end = time.monotonic() + 30
     while True:  # back by itself: no driver restarted
         try:

@@ -418,3 +418,7 @@ def test_concurrent_writers_on_one_store_lose_nothing_and_one_move_wins(backend:
     assert sorted(wins) == [False, True]
     finals = [e.kind for e in stores[0].events("run-1", limit=10_000) if e.kind != "nudged"]
     assert len(finals) == 1 and finals[0] == f"run_{stores[1].run('run-1').status}"
+
+
+def test_a_store_that_answers_says_so(store: RunStore) -> None:
+    assert store.ping() is True  # health reads it (driver/store_health.py)
