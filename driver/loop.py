@@ -254,8 +254,8 @@ class Driver:
         with tracing.span("warden.run", {"warden.run_id": run_id}):
             for _ in range(max_steps):
                 run = self.store.run(run_id)
-                if run.status != RUNNING or self._stopping.is_set():
-                    return run
+                if run.status != RUNNING or self._stopping.is_set() or not self.store.still_driving(run_id):
+                    return run  # (a hold lost: another driver may drive it now; _drive looks again)
                 try:
                     if checks.open_calls(self.store, run):
                         with tracing.span("warden.run.step", {"warden.step": "tool_calls", "warden.turn": run.turn}):

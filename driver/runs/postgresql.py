@@ -75,6 +75,8 @@ class PostgresRunStore(PostgresRecords):
     def __init__(self, db: Database) -> None:
         super().__init__(db)
         self._notices = RunNotices(db.url)
+        self._held: dict[str, psycopg.Connection[Any]] = {}  # run id -> the connection holding its lock
+        self._held_lock = threading.Lock()
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -344,13 +346,36 @@ class PostgresRunStore(PostgresRecords):
         try:
             conn = psycopg.connect(self.db.url.conninfo, **self.db._kwargs)
         except psycopg.Error as exc:
-            first_line = (shown(str(exc)).strip() or type(exc).__name__).splitlines()[0]
-            raise StoreUnavailable(f"store {self.db.url.shown}: {first_line}") from None
+            raise _unavailable(self.db, exc) from None
         try:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (run_key(run_id),)).fetchone()
-            yield bool(row and row[0])
+            try:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (run_key(run_id),)).fetchone()
+            except psycopg.Error as exc:
+                raise _unavailable(self.db, exc) from None
+            mine = bool(row and row[0])
+            if mine:
+                with self._held_lock:
+                    self._held[run_id] = conn
+            yield mine
         finally:
+            with self._held_lock:
+                if self._held.get(run_id) is conn:
+                    del self._held[run_id]
             conn.close()  # the lock ends with its session
+
+    def still_driving(self, run_id: str) -> bool:
+        """Whether the lock `driving` took is still held: False once its connection is gone (the
+        database restarted, or dropped it), for another driver may have taken the run since. A
+        run not being driven through `driving` (a direct call) has nothing to lose: True."""
+        with self._held_lock:
+            conn = self._held.get(run_id)
+        if conn is None:
+            return True
+        try:
+            conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
 
     def ping(self) -> bool:
         return self.db.ping()
@@ -359,6 +384,11 @@ class PostgresRunStore(PostgresRecords):
         """Stop listening and close the pool; the store is not used after."""
         self._notices.close()
         self.db.close()
+
+
+def _unavailable(db: Database, exc: BaseException) -> StoreUnavailable:
+    first_line = (shown(str(exc)).strip() or type(exc).__name__).splitlines()[0]
+    return StoreUnavailable(f"store {db.url.shown}: {first_line}")
 
 
 def open_postgresql(url: StoreUrl) -> PostgresRunStore:

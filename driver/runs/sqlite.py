@@ -354,6 +354,9 @@ class SqliteRunStore(SqliteRecords):
         """One driver per file: it drives every run (its workers keep one per run)."""
         yield True
 
+    def still_driving(self, run_id: str) -> bool:
+        return True
+
     def ping(self) -> bool:
         return True  # a file beside the process: nothing to lose touch with
 

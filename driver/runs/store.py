@@ -8,7 +8,8 @@ its event are written together or not at all.
 
 Several drivers may share one store (PostgreSQL): `driving(run_id)` says, for as long as its block
 lasts, whether this driver is the one that drives the run (True) or another driver is (False);
-one store per driver process (SQLite) always says True.
+one store per driver process (SQLite) always says True. `still_driving` says, between steps,
+whether that hold was lost meanwhile (the database restarted): the driver then stops driving.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class RunStore(Protocol):
 
     # -- which driver drives a run ------------------------------------------------------------
     def driving(self, run_id: str) -> AbstractContextManager[bool]: ...
+    def still_driving(self, run_id: str) -> bool: ...  # inside `driving`: the hold was not lost since
     def ping(self) -> bool: ...  # whether the store answers now (health)
 
     def close(self) -> None: ...

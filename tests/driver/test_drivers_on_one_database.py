@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 import yaml
 from driver_harness import PLAN, call, final
@@ -324,6 +325,45 @@ def test_a_driver_that_starts_leaves_a_run_another_drives_and_continues_one_nobo
         for d, run_id in ((a.driver, driven), (c, orphan)):
             assert until(d, run_id, lambda r: r.status == SUCCEEDED, "succeeded").status == SUCCEEDED
             assert [r["tool"] for r in d.store.receipts(run_id)] == ["create_task_from_template"]
+    finally:
+        go_on.set()
+        c.stop()
+
+
+def test_a_driver_that_lost_its_hold_on_a_run_stops_at_the_next_step(nodes, stack, store_url, monkeypatch):
+    """The database drops the connection that holds A's lock while A runs a step (as a restart
+    does); a driver that starts meanwhile takes the run up. A finishes its step (kept) and drives
+    nothing more: the run goes on at the new driver only, each tool call once."""
+    a, _ = nodes
+    real_execute = a.driver.toolrunner.execute
+    under_way, go_on, at_a = threading.Event(), threading.Event(), []
+
+    def held(req: Any, output: Any) -> Any:
+        at_a.append(req.tool)
+        got = real_execute(req, output)
+        if req.tool == SCAN["tool"] and not under_way.is_set():
+            under_way.set()
+            assert go_on.wait(60)
+        return got
+
+    monkeypatch.setattr(a.driver.toolrunner, "execute", held)
+    run_id = a.start([PLAN, SCAN, call("get_task", task_id="task-abc123"),
+                      final(scan_ran="created", reported="queued")])
+    assert under_way.wait(60)
+    with psycopg.connect(store_url.conninfo, autocommit=True) as admin:  # a lock's session ends
+        dropped = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+                                "AND objsubid = 1 AND database = (SELECT oid FROM pg_database "
+                                "WHERE datname = current_database())").fetchall()
+    assert len(dropped) == 1
+    c = stack.driver(store=open_postgresql(store_url))
+    try:
+        assert c.recover() == [run_id]  # nobody holds it now
+        go_on.set()
+        a.driver.wait(run_id, timeout=60)
+        run = until(c, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+        assert run.status == SUCCEEDED
+        assert at_a == ["create_task_from_template"]  # A stopped after the step it was in
+        assert [r["tool"] for r in c.store.receipts(run_id)] == ["create_task_from_template", "get_task"]
     finally:
         go_on.set()
         c.stop()
