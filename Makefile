@@ -1,10 +1,10 @@
-# warden: `make demo`, `make test`, `make bench`. Each creates .venv when missing.
+# warden: `make demo`, `make demo-mcp`, `make test`, `make bench`. Each creates .venv when missing.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install gen lint test demo bench images image clean
+.PHONY: all install gen lint test demo demo-mcp bench images image clean
 
 all: test
 
@@ -45,6 +45,12 @@ bench: $(STAMP) images
 
 demo: $(STAMP) images
 	$(BIN)/python -m demo
+
+# the MCP gateway (docs/mcp.md): the npm reference filesystem server when npm can install it, else
+# the Python-SDK one; no Docker needed
+demo-mcp: $(STAMP)
+	-cd examples/mcp/filesystem-server && npm install --no-audit --no-fund
+	$(BIN)/python -m demo.mcp
 
 clean:
 	rm -rf $(VENV) .warden .pytest_cache

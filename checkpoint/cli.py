@@ -271,6 +271,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     from checkpoint.engine import InvalidRequest, decide
     from checkpoint.policy import AgentCatalog
+    from checkpoint.policy.pinned import load as load_pinned
     from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
     try:
@@ -295,7 +296,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.explain:
         request.explain = True
     try:
-        response = decide(policies, request)
+        response = decide(policies, request, pinned=load_pinned(policies, request))
     except InvalidRequest as exc:
         print(f"{exc.code}: {exc.message}" + (f" (field {exc.field})" if exc.field else ""), file=sys.stderr)
         return EXIT_FAILED

@@ -25,6 +25,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.engine.decide import touched_by
 from checkpoint.policy import PolicyError, PolicyLoadError, PolicySet
+from checkpoint.policy.pinned import load as load_pinned
 from checkpoint.policy.policyset import SCOPE_DIMENSIONS, TYPED_DIMENSIONS, read_touched
 from checkpoint.policy.subjects import SubjectError, SubjectSet
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -181,12 +182,13 @@ _HELD = frozenset({"fail", "approval", "approved"})  # a rule's outcome when its
 def run_case(policies: PolicySet, case: Case) -> CaseResult:
     request = build_request(policies, case)
     request.explain = True  # the trace says which rules were evaluated and which held (coverage)
+    pinned = load_pinned(policies, request)
     outcomes: list[pb.RuleOutcome] = []
     try:
         # `approved_by`: a person approved this very call, for every approve-if rule it asks
         response = decide(policies, request, approver=case.approved_by or "",
                           approved_rules=frozenset(r.name for r in policies.rules) if case.approved_by else frozenset(),
-                          now=case.now)
+                          now=case.now, pinned=pinned)
     except InvalidRequest as exc:
         got = ("INVALID", exc.code, "", exc.message)
     else:
@@ -207,7 +209,7 @@ def run_case(policies: PolicySet, case: Case) -> CaseResult:
         rules_held=frozenset(o.rule for o in rules if o.outcome in _HELD),
         rules_evaluated=frozenset(o.rule for o in rules),
         agent=chain[-1].id if len(chain) > 1 else "",
-        touched=touched_by(policies, request),
+        touched=touched_by(policies, request, pinned),
     )
 
 

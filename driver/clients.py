@@ -18,42 +18,18 @@ from driver.errors import DependencyUnavailable, DriverError
 from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as cp_grpc
-from warden.errors import error_detail_of
+from warden.client.failures import classify
 from warden.token_keys import load_public_pem
 from warden.toolrunner.v1 import toolrunner_pb2 as tr
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as tr_grpc
 
 CHECKPOINT_SERVICE = cp.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 TOOLRUNNER_SERVICE = tr.DESCRIPTOR.services_by_name["ToolRunnerService"].full_name
-_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
-
-
-def _detail_code(err: grpc.RpcError) -> str:
-    try:
-        detail = error_detail_of(err)
-    except Exception:  # noqa: BLE001 - details we cannot read are simply absent
-        detail = None
-    if detail is not None and detail.code:
-        return detail.code
-    for key, value in (err.trailing_metadata() or ()):  # type: ignore[attr-defined]
-        if key == "warden-code" and isinstance(value, str):
-            return value
-    return ""
 
 
 def _map(err: grpc.RpcError, who: str) -> DriverError:
-    status = err.code()  # type: ignore[attr-defined]
-    message = err.details() or str(status)  # type: ignore[attr-defined]
-    if status in _UNREACHABLE:
-        return DependencyUnavailable(f"{who} unreachable: {message}", code=f"{who}_unavailable")
-    code = _detail_code(err) or {
-        grpc.StatusCode.INVALID_ARGUMENT: "invalid_request",
-        grpc.StatusCode.UNAUTHENTICATED: "unauthenticated",
-        grpc.StatusCode.PERMISSION_DENIED: "caller_not_permitted",
-    }.get(status, f"{who}_error")
-    if code == "audit_unavailable":  # the checkpoint cannot record, so it cannot decide: fail closed
-        return DependencyUnavailable(f"{who}: {message}", code=code)
-    return DriverError(f"{who}: {message}", code=code)
+    unavailable, code, message = classify(err, who)
+    return (DependencyUnavailable if unavailable else DriverError)(message, code=code)
 
 
 class _Client:

@@ -48,8 +48,8 @@ from toolrunner.images import ImagePins
 from toolrunner.output import CappedOutput, RawDigest
 from toolrunner.policies import LoadedTools, PolicySource, tool_specs
 from toolrunner.receipts.store import Receipts
-from toolrunner.scrub import Scrubber, StreamScrubber, apply
 from warden import canonical, grants, tracing
+from warden.scrub import Scrubber, StreamScrubber, apply
 from warden.store.errors import StoreUnavailable
 from warden.structs import struct_to_dict
 from warden.toolrunner.v1 import toolrunner_pb2 as pb

@@ -29,6 +29,9 @@ _COMMAND_MODULES = (
     "driver.learnings_cli",  # learnings list/show/promote/review/reject/retire
     "warden.config_cli",  # config show
     "warden.store_cli",  # store migrate/status
+    "warden.hooks.cli",  # hook claude-code
+    "warden.client.inbox_cli",  # inbox list/approve/reject
+    "warden.mcp.cli",  # mcp serve, mcp pins
 )
 
 # Each top-level command: the module that registers it, and its line in `warden --help`, in that
@@ -59,6 +62,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "learnings": ("driver.learnings_cli", "learnings: advice from failures and breakers, reviewed by a person"),
     "config": ("warden.config_cli", "show the effective settings of a command"),
     "store": ("warden.store_cli", "migrate and inspect the store (SQLite files or a shared PostgreSQL)"),
+    "hook": ("warden.hooks.cli", "permission hooks for agents warden does not host"),
+    "inbox": ("warden.client.inbox_cli", "calls the hooks and the MCP gateway asked a person to approve"),
+    "mcp": ("warden.mcp.cli", "a governing MCP gateway in front of MCP servers"),
 }
 COMMAND_OWNERS = {name: owner for name, (owner, _help) in COMMANDS.items()}
 _HELP_FLAGS = ("-h", "--help")

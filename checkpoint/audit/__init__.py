@@ -1,4 +1,5 @@
-"""The checkpoint's decision log: append-only, hash-chained, in SQLite (see docs/audit.md)."""
+"""The checkpoint's decision log: append-only, hash-chained, in a SQLite file or in the PostgreSQL table a
+fleet shares, behind one interface (port.py; see docs/audit.md)."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from checkpoint.audit import segments
+from checkpoint.audit.port import DecisionLogReader
 from checkpoint.audit.reader import DecisionReader
 from warden.private import fsync_path
 
@@ -201,7 +202,7 @@ class Progress:
     position: Position | None = None
 
 
-def check_cursor(reader: DecisionReader, position: Position | None) -> None:
+def check_cursor(reader: DecisionLogReader, position: Position | None) -> None:
     """The cursor's record must be the log's record at that seq, or pruned away behind the head."""
     if position is None:
         return
@@ -220,7 +221,7 @@ def check_cursor(reader: DecisionReader, position: Position | None) -> None:
     # nothing after it was pruned too (check_unbroken, on the first batch)
 
 
-def check_unbroken(reader: DecisionReader, position: Position | None, records: list[dict[str, Any]]) -> None:
+def check_unbroken(reader: DecisionLogReader, position: Position | None, records: list[dict[str, Any]]) -> None:
     """The batch must follow the cursor with no seq missing: records are read across segments, and
     a segment pruned (or deleted) before its records were shipped is skipped by the reader, so
     without this the shipper would go on past them and the SIEM would never learn they existed.
@@ -230,7 +231,7 @@ def check_unbroken(reader: DecisionReader, position: Position | None, records: l
     after = position.seq if position else 0
     expected = after + 1
     if position is None:
-        expected = max(expected, segments.read_manifest(reader.path).start[0] + 1)
+        expected = max(expected, _manifest(reader).start[0] + 1)
     for record in records:
         if record["seq"] != expected:
             raise ShipError(_gap(reader, expected, record["seq"] - 1))
@@ -241,8 +242,13 @@ def check_unbroken(reader: DecisionReader, position: Position | None, records: l
                         "or rewritten; verify it before shipping")
 
 
-def _gap(reader: DecisionReader, first: int, last: int) -> str:
-    manifest = segments.read_manifest(reader.path)
+def _manifest(reader: DecisionLogReader) -> segments.Manifest:
+    """The sealed segments of a SQLite log; none for the PostgreSQL log, which is never sealed."""
+    return segments.read_manifest(reader.path) if isinstance(reader, DecisionReader) else segments.Manifest()
+
+
+def _gap(reader: DecisionLogReader, first: int, last: int) -> str:
+    manifest = _manifest(reader)
     pruned = [s for s in manifest.seals if manifest.pruned(s) and s.first_seq <= last and s.last_seq >= first]
     what = (f"records {first}..{last} were pruned (`warden audit prune`) before they were shipped: they are "
             "gone from this log" if pruned else
@@ -254,7 +260,7 @@ def _gap(reader: DecisionReader, first: int, last: int) -> str:
 
 
 def ship(
-    reader: DecisionReader,
+    reader: DecisionLogReader,
     sink: Sink,
     cursor: Cursor,
     *,

@@ -15,9 +15,10 @@ EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
 
 
 def register(commands: argparse._SubParsersAction, where: argparse.ArgumentParser,
-             reader_of: Callable[[argparse.Namespace], Any]) -> None:
+             reader_of: Callable[[argparse.Namespace], Any], *more: argparse.ArgumentParser) -> None:
+    """`more`: further shared flags (the store setting, to ship the log a fleet shares)."""
     ship = commands.add_parser(
-        "ship", parents=[where],
+        "ship", parents=[where, *more],
         help="push records to a JSON-lines file or an HTTP endpoint, at least once, from a saved cursor",
         description="Ships every record after the cursor, in order, then (with --follow) new ones as they "
                     "are committed. The cursor moves only after the destination took a batch (a file: "

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from checkpoint.audit import store
 from checkpoint.audit.spans import Spans
@@ -235,12 +235,21 @@ def read_rows(spans: Spans, after_seq: int = 0) -> Iterator[Row]:
         yield from rows
 
 
-class AgentStats:
-    """The statistics of the decision log at `path`, brought up to date on each read. Thread-safe:
-    the RPC and the metrics scrape share one."""
+class StatsSource(Protocol):
+    """A log that is not a SQLite file (the PostgreSQL log: pg_reader.PgDecisionReader)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def head(self) -> tuple[int, str] | None: ...
+
+    def stats_rows(self, after_seq: int) -> Iterator[Row]: ...
+
+
+class AgentStats:
+    """The statistics of the decision log at `path` (or of `source`, when given), brought up to
+    date on each read. Thread-safe: the RPC and the metrics scrape share one."""
+
+    def __init__(self, path: str | Path, *, source: StatsSource | None = None) -> None:
         self.path = Path(path)
+        self._source = source
         self._fold = StatsFold()
         self._lock = threading.Lock()
 
@@ -259,6 +268,13 @@ class AgentStats:
             return self._fold.seq, self._fold.versions(agent)
 
     def _catch_up(self) -> None:
+        if self._source is not None:
+            head = self._source.head()
+            if head is None or head[0] < self._fold.seq:
+                self._fold = StatsFold()
+            for row in self._source.stats_rows(self._fold.seq):
+                self._fold.add(row)
+            return
         with Spans(self.path) as spans:
             head = spans.head()
             if head is None or head[0] < self._fold.seq:

@@ -1,7 +1,8 @@
-"""Who is acting, under which pinned version, inside which chain: resolved from the catalog.
+"""Who is acting, under which pinned version, inside which chain.
 
 The request names versions; the checkpoint never takes an allowlist or scope from the request.
-It looks every agent of the chain up in its own catalog of pinned versions.
+It looks every agent of the chain up among the versions the server read from its own catalog
+before the decision (policy/pinned.py): nothing here reads the catalog itself.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from checkpoint.engine.outcome import DENY, HALT, InvalidRequest, Trace
 from checkpoint.policy import AgentVersion, PolicySet
 from checkpoint.policy.model import Tenant
+from checkpoint.policy.pinned import NOTHING, PinnedVersions
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.structs import struct_to_dict
@@ -46,6 +48,7 @@ class Call:
     asking: list[str] = field(default_factory=list)  # approve-if rules left to answer (REQUIRE_APPROVAL)
     handoff_to: str = ""  # set when a handoff_if rule handed the case to a person or queue
     now: datetime | None = None  # the checkpoint's time for rules that read `now` (decide() sets it)
+    pinned: PinnedVersions = NOTHING  # the versions the request names, read from the catalog beforehand
 
     @property
     def depth(self) -> int:
@@ -67,8 +70,9 @@ class Call:
         }
 
 
-def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call:
-    """Check the request's shape and resolve the chain; raise InvalidRequest or a DENY Stop."""
+def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace, pinned: PinnedVersions = NOTHING) -> Call:
+    """Check the request's shape and resolve the chain against the policy set and `pinned` (the
+    versions the request names, loaded beforehand); raise InvalidRequest or a DENY Stop."""
     if not request.HasField("run"):
         raise InvalidRequest(codes.INVALID_REQUEST, "the request has no run context", "run")
     if request.WhichOneof("action") is None:
@@ -97,9 +101,9 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
                 f"run.actor_chain[{i}] must be an agent with an id and its pinned agent_version",
                 f"run.actor_chain[{i}]",
             )
-        version = policies.agent_version(actor.id, actor.agent_version)
+        version = pinned.version(policies, actor.id, actor.agent_version)
         if version is None:
-            if actor.id not in policies.agents and not policies.catalog.versions(actor.id):
+            if not pinned.known(policies, actor.id):
                 raise trace.stop(DENY, codes.UNKNOWN_AGENT, "request.agent", f"no agent named {actor.id[:100]!r}")
             raise trace.stop(
                 DENY,
@@ -138,7 +142,7 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace) -> Call
         raise trace.stop(DENY, codes.INVALID_REQUEST, "request.tenant", f"unknown tenant {tenant_name[:100]!r}")
     trace.add("request.shape", "pass")
     return Call(policies, request, trace, chain[0].id, links, tenant, MODES[run.mode],
-                links[-1].agent if links else None)
+                links[-1].agent if links else None, pinned=pinned)
 
 
 def _finite(request: pb.CheckRequest) -> None:

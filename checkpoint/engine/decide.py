@@ -1,8 +1,9 @@
 """The decision function: one proposed action in, one verdict with a stable code out.
 
 Pure: no I/O, no log, and no clock of its own: the time a rule reads (`now`) is passed in by
-the service, never taken from the request. The service stamps the decision id, signs the grant
-and records the decision. Steps run in DESIGN.md's order and the first failure wins:
+the service, never taken from the request, and the pinned agent versions a request names are
+read from the catalog by the caller beforehand (`pinned`, policy/pinned.py). The service stamps
+the decision id, signs the grant and records the decision. Steps run in DESIGN.md's order and the first failure wins:
 request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, delegation; then, for
 a tool call, the active learnings (engine/learnings.py), which may only warn or deny.
 """
@@ -20,6 +21,7 @@ from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
 from checkpoint.policy.entries import PLACED
+from checkpoint.policy.pinned import NOTHING, PinnedVersions
 from checkpoint.policy.policyset import RuleGroup, read_touched
 from checkpoint.policy.roles import roles_of
 from checkpoint.policy.subjects import Subject, SubjectError
@@ -32,8 +34,13 @@ MAX_PLAN_STEPS = 100
 
 
 def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
-           approved_rules: frozenset[str] = frozenset(), now: datetime | None = None) -> pb.CheckResponse:
+           approved_rules: frozenset[str] = frozenset(), now: datetime | None = None,
+           pinned: PinnedVersions = NOTHING) -> pb.CheckResponse:
     """Decide one request. Raises InvalidRequest when it is not well formed enough to decide.
+
+    `pinned`: the agent versions the request names, as `checkpoint.policy.pinned.load` read them
+    from the catalog. Left out, only the versions the policy set itself holds are known (a run
+    pinned to an older version is then refused `unknown_agent_version`: closed, not open).
 
     `now`: the checkpoint's time, the `now` rules read (an aware datetime; the service passes its
     clock, tests a fixed time). Left out, it is the wall clock, read only when a rule reads `now`.
@@ -48,7 +55,7 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
     response = pb.CheckResponse(policy_revision=policies.revision)
     call: Call | None = None
     try:
-        call = resolve(policies, request, trace)
+        call = resolve(policies, request, trace, pinned)
         call.approver = approver[:100]
         call.approved_rules = approved_rules
         call.now = now
@@ -89,13 +96,14 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
     return response
 
 
-def touched_by(policies: PolicySet, request: pb.CheckRequest) -> dict[str, list[str]]:
+def touched_by(policies: PolicySet, request: pb.CheckRequest,
+               pinned: PinnedVersions = NOTHING) -> dict[str, list[str]]:
     """What a tool call would touch (dimension -> values), read as decide() reads it; {} when the
     call is not well formed enough to say. For coverage reports, never for a decision."""
     if request.WhichOneof("action") != "tool_call":
         return {}
     try:
-        call = resolve(policies, request, Trace(enabled=False, outcomes=[]))
+        call = resolve(policies, request, Trace(enabled=False, outcomes=[]), pinned)
         tool, args = _shape(call, request.tool_call.tool, request.tool_call.arguments)
         return _touched(call, tool, args)
     except (Stop, InvalidRequest):
@@ -411,15 +419,14 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
             DENY, codes.DELEGATION_NOT_ALLOWED, "delegation.allowlist",
             f"agent {parent.name!r} may not delegate to {d.agent[:100]!r}",
         )
-    child = (call.policies.agent_version(d.agent, d.agent_version) if d.agent_version
+    child = (call.pinned.version(call.policies, d.agent, d.agent_version) if d.agent_version
              else call.policies.agents.get(d.agent))
     if child is None:
         code = codes.UNKNOWN_AGENT_VERSION if d.agent in call.policies.agents else codes.UNKNOWN_AGENT
         raise trace.stop(DENY, code, "delegation.agent", f"cannot resolve agent {d.agent!r} {d.agent_version}".strip())
-    if (child.name, child.version) in call.policies.unpinnable:
-        code = (codes.AGENT_VERSION_RETIRED if (child.name, child.version) in call.policies.retired
-                else codes.AGENT_VERSION_NOT_APPROVED)
-        raise trace.stop(DENY, code, "delegation.agent", f"version {child.version} of agent {child.name!r} may not be "
+    refusal = call.policies.pin_refusal(child.name, child.version)
+    if refusal is not None:
+        raise trace.stop(DENY, refusal, "delegation.agent", f"version {child.version} of agent {child.name!r} may not be "
                          "pinned by a new run")
     trace.add("delegation.allowlist", "pass")
     approvals = _rules(call, "delegation", call.policies.rules_by_action["delegation"], lambda: {

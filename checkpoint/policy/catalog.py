@@ -6,37 +6,27 @@ edit may narrow what a running run may do, never widen it). Versions and revisio
 content-addressed, so recording the same definition twice is a no-op.
 
 The catalog also says which version of each agent is live (what a new run pins), and where a
-tenant reviews changes, which versions wait for an admin (lifecycle.py has the states; docs/
-catalog.md the rules). A version's state changes only here, under one lock, in one transaction.
+tenant reviews changes, which versions wait for an admin (states.py has the states and the moves
+between them; docs/catalog.md the rules). A version's state changes only here, under one lock, in
+one transaction, and only by a move the table of states.py holds. The rows are kept by a
+CatalogStore (catalog_store.py; SQLite by default): no SQL here.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from checkpoint.policy import lifecycle, model, sqlrows
+from checkpoint.policy import lifecycle, model, states
+from checkpoint.policy.catalog_store import INSERTED, CatalogStore, Not
 from checkpoint.policy.entries import EntryCatalog
-from checkpoint.policy.lifecycle import (
-    LIVE,
-    NARROWED,
-    PENDING,
-    REJECTED,
-    RETIRED,
-    SUPERSEDED,
-    UNPINNABLE,
-    WITHDRAWN,
-)
 from checkpoint.policy.policyset import AgentVersion
-from warden.filelock import SharedLock
-from warden.private import private_sqlite
+from checkpoint.policy.sqlite_store import SqliteStore
+from checkpoint.policy.states import AGENT, LIVE, PENDING, RETIRED, SUPERSEDED, UNPINNABLE
 
 
 class CatalogError(Exception):
@@ -81,6 +71,8 @@ MAX_PENDING_PER_AGENT = 20  # proposals (not the files') waiting for review, per
 
 
 _LIFECYCLE_PK = ("agent", "version")
+# what `history` tells of each version's state
+_HISTORY = ("status", "source", "proposed_by", "proposed_at", "note", "decided_by", "decided_at", "decision_note")
 
 
 def _no_record(_change: Change) -> None:
@@ -92,55 +84,50 @@ def _now() -> str:
 
 
 class AgentCatalog:
-    def __init__(self, path: str | Path | None = None, *, read_only: bool = False):
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False, store: CatalogStore | None = None):
         """`path=None` keeps the catalog in memory only (one-shot CLI checks, tests).
 
         `read_only` opens an existing catalog to resolve old versions without ever writing it
-        (a CLI check next to a running checkpoint); what it loads stays in memory.
+        (a CLI check next to a running checkpoint); what it loads stays in memory. `store`: the
+        rows kept elsewhere than the SQLite file at `path` (catalog_store.py).
         """
-        self._lock = threading.RLock()
         self._cache: dict[tuple[str, str], AgentVersion] = {}
         self._read_only = read_only
         # read-only: revisions and lifecycle of this process's own loads, never written
         self._revisions: dict[str, list[tuple[str, bytes]]] = {}
         self._stored_revisions: set[str] = set()
         self._version_revisions: dict[tuple[str, str], str] = {}
-        if path is not None and read_only:
+        if store is None and path is not None and read_only:
             if not Path(path).exists():
                 raise FileNotFoundError(f"no agent catalog at {path}")
-            uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            if "agent_versions" not in sqlrows.table_names(self._db):  # raises sqlite3.Error on a non-database
+            store = SqliteStore(path, read_only=True)
+        self._store = store if store is not None else SqliteStore(path)
+        # the server reads the catalog from gRPC worker threads and the reload watcher; the store's
+        # lock (across processes too, for a shared file) serialises every act's check and write
+        self._lock = self._store.lock
+        if read_only:
+            if not self._store.has_table("agent_versions"):  # raises sqlite3.Error on a non-database
                 raise ValueError(f"{path} is not an agent catalog (no agent_versions table)")
-            self.entries = EntryCatalog(self._db, self._lock, read_only=True)
+            self.entries = EntryCatalog(self._store, read_only=True)
             return
-        if path is not None:
-            private_sqlite(path)
-            # several checkpoint workers share the file: an act's check and write hold across them
-            self._lock = SharedLock(f"{path}.lock")  # type: ignore[assignment]
-        # the server reads the catalog from gRPC worker threads and the reload watcher; the
-        # lock serialises every use of the one connection
-        # workers opening a new file together race to make the schema and switch to WAL: one at a time
+        # workers opening a new file together race to make the schema: one at a time
         with self._lock:
-            self._db = sqlite3.connect(str(path or ":memory:"), check_same_thread=False)
-            if path is not None:
-                self._db.execute("PRAGMA journal_mode=WAL")
-            sqlrows.create_table(self._db, "agent_versions",
-                                 ("agent", "version", "snapshot", "first_seen", "policy_revision"), ("agent", "version"))
-            sqlrows.create_table(self._db, "policy_revisions", ("revision", "files", "first_seen"), "revision")
-            sqlrows.create_table(self._db, "agent_lifecycle",
-                                 ("agent", "version", "status", "source", "proposed_by", "proposed_at", "note",
-                                  "decided_by", "decided_at", "decision_note"), ("agent", "version"))
+            db = self._store
+            db.create_table("agent_versions", ("agent", "version", "snapshot", "first_seen", "policy_revision"),
+                            ("agent", "version"))
+            db.create_table("policy_revisions", ("revision", "files", "first_seen"), "revision")
+            db.create_table("agent_lifecycle", ("agent", "version", "status", "source", "proposed_by", "proposed_at",
+                                                "note", "decided_by", "decided_at", "decision_note"), ("agent", "version"))
             # added after catalogs were first made: catalogs of older checkpoints get it too
-            sqlrows.add_column(self._db, "agent_lifecycle", "proposed_for")
+            db.add_column("agent_lifecycle", "proposed_for")
             # per agent: the live version, and the version its policy file last defined
-            sqlrows.create_table(self._db, "agent_live", ("agent", "version", "file_version"), "agent")
-            # the skills and templates (entries.py): the same database, the same lock; their schema
+            db.create_table("agent_live", ("agent", "version", "file_version"), "agent")
+            # the skills and templates (entries.py): the same store, the same lock; their schema
             # too is made under it (outside, two workers both added a column: one died at start)
-            self.entries = EntryCatalog(self._db, self._lock)
+            self.entries = EntryCatalog(self._store)
 
     def _has(self, table: str) -> bool:
-        return table in sqlrows.table_names(self._db)
+        return self._store.has_table(table)
 
     # -- versions and revisions --------------------------------------------------------------
 
@@ -153,8 +140,8 @@ class AgentCatalog:
             fresh = [v for v in versions if (v.name, v.version) not in self._cache]
             if fresh and not self._read_only:
                 now = _now()
-                with self._db:
-                    sqlrows.insert_ignore(self._db, "agent_versions", (
+                with self._store.transaction():
+                    self._store.insert_ignore("agent_versions", (
                         {"agent": v.name, "version": v.version, "snapshot": json.dumps(v.snapshot(), sort_keys=True),
                          "first_seen": now, "policy_revision": policy_revision} for v in fresh))
             for v in fresh:
@@ -170,9 +157,8 @@ class AgentCatalog:
                 return
             self._stored_revisions.add(revision)
             files = json.dumps([[name, data.decode("utf-8")] for name, data in contents])
-            with self._db:
-                sqlrows.insert_ignore(self._db, "policy_revisions",
-                                      [{"revision": revision, "files": files, "first_seen": _now()}])
+            with self._store.transaction():
+                self._store.insert_ignore("policy_revisions", [{"revision": revision, "files": files, "first_seen": _now()}])
 
     def revision_files(self, revision: str) -> list[tuple[str, bytes]] | None:
         """The files of a revision this catalog recorded, or None."""
@@ -182,28 +168,29 @@ class AgentCatalog:
                 return found
             if not self._has("policy_revisions"):  # a catalog from before revisions were kept
                 return None
-            rows = sqlrows.rows(self._db, "select files from policy_revisions where revision = ?", [revision])
+            rows = self._store.rows("policy_revisions", {"revision": revision})
             if not rows:
                 return None
             return [(name, text.encode("utf-8")) for name, text in json.loads(rows[0]["files"])]
 
     def revision_of(self, agent: str, version: str) -> str:
         """The policy revision `version` was first recorded under ("" when none was)."""
+        found = self._version_revisions.get((agent, version))
+        if found:  # a version's first revision never changes: once read, kept (a Check may ask each time)
+            return found
         with self._lock:
-            found = self._version_revisions.get((agent, version))
+            rows = self._store.rows("agent_versions", {"agent": agent, "version": version})
+            found = (rows[0]["policy_revision"] or "") if rows else ""
             if found:
-                return found
-            rows = sqlrows.rows(self._db, "select policy_revision from agent_versions where agent = ? and version = ?",
-                                [agent, version])
-            return (rows[0]["policy_revision"] or "") if rows else ""
+                self._version_revisions[(agent, version)] = found
+            return found
 
     def get(self, agent: str, version: str) -> AgentVersion | None:
         found = self._cache.get((agent, version))
         if found is not None:
             return found
         with self._lock:
-            rows = sqlrows.rows(self._db,
-                "select snapshot from agent_versions where agent = ? and version = ?", [agent, version])
+            rows = self._store.rows("agent_versions", {"agent": agent, "version": version})
             if not rows:
                 return None
             found = AgentVersion.from_snapshot(version, json.loads(rows[0]["snapshot"]))
@@ -212,8 +199,8 @@ class AgentCatalog:
 
     def versions(self, agent: str) -> list[str]:
         with self._lock:
-            stored = [r["version"] for r in sqlrows.rows(self._db,
-                "select version from agent_versions where agent = ? order by first_seen, version", [agent])]
+            stored = [r["version"] for r in self._store.rows("agent_versions", {"agent": agent},
+                                                             order=("first_seen", "version"))]
         # read-only: this process's own loads too
         return stored + sorted(v for (a, v) in self._cache if a == agent and v not in stored)
 
@@ -222,13 +209,13 @@ class AgentCatalog:
     def _status_row(self, agent: str, version: str) -> dict[str, Any] | None:
         if not self._has("agent_lifecycle"):
             return None
-        rows = sqlrows.rows(self._db, "select * from agent_lifecycle where agent = ? and version = ?", [agent, version])
+        rows = self._store.rows("agent_lifecycle", {"agent": agent, "version": version})
         return rows[0] if rows else None
 
     def _live_row(self, agent: str) -> dict[str, Any] | None:
         if not self._has("agent_live"):
             return None
-        rows = sqlrows.rows(self._db, "select * from agent_live where agent = ?", [agent])
+        rows = self._store.rows("agent_live", {"agent": agent})
         return rows[0] if rows else None
 
     def status(self, agent: str, version: str) -> str | None:
@@ -246,20 +233,27 @@ class AgentCatalog:
         with self._lock:
             if not self._has("agent_lifecycle"):
                 return frozenset(), frozenset()
-            rows = sqlrows.rows(self._db,
-                f"select agent, version, status from agent_lifecycle where status in "
-                f"({', '.join('?' for _ in UNPINNABLE)})", sorted(UNPINNABLE))
+            rows = self._store.rows("agent_lifecycle", {"status": UNPINNABLE})
         unpinnable = frozenset((r["agent"], r["version"]) for r in rows)
         return unpinnable, frozenset((r["agent"], r["version"]) for r in rows if r["status"] == RETIRED)
+
+    def stated(self) -> frozenset[tuple[str, str]] | None:
+        """On a shared store, the versions whose state this read holds (None elsewhere): a version
+        proposed at another replica since is read from the store before the snapshot knows it is
+        pending, and must not be pinned meanwhile."""
+        if not self._store.shared:
+            return None
+        with self._lock:
+            rows = self._store.rows("agent_lifecycle")
+        return frozenset((r["agent"], r["version"]) for r in rows)
 
     def history(self, agent: str) -> list[dict[str, Any]]:
         """Every version of `agent`, oldest first, with its state and who moved it there."""
         with self._lock:
-            rows = sqlrows.rows(self._db,
-                "select v.version, v.first_seen, v.snapshot, l.status, l.source, l.proposed_by, l.proposed_at, "
-                "l.note, l.decided_by, l.decided_at, l.decision_note from agent_versions v "
-                "left join agent_lifecycle l on l.agent = v.agent and l.version = v.version "
-                "where v.agent = ? order by v.first_seen, v.rowid", [agent])
+            versions = self._store.rows("agent_versions", {"agent": agent}, order=("first_seen", INSERTED))
+            states_of = {r["version"]: r for r in self._store.rows("agent_lifecycle", {"agent": agent})}
+            rows = [{"version": v["version"], "first_seen": v["first_seen"], "snapshot": v["snapshot"],
+                     **{k: states_of.get(v["version"], {}).get(k) for k in _HISTORY}} for v in versions]
         live = self.live_version(agent)
         for r in rows:  # a version from before the lifecycle was kept has no status of its own
             r["snapshot"] = json.loads(r["snapshot"])
@@ -269,8 +263,7 @@ class AgentCatalog:
     def first_install(self) -> bool:
         """Has this catalog never had a live agent version? (Its first load puts the folder live.)"""
         with self._lock:
-            return not self._has("agent_live") or not list(
-                sqlrows.rows(self._db, "select 1 from agent_live where version != '' limit 1"))
+            return not self._has("agent_live") or not self._store.rows("agent_live", {"version": Not("")}, limit=1)
 
     def settle(self, from_files: Mapping[str, AgentVersion], tenants: Mapping[str, model.Tenant],
                sources: Mapping[str, str], *, write: bool = True) -> tuple[dict[str, AgentVersion], list[Change]]:
@@ -301,10 +294,10 @@ class AgentCatalog:
                     live[name] = current
                 if self._read_only or not write:
                     continue
-                with self._db:
+                with self._store.transaction():
                     if change is not None:
                         changes += self._apply(change)
-                    sqlrows.upsert(self._db, "agent_live",
+                    self._store.upsert("agent_live",
                                    {"agent": name, "version": current.version if current else "",
                                     "file_version": file_version.version}, "agent")
             return live, changes
@@ -314,7 +307,7 @@ class AgentCatalog:
         """What a version the files newly define does: nothing, go live, or wait for review."""
         if current is not None and current.version == file_version.version:
             return None  # the files caught up with the live version (an approved proposal)
-        if self.status(file_version.name, file_version.version) == RETIRED:
+        if not states.allows(AGENT, self.status(file_version.name, file_version.version), "file"):
             return None  # retired is final: the files must say something else
         tenant = tenants.get(file_version.tenant)
         # a move out of a reviewing tenant is reviewed too: the tenant it leaves has a say
@@ -341,35 +334,38 @@ class AgentCatalog:
         now = _now()
         if change.act in ("propose", "apply"):
             if change.by == FILES:  # the files have one pending proposal per agent: their latest
-                for old in sqlrows.rows(self._db, "select version from agent_lifecycle where agent = ? and status = ? and "
-                                          "proposed_by = ? and version != ?",
-                                          [change.agent, PENDING, change.by, change.version]):
-                    sqlrows.update(self._db, "agent_lifecycle", _LIFECYCLE_PK, (change.agent, old["version"]),
-                                   {"status": WITHDRAWN, "decided_at": now,
+                for old in self._store.rows("agent_lifecycle", {"agent": change.agent, "status": PENDING,
+                                                                "proposed_by": change.by, "version": Not(change.version)}):
+                    self._store.update("agent_lifecycle", _LIFECYCLE_PK, (change.agent, old["version"]),
+                                   {"status": states.next_state(AGENT, PENDING, "withdraw"), "decided_at": now,
                                     "decision_note": f"replaced by {change.version}"})
                     done.append(Change("withdraw", change.agent, old["version"], change.tenant, change.by,
                                        note=f"replaced by {change.version}"))
-            sqlrows.upsert(self._db, "agent_lifecycle", {
-                "agent": change.agent, "version": change.version, "status": PENDING, "source": change.source,
+            proposed = states.next_state(AGENT, self.status(change.agent, change.version),
+                                         "file" if change.by == FILES else "propose")
+            self._store.upsert("agent_lifecycle", {
+                "agent": change.agent, "version": change.version, "status": proposed, "source": change.source,
                 "proposed_by": change.by, "proposed_for": change.for_person, "proposed_at": now,
                 "note": change.note, "decided_by": "", "decided_at": "", "decision_note": ""}, _LIFECYCLE_PK)
         if change.act in ("apply", "approve"):
             previous = self._live_row(change.agent)
             if previous and previous["version"] and previous["version"] != change.version:
                 # replaced by an edit that only narrows: pinning the old one would undo the edit
-                replaced = NARROWED if change.act == "apply" and change.note == NARROWS else SUPERSEDED
-                sqlrows.upsert(self._db, "agent_lifecycle",
+                replaced = states.next_state(AGENT, self.status(change.agent, previous["version"]),
+                                             "narrow" if change.act == "apply" and change.note == NARROWS else "supersede")
+                self._store.upsert("agent_lifecycle",
                                {"agent": change.agent, "version": previous["version"], "status": replaced},
                                _LIFECYCLE_PK)
-            sqlrows.update(self._db, "agent_lifecycle", _LIFECYCLE_PK, (change.agent, change.version),
-                           {"status": LIVE, "decided_by": change.by, "decided_at": now, "decision_note": change.note})
-            sqlrows.upsert(self._db, "agent_live",
+            self._store.update("agent_lifecycle", _LIFECYCLE_PK, (change.agent, change.version),
+                           {"status": states.next_state(AGENT, self.status(change.agent, change.version), "approve"),
+                            "decided_by": change.by, "decided_at": now, "decision_note": change.note})
+            self._store.upsert("agent_live",
                            {"agent": change.agent, "version": change.version,
                             "file_version": previous["file_version"] if previous else change.version}, "agent")
         elif change.act in ("reject", "retire"):
-            sqlrows.upsert(self._db, "agent_lifecycle",
+            self._store.upsert("agent_lifecycle",
                            {"agent": change.agent, "version": change.version,
-                            "status": REJECTED if change.act == "reject" else RETIRED,
+                            "status": states.next_state(AGENT, self.status(change.agent, change.version), change.act),
                             "decided_by": change.by, "decided_at": now, "decision_note": change.note}, _LIFECYCLE_PK)
         return done
 
@@ -388,13 +384,9 @@ class AgentCatalog:
                                    "created in the policy files")
             if version.version == live:
                 raise CatalogError("no_change", f"version {version.version} is already the live version of {version.name!r}")
-            if self.status(version.name, version.version) == RETIRED:
-                raise CatalogError("agent_version_retired", f"version {version.version} of {version.name!r} was retired: "
-                                   "retirement is final")
-            if self.status(version.name, version.version) == PENDING:
-                raise CatalogError("no_change", f"version {version.version} of {version.name!r} already waits for review")
-            waiting = sqlrows.rows(self._db, "select count(*) as n from agent_lifecycle where agent = ? and status = ? "
-                                          "and proposed_by != ?", [version.name, PENDING, FILES])[0]["n"]
+            self._check(version.name, version.version, "propose")
+            waiting = len(self._store.rows("agent_lifecycle", {"agent": version.name, "status": PENDING,
+                                                               "proposed_by": Not(FILES)}))
             if waiting >= MAX_PENDING_PER_AGENT:  # a run cannot fill the catalog, nor bury the admin's list
                 raise CatalogError("too_many_proposals", f"{waiting} proposals for agent {version.name!r} already "
                                    "wait for review: an admin reviews them before more are taken")
@@ -407,7 +399,7 @@ class AgentCatalog:
                             widens=tuple(widens), for_person=for_person)
             record(change)
             self.record([version], revision)
-            with self._db:
+            with self._store.transaction():
                 return self._apply(change)[0]
 
     def decide(self, agent: str, version: str, *, approve: bool, by: str, note: str,
@@ -416,9 +408,8 @@ class AgentCatalog:
         with self._lock:
             self._writable()
             row = self._status_row(agent, version)
-            if row is None or row["status"] != PENDING:
-                raise CatalogError("not_pending", f"version {version[:40]!r} of {agent[:100]!r} does not wait for review"
-                                   + (f" (it is {row['status']})" if row else ""))
+            self._check(agent, version, "approve" if approve else "reject")
+            assert row is not None  # only a pending version is approved or rejected
             if by in (row["proposed_by"], row.get("proposed_for") or ""):
                 raise CatalogError("caller_not_permitted", f"{by!r} proposed this version (or is accountable for the "
                                    "run that did): another admin must review it")
@@ -428,7 +419,7 @@ class AgentCatalog:
             change = Change("approve" if approve else "reject", agent, version, found.tenant, by, note=note,
                             source=row["source"], replaces=live if approve else "")
             record(change)
-            with self._db:
+            with self._store.transaction():
                 return self._apply(change)[0]
 
     def retire(self, agent: str, version: str, *, by: str, note: str, record: Recorder = _no_record) -> Change:
@@ -438,15 +429,34 @@ class AgentCatalog:
             found = self.get(agent, version)
             if found is None:
                 raise CatalogError("unknown_agent_version", f"agent {agent[:100]!r} has no version {version[:40]!r}")
-            if self.live_version(agent) == version:
+            if self.live_version(agent) == version:  # a version from before states were kept has none
                 raise CatalogError("version_live", f"version {version} is live: approve or roll back to another first")
-            if self.status(agent, version) == RETIRED:
-                raise CatalogError("no_change", f"version {version} of {agent!r} is already retired")
+            self._check(agent, version, "retire")
             change = Change("retire", agent, version, found.tenant, by, note=note)
             record(change)
-            with self._db:
+            with self._store.transaction():
                 return self._apply(change)[0]
+
+    def _check(self, agent: str, version: str, act: str) -> None:
+        """`act` is a move the table of states holds from the version's state, or a CatalogError
+        with the stable code (and the words) this catalog has always given."""
+        status = self.status(agent, version)
+        try:
+            states.next_state(AGENT, status, act)
+        except states.Refused as refused:
+            what = f"version {version[:40]} of {agent[:100]!r}"
+            message = (f"{what} was retired: retirement is final" if act == "propose" and status == RETIRED else
+                       f"{what} already waits for review" if act == "propose" and status == PENDING else
+                       f"{what} is already the live version" if act == "propose" else
+                       f"{what} is already retired" if act == "retire" and status == RETIRED else
+                       f"version {version} is live: approve or roll back to another first" if act == "retire" else
+                       f"version {version[:40]!r} of {agent[:100]!r} does not wait for review"
+                       + (f" (it is {status})" if status else ""))
+            raise CatalogError(refused.code, message) from None
 
     def _writable(self) -> None:
         if self._read_only:
             raise CatalogError("catalog_read_only", "this catalog was opened read-only")
+
+    def close(self) -> None:
+        self._store.close()

@@ -7,9 +7,10 @@ any argument. So their review is about what the model reads and what a task runs
 authority (docs/skills.md).
 
 Both live in the checkpoint's catalog database beside the agents, keyed by (kind, tenant, name),
-under the agent catalog's lock. The life of a version is the agents' (lifecycle.py): live,
-superseded, pending, rejected, withdrawn, retired. A version is immutable and its id is the hash
-of its content, so a run that pinned a skill version reads exactly that text until it ends.
+under the agent catalog's lock, kept by its store (catalog_store.py). The life of a version is the
+agents' (states.py: one table for both): live, superseded, pending, rejected, withdrawn, retired.
+A version is immutable and its id is the hash of its content, so a run that pinned a skill
+version reads exactly that text until it ends.
 
 Where a tenant reviews changes (`review_changes: true`), every new version waits for a tenant
 admin, whatever it changes (text cannot be told to narrow), except on the first install; elsewhere
@@ -21,15 +22,14 @@ Each act is written only after `record(change)` returned: recorded first, or not
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint.policy import model, sqlrows
-from checkpoint.policy.lifecycle import LIVE, PENDING, REJECTED, RETIRED, SUPERSEDED, WITHDRAWN
+from checkpoint.policy import model, states
+from checkpoint.policy.catalog_store import INSERTED, CatalogStore, Not
+from checkpoint.policy.states import LIVE, PENDING, RETIRED, SUPERSEDED
 from warden import canonical
 
 SKILL, TEMPLATE = "skill", "template"
@@ -164,46 +164,52 @@ def _now() -> str:
 
 _PK = ("kind", "tenant", "name", "version")
 _LIVE_PK = ("kind", "tenant", "name")
+# what `history` tells of each version's state
+_HISTORY = ("status", "source", "proposed_by", "proposed_at", "note", "decided_by", "decided_at", "decision_note")
+
+
+def _where(*values: str) -> dict[str, str]:
+    """The filter of an entry (kind, tenant, name) or of one of its versions (and version)."""
+    return dict(zip(_PK, values, strict=False))
 
 
 class EntryCatalog:
     """The skills and templates of one catalog database. Shares the agent catalog's connection and
     lock (catalog.py), so an act on either is one writer at a time."""
 
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock, *, read_only: bool = False):
-        self._db = db
-        self._lock = lock
+    def __init__(self, store: CatalogStore, *, read_only: bool = False):
+        self._store = store
+        self._lock = store.lock
         self._read_only = read_only
         self._live: dict[Key, Entry | None] = {}  # a cache of live versions, cleared by every write
         if read_only:
             return
-        sqlrows.create_table(self._db, "entry_versions", (*_PK, "snapshot", "first_seen"), _PK)
-        sqlrows.create_table(self._db, "entry_lifecycle",
+        store.create_table("entry_versions", (*_PK, "snapshot", "first_seen"), _PK)
+        store.create_table("entry_lifecycle",
                              (*_PK, "status", "source", "proposed_by", "proposed_at", "note", "decided_by",
                               "decided_at", "decision_note"), _PK)
-        sqlrows.add_column(self._db, "entry_lifecycle", "proposed_for")  # older catalogs
+        store.add_column("entry_lifecycle", "proposed_for")  # older catalogs
         # per entry: its live version ("" when none) and the version its policy file last defined
-        sqlrows.create_table(self._db, "entry_live", ("kind", "tenant", "name", "version", "file_version"),
-                             _LIVE_PK)
+        store.create_table("entry_live", ("kind", "tenant", "name", "version", "file_version"), _LIVE_PK)
 
     def _has(self, table: str) -> bool:
-        return table in sqlrows.table_names(self._db)
+        return self._store.has_table(table)
 
-    def _query(self, table: str, sql: str, params: Iterable[Any]) -> list[dict[str, Any]]:
+    def _query(self, table: str, where: dict[str, Any], order: tuple[str, ...] = (),
+               limit: int | None = None) -> list[dict[str, Any]]:
         if not self._has(table):  # a catalog from before skills and templates (read-only)
             return []
-        return sqlrows.rows(self._db, sql, params)
+        return self._store.rows(table, where, order=order, limit=limit)
 
     # -- reads ---------------------------------------------------------------------------------
 
     def get(self, kind: str, tenant: str, name: str, version: str) -> Entry | None:
         with self._lock:
-            rows = self._query("entry_versions", "select snapshot from entry_versions where kind = ? and tenant = ? "
-                               "and name = ? and version = ?", [kind, tenant, name, version])
+            rows = self._query("entry_versions", _where(kind, tenant, name, version))
         return Entry.from_snapshot(version, json.loads(rows[0]["snapshot"])) if rows else None
 
     def _live_row(self, key: Key) -> dict[str, Any] | None:
-        rows = self._query("entry_live", "select * from entry_live where kind = ? and tenant = ? and name = ?", key)
+        rows = self._query("entry_live", _where(*key))
         return rows[0] if rows else None
 
     def live(self, kind: str, tenant: str, name: str) -> Entry | None:
@@ -226,31 +232,26 @@ class EntryCatalog:
     def live_entries(self, kind: str, tenant: str) -> list[Entry]:
         """Every live entry of a kind in a tenant, by name."""
         with self._lock:
-            rows = self._query("entry_live", "select name from entry_live where kind = ? and tenant = ? and "
-                               "version != '' order by name", [kind, tenant])
+            rows = self._query("entry_live", {"kind": kind, "tenant": tenant, "version": Not("")}, ("name",))
             return [e for e in (self.live(kind, tenant, r["name"]) for r in rows) if e is not None]
 
     def status(self, kind: str, tenant: str, name: str, version: str) -> str | None:
         with self._lock:
-            rows = self._query("entry_lifecycle", "select status from entry_lifecycle where kind = ? and tenant = ? "
-                               "and name = ? and version = ?", [kind, tenant, name, version])
+            rows = self._query("entry_lifecycle", _where(kind, tenant, name, version))
         return rows[0]["status"] if rows else None
 
     def known(self, kind: str, tenant: str, name: str) -> bool:
         """Has the catalog ever held a version of this entry?"""
         with self._lock:
-            return bool(self._query("entry_versions", "select 1 from entry_versions where kind = ? and tenant = ? "
-                                    "and name = ? limit 1", [kind, tenant, name]))
+            return bool(self._query("entry_versions", _where(kind, tenant, name), limit=1))
 
     def history(self, kind: str, tenant: str, name: str) -> list[dict[str, Any]]:
         """Every version, oldest first, with its state and who moved it there."""
         with self._lock:
-            rows = self._query(
-                "entry_versions",
-                "select v.version, v.first_seen, v.snapshot, l.status, l.source, l.proposed_by, l.proposed_at, "
-                "l.note, l.decided_by, l.decided_at, l.decision_note from entry_versions v left join entry_lifecycle l "
-                "on l.kind = v.kind and l.tenant = v.tenant and l.name = v.name and l.version = v.version "
-                "where v.kind = ? and v.tenant = ? and v.name = ? order by v.first_seen, v.rowid", [kind, tenant, name])
+            versions = self._query("entry_versions", _where(kind, tenant, name), ("first_seen", INSERTED))
+            states_of = {r["version"]: r for r in self._query("entry_lifecycle", _where(kind, tenant, name))}
+            rows = [{"version": v["version"], "first_seen": v["first_seen"], "snapshot": v["snapshot"],
+                     **{k: states_of.get(v["version"], {}).get(k) for k in _HISTORY}} for v in versions]
             live = self.live(kind, tenant, name)
         for r in rows:
             r["snapshot"] = json.loads(r["snapshot"])
@@ -262,13 +263,13 @@ class EntryCatalog:
     def summaries(self, kind: str) -> list[dict[str, Any]]:
         """Each entry of a kind: tenant, name, live version (or ""), pending versions, description."""
         with self._lock:
-            keys = self._query("entry_versions", "select distinct tenant, name from entry_versions where kind = ? "
-                               "order by tenant, name", [kind])
+            keys = [{"tenant": t, "name": n} for t, n in dict.fromkeys(
+                (r["tenant"], r["name"]) for r in self._query("entry_versions", {"kind": kind}, ("tenant", "name")))]
             out = []
             for k in keys:
                 pending = [r["version"] for r in self._query(
-                    "entry_lifecycle", "select version from entry_lifecycle where kind = ? and tenant = ? and "
-                    "name = ? and status = ? order by proposed_at, rowid", [kind, k["tenant"], k["name"], PENDING])]
+                    "entry_lifecycle", {**_where(kind, k["tenant"], k["name"]), "status": PENDING},
+                    ("proposed_at", INSERTED))]
                 live = self.live(kind, k["tenant"], k["name"])
                 if live is None and not pending:
                     continue  # retired, rejected or removed: `history` still shows it
@@ -291,15 +292,15 @@ class EntryCatalog:
         if not write or self._read_only:
             return []
         changes: list[EntryChange] = []
-        with self._lock, self._db:
-            self._store([e for e, _ in from_files.values()])
+        with self._lock, self._store.transaction():
+            self._keep([e for e, _ in from_files.values()])
             for key, (entry, source) in from_files.items():
                 row = self._live_row(key)
                 if row and row["file_version"] == entry.version:
                     continue  # the files say what they said at the last load
                 live = row["version"] if row else ""
                 status = self.status(*key, entry.version)
-                if entry.version != live and status != RETIRED:
+                if entry.version != live and states.allows(entry.kind, status, "file"):
                     tenant = tenants.get(entry.tenant)
                     reviewed = tenant is not None and tenant.review_changes and not first_install
                     args = (entry.kind, entry.tenant, entry.name, entry.version, FILES)
@@ -310,7 +311,7 @@ class EntryCatalog:
                             "the tenant does not review changes"
                         changes += self._apply(EntryChange("apply", *args, source=source, note=why, replaces=live))
                 self._set_file_version(key, entry.version)
-            for row in self._query("entry_live", "select * from entry_live where file_version != ''", []):
+            for row in self._query("entry_live", {"file_version": Not("")}):
                 key = (row["kind"], row["tenant"], row["name"])
                 if key not in from_files:
                     changes += self._apply(EntryChange("remove", *key, row["version"], FILES,
@@ -319,13 +320,13 @@ class EntryCatalog:
 
     def _set_file_version(self, key: Key, version: str) -> None:
         row = self._live_row(key)
-        sqlrows.upsert(self._db, "entry_live",
+        self._store.upsert("entry_live",
                        {"kind": key[0], "tenant": key[1], "name": key[2], "version": row["version"] if row else "",
                         "file_version": version}, _LIVE_PK)
 
-    def _store(self, entries: Iterable[Entry]) -> None:
+    def _keep(self, entries: Iterable[Entry]) -> None:
         now = _now()
-        sqlrows.insert_ignore(self._db, "entry_versions", (
+        self._store.insert_ignore("entry_versions", (
             {"kind": e.kind, "tenant": e.tenant, "name": e.name, "version": e.version, "first_seen": now,
              "snapshot": json.dumps(e.snapshot(), sort_keys=True)} for e in entries))
 
@@ -338,18 +339,19 @@ class EntryCatalog:
         pk = (*key, change.version)
 
         def lc_upsert(record: dict[str, Any]) -> None:
-            sqlrows.upsert(self._db, "entry_lifecycle", record, _PK)
+            self._store.upsert("entry_lifecycle", record, _PK)
 
         if change.act in ("propose", "apply", "remove") and change.by == FILES:
             # the files have one pending proposal per entry: their latest (none once removed)
-            for old in self._query("entry_lifecycle", "select version from entry_lifecycle where kind = ? and "
-                                   "tenant = ? and name = ? and status = ? and proposed_by = ? and version != ?",
-                                   [*key, PENDING, FILES, change.version if change.act != "remove" else ""]):
-                sqlrows.update(self._db, "entry_lifecycle", _PK, (*key, old["version"]),
-                               {"status": WITHDRAWN, "decided_at": now, "decision_note": f"replaced by {change.version}"})
+            for old in self._query("entry_lifecycle", {**_where(*key), "status": PENDING, "proposed_by": FILES,
+                                                       "version": Not(change.version if change.act != "remove" else "")}):
+                self._store.update("entry_lifecycle", _PK, (*key, old["version"]),
+                                   {"status": states.next_state(change.kind, PENDING, "withdraw"), "decided_at": now,
+                                    "decision_note": f"replaced by {change.version}"})
                 done.append(EntryChange("withdraw", *key, old["version"], FILES, note=f"replaced by {change.version}"))
         if change.act in ("propose", "apply"):
-            lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version, "status": PENDING,
+            proposed = states.next_state(change.kind, self.status(*pk), "file" if change.by == FILES else "propose")
+            lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version, "status": proposed,
                        "source": change.source, "proposed_by": change.by, "proposed_for": change.for_person,
                        "proposed_at": now, "note": change.note,
                        "decided_by": "", "decided_at": "", "decision_note": ""})
@@ -359,26 +361,28 @@ class EntryCatalog:
         if change.act in ("apply", "approve"):
             if previous and previous != change.version:
                 lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
-                           "status": SUPERSEDED})
-            sqlrows.update(self._db, "entry_lifecycle", _PK, pk,
-                           {"status": LIVE, "decided_by": change.by, "decided_at": now, "decision_note": change.note})
+                           "status": states.next_state(change.kind, self.status(*key, previous), "supersede")})
+            self._store.update("entry_lifecycle", _PK, pk,
+                               {"status": states.next_state(change.kind, self.status(*pk), "approve"),
+                                "decided_by": change.by, "decided_at": now, "decision_note": change.note})
             self._set_live(key, change.version, file_version)
         elif change.act in ("reject", "retire"):
             lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": change.version,
-                       "status": REJECTED if change.act == "reject" else RETIRED, "decided_by": change.by,
+                       "status": states.next_state(change.kind, self.status(*pk), change.act), "decided_by": change.by,
                        "decided_at": now, "decision_note": change.note})
             if change.act == "retire" and previous == change.version:
                 self._set_live(key, "", file_version)
         elif change.act == "remove":
             if previous:
                 lc_upsert({"kind": key[0], "tenant": key[1], "name": key[2], "version": previous,
-                           "status": SUPERSEDED, "decided_by": change.by, "decided_at": now,
+                           "status": states.next_state(change.kind, self.status(*key, previous), "remove"),
+                           "decided_by": change.by, "decided_at": now,
                            "decision_note": change.note})
             self._set_live(key, "", "")
         return done
 
     def _set_live(self, key: Key, version: str, file_version: str) -> None:
-        sqlrows.upsert(self._db, "entry_live", {"kind": key[0], "tenant": key[1], "name": key[2], "version": version,
+        self._store.upsert("entry_live", {"kind": key[0], "tenant": key[1], "name": key[2], "version": version,
                                                 "file_version": file_version}, _LIVE_PK)
 
     # -- acts through the API: check, record(change), then write -----------------------------------
@@ -392,18 +396,12 @@ class EntryCatalog:
             if live is not None and live.version == entry.version:
                 raise EntryError("no_change", f"version {entry.version} is already the live version of "
                                  f"{entry.kind} {entry.name!r}")
-            status = self.status(*entry.key, entry.version)
-            if status == RETIRED:
-                raise EntryError(f"{entry.kind}_retired", f"version {entry.version} of {entry.kind} {entry.name!r} "
-                                 "was retired: retirement is final")
-            if status == PENDING:
-                raise EntryError("no_change", f"version {entry.version} of {entry.kind} {entry.name!r} already "
-                                 "waits for review")
+            self._check(entry.kind, entry.tenant, entry.name, entry.version, "propose")
             change = EntryChange("propose", entry.kind, entry.tenant, entry.name, entry.version, by, source=source,
                                  note=note, replaces=live.version if live else "", for_person=for_person)
             record(change)
-            with self._db:
-                self._store([entry])
+            with self._store.transaction():
+                self._keep([entry])
                 return self._apply(change)[0]
 
     def decide(self, kind: str, tenant: str, name: str, version: str, *, approve: bool, by: str, note: str,
@@ -411,11 +409,8 @@ class EntryCatalog:
         """A tenant admin's answer to a pending version; approving makes it live. Never one's own."""
         with self._lock:
             self._writable()
-            rows = self._query("entry_lifecycle", "select * from entry_lifecycle where kind = ? and tenant = ? and "
-                               "name = ? and version = ?", [kind, tenant, name, version])
-            if not rows or rows[0]["status"] != PENDING:
-                raise EntryError("not_pending", f"version {version[:40]!r} of {kind} {name[:100]!r} does not wait "
-                                 "for review" + (f" (it is {rows[0]['status']})" if rows else ""))
+            rows = self._query("entry_lifecycle", _where(kind, tenant, name, version))
+            self._check(kind, tenant, name, version, "approve" if approve else "reject")
             if by in (rows[0]["proposed_by"], rows[0].get("proposed_for") or ""):
                 raise EntryError("caller_not_permitted", f"{by!r} proposed this version (or is accountable for the "
                                  "run that did): another admin must review it")
@@ -423,7 +418,7 @@ class EntryCatalog:
             change = EntryChange("approve" if approve else "reject", kind, tenant, name, version, by, note=note,
                                  source=rows[0]["source"], replaces=live.version if live and approve else "")
             record(change)
-            with self._db:
+            with self._store.transaction():
                 return self._apply(change)[0]
 
     def retire(self, kind: str, tenant: str, name: str, version: str, *, by: str, note: str,
@@ -434,12 +429,27 @@ class EntryCatalog:
             if self.get(kind, tenant, name, version) is None:
                 raise EntryError(f"unknown_{kind}", f"{kind} {name[:100]!r} of tenant {tenant[:100]!r} has no "
                                  f"version {version[:40]!r}")
-            if self.status(kind, tenant, name, version) == RETIRED:
-                raise EntryError("no_change", f"version {version} of {kind} {name!r} is already retired")
+            self._check(kind, tenant, name, version, "retire")
             change = EntryChange("retire", kind, tenant, name, version, by, note=note)
             record(change)
-            with self._db:
+            with self._store.transaction():
                 return self._apply(change)[0]
+
+    def _check(self, kind: str, tenant: str, name: str, version: str, act: str) -> None:
+        """`act` is a move the table of states holds from the version's state, or an EntryError
+        with the stable code (and the words) this catalog has always given."""
+        status = self.status(kind, tenant, name, version)
+        try:
+            states.next_state(kind, status, act)
+        except states.Refused as refused:
+            what = f"version {version} of {kind} {name!r}"
+            message = (f"{what} was retired: retirement is final" if act == "propose" and status == RETIRED else
+                       f"{what} already waits for review" if act == "propose" and status == PENDING else
+                       f"{what} is already live" if act == "propose" else
+                       f"{what} is already retired" if act == "retire" else
+                       f"version {version[:40]!r} of {kind} {name[:100]!r} does not wait for review"
+                       + (f" (it is {status})" if status else ""))
+            raise EntryError(refused.code, message) from None
 
     def _writable(self) -> None:
         if self._read_only:

@@ -17,7 +17,8 @@ or stale: it counts there (`occurrences`, the latest provenance kept).
 
 Each act below checks, calls `record(change)` (which appends it to the decision log and raises
 when it cannot), then writes: recorded before it takes effect, or not done. A state changes only
-here, under one lock, in one transaction. The clock is injected (`clock`), so tests move time.
+here, under one lock, in one transaction, and only by a move the one table of states.py holds
+(the agents', skills' and templates' too). The clock is injected (`clock`), so tests move time.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -33,13 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
+from checkpoint.policy import states
+from checkpoint.policy.catalog_store import INSERTED, CatalogStore
 from checkpoint.policy.learning_index import ERROR, SEVERITIES, WARNING
-from warden.filelock import SharedLock
-from warden.private import private_sqlite
+from checkpoint.policy.sqlite_store import SqliteStore
+from checkpoint.policy.states import ACTIVE, LEARNING, PROPOSED, REJECTED, RETIRED, STALE
 
-PROPOSED, ACTIVE, STALE, REJECTED, RETIRED = "proposed", "active", "stale", "rejected", "retired"
 STATUSES = (PROPOSED, ACTIVE, STALE, REJECTED, RETIRED)
 OPEN = (PROPOSED, ACTIVE, STALE)  # where a repeated occurrence is counted instead of proposed again
 SOURCES = ("breaker", "run_failed", "task_failed", "agent")
@@ -105,6 +104,20 @@ def iso(t: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if t else ""
 
 
+# the table as sqlite-utils made it, so stores from before read and write the same
+_COLUMNS = {"id": "text", "tenant": "text", "agent": "text", "agent_version": "text", "tool": "text",
+            "status": "text", "source": "text", "code": "text", "text": "text", "severity": "text",
+            "severity_capped": "integer", "match": "text", "suggested_match": "text", "proposed_by": "text",
+            "proposed_at": "float", "reviewed_by": "text", "reviewed_at": "float", "review_note": "text",
+            "occurrences": "integer", "last_occurrence_at": "float", "triggers": "integer",
+            "last_triggered_at": "float", "stale_at": "float", "provenance": "text", "dedup": "text"}
+
+
+def _last_seen(row: dict[str, Any]) -> float:
+    """When an active learning last showed it is still needed: reviewed, or triggered."""
+    return max(row["reviewed_at"] or 0, row["last_triggered_at"] or 0)
+
+
 def _dedup_key(p: Proposal) -> str:
     what = hashlib.sha256(p.text.encode("utf-8")).hexdigest()[:16] if p.source == "agent" else p.code
     return "|".join((p.source, p.tenant, p.agent, p.agent_version, p.tool, what))
@@ -112,52 +125,36 @@ def _dedup_key(p: Proposal) -> str:
 
 class LearningStore:
     def __init__(self, path: str | Path | None = None, *, clock: Callable[[], float] = time.time,
-                 stale_after_days: float = STALE_AFTER_DAYS):
-        """`path=None` keeps the store in memory (tests, one-shot tools)."""
+                 stale_after_days: float = STALE_AFTER_DAYS, store: CatalogStore | None = None):
+        """`path=None` keeps the store in memory (tests, one-shot tools); `store`: the rows kept
+        elsewhere than the SQLite file at `path` (catalog_store.py)."""
         self.clock = clock
         self.stale_after = stale_after_days * 86400.0
-        self._lock = threading.RLock()
         self._pending: dict[str, tuple[float, int]] = {}  # id -> (last trigger, triggers) not written yet
         self._pending_lock = threading.Lock()
         self._last_flush = time.monotonic()
-        if path is not None:
-            private_sqlite(path)
-            # several checkpoint workers share the file: an act's check and write hold across them
-            self._lock = SharedLock(f"{path}.lock")  # type: ignore[assignment]
-        # workers opening a new file together race to make the schema and switch to WAL: one at a time
-        with self._lock:
-            self._db = sqlite_utils.Database(sqlite3.connect(str(path or ":memory:"), check_same_thread=False))
-            if path is not None:
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.table("learnings").create(
-                {"id": str, "tenant": str, "agent": str, "agent_version": str, "tool": str, "status": str,
-                 "source": str, "code": str, "text": str, "severity": str, "severity_capped": int, "match": str,
-                 "suggested_match": str, "proposed_by": str, "proposed_at": float, "reviewed_by": str,
-                 "reviewed_at": float, "review_note": str, "occurrences": int, "last_occurrence_at": float,
-                 "triggers": int, "last_triggered_at": float, "stale_at": float, "provenance": str, "dedup": str},
-                pk="id", if_not_exists=True, not_null={"id", "tenant", "status"},
-            )
-            self._db.execute("create index if not exists learnings_dedup on learnings (dedup, status)")
+        # several checkpoint workers share the file: an act's check and write hold across them
+        self._db = store if store is not None else SqliteStore(path)
+        self._lock = self._db.lock
+        with self._lock:  # workers opening a new file together race to make the schema: one at a time
+            self._db.create_table("learnings", _COLUMNS, "id", not_null=("id", "tenant", "status"),
+                                  index=("dedup", "status"))
 
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, learning_id: str) -> dict[str, Any] | None:
         self.flush()
         with self._lock:
-            rows = list(self._db.query("select * from learnings where id = ?", [learning_id]))
+            rows = self._db.rows("learnings", {"id": learning_id})
         return self._shaped(rows[0]) if rows else None
 
     def rows(self, *, tenant: str = "", agent: str = "", status: str = "") -> list[dict[str, Any]]:
         """Learnings newest first, filtered by what is given."""
         self.flush()
-        where, params = [], []
-        for column, value in (("tenant", tenant), ("agent", agent), ("status", status)):
-            if value:
-                where.append(f"{column} = ?")
-                params.append(value)
-        sql = "select * from learnings" + (" where " + " and ".join(where) if where else "")
+        where = {column: value for column, value in (("tenant", tenant), ("agent", agent), ("status", status))
+                 if value}
         with self._lock:
-            rows = list(self._db.query(sql + " order by proposed_at desc, rowid desc", params))
+            rows = self._db.rows("learnings", where, order=("-proposed_at", "-" + INSERTED))
         return [self._shaped(r) for r in rows]
 
     def acting(self) -> list[dict[str, Any]]:
@@ -165,10 +162,8 @@ class LearningStore:
         self.flush()
         cutoff = self.clock() - self.stale_after
         with self._lock:
-            rows = list(self._db.query(
-                "select * from learnings where status = ? and max(coalesce(reviewed_at, 0), "
-                "coalesce(last_triggered_at, 0)) > ? order by id", [ACTIVE, cutoff]))
-        return [self._shaped(r) for r in rows]
+            rows = self._db.rows("learnings", {"status": ACTIVE}, order=("id",))
+        return [self._shaped(r) for r in rows if _last_seen(r) > cutoff]
 
     def _shaped(self, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row)
@@ -193,9 +188,7 @@ class LearningStore:
                 "agent_version": p.agent_version, "code": p.code, "time": iso(now), "tool": p.tool}
         key = _dedup_key(p)
         with self._lock:
-            found = list(self._db.query(
-                f"select * from learnings where dedup = ? and status in ({', '.join('?' for _ in OPEN)}) "
-                "order by proposed_at limit 1", [key, *OPEN]))
+            found = self._db.rows("learnings", {"dedup": key, "status": OPEN}, order=("proposed_at",), limit=1)
             if found:
                 row = found[0]
                 provenance = [*json.loads(row["provenance"] or "[]"), seen]
@@ -204,13 +197,12 @@ class LearningStore:
                                         {"source": p.source, "code": p.code, "occurrences": row["occurrences"] + 1,
                                          "run": p.run_id, "decision": p.decision_id})
                 record(change)
-                with self._db.conn:
-                    self._db.table("learnings").update(row["id"], {
+                with self._db.transaction():
+                    self._db.update("learnings", "id", (row["id"],), {
                         "occurrences": row["occurrences"] + 1, "last_occurrence_at": now,
                         "provenance": json.dumps(provenance)})
                 return change, self._get_locked(row["id"])
-            waiting = self._db.execute("select count(*) from learnings where tenant = ? and agent = ? and status = ?",
-                                       [p.tenant, p.agent, PROPOSED]).fetchone()[0]
+            waiting = len(self._db.rows("learnings", {"tenant": p.tenant, "agent": p.agent, "status": PROPOSED}))
             if waiting >= MAX_PROPOSED_PER_AGENT:  # a run cannot fill the store, nor bury the admin's list
                 raise LearningError("too_many_proposals", f"{waiting} learnings of agent {p.agent!r} already wait for "
                                     "review: an admin reviews them before more are taken")
@@ -221,10 +213,10 @@ class LearningStore:
                 "severity_capped": capped, "suggested_match": p.suggested_match, "run": p.run_id,
                 "decision": p.decision_id})
             record(change)
-            with self._db.conn:
-                self._db.table("learnings").insert({
+            with self._db.transaction():
+                self._db.insert("learnings", {
                     "id": learning_id, "tenant": p.tenant, "agent": p.agent, "agent_version": p.agent_version,
-                    "tool": p.tool, "status": PROPOSED, "source": p.source, "code": p.code, "text": text,
+                    "tool": p.tool, "status": states.next_state(LEARNING, None, "propose"), "source": p.source, "code": p.code, "text": text,
                     "severity": WARNING, "severity_capped": int(capped), "match": "",
                     "suggested_match": p.suggested_match, "proposed_by": p.by, "proposed_at": now,
                     "reviewed_by": "", "reviewed_at": None, "review_note": "", "occurrences": 1,
@@ -233,7 +225,7 @@ class LearningStore:
             return change, self._get_locked(learning_id)
 
     def _get_locked(self, learning_id: str) -> dict[str, Any]:
-        return self._shaped(next(iter(self._db.query("select * from learnings where id = ?", [learning_id]))))
+        return self._shaped(self._db.rows("learnings", {"id": learning_id})[0])
 
     # -- a person's acts ----------------------------------------------------------------------
 
@@ -244,18 +236,19 @@ class LearningStore:
         compiled by the caller (the policy set's CEL engine type-checks it)."""
         self.flush()
         with self._lock:
-            found = list(self._db.query("select * from learnings where id = ?", [learning_id]))
+            found = self._db.rows("learnings", {"id": learning_id})
             if not found:
                 raise LearningError("unknown_learning", f"no learning {learning_id[:40]!r}")
             row = found[0]
             status = row["status"]
-            if act in ("promote", "reject") and status != PROPOSED:
-                raise LearningError("not_pending", f"learning {learning_id} is {status}, not proposed")
-            if act in ("review", "retire") and status not in (ACTIVE, STALE):
-                raise LearningError("learning_not_active", f"learning {learning_id} is {status}: only an active "
-                                    "or stale learning is reviewed again or retired")
             if act not in ("promote", "review", "reject", "retire"):
                 raise LearningError("invalid_request", f"unknown act {act!r}")
+            try:
+                moved_to = states.next_state(LEARNING, status, act)
+            except states.Refused as refused:
+                raise LearningError(refused.code, f"learning {learning_id} is {status}, not proposed"
+                                    if refused.code == "not_pending" else f"learning {learning_id} is {status}: only "
+                                    "an active or stale learning is reviewed again or retired") from None
             now = self.clock()
             update: dict[str, Any] = {"reviewed_by": by, "reviewed_at": now, "review_note": note[:1000]}
             details: dict[str, Any] = {"note": note[:1000], "was": status}
@@ -268,17 +261,17 @@ class LearningStore:
                     raise LearningError("invalid_request", "a learning needs a match: a CEL condition over "
                                         "tool, args, agent, tenant")
                 text = text.strip()[:MAX_TEXT] or row["text"]
-                update.update(status=ACTIVE, severity=severity, match=match, text=text, stale_at=None)
+                update.update(status=moved_to, severity=severity, match=match, text=text, stale_at=None)
                 details.update(severity=severity, match=match, text=text)
                 edited = {k: row[k] for k in ("severity", "match", "text") if status != PROPOSED and row[k] != update[k]}
                 if edited:
                     details["before"] = edited
             else:
-                update["status"] = REJECTED if act == "reject" else RETIRED
+                update["status"] = moved_to
             change = LearningChange(act, learning_id, row["tenant"], row["agent"], row["agent_version"], by, details)
             record(change)
-            with self._db.conn:
-                self._db.table("learnings").update(learning_id, update)
+            with self._db.transaction():
+                self._db.update("learnings", "id", (learning_id,), update)
             return change, self._get_locked(learning_id)
 
     # -- acting, triggering, going stale -------------------------------------------------------
@@ -301,11 +294,12 @@ class LearningStore:
             self._last_flush = time.monotonic()
         if not pending:
             return
-        with self._lock, self._db.conn:
+        with self._lock, self._db.transaction():
             for learning_id, (when, count) in pending.items():
-                self._db.execute(
-                    "update learnings set last_triggered_at = max(coalesce(last_triggered_at, 0), ?), "
-                    "triggers = triggers + ? where id = ?", [when, count, learning_id])
+                for row in self._db.rows("learnings", {"id": learning_id}):
+                    self._db.update("learnings", "id", (learning_id,), {
+                        "last_triggered_at": max(row["last_triggered_at"] or 0, when),
+                        "triggers": (row["triggers"] or 0) + count})
 
     def sweep(self, *, record: Recorder = _no_record) -> list[LearningChange]:
         """Move every active learning nothing triggered (nor reviewed) for 90 days to stale.
@@ -315,21 +309,19 @@ class LearningStore:
         now = self.clock()
         changes = []
         with self._lock:
-            rows = list(self._db.query(
-                "select * from learnings where status = ? and max(coalesce(reviewed_at, 0), "
-                "coalesce(last_triggered_at, 0)) <= ? order by id", [ACTIVE, now - self.stale_after]))
-            for row in rows:
+            rows = self._db.rows("learnings", {"status": ACTIVE}, order=("id",))
+            for row in (r for r in rows if _last_seen(r) <= now - self.stale_after):
                 last = max(row["reviewed_at"] or 0, row["last_triggered_at"] or 0)
                 change = LearningChange("stale", row["id"], row["tenant"], row["agent"], row["agent_version"],
                                         SWEEPER, {"last_triggered": iso(row["last_triggered_at"]),
                                                   "reviewed": iso(row["reviewed_at"]), "since": iso(last)})
                 record(change)
-                with self._db.conn:
-                    self._db.table("learnings").update(row["id"], {"status": STALE, "stale_at": now})
+                with self._db.transaction():
+                    self._db.update("learnings", "id", (row["id"],), {
+                        "status": states.next_state(LEARNING, row["status"], "stale"), "stale_at": now})
                 changes.append(change)
         return changes
 
     def close(self) -> None:
         self.flush()
-        with self._lock:
-            self._db.conn.close()
+        self._db.close()

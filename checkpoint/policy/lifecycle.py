@@ -16,17 +16,20 @@ import json
 from typing import Any
 
 from checkpoint.policy.policyset import SCOPE_DIMENSIONS
-from warden.budget import FIELDS as BUDGET_FIELDS
 
-# A version's life in the catalog. `live`: what new runs pin. `superseded`: live once, replaced by
-# an approved change; a run may still pin it by id. `narrowed`: live once, replaced by an edit that
-# only narrows: pinning it would give back what the edit took away, so no new run may. `pending`:
-# proposed, waiting for review. `rejected`, `withdrawn` (a later proposal of the same source
-# replaced it) and `retired` may never be pinned by a new run; a run already pinned to a retired
-# version halts at its next check.
-LIVE, SUPERSEDED, NARROWED, PENDING, REJECTED, WITHDRAWN, RETIRED = (
-    "live", "superseded", "narrowed", "pending", "rejected", "withdrawn", "retired")
-UNPINNABLE = frozenset({NARROWED, PENDING, REJECTED, WITHDRAWN, RETIRED})
+# A version's life in the catalog is states.py's (one table for agents, skills, templates and
+# learnings); its names stay importable from here
+from checkpoint.policy.states import (  # noqa: F401
+    LIVE,
+    NARROWED,
+    PENDING,
+    REJECTED,
+    RETIRED,
+    SUPERSEDED,
+    UNPINNABLE,
+    WITHDRAWN,
+)
+from warden.budget import FIELDS as BUDGET_FIELDS
 
 
 def widenings(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.policy import PolicySet
+from checkpoint.policy.pinned import load as load_pinned
 from checkpoint.replay.report import Answer, DiffReport, Flip, Versions
 from checkpoint.replay.requests import NotReplayable, RunFacts, approval, rebuild
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -45,7 +46,8 @@ class Answers:
 def _answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
             now: datetime | None) -> Answer:
     try:
-        response = decide(policies, request, approver=approver, approved_rules=approved, now=now or _EPOCH)
+        response = decide(policies, request, approver=approver, approved_rules=approved, now=now or _EPOCH,
+                          pinned=load_pinned(policies, request))
     except InvalidRequest as exc:
         return Answer("DENY", exc.code, "request")
     return Answer(VERDICT_NAMES[response.verdict], response.code, response.rule)
@@ -122,7 +124,7 @@ def _replay_case(shown: str, case: Any, candidate: PolicySet, current: PolicySet
         approved = frozenset(r.name for r in policies.rules) if case.approved_by else frozenset()
         try:
             response = decide(policies, request, approver=case.approved_by or "", approved_rules=approved,
-                              now=case.now)
+                              now=case.now, pinned=load_pinned(policies, request))
         except InvalidRequest as exc:
             return Answer("INVALID", exc.code, "request")
         return Answer(VERDICT_NAMES[response.verdict], response.code, response.rule)

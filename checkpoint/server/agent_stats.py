@@ -24,7 +24,7 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import PermissionDenied
 
 if TYPE_CHECKING:
-    from checkpoint.audit import DecisionLog
+    from checkpoint.audit.port import DecisionLogStore
     from checkpoint.server.collaborators import PoliciesInForce
 
 log = logging.getLogger("warden.checkpoint.stats")
@@ -32,9 +32,10 @@ NEVER_RAN = frozenset({lifecycle.PENDING, lifecycle.REJECTED, lifecycle.WITHDRAW
 
 
 class AgentStatsReads:
-    def __init__(self, in_force: PoliciesInForce, decisions: DecisionLog):
+    def __init__(self, in_force: PoliciesInForce, decisions: DecisionLogStore):
         self.in_force = in_force
-        self.stats = AgentStats(decisions.path)
+        # the PostgreSQL log gives its own source; the SQLite one is read through its file
+        self.stats = AgentStats(decisions.path, source=getattr(decisions, "stats_source", None))
 
     def agent_stats(self, request: pb.AgentStatsRequest, caller: str) -> pb.AgentStatsResponse:
         policies = self.in_force.current()

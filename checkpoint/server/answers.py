@@ -9,6 +9,7 @@ from typing import Any
 
 from checkpoint.engine import decide
 from checkpoint.policy import PolicySet
+from checkpoint.policy.pinned import load as load_pinned
 from checkpoint.policy.principals import Principal
 from checkpoint.policy.roles import role_refusal
 from checkpoint.server import convert
@@ -37,7 +38,8 @@ def shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str, 
     held to a pinned revision's answer as the enforced one is. It never changes the enforced
     answer: any failure here is recorded as the shadow's own."""
     try:
-        shadow = decide(policies.shadow(), request, approver=approver, approved_rules=approved, now=now)
+        shadow = decide(policies.shadow(), request, approver=approver, approved_rules=approved, now=now,
+                        pinned=load_pinned(policies, request))
         if pinned_answer is not None:
             shadow = stricter(shadow, pinned_answer, revision)
         if request.WhichOneof("action") == "delegation":

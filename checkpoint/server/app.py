@@ -20,9 +20,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from checkpoint.audit import DecisionLog
 from checkpoint.audit.heads import DEFAULT_INTERVAL_SECONDS as DEFAULT_HEAD_INTERVAL
 from checkpoint.audit.heads import HeadSigner
+from checkpoint.audit.port import DecisionLogStore
 from checkpoint.audit.rotate import AutoRotate
 from checkpoint.policy import AgentCatalog, input_schemas
 from checkpoint.policy.learnings import LearningStore
@@ -33,7 +33,7 @@ from checkpoint.server.ratelimit import PeerLimiter
 from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
 from checkpoint.server.service import CheckpointService
 from checkpoint.server.shared_state import SharedStateWatch
-from checkpoint.server.stores import CheckpointStores, open_stores, store_url
+from checkpoint.server.stores import CheckpointStores, decision_log, open_stores, store_url
 from warden import tracing
 from warden.auth import AuthPolicy, OnRefused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -72,7 +72,7 @@ class CheckpointServer:
         service: CheckpointService,
         store: PolicyStore,
         watcher: PolicyWatcher | None,
-        decisions: DecisionLog,
+        decisions: DecisionLogStore,
         health_servicer: health.HealthServicer,
         metrics_server: MetricsServer | None,
         uds_path: Path | None,
@@ -209,6 +209,8 @@ def create_server(
     `store`: where the single-use store keeps approvals spent, act ids taken and runs ended: unset,
     SQLite in the data folder; a PostgreSQL URL, one database that replicas share (docs/fleet.md,
     "Checkpoint replicas"), whose schema must be current (StoreError otherwise, before anything binds).
+    The decision log goes where `store` says too: DATA/decisions.db, or the table every replica
+    appends to before it answers (docs/fleet.md, "One decision log").
     """
     data = Path(data_dir)
     private_folder(data)
@@ -247,15 +249,18 @@ def create_server(
     # first: a store that cannot open (unreachable, schema not current) stops the start with nothing opened
     stores = open_stores(store_url(store, data), run_token_ttl=run_token_ttl,
                          on_current=lambda current: publish("store", current))
-    policy_store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
+    catalog = AgentCatalog(store=stores.catalog) if stores.catalog is not None else AgentCatalog(data / "catalog.db")
+    policy_store = PolicyStore(policy_dir, catalog, on_change=on_reload)
     try:
-        decisions = DecisionLog(data / "decisions.db", synchronous=log_synchronous, shared=shared)  # type: ignore[arg-type]
+        if stores.url.is_postgresql and (rotate_bytes or rotate_age):
+            raise ValueError("rotation seals SQLite files: a PostgreSQL decision log is not rotated (docs/fleet.md)")
+        decisions = decision_log(stores.url, data, synchronous=log_synchronous, shared=shared)
     except BaseException:
         stores.close()
         raise
     decisions.on_writable(lambda writable: publish("log", writable))
     try:
-        head_signer = None if shared else HeadSigner(decisions.head, data / "decisions.db", interval=head_interval)
+        head_signer = None if shared else HeadSigner(decisions.head, decisions.path, interval=head_interval)
     except BaseException:
         decisions.close()
         stores.close()
@@ -267,11 +272,19 @@ def create_server(
         stores.close()
         raise
     service = CheckpointService(policy_store, decisions, key, metrics, stores.single_use,
-                                learnings=LearningStore(data / "learnings.db"), token_keys=token_keys,
+                                learnings=_learnings(stores, data), token_keys=token_keys,
                                 run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl)
-    if shared:
+    if shared and stores.catalog_feed is None:
         service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], policy_store.refresh).sync
     policy_store.reload()  # after the service: what the first load changes in the catalog is recorded
+    if stores.catalog_feed is not None:  # a shared store: other replicas' acts, in force here within a second
+        try:
+            stores.catalog_feed.start(lambda: policy_store.refresh(strict=True))
+        except BaseException:
+            decisions.close()
+            stores.close()
+            raise
+        service.in_force.catalog_current = stores.catalog_feed.require_current
     metrics.registry.register(AgentStatsCollector(service.agent_stats.stats))  # computed on scrape
 
     gate = Drain(metrics.server, per_call=False)
@@ -311,7 +324,7 @@ def create_server(
         if watch_interval
         else None
     )
-    rotator = (AutoRotate(data / "decisions.db", rotate_bytes, rotate_age, rotate_interval)
+    rotator = (AutoRotate(decisions.path, rotate_bytes, rotate_age, rotate_interval)
                if rotate_bytes or rotate_age else None)
     checkpoint = CheckpointServer(
         server, service, policy_store, watcher, decisions, health_servicer, metrics_server, uds, head_signer, gate, rotator,
@@ -320,6 +333,11 @@ def create_server(
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
     return checkpoint, port
+
+
+def _learnings(stores: CheckpointStores, data: Path) -> LearningStore:
+    """The learnings where the catalog is: the shared database, or learnings.db in the data folder."""
+    return LearningStore(store=stores.learnings) if stores.learnings is not None else LearningStore(data / "learnings.db")
 
 
 def _record_unauthenticated(service: CheckpointService, limiter: PeerLimiter) -> OnRefused:

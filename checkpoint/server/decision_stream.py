@@ -14,14 +14,14 @@ from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import InvalidArgument, PermissionDenied
 
 if TYPE_CHECKING:
-    from checkpoint.audit import DecisionLog
+    from checkpoint.audit.port import DecisionLogStore
     from checkpoint.server.collaborators import PoliciesInForce
 
 
 
 
 class DecisionStream:
-    def __init__(self, in_force: PoliciesInForce, decisions: DecisionLog):
+    def __init__(self, in_force: PoliciesInForce, decisions: DecisionLogStore):
         self.in_force = in_force
         self.log = decisions
         self._stops: set[threading.Event] = set()  # the open streams', so a drain can end them

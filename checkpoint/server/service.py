@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from checkpoint.audit import DecisionLog
 from checkpoint.audit.bounded import bound_refusal
+from checkpoint.audit.port import DecisionLogStore
 from checkpoint.audit.record import CanonicalJson, DecisionRecord, json_column
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.policy import PolicySet
@@ -93,7 +93,7 @@ class CheckpointService:
     def __init__(
         self,
         store: PolicyStore,
-        decisions: DecisionLog,
+        decisions: DecisionLogStore,
         key: grants.SigningKey,
         metrics: Metrics,
         single_use: SingleUseStore,
@@ -220,7 +220,11 @@ class CheckpointService:
         assert established is not None
         approver = call.approval.approver if call.approval else ""
         approved = call.approval.rules if call.approval else frozenset()
-        response = decide(policies, request, approver=approver, approved_rules=approved, now=now)
+        # the catalog is read here, before decide(), which reads no file nor database; on a shared
+        # store, only a catalog known current is decided on
+        self.in_force.require_current_catalog()
+        response = decide(policies, request, approver=approver, approved_rules=approved, now=now,
+                          pinned=self.in_force.pinned_versions(policies, request))
         pinned_answer = None
         pinned_revision = established.revision
         # the revision the run began under, and the one its agent version was reviewed with: edits
@@ -230,7 +234,8 @@ class CheckpointService:
             pinned = self.pins.get(policies, revision)
             if pinned is policies:
                 continue
-            answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now)
+            answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now,
+                            pinned=self.in_force.pinned_versions(pinned, request))
             if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
                 kept = pb.CheckResponse()
                 kept.CopyFrom(answer)

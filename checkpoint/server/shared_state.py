@@ -3,7 +3,8 @@
 A worker that approves, retires or promotes refreshes its own policy set at once; the others
 must not go on deciding under the old catalog or learnings. SQLite's `PRAGMA data_version`
 changes on a connection whenever another connection committed to the file, and costs a few
-microseconds, so each request asks it (on a read-only connection of its own per store) and
+microseconds, so each request asks it (the store module's `ChangeCounter`: a read-only connection
+of its own per store) and
 refreshes the policy set first when either store moved. Requests wait for that refresh: an
 act another worker has answered binds every decision that starts after the answer.
 """
@@ -11,27 +12,24 @@ act another worker has answered binds every decision that starts after the answe
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
+
+from checkpoint.policy.sqlite_store import ChangeCounter
 
 log = logging.getLogger("warden.checkpoint.shared")
 
 
 class SharedStateWatch:
     def __init__(self, paths: list[Path], refresh: Callable[[], None]):
-        self._conns = [
-            sqlite3.connect(f"file:{quote(str(p.resolve()))}?mode=ro", uri=True, check_same_thread=False)
-            for p in paths
-        ]
+        self._counters = [ChangeCounter(p) for p in paths]
         self._refresh = refresh
         self._lock = threading.Lock()
         self._versions = self._read()
 
     def _read(self) -> list[int]:
-        return [conn.execute("PRAGMA data_version").fetchone()[0] for conn in self._conns]
+        return [counter.read() for counter in self._counters]
 
     def sync(self) -> None:
         # Asked without the lock first: on every request of every handler thread, a lock held
@@ -51,5 +49,5 @@ class SharedStateWatch:
 
     def close(self) -> None:
         with self._lock:
-            for conn in self._conns:
-                conn.close()
+            for counter in self._counters:
+                counter.close()

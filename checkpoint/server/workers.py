@@ -302,13 +302,21 @@ def serve_workers(count: int, *, address: str | None, uds_path: str | Path | Non
     from checkpoint.audit.reader import DecisionReader
     from checkpoint.audit.record import GENESIS_HASH
     from checkpoint.server.app import serve
+    from checkpoint.server.stores import store_url
 
     if not address:
         raise ValueError("--workers above 1 needs a TCP --address (a Unix socket cannot be shared)")
     address = claim_port(address)
     log_path = Path(data_dir) / "decisions.db"
 
+    store = kwargs.get("store")
+    shared_log = store_url(store, data_dir).is_postgresql if store else False
+
     def head() -> tuple[int, str]:
+        if shared_log:  # the workers write the table a fleet shares: its head is the one to sign
+            from checkpoint.audit.backends import fleet_head
+
+            return fleet_head(store_url(store, data_dir)) or (0, GENESIS_HASH)
         if not log_path.exists():
             return 0, GENESIS_HASH
         return DecisionReader(log_path).head() or (0, GENESIS_HASH)

@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from checkpoint.engine import InvalidRequest, decide
-from checkpoint.policy import PolicySet, load_policy_dir
+from checkpoint.policy import PolicySet, load_policy_dir, pinned
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,9 +101,10 @@ class Outcome:
 
 
 def outcome(p: PolicySet, request: pb.CheckRequest, approver: str = "") -> Outcome:
-    """`approver`: a person's approval the service verified (the engine never reads one from the request)."""
+    """`approver`: a person's approval the service verified (the engine never reads one from the request).
+    The versions the request names are read from the catalog first, as the server reads them."""
     try:
-        r = decide(p, request, approver=approver,
+        r = decide(p, request, approver=approver, pinned=pinned.load(p, request),
                    approved_rules=frozenset(rule.name for rule in p.rules) if approver else frozenset())
     except InvalidRequest as exc:
         return Outcome("INVALID", exc.code, exc.field, exc.message, None)

@@ -1,4 +1,4 @@
-"""The agent catalog's own SQL (checkpoint/policy/sqlrows.py) against catalogs sqlite-utils made:
+"""The agent catalog's own SQL (checkpoint/policy/sqlite_store.py) against catalogs sqlite-utils made:
 the same tables, older files upgraded in place, and an act's rows written together or not at all."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 import sqlite_utils
 from ckpt_helpers import FOLDERS
 
-from checkpoint.policy import AgentCatalog, load_policy_dir, sqlrows
+from checkpoint.policy import AgentCatalog, load_policy_dir
+from checkpoint.policy import sqlite_store as sqlrows
 
 # The tables as sqlite-utils made them before the catalog used plain sqlite3 (without the
 # `proposed_for` columns, added later): a catalog file from then.

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checkpoint.engine import decide
-from checkpoint.policy import load_policy_dir
+from checkpoint.policy import load_policy_dir, pinned
 from checkpoint.policy.catalog import AgentCatalog
 from checkpoint.policy.lifecycle import widenings
 from warden.budget import FIELDS as BUDGET_FIELDS
@@ -166,7 +166,7 @@ def test_a_management_tool_is_refused_on_a_version_restored_from_the_catalog(tmp
     restored = fresh.agent_version("worker", old)
     assert restored is not None and "tweak" in restored.tools
     request = build(fresh, chain=("worker",), tool="tweak", args={}, versions={"worker": old})
-    response = decide(fresh, request)
+    response = decide(fresh, request, pinned=pinned.load(fresh, request))
     assert (response.verdict, response.code) == (pb.VERDICT_DENY, "agent_management_tool")
 
 

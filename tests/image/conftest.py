@@ -2,7 +2,7 @@
 scripts/build-warden-image.sh, and a real container of it with its port published on 127.0.0.1.
 
 Without a Docker engine, or when the image cannot be built, these tests FAIL (never skip) with
-what the script said. No container these tests start outlives them (label warden.test=image).
+what the script said. No container these tests start outlives them (label warden.test=image-PID, one per test run).
 """
 
 from __future__ import annotations

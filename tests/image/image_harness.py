@@ -4,6 +4,7 @@ and the data folder an operator would give it."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -15,8 +16,22 @@ from warden.grants import SigningKey
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "warden:local"
 UID = 10001  # the image's user (deploy/Dockerfile)
-LABEL = "warden.test=image"
+# one label per test process: two test runs on one engine (CI beside a developer's run) must
+# neither count nor remove each other's containers
+LABEL = f"warden.test=image-{os.getpid()}"
 DRIVER_TOKEN = "image-test-driver-token-0123456789"
+
+
+def compose_command() -> list[str]:
+    """Debian's docker-compose, else the `docker compose` plugin; a failure (never a skip) without."""
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    import pytest
+
+    pytest.fail("neither docker-compose nor the `docker compose` plugin is installed: "
+                "apt-get install -y docker-compose", pytrace=False)
 
 
 def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -5,26 +5,17 @@ warden-all image and a Docker socket for the toolrunner; docs/deploy.md shows it
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from image_harness import compose_command
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"
 SERVING = {"checkpoint": "7401", "toolrunner": "7402", "driver": "7403"}
-
-
-def compose_command() -> list[str]:
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    pytest.fail("neither docker-compose nor the `docker compose` plugin is installed: "
-                "apt-get install -y docker-compose", pytrace=False)
 
 
 def config(**env: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from checkpoint.audit import DecisionReader
+from checkpoint.audit import DecisionLog, DecisionReader
 from checkpoint.server import AuthPolicy, CheckpointServer, create_server
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
@@ -67,7 +67,8 @@ class Running:
     def records(self, *, catalog: bool = False) -> list[dict]:
         """The decision log; without `catalog`, less the records of the agent catalog (every agent
         going live at the first load is one), which tests about other acts need not count."""
-        found = DecisionReader(self.data / "decisions.db").read()
+        log = self.server.log  # the data folder's file, or the table a fleet shares on PostgreSQL
+        found = DecisionReader(self.data / "decisions.db").read() if isinstance(log, DecisionLog) else log.read()
         return [r for r in found if catalog or r["action"] != "catalog"]
 
     def version(self, agent: str) -> str:

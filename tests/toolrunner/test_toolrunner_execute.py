@@ -182,7 +182,7 @@ def test_an_injected_secret_echoed_by_the_tool_comes_back_masked(harness: Harnes
 def test_env_piped_through_base64_does_not_leak_the_secrets(harness: Harness) -> None:
     import base64
 
-    from toolrunner.scrub import base64_offset_forms
+    from warden.scrub import base64_offset_forms
 
     receipt = harness.execute("env_base64", {})
     assert receipt.exit_code == 0 and receipt.output.count("\n") > 1  # wrapped like `env | base64`

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 
 from toolrunner.output import CappedOutput
-from toolrunner.scrub import Scrubber, StreamScrubber
+from warden.scrub import Scrubber, StreamScrubber
 
 SECRET = "hunter2-Sup3r/Secret+Value="
 
@@ -138,7 +138,7 @@ TOKEN = b"tok_9fA7qZ2xK4mN8pR1"
 
 def _leaks(output: str, secret: bytes) -> bool:
     """Whether any base64 spelling of `secret` survives in `output`, line breaks ignored."""
-    from toolrunner.scrub import base64_offset_forms
+    from warden.scrub import base64_offset_forms
 
     joined = output.replace("\n", "")
     return any(form in joined for form in base64_offset_forms(secret))

@@ -12,6 +12,7 @@ from checkpoint.audit.cli.output import print_stream, print_table, write_csv, wr
 from checkpoint.audit.moments import since
 
 if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
+    from checkpoint.audit.port import DecisionLogReader
     from checkpoint.audit.reader import DecisionReader
     from checkpoint.audit.store import Filters
 
@@ -40,6 +41,31 @@ def log_reader(args: argparse.Namespace, *, manifest: bool = True) -> DecisionRe
     return DecisionReader(path)
 
 
+def any_log_reader(args: argparse.Namespace, *, manifest: bool = True) -> DecisionLogReader | None:
+    """`log_reader`, or the reader of the PostgreSQL log `--store` (or WARDEN_STORE) names."""
+    from checkpoint.audit.errors import AuditUnavailable
+    from warden.store.errors import StoreUrlInvalid
+    from warden.store.url import store_of
+
+    if not getattr(args, "store", None) or args.log:
+        return log_reader(args, manifest=manifest)
+    try:
+        url = store_of(args, args.data)
+    except StoreUrlInvalid as exc:
+        print(f"warden audit: {exc}", file=sys.stderr)
+        return None
+    if not url.is_postgresql:
+        args.log = str(url.sqlite_file("decisions.db"))
+        return log_reader(args, manifest=manifest)
+    from checkpoint.audit.backends import open_reader
+
+    try:
+        return open_reader(url)
+    except AuditUnavailable as exc:
+        print(f"warden audit: {exc}", file=sys.stderr)
+        return None
+
+
 def _filters(args: argparse.Namespace) -> Filters:
     return {
         "run_id": args.run,
@@ -65,7 +91,7 @@ def _filters(args: argparse.Namespace) -> Filters:
 
 
 def tail_command(args: argparse.Namespace) -> int:
-    reader = log_reader(args)
+    reader = any_log_reader(args)
     if reader is None:
         return EXIT_USAGE
     records = reader.tail(max(args.n, 0), **_filters(args)) if args.n > 0 else []
@@ -81,7 +107,7 @@ def tail_command(args: argparse.Namespace) -> int:
 
 
 def query_command(args: argparse.Namespace) -> int:
-    reader = log_reader(args)
+    reader = any_log_reader(args)
     if reader is None:
         return EXIT_USAGE
     limit = None if args.all else max(args.limit, 0)
@@ -106,7 +132,7 @@ def _log_path(args: argparse.Namespace) -> Path:
 
 
 def verify_command(args: argparse.Namespace) -> int:
-    reader = log_reader(args, manifest=False)
+    reader = any_log_reader(args, manifest=False)
     if reader is None:
         return EXIT_USAGE
     from checkpoint.audit import heads
@@ -208,7 +234,7 @@ def prune_command(args: argparse.Namespace) -> int:
 def pubkey_command(args: argparse.Namespace) -> int:
     from checkpoint.audit import heads
 
-    if log_reader(args) is None:  # a wrong folder is an error, whatever the command reads
+    if any_log_reader(args) is None:  # a wrong folder is an error, whatever the command reads
         return EXIT_USAGE
 
     path = heads.key_path(_log_path(args))
@@ -226,7 +252,7 @@ def pubkey_command(args: argparse.Namespace) -> int:
 def anchors_command(args: argparse.Namespace) -> int:
     from checkpoint.audit import heads
 
-    if log_reader(args) is None:  # a wrong folder is an error, whatever the command reads
+    if any_log_reader(args) is None:  # a wrong folder is an error, whatever the command reads
         return EXIT_USAGE
 
     path = heads.heads_path(_log_path(args))
@@ -246,7 +272,7 @@ def anchors_command(args: argparse.Namespace) -> int:
 
 
 def head_command(args: argparse.Namespace) -> int:
-    reader = log_reader(args)
+    reader = any_log_reader(args)
     if reader is None:
         return EXIT_USAGE
     seq, digest = reader.head() or (0, "0" * 64)
@@ -255,10 +281,12 @@ def head_command(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    reader = log_reader(args)
+    from checkpoint.audit.reader import DecisionReader
+
+    reader = any_log_reader(args)
     if reader is None:
         return EXIT_USAGE
-    if args.after > 0:
+    if args.after > 0 and isinstance(reader, DecisionReader):  # only the SQLite log prunes
         from checkpoint.audit import segments
 
         start = segments.read_manifest(reader.path).start[0]
@@ -292,7 +320,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if log_reader(args) is None:
+    reader = any_log_reader(args)
+    if reader is None:
         return EXIT_USAGE
     host, _, port_text = args.address.rpartition(":")
     host = host.strip("[]")
@@ -318,9 +347,12 @@ def serve_command(args: argparse.Namespace) -> int:
     except (OSError, TokenFileError, PolicyLoadError) as exc:
         print(f"warden audit serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from checkpoint.audit.pg_reader import PgDecisionReader
+
     views = DecisionViews(log_path, verify_interval=args.verify_interval,
                           anchors_path=Path(args.anchors) if args.anchors else None,
-                          pubkey_path=Path(args.pubkey) if args.pubkey else None)
+                          pubkey_path=Path(args.pubkey) if args.pubkey else None,
+                          shared=reader if isinstance(reader, PgDecisionReader) else None)
     try:
         server = make_server(host, int(port_text), gate, views)
     except OSError as exc:

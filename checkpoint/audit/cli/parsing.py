@@ -10,6 +10,7 @@ from checkpoint.audit.cli import commands
 from checkpoint.audit.cli.commands import EXIT_USAGE
 from checkpoint.audit.moments import since
 from warden.config import what_to_act_on
+from warden.store.url import add_store_flags
 
 DEFAULT_WEB_ADDRESS = "127.0.0.1:7405"
 DEFAULT_LIMIT = 1000  # a query prints at most this many unless told otherwise (--limit, --all)
@@ -33,6 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="data folder; the log is DIR/decisions.db (default ./.warden)",
     )
     group.add_argument("--log", metavar="FILE", help="the decision log file itself")
+    # the log a fleet shares on PostgreSQL (docs/fleet.md); read by tail, query, verify, head, export, ship, serve,
+    # and checked to exist by pubkey and anchors (which print the data folder's key and signed heads)
+    shared = argparse.ArgumentParser(add_help=False)
+    add_store_flags(shared)
 
     window = argparse.ArgumentParser(add_help=False)
     window.add_argument("--since", type=since, metavar="WHEN",
@@ -80,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what_to_act_on(filters, window)
 
     tail = subcommands.add_parser(
-        "tail", parents=[where, filters], help="the last records; --follow for new ones"
+        "tail", parents=[where, shared, filters], help="the last records; --follow for new ones"
     )
     tail.add_argument(
         "-n", type=int, default=10, metavar="N", help="how many records to show first (default 10)"
@@ -91,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tail.add_argument("--format", choices=["line", "jsonl"], default="line")
     tail.set_defaults(func=commands.tail_command)
 
-    query = subcommands.add_parser("query", parents=[where, filters, window], help="records matching filters")
+    query = subcommands.add_parser("query", parents=[where, shared, filters, window], help="records matching filters")
     what_to_act_on(query.add_argument("--after", type=int, default=0, metavar="SEQ", help="only records after this seq"))
     limit = query.add_mutually_exclusive_group()
     limit.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
@@ -102,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     verify = subcommands.add_parser(
         "verify",
-        parents=[where],
+        parents=[where, shared],
         help="check the hash chain; exit 1 naming the first broken record",
         description="Recompute every record's hash and link, across the sealed segments (each file as sealed, "
         "each manifest line signed) and the live file; a log whose oldest segments were pruned is proved from "
@@ -135,19 +140,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.set_defaults(func=commands.verify_command)
 
     pubkey = subcommands.add_parser(
-        "pubkey", parents=[where], help="print the public key the checkpoint signs heads with (PEM)"
+        "pubkey", parents=[where, shared], help="print the public key the checkpoint signs heads with (PEM)"
     )
     pubkey.set_defaults(func=commands.pubkey_command)
 
     anchors = subcommands.add_parser(
-        "anchors", parents=[where], help="print the signed heads (JSON lines), to keep elsewhere"
+        "anchors", parents=[where, shared], help="print the signed heads (JSON lines), to keep elsewhere"
     )
     anchors.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     what_to_act_on(anchors.add_argument("--after", type=int, default=0, metavar="SEQ", help="only heads after this seq"))
     anchors.set_defaults(func=commands.anchors_command)
 
     head = subcommands.add_parser(
-        "head", parents=[where], help="print the last seq and hash, to keep elsewhere as an anchor"
+        "head", parents=[where, shared], help="print the last seq and hash, to keep elsewhere as an anchor"
     )
     head.set_defaults(func=commands.head_command)
 
@@ -177,7 +182,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prune.set_defaults(func=commands.prune_command)
 
     export = subcommands.add_parser(
-        "export", parents=[where, filters, window], help="JSON lines for a SIEM, with hashes"
+        "export", parents=[where, shared, filters, window], help="JSON lines for a SIEM, with hashes"
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     what_to_act_on(export.add_argument(
@@ -191,11 +196,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     from checkpoint.audit import ship_cli  # its own module: argparse only, the shipping loads when it runs
 
-    ship_cli.register(subcommands, where, commands.log_reader)
+    ship_cli.register(subcommands, where, commands.any_log_reader, shared)
 
     serve = subcommands.add_parser(
         "serve",
-        parents=[where],
+        parents=[where, shared],
         help="a read-only web view of the log for auditors, behind their checkpoint credential",
         description="Serve a read-only web page and JSON API (/api/...) over the decision log: the live "
         "decision stream with filters, a run's timeline with its delegation tree, breaker trips and "

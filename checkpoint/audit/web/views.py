@@ -11,7 +11,7 @@ import threading
 import time
 from itertools import islice
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from checkpoint.audit import heads
 from checkpoint.audit.record import from_row
@@ -19,6 +19,9 @@ from checkpoint.audit.spans import Spans
 from checkpoint.audit.stats import BREAKER_PREFIX, END_ACT, AgentStats
 from checkpoint.audit.store import Filters
 from checkpoint.audit.verify import Anchor
+
+if TYPE_CHECKING:
+    from checkpoint.audit.pg_reader import PgDecisionReader, PgSpans
 
 DEFAULT_LIMIT = 200
 MAX_LIMIT = 1000
@@ -30,9 +33,13 @@ APPROVAL_ACTS = ("approval", "rejection")
 
 class DecisionViews:
     def __init__(self, log_path: Path, *, verify_interval: float = 5.0,
-                 anchors_path: Path | None = None, pubkey_path: Path | None = None) -> None:
+                 anchors_path: Path | None = None, pubkey_path: Path | None = None,
+                 shared: PgDecisionReader | None = None) -> None:
+        """`shared`: the PostgreSQL log a fleet shares, read instead of the file at `log_path`
+        (whose folder still holds the signed heads and key the chain is checked against)."""
         self.log_path = Path(log_path)
-        self.stats = AgentStats(self.log_path)
+        self._shared = shared
+        self.stats = AgentStats(self.log_path, source=shared)
         self.verify_interval = verify_interval
         self.anchors_path = anchors_path
         self.pubkey_path = pubkey_path
@@ -154,7 +161,7 @@ class DecisionViews:
             return {"ok": False, "checked": 0, "head_seq": 0, "head_hash": "", "broken_seq": None,
                     "reason": "anchor_signature", "detail": anchors, "anchors": 0, "anchors_note": anchor_note,
                     "checked_at": checked_at}
-        report = DecisionReader(self.log_path).verify(anchors=anchors)
+        report = (self._shared or DecisionReader(self.log_path)).verify(anchors=anchors)
         return {"ok": report.ok, "checked": report.checked, "head_seq": report.head_seq,
                 "head_hash": report.head_hash, "broken_seq": report.broken_seq, "reason": report.reason,
                 "detail": report.detail, "anchors": len(anchors), "anchors_note": anchor_note,
@@ -193,8 +200,13 @@ class DecisionViews:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _reader(self) -> Spans:
-        """The log's segments and live file, read-only, for one answer (closed by `with`)."""
+    def _reader(self) -> Spans | PgSpans:
+        """The log's segments and live file, read-only, for one answer (closed by `with`); or the
+        PostgreSQL log's rows."""
+        if self._shared is not None:
+            from checkpoint.audit.pg_reader import PgSpans
+
+            return PgSpans(self._shared)
         return Spans(self.log_path)
 
 

@@ -1,4 +1,5 @@
-"""Masking secrets and credentials in tool output before it leaves the runner.
+"""Masking secrets and credentials in tool output before it leaves warden: the toolrunner's
+output, and the MCP gateway's results.
 
 Three layers, applied to the same text in one pass (overlapping finds are merged):
 

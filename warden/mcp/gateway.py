@@ -1,0 +1,178 @@
+"""The gateway's MCP server: tools/list from the policy, tools/call as a Check() first.
+
+Each principal (the stdio launcher's configured identity, or an HTTP client's token) has one run,
+started for its person and agent when it first lists or calls; nothing is taken from the client's
+own `clientInfo` or from a transport session. The checkpoint is called from a worker thread (its
+client is sync).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.shared.exceptions import MCPError
+
+from warden.client import (
+    ApprovalInbox,
+    ApprovalOutcome,
+    Asked,
+    CheckpointClient,
+    CheckpointUnavailable,
+    ClientError,
+    Decision,
+    Run,
+)
+from warden.client.runs import call_digest
+from warden.mcp import catalog, codes
+from warden.mcp.pins import Pins
+from warden.mcp.principals import Principals
+from warden.mcp.results import refusal, scrubbed
+from warden.mcp.settings import Client, Settings
+from warden.mcp.upstreams import Upstreams
+
+INTERNAL_ERROR = -32603
+UNAUTHENTICATED = "unauthenticated"
+
+
+@dataclass
+class _Served:
+    """One principal's run, the tools it was last shown, and its calls that wait for a person."""
+
+    run: Run
+    tools: dict[str, catalog.Exposed] = field(default_factory=dict)
+    waiting: dict[str, str] = field(default_factory=dict)  # call digest -> the REQUIRE_APPROVAL decision
+    # a client may send calls at once: each reads and updates the run's counters in turn, so the
+    # breakers count every one
+    checking: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+class Gateway:
+    def __init__(self, settings: Settings, checkpoint: CheckpointClient, upstreams: Upstreams, pins: Pins,
+                 inbox: ApprovalInbox, principals: Principals) -> None:
+        self.settings = settings
+        self.checkpoint = checkpoint
+        self.upstreams = upstreams
+        self.pins = pins
+        self.inbox = inbox
+        self.principals = principals
+        self.served: dict[str, _Served] = {}
+        self._lock = anyio.Lock()
+
+    def server(self) -> Server:
+        return Server("warden-mcp", version="1", on_list_tools=self.list_tools, on_call_tool=self.call_tool,
+                      instructions="Tools governed by warden: a refused call says why, with a stable code.")
+
+    async def _served(self, who: Client) -> _Served:
+        async with self._lock:
+            if who.name not in self.served:
+                run = await anyio.to_thread.run_sync(lambda: self.checkpoint.start_run(
+                    person=who.person, agent=who.agent, tenant=who.tenant, inputs={"client": "mcp", "principal": who.name}))
+                self.served[who.name] = _Served(run)
+            return self.served[who.name]
+
+    async def _refresh(self, served: _Served) -> None:
+        served.tools = catalog.build(await self.upstreams.listings(), frozenset(served.run.tools), self.pins)
+
+    async def list_tools(self, ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        who = self.principals.of(ctx)
+        if who is None:
+            raise MCPError(INTERNAL_ERROR, f"warden: {UNAUTHENTICATED}: no credential the gateway knows")
+        try:
+            served = await self._served(who)
+        except ClientError as exc:
+            raise MCPError(INTERNAL_ERROR, f"warden: {exc.code}: {exc.message}") from None
+        await self._refresh(served)
+        return types.ListToolsResult(tools=[t.tool for t in served.tools.values() if not t.refused])
+
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments = dict(params.arguments or {})
+        who = self.principals.of(ctx)
+        if who is None:
+            return refusal(UNAUTHENTICATED, "no credential the gateway knows")
+        try:
+            served = await self._served(who)
+        except CheckpointUnavailable as exc:
+            return refusal(codes.CHECKPOINT_UNAVAILABLE, exc.message)
+        except ClientError as exc:
+            return refusal(exc.code, exc.message)
+        run = served.run
+        exposed = served.tools.get(params.name)
+        if exposed is None:  # a client may call before it lists: ask the upstreams now, never trust a list
+            await self._refresh(served)
+            exposed = served.tools.get(params.name)
+        if exposed is None:
+            return await self._never_shown(run, params.name, arguments)
+        if exposed.refused:
+            return refusal(exposed.refused, f"the upstream's tool {exposed.upstream_name!r} is refused "
+                           f"({exposed.refused}); a person must review it (`warden mcp pins`)")
+        call = call_digest(exposed.name, arguments)
+        approval: ApprovalOutcome | None = None
+        if call in served.waiting:
+            approval = self.inbox.take(served.waiting[call])
+            if approval is None:
+                return refusal(codes.APPROVAL_PENDING, "a person has not answered yet: try the same call again "
+                               "once they have", approval_id=served.waiting[call])
+            del served.waiting[call]
+            if not approval.approved:
+                return refusal(codes.APPROVAL_REJECTED, "a person rejected this call",
+                               approval_id=approval.decision_id)
+        try:
+            async with served.checking:
+                decision = await anyio.to_thread.run_sync(
+                    lambda: self.checkpoint.check(run, exposed.name, arguments, approval=approval))
+        except CheckpointUnavailable as exc:
+            return refusal(codes.CHECKPOINT_UNAVAILABLE, exc.message)
+        except ClientError as exc:
+            return refusal(exc.code, exc.message)
+        if decision.verdict == "REQUIRE_APPROVAL":
+            return self._ask(who, served, exposed.name, arguments, call, decision)
+        if decision.verdict == "HALT":
+            return await self._halt(run, decision)
+        if not decision.allowed:
+            return refusal(decision.code, decision.reason, verdict=decision.verdict, decision_id=decision.decision_id)
+        return await self._forward(run, exposed, decision.arguments or arguments)
+
+    async def _halt(self, run: Run, decision: Decision) -> types.CallToolResult:
+        """A HALT ends the run's calls: its end is recorded, so the checkpoint refuses every later
+        call of it (`run_ended`, on the record); a new gateway starts a new run."""
+        try:
+            await anyio.to_thread.run_sync(lambda: self.checkpoint.end_run(run, status="failed", code=decision.code))
+        except ClientError:
+            pass  # the HALT stands either way; an end not recorded leaves the breaker to trip again
+        return refusal(decision.code, f"{decision.reason}; this run's calls have ended",
+                       verdict=decision.verdict, decision_id=decision.decision_id)
+
+    async def _never_shown(self, run: Run, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """A call of a tool this client was never shown is still a Check, so it is on the record
+        with the principal; whatever the answer, no upstream has such a tool to call."""
+        try:
+            decision = await anyio.to_thread.run_sync(lambda: self.checkpoint.check(run, name, arguments))
+        except ClientError as exc:
+            return refusal(exc.code, exc.message)
+        if not decision.allowed:
+            return refusal(decision.code, decision.reason, verdict=decision.verdict, decision_id=decision.decision_id)
+        return refusal(codes.UNKNOWN_TOOL, f"no upstream serves a tool {name!r} to this client")
+
+    def _ask(self, who: Client, served: _Served, name: str, arguments: dict[str, Any], call: str,
+             decision: Decision) -> types.CallToolResult:
+        self.inbox.ask(Asked(decision.decision_id, served.run.run_id, name, arguments, decision.reason,
+                             f"mcp gateway client {who.name} for {who.person}", time.time()))
+        served.waiting[call] = decision.decision_id
+        return refusal(decision.code, f"{decision.reason}. A person approves it (`warden inbox approve "
+                       f"{decision.decision_id}`); then make the same call again",
+                       verdict=decision.verdict, approval_id=decision.decision_id)
+
+    async def _forward(self, run: Run, exposed: catalog.Exposed, arguments: dict[str, Any]) -> types.CallToolResult:
+        try:
+            result = await self.upstreams.call(exposed.upstream, exposed.upstream_name, arguments)
+        except Exception as exc:  # noqa: BLE001 - the upstream's failure is the client's error result
+            run.report_result(False)
+            return refusal(codes.UPSTREAM_UNAVAILABLE, f"upstream {exposed.upstream!r}: {type(exc).__name__}: {exc}")
+        clean, _masked = scrubbed(result, self.settings.max_result_bytes)
+        run.report_result(not clean.is_error)
+        return clean

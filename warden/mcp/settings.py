@@ -1,0 +1,116 @@
+"""The gateway's settings file (TOML): the checkpoint, the identity it checks for, its upstreams.
+
+    checkpoint = "127.0.0.1:7401"
+    token_file = "~/.config/warden/mcp-gateway.token"   # the gateway's checkpoint credential
+    person = "alice"                                    # the accountable person of its runs
+    agent = "files"                                     # the policy's agent for the client
+    tenant = "acme"                                     # optional
+    state = "~/.local/state/warden"                     # optional: pins and the approval inbox
+
+    [upstreams.fs]
+    command = "npx"
+    args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/shared"]
+    env = {}
+
+Over streamable HTTP each client is a principal of its own: a token line `NAME TOKEN` of
+`clients_file`, and its person and agent under `[clients.NAME]`. `person` and `agent` at the top
+are the stdio launcher's identity.
+
+    clients_file = "~/.config/warden/mcp-clients.tokens"
+    [clients.alice-laptop]
+    person = "alice"
+    agent = "files"
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+UPSTREAM_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
+
+
+class SettingsError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Upstream:
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who a client of the gateway acts for: never taken from what the client says of itself."""
+
+    name: str
+    person: str
+    agent: str
+    tenant: str = ""
+
+
+@dataclass(frozen=True)
+class Settings:
+    checkpoint: str
+    token_file: Path
+    person: str  # the stdio launcher's identity ("" when the gateway serves HTTP clients only)
+    agent: str
+    upstreams: tuple[Upstream, ...]
+    state: Path
+    tenant: str = ""
+    clients_file: Path | None = None
+    clients: tuple[Client, ...] = ()
+    timeout: float = 10.0
+    max_result_bytes: int = 1024 * 1024
+
+
+def _path(value: Any) -> Path:
+    return Path(os.path.expanduser(str(value)))
+
+
+def load(path: Path, *, state: Path | None = None) -> Settings:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"{path}: {exc}") from None
+    known = {"checkpoint", "token_file", "person", "agent", "tenant", "state", "upstreams", "timeout",
+             "max_result_bytes", "clients_file", "clients"}
+    if unknown := sorted(set(data) - known):
+        raise SettingsError(f"{path}: unknown settings {unknown}")
+    if not isinstance(data.get("token_file"), str) or not data["token_file"]:
+        raise SettingsError(f"{path}: `token_file` is required")
+    for name in ("person", "agent"):
+        if not isinstance(data.get(name, ""), str):
+            raise SettingsError(f"{path}: `{name}` is a string")
+    clients = []
+    for name, spec in dict(data.get("clients", {})).items():
+        if not isinstance(spec, dict) or not all(isinstance(spec.get(k), str) and spec[k] for k in ("person", "agent")):
+            raise SettingsError(f"{path}: client {name!r} needs a `person` and an `agent`")
+        clients.append(Client(name, spec["person"], spec["agent"], str(spec.get("tenant", ""))))
+    if clients and not isinstance(data.get("clients_file"), str):
+        raise SettingsError(f"{path}: [clients.NAME] need a `clients_file` holding their tokens")
+    upstreams = []
+    for name, spec in dict(data.get("upstreams", {})).items():
+        if not UPSTREAM_NAME.match(name):
+            raise SettingsError(f"{path}: upstream name {name!r} must match {UPSTREAM_NAME.pattern}")
+        if not isinstance(spec, dict) or not isinstance(spec.get("command"), str):
+            raise SettingsError(f"{path}: upstream {name!r} needs a `command` (stdio upstreams only for now)")
+        upstreams.append(Upstream(name, spec["command"], tuple(str(a) for a in spec.get("args", ())),
+                                  {str(k): str(v) for k, v in dict(spec.get("env", {})).items()}))
+    if not upstreams:
+        raise SettingsError(f"{path}: no [upstreams.NAME] to front")
+    default_state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "warden"
+    return Settings(
+        checkpoint=str(data.get("checkpoint", "127.0.0.1:7401")), token_file=_path(data["token_file"]),
+        person=data.get("person", ""), agent=data.get("agent", ""), tenant=str(data.get("tenant", "")),
+        clients_file=_path(data["clients_file"]) if "clients_file" in data else None, clients=tuple(clients),
+        upstreams=tuple(upstreams), state=state or (_path(data["state"]) if "state" in data else default_state),
+        timeout=float(data.get("timeout", 10.0)), max_result_bytes=int(data.get("max_result_bytes", 1024 * 1024)),
+    )
