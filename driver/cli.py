@@ -9,12 +9,16 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warden import observability
 from warden.budget_fields import FIELDS as BUDGET_FIELDS
 from warden.cli import add_grace_flag, add_metrics_flag
 from warden.datafolder import DEFAULT_DATA
+from warden.store.url import add_store_flags, store_of
+
+if TYPE_CHECKING:
+    from driver.runs.store import RunStore
 
 # WARDEN_DATA, WARDEN_DRIVER, WARDEN_CHECKPOINT, ... reach every command through warden/config.py
 DEFAULT_DRIVER = "127.0.0.1:7403"
@@ -28,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve = dsub.add_parser("serve", help="serve DriverService over gRPC",
                             description="Serve DriverService: host governed model loops, keep run state.")
     serve.add_argument("--address", default="127.0.0.1:7403", help="host:port (default %(default)s)")
-    serve.add_argument("--data", default=DEFAULT_DATA, type=Path, help="data folder for driver.db (default %(default)s)")
+    serve.add_argument("--data", default=DEFAULT_DATA, type=Path,
+                       help="data folder: tokens, operators and, without --store, driver.db (default %(default)s)")
+    add_store_flags(serve)
     serve.add_argument("--policies", default="policies", type=Path, help="policy folder (model prices)")
     serve.add_argument("--checkpoint", default="127.0.0.1:7401", help="checkpoint address")
     serve.add_argument("--checkpoint-tokens", type=Path,
@@ -161,7 +167,6 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from driver.loop import Driver
     from driver.pricing import Prices
     from driver.providers import make_provider
-    from driver.runs.sqlite import SqliteRunStore
     from driver.service import OperatorsFileError, create_server, load_operators
     from warden.datafolder import (
         CHECKPOINT_TOKENS_FILE,
@@ -170,8 +175,14 @@ def _serve_configured(args: argparse.Namespace) -> int:
         caller_token,
         ensure_operator,
     )
+    from warden.store.errors import StoreError
 
     data: Path = args.data
+    try:
+        store = _open_runs(args, data)  # a store that cannot be opened stops the start in one line
+    except StoreError as exc:
+        print(f"warden driver: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
     operators_path = args.operators or data / OPERATORS_FILE
     if args.operators is None and not operators_path.exists():
         ensure_operator(data)
@@ -190,7 +201,6 @@ def _serve_configured(args: argparse.Namespace) -> int:
                                  base_url=args.anthropic_base_url)
         return make_provider(name, **options)
 
-    store = SqliteRunStore(data / "driver.db")
     driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner, token=runner_token),
                     provider_factory, prices=Prices.from_policy_dir(args.policies),
                     default_provider=args.provider, default_model=args.model)
@@ -203,6 +213,18 @@ def _serve_configured(args: argparse.Namespace) -> int:
     running.stop(grace=args.grace)
     store.close()
     return 0
+
+
+def _open_runs(args: argparse.Namespace, data: Path) -> RunStore:
+    """The runs' store the store setting names: DATA/driver.db (or the SQLite folder named), or the
+    shared PostgreSQL store whose `runs` schema must be current. StoreError otherwise."""
+    from driver.runs.postgresql import open_postgresql
+    from driver.runs.sqlite import SqliteRunStore
+
+    url = store_of(args, data)
+    if url.is_postgresql:
+        return open_postgresql(url)
+    return SqliteRunStore(url.sqlite_file("driver.db"))
 
 
 # -- client side ----------------------------------------------------------------------------

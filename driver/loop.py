@@ -28,6 +28,11 @@ cancels its children, pausing a parent pauses its active children, and they resu
 model turn is also counted in each run above (its descendant turns), so turn ceilings bound a
 whole subtree.
 
+Drivers that share a store (PostgreSQL) drive each run one at a time: a run's worker drives it
+only while the store says this driver holds it (RunStore.driving), and looks at it once more after
+letting go, for a person's act at another driver may have set it going meanwhile. A store that
+fails (the database gone) makes the worker wait and go on from the run's last committed step.
+
 What a person does (start, approve, reject, resume, amend, cancel) is in person_acts.py, and
 their pauses in pauses.py; this module holds the Driver and its workers.
 """
@@ -61,6 +66,7 @@ from driver.steps.final import conclude
 from driver.steps.model_turn import model_turn
 from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
+from warden.store.errors import StoreUnavailable
 
 log = logging.getLogger("warden.driver")
 
@@ -72,7 +78,8 @@ class Driver:
                  provider_factory: Callable[[str, str, dict[str, Any]], Provider], *,
                  prices: Prices | None = None, provider_backoff_seconds: float = 1.0,
                  runner_busy_retries: int = 4, runner_busy_backoff_seconds: float = 0.5,
-                 default_provider: str = "anthropic", default_model: str = "") -> None:
+                 default_provider: str = "anthropic", default_model: str = "",
+                 store_retry_seconds: float = 1.0) -> None:
         self.default_provider = default_provider
         self.default_model = default_model
         self.store = store
@@ -84,6 +91,7 @@ class Driver:
         self.provider_backoff_seconds = provider_backoff_seconds
         self.runner_busy_retries = runner_busy_retries
         self.runner_busy_backoff_seconds = runner_busy_backoff_seconds
+        self.store_retry_seconds = store_retry_seconds  # a run's worker looks again after a store failure
         self._workers: dict[str, threading.Thread] = {}
         self._again: set[str] = set()  # runs whose worker must look once more before it exits
         self._lock = threading.Lock()
@@ -158,13 +166,9 @@ class Driver:
         me = threading.current_thread()
         try:
             while True:
-                try:
-                    self.run_until_stopped(run_id)
-                except Exception as exc:  # noqa: BLE001 - a bug must pause the run, never leave it "running"
-                    log.exception("run %s: unexpected error", run_id)
-                    pause_run(self, self.store.run(run_id), "driver_error", f"{type(exc).__name__}: {exc}")
+                look_again = self._drive(run_id)
                 with self._lock:
-                    if run_id not in self._again or self._stopping.is_set():
+                    if not (look_again or run_id in self._again) or self._stopping.is_set():
                         # Leaving the table under the same lock as the decision to stop: a spawn
                         # after this starts a new worker, one before it made this one go on.
                         self._again.discard(run_id)
@@ -177,9 +181,34 @@ class Driver:
                     del self._workers[run_id]
             raise
 
+    def _drive(self, run_id: str) -> bool:
+        """Drive the run for as long as this driver holds it (the store says whether another
+        driver on a shared store does: then that one drives it). Returns whether to look at the
+        run again: the store was unavailable (the run goes on from its last committed step once
+        the database is back, as after a restart), or the run is running again after this driver
+        let it go (a person's act at another driver, whose own worker found the run still held
+        by this one and left it here)."""
+        try:
+            with self.store.driving(run_id) as mine:
+                if not mine:
+                    return False
+                try:
+                    self.run_until_stopped(run_id)
+                except StoreUnavailable:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a bug must pause the run, never leave it "running"
+                    log.exception("run %s: unexpected error", run_id)
+                    pause_run(self, self.store.run(run_id), "driver_error", f"{type(exc).__name__}: {exc}")
+            return self.store.run(run_id).status == RUNNING
+        except StoreUnavailable as exc:
+            log.warning("run %s waits for the store: %s", run_id, exc)
+            self._stopping.wait(self.store_retry_seconds)
+            return True
+
     def recover(self) -> list[str]:
-        """After a restart: continue every run that was running when the driver stopped, and
-        hand the outcome of any child that ended meanwhile to the parent waiting for it."""
+        """After a restart: continue every run that was running when the driver stopped (on a
+        shared store: that no other live driver drives), and hand the outcome of any child that
+        ended meanwhile to the parent waiting for it."""
         # Pauses the driver stopped in the middle of come first: stored before they were sent to
         # the checkpoint, they are recorded (once: under their own id) and applied before any
         # run goes on, parents' before the children they reach.
@@ -193,10 +222,14 @@ class Driver:
         for held in self.store.runs(status=PAUSED, limit=10000):
             if held.held_by_person and held.paused_by:
                 pauses.pause_descendants(self, held, held.paused_by)
-        ids = [r.run_id for r in self.store.runs(status=RUNNING, limit=10000)]
-        for run_id in ids:
-            self.store.append_event(run_id, EventKind.RUN_RECOVERED)
-            self.spawn(run_id)
+        ids = []
+        for run in self.store.runs(status=RUNNING, limit=10000):
+            with self.store.driving(run.run_id) as free:
+                if not free:
+                    continue  # another live driver on the shared store drives it
+                self.store.append_event(run.run_id, EventKind.RUN_RECOVERED)
+            ids.append(run.run_id)
+            self.spawn(run.run_id)
         return ids
 
     def wait(self, run_id: str, timeout: float = 60.0) -> None:
@@ -221,8 +254,8 @@ class Driver:
         with tracing.span("warden.run", {"warden.run_id": run_id}):
             for _ in range(max_steps):
                 run = self.store.run(run_id)
-                if run.status != RUNNING or self._stopping.is_set():
-                    return run
+                if run.status != RUNNING or self._stopping.is_set() or not self.store.still_driving(run_id):
+                    return run  # (a hold lost: another driver may drive it now; _drive looks again)
                 try:
                     if checks.open_calls(self.store, run):
                         with tracing.span("warden.run.step", {"warden.step": "tool_calls", "warden.turn": run.turn}):

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
-from grpc_health.v1 import health
+from grpc_health.v1 import health, health_pb2
 
 from driver.access import PersonRoles
 from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
@@ -31,6 +31,7 @@ from driver.goal import Goal, parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
 from driver.runs.model import Run
+from driver.store_health import StoreWatch
 from warden import tracing
 from warden.auth import TokenFileError, load_tokens
 from warden.budget import FIELDS as BUDGET_FIELDS
@@ -41,6 +42,7 @@ from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 from warden.errors import ServiceError, abort
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
+from warden.store.errors import StoreError
 from warden.structs import struct_to_dict
 
 log = logging.getLogger("warden.driver.service")
@@ -145,7 +147,8 @@ def _abort(context: grpc.ServicerContext, status: grpc.StatusCode, code: str, me
 
 def _driver_errors(rpc: Callable[[DriverServicer, _Req, grpc.ServicerContext], _Resp],
                    ) -> Callable[[DriverServicer, _Req, grpc.ServicerContext], _Resp]:
-    """A unary RPC whose DriverError ends the call with its status (see DriverServicer._fail)."""
+    """A unary RPC whose DriverError or StoreError ends the call with its status (see
+    DriverServicer._fail and _store_failed)."""
 
     @functools.wraps(rpc)
     def wrapper(self: DriverServicer, request: _Req, context: grpc.ServicerContext) -> _Resp:
@@ -154,8 +157,19 @@ def _driver_errors(rpc: Callable[[DriverServicer, _Req, grpc.ServicerContext], _
         except DriverError as exc:
             self._fail(context, exc)
             raise
+        except StoreError as exc:
+            _store_failed(context, exc)
+            raise
 
     return wrapper
+
+
+def _store_failed(context: grpc.ServicerContext, exc: StoreError) -> None:
+    """The runs' store cannot answer (a shared database down, slow or out of connections):
+    UNAVAILABLE with its code, nothing done that the caller can rely on; the next call finds the
+    database again by itself."""
+    log.warning("store: %s", exc)
+    _abort(context, grpc.StatusCode.UNAVAILABLE, exc.code, str(exc))
 
 
 class DriverServicer(pb_grpc.DriverServiceServicer):
@@ -256,22 +270,25 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
     def WatchRun(self, request: pb.WatchRunRequest, context: grpc.ServicerContext) -> Iterator[pb.WatchRunResponse]:
         try:
             self._on_run(context, "WatchRun", request.run_id)  # the roles as the stream begins
+            stop = threading.Event()
+            context.add_callback(stop.set)
+            if request.no_follow:
+                stop.set()
+                events = iter(self.driver.store.events(request.run_id, request.after_seq, limit=100000))
+            else:
+                events = self.driver.store.follow(request.run_id, request.after_seq, stop,
+                                                  until_waiting=request.until_waiting)
+            for e in events:
+                if self.stopping.is_set():
+                    return
+                yield pb.WatchRunResponse(event=pb.RunEvent(seq=e.seq, run_id=e.run_id, time=_ts(e.time),
+                                                            kind=e.kind, data=_struct(e.data)))
         except DriverError as exc:
             self._fail(context, exc)
             raise
-        stop = threading.Event()
-        context.add_callback(stop.set)
-        if request.no_follow:
-            stop.set()
-            events = iter(self.driver.store.events(request.run_id, request.after_seq, limit=100000))
-        else:
-            events = self.driver.store.follow(request.run_id, request.after_seq, stop,
-                                              until_waiting=request.until_waiting)
-        for e in events:
-            if self.stopping.is_set():
-                return
-            yield pb.WatchRunResponse(event=pb.RunEvent(seq=e.seq, run_id=e.run_id, time=_ts(e.time),
-                                                        kind=e.kind, data=_struct(e.data)))
+        except StoreError as exc:  # a watcher sends after_seq of its last event to go on
+            _store_failed(context, exc)
+            raise
 
     @_driver_errors
     def ApproveCall(self, request: pb.ApproveCallRequest, context: grpc.ServicerContext) -> pb.ApproveCallResponse:
@@ -316,16 +333,20 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
 
 class RunningDriver:
     def __init__(self, server: grpc.Server, servicer: DriverServicer, health_servicer: health.HealthServicer,
-                 gate: Drain | None = None, metrics_server: MetricsServer | None = None) -> None:
+                 gate: Drain | None = None, metrics_server: MetricsServer | None = None,
+                 store_watch: StoreWatch | None = None) -> None:
         self.server = server
         self.servicer = servicer
         self.health = health_servicer
         self.gate = gate or Drain()
         self.metrics_server = metrics_server
+        self.store_watch = store_watch
 
     def stop(self, grace: float = 2.0) -> None:
         """Drain: NOT_SERVING, new calls refused, WatchRun streams ended, other calls in flight get
         `grace` seconds; then the run loops stop (a run's state is in driver.db: `recover` resumes it)."""
+        if self.store_watch is not None:
+            self.store_watch.stop()  # a draining server's health stays NOT_SERVING
         drain(self.server, self.health, self.gate, grace, end_streams=self.servicer.stopping.set, name="driver")
         self.servicer.driver.stop()
         if self.metrics_server is not None:
@@ -345,8 +366,12 @@ def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
     health_servicer = add_health_and_reflection(server, SERVICE_NAME)
     port = bind_insecure(server, address)
 
+    watch = StoreWatch(driver.store.ping, lambda up: _set_health(health_servicer, up))
+
     def health_state() -> dict[str, Any]:
-        return {"status": "NOT_SERVING" if gate.draining else "SERVING", "draining": gate.draining}
+        store_up = watch.serving
+        return {"status": "NOT_SERVING" if gate.draining or not store_up else "SERVING", "draining": gate.draining,
+                "store": "answering" if store_up else "unavailable"}
 
     metrics_server = MetricsServer(metrics_address, lambda: render(registry), health_state) if metrics_address else None
     server.start()
@@ -357,4 +382,13 @@ def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
     if recovered:
         log.info("recovered %d running run(s): %s", len(recovered), ", ".join(recovered))
     set_serving(health_servicer, SERVICE_NAME)
-    return RunningDriver(server, servicer, health_servicer, gate, metrics_server), port
+    watch.start()
+    return RunningDriver(server, servicer, health_servicer, gate, metrics_server, watch), port
+
+
+def _set_health(servicer: health.HealthServicer, serving: bool) -> None:
+    if serving:
+        set_serving(servicer, SERVICE_NAME)
+    else:
+        for name in ("", SERVICE_NAME):
+            servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -21,6 +21,7 @@ SCHEMAS: tuple[str, ...] = (
     "checkpoint.server.single_use_pg:SCHEMA",
     "toolrunner.receipts.postgresql:SCHEMA",
     "checkpoint.audit.pg_schema:SCHEMA",
+    "driver.runs.postgresql:SCHEMA",
 )
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from driver.runs.following import follow_events
 from driver.runs.model import (
     AWAITING_APPROVAL,
     AWAITING_CHILD,
@@ -338,38 +339,26 @@ class SqliteRunStore(SqliteRecords):
 
     def follow(self, run_id: str, after_seq: int, stop: threading.Event, poll_seconds: float = 0.5,
                until_waiting: bool = False, final_grace_seconds: float = 30.0) -> Iterator[Event]:
-        """Stored events after `after_seq`, then live ones until `stop`, or until the run has ended
-        and its final event (`run_succeeded|failed|cancelled`) has been yielded (a cancel writes it
-        last, after stopping what ran; a run a crash left without one is given up on after
-        `final_grace_seconds`), or, with `until_waiting`, until it waits for a person."""
-        ended_at: float | None = None
-        final_seen = False
-        while not stop.is_set():
-            batch = self.events(run_id, after_seq)
-            for e in batch:
-                after_seq = e.seq
-                final_seen = final_seen or e.kind in FINAL_EVENTS
-                yield e
-            if batch:
-                continue
-            if self.run(run_id).status in TERMINAL:
-                for e in self.events(run_id, after_seq):  # written between the two reads above
-                    after_seq = e.seq
-                    final_seen = final_seen or e.kind in FINAL_EVENTS
-                    yield e
-                # A watch that starts after the final event (after_seq past it) has nothing to wait for.
-                if final_seen or self._has_final_event(run_id):
-                    return
-                ended_at = ended_at if ended_at is not None else time.monotonic()
-                if time.monotonic() - ended_at >= final_grace_seconds:
-                    return
-            elif until_waiting and self.waits_for_person(run_id):
-                # The status was read after the events: a pause written in between has its event
-                # stored by now (set_status_logged writes both at once), so one more read gets it.
-                yield from self.events(run_id, after_seq)
-                return
+        """Stored events after `after_seq`, then live ones (following.py says until when)."""
+
+        def wait(seconds: float) -> None:
             with self.changed:
-                self.changed.wait(poll_seconds)
+                self.changed.wait(seconds)
+
+        return follow_events(self, run_id, after_seq, stop, wait=wait, has_final_event=self._has_final_event,
+                             poll_seconds=poll_seconds, until_waiting=until_waiting,
+                             final_grace_seconds=final_grace_seconds)
+
+    @contextmanager
+    def driving(self, run_id: str) -> Iterator[bool]:
+        """One driver per file: it drives every run (its workers keep one per run)."""
+        yield True
+
+    def still_driving(self, run_id: str) -> bool:
+        return True
+
+    def ping(self) -> bool:
+        return True  # a file beside the process: nothing to lose touch with
 
     def _has_final_event(self, run_id: str) -> bool:
         with self._lock:

@@ -5,12 +5,18 @@ the store of one SQLite file, and tests/driver/test_runs_store_contract.py is wh
 store must pass. Every method that moves a run's status does so only from the statuses it names
 and says whether it did (False: another writer won the race, nothing was written); a status and
 its event are written together or not at all.
+
+Several drivers may share one store (PostgreSQL): `driving(run_id)` says, for as long as its block
+lasts, whether this driver is the one that drives the run (True) or another driver is (False);
+one store per driver process (SQLite) always says True. `still_driving` says, between steps,
+whether that hold was lost meanwhile (the database restarted): the driver then stops driving.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from driver.runs.model import Approval, Event, EventKind, Pause, Run, RunStatus
@@ -82,5 +88,10 @@ class RunStore(Protocol):
     def receipt(self, decision_id: str) -> dict[str, Any] | None: ...
     def add_spend(self, run_id: str, owner: str, tenant: str, usd: float) -> None: ...
     def spend_today(self, owner: str, tenant: str) -> tuple[float, float]: ...
+
+    # -- which driver drives a run ------------------------------------------------------------
+    def driving(self, run_id: str) -> AbstractContextManager[bool]: ...
+    def still_driving(self, run_id: str) -> bool: ...  # inside `driving`: the hold was not lost since
+    def ping(self) -> bool: ...  # whether the store answers now (health)
 
     def close(self) -> None: ...

@@ -13,6 +13,7 @@ from driver.pricing import Prices
 from driver.providers import make_provider
 from driver.runs.model import Run
 from driver.runs.sqlite import SqliteRunStore
+from driver.runs.store import RunStore
 
 # The driver's bearer token for the toolrunner's Cancel and GetReceipt (the test toolrunner admits it).
 TOOLRUNNER_TOKEN = "driver-test-token-" + secrets.token_hex(8)
@@ -58,8 +59,10 @@ class Stack:
         self.db = tmp / "driver.db"
         self.drivers: list[Driver] = []
 
-    def driver(self, *, checkpoint: str | None = None, toolrunner: str | None = None) -> Driver:
-        store = SqliteRunStore(self.db)
+    def driver(self, *, checkpoint: str | None = None, toolrunner: str | None = None,
+               store: RunStore | None = None) -> Driver:
+        """A driver on the stack's SQLite file, or on `store` (a shared PostgreSQL one)."""
+        store = store if store is not None else SqliteRunStore(self.db)
         d = Driver(store, CheckpointClient(checkpoint or self.checkpoint_address, timeout=5, token=CHECKPOINT_TOKEN),
                    ToolRunnerClient(toolrunner or self.toolrunner_address, timeout=60, token=TOOLRUNNER_TOKEN),
                    lambda name, model, options: make_provider(name, **options),

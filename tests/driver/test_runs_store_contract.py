@@ -1,8 +1,9 @@
 """The contract of a RunStore (driver/runs/store.py): what any store of the driver's runs must do.
 
-Every test takes a `backend` and asks it for stores; a second backend is one more parameter of
-that fixture (a class with `open()`, a second `open()` on the same storage, and `corrupt()`,
-which leaves one run's row the way a foreign or broken write would)."""
+Every test takes a `backend` and asks it for stores, and runs on each: SQLite (one file) and
+PostgreSQL (a fresh database of a real server, migrated first). A backend is a class with `open()`,
+a second `open()` on the same storage (as a second driver process would), and `corrupt()`, which
+leaves one run's row the way a foreign or broken write would."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from driver.errors import RunStateError
@@ -33,8 +35,12 @@ from driver.runs.model import (
     Run,
     RunStatus,
 )
+from driver.runs.postgresql import SCHEMA, PostgresRunStore, open_postgresql
 from driver.runs.sqlite import SqliteRunStore
 from driver.runs.store import RunStore
+from warden.store.migrations import migrate
+from warden.store.pg import Database
+from warden.store.url import parse_store_url
 
 
 class SqliteBackend:
@@ -56,9 +62,35 @@ class SqliteBackend:
             store.close()
 
 
-@pytest.fixture(params=["sqlite"])
+class PostgresBackend:
+    """A fresh database of the test's own, migrated as `warden store migrate` does."""
+
+    def __init__(self, url: str) -> None:
+        self.url = parse_store_url(url, default_folder=".")
+        with Database(self.url, name="test-migrate", max_size=1) as db:
+            migrate(db, SCHEMA)
+        self.opened: list[PostgresRunStore] = []
+
+    def open(self) -> RunStore:
+        store = open_postgresql(self.url)
+        self.opened.append(store)
+        return store
+
+    def corrupt(self, run_id: str, column: str, value: str) -> None:
+        with psycopg.connect(self.url.conninfo, autocommit=True) as conn:
+            conn.execute(f"UPDATE driver_runs SET {column} = %s WHERE run_id = %s", (value, run_id))
+
+    def close(self) -> None:
+        for store in self.opened:
+            store.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made = {"sqlite": SqliteBackend}[request.param](tmp_path)
+    if request.param == "postgresql":
+        made: Any = PostgresBackend(request.getfixturevalue("pg_url"))
+    else:
+        made = SqliteBackend(tmp_path)
     yield made
     made.close()
 
@@ -386,3 +418,7 @@ def test_concurrent_writers_on_one_store_lose_nothing_and_one_move_wins(backend:
     assert sorted(wins) == [False, True]
     finals = [e.kind for e in stores[0].events("run-1", limit=10_000) if e.kind != "nudged"]
     assert len(finals) == 1 and finals[0] == f"run_{stores[1].run('run-1').status}"
+
+
+def test_a_store_that_answers_says_so(store: RunStore) -> None:
+    assert store.ping() is True  # health reads it (driver/store_health.py)
