@@ -31,7 +31,6 @@ from driver.goal import Goal, parse_goal
 from driver.loop import Driver
 from driver.providers.scripted import ScriptError, parse_script
 from driver.runs.model import Run
-from driver.store_health import StoreWatch
 from warden import tracing
 from warden.auth import TokenFileError, load_tokens
 from warden.budget import FIELDS as BUDGET_FIELDS
@@ -43,6 +42,7 @@ from warden.errors import ServiceError, abort
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.store.errors import StoreError
+from warden.store.watch import StoreWatch
 from warden.structs import struct_to_dict
 
 log = logging.getLogger("warden.driver.service")
@@ -366,7 +366,7 @@ def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
     health_servicer = add_health_and_reflection(server, SERVICE_NAME)
     port = bind_insecure(server, address)
 
-    watch = StoreWatch(driver.store.ping, lambda up: _set_health(health_servicer, up))
+    watch = StoreWatch(driver.store.ping, lambda up: _set_health(health_servicer, up), "the runs' store")
 
     def health_state() -> dict[str, Any]:
         store_up = watch.serving

@@ -28,7 +28,6 @@ from grpc_health.v1 import health, health_pb2
 from prometheus_client import Gauge
 
 from toolrunner.errors import DockerUnavailable, RunnerError, Unauthenticated
-from toolrunner.health import StoreWatch
 from toolrunner.instance import instance_of
 from toolrunner.policies import PolicySource
 from toolrunner.reaper import Reaper
@@ -42,6 +41,7 @@ from warden.errors import ServiceError, to_status
 from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.store.url import StoreUrl
+from warden.store.watch import StoreWatch
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 from warden.toolrunner.v1 import toolrunner_pb2_grpc as pb_grpc
 
@@ -266,7 +266,8 @@ def create_server(
         log.info("toolrunner metrics on port %d", metrics_server.port)
     set_serving(health_servicer, SERVICE_NAME)
     if store is not None and store.is_postgresql:
-        watch = StoreWatch(opened.receipts.ping, lambda up: _set_health(health_servicer, up), opened.shown).start()
+        watch = StoreWatch(opened.receipts.ping, lambda up: _set_health(health_servicer, up),
+                           f"receipt store {opened.shown}").start()
     return RunningServer(server, port, runner, reaper, health_servicer, gate, metrics_server, watchdog,
                          opened, watch), port
 

@@ -343,10 +343,7 @@ class PostgresRunStore(PostgresRecords):
         """Whether this driver may drive `run_id` now: True while it holds the run's advisory lock
         (on a connection of its own, so the lock goes when the driver's connection does), False
         when another driver holds it. StoreUnavailable when the database cannot be asked."""
-        try:
-            conn = psycopg.connect(self.db.url.conninfo, **self.db._kwargs)
-        except psycopg.Error as exc:
-            raise _unavailable(self.db, exc) from None
+        conn = self.db.connect_alone()
         try:
             try:
                 row = conn.execute("SELECT pg_try_advisory_lock(%s)", (run_key(run_id),)).fetchone()

@@ -421,4 +421,4 @@ def test_concurrent_writers_on_one_store_lose_nothing_and_one_move_wins(backend:
 
 
 def test_a_store_that_answers_says_so(store: RunStore) -> None:
-    assert store.ping() is True  # health reads it (driver/store_health.py)
+    assert store.ping() is True  # health reads it (warden/store/watch.py)

@@ -75,6 +75,14 @@ class Database:
     def close(self) -> None:
         self._pool.close()
 
+    def connect_alone(self) -> psycopg.Connection[Any]:
+        """A connection of its own, outside the pool, with the pool's settings: for a session-level
+        lock that must go when this connection does. StoreUnavailable when it cannot be made."""
+        try:
+            return psycopg.connect(self.url.conninfo, **self._kwargs)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"store {self.url.shown}: {_first_line(exc)}") from None
+
     def __enter__(self) -> Database:
         return self.open()
 

@@ -1,6 +1,6 @@
-"""Health follows the receipt store: a toolrunner whose shared database is away cannot claim a call,
-so it says NOT_SERVING (load balancers and the driver's health checks route around it) until the
-database answers again, without a restart. A SQLite store beside the process needs no watch.
+"""Health follows a shared store: a process whose database is away can do nothing that needs it,
+so it says NOT_SERVING (load balancers route around it) until the database answers again, without
+a restart. A SQLite store beside the process always answers and needs no watch.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ INTERVAL_SECONDS = 2.0
 
 
 class StoreWatch:
-    """Calls `on_change(serving)` each time `ping()` turns from answering to not, or back."""
+    """Calls `on_change(serving)` each time `ping()` turns from answering to not, or back.
+    `what` names the store in the log ("the runs' store postgresql://warden@db/warden")."""
 
-    def __init__(self, ping: Callable[[], bool], on_change: Callable[[bool], None], shown: str,
-                 interval: float = INTERVAL_SECONDS):
+    def __init__(self, ping: Callable[[], bool], on_change: Callable[[bool], None], what: str,
+                 interval: float = INTERVAL_SECONDS) -> None:
         self._ping = ping
         self._on_change = on_change
-        self._shown = shown
+        self._what = what
         self._interval = interval
         self._stop = threading.Event()
         self._serving = True
@@ -35,6 +36,10 @@ class StoreWatch:
         self._thread.start()
         return self
 
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._interval + 5)
+
     def _watch(self) -> None:
         while not self._stop.wait(self._interval):
             try:
@@ -44,12 +49,8 @@ class StoreWatch:
             if serving != self._serving:
                 self._serving = serving
                 if serving:
-                    log.warning("receipt store %s answers again: serving", self._shown)
+                    log.warning("%s answers again: serving", self._what)
                 else:
-                    log.error("receipt store %s does not answer: NOT_SERVING, calls refused with "
-                              "store_unavailable until it does", self._shown)
+                    log.error("%s does not answer: NOT_SERVING, calls refused with store_unavailable "
+                              "until it does", self._what)
                 self._on_change(serving)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self._interval + 5)
