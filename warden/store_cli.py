@@ -1,4 +1,5 @@
-"""`warden store migrate|status`: the schema of the store every process shares.
+"""`warden store migrate|status|copy`: the schema of the store every process shares, and the move
+of a SQLite data folder onto PostgreSQL.
 
 A SQLite store (the default) creates its files at first use and has nothing to migrate. A
 PostgreSQL store is migrated once, by an operator or a deploy job, before any node starts: a node
@@ -22,13 +23,25 @@ SCHEMAS: tuple[str, ...] = (
     "checkpoint.audit.pg_schema:SCHEMA",
 )
 
+# Each store `warden store copy` moves from a SQLite data folder, as "module:attribute" of a
+# warden.store.copy.StoreCopy, in the order they are written (docs/fleet.md, "Moving from SQLite").
+COPIES: tuple[str, ...] = (
+    "checkpoint.audit.pg_copy:COPY",
+    "checkpoint.server.single_use_copy:COPY",
+    "toolrunner.receipts.copy:COPY",
+)
 
-def schemas() -> list:  # list[Schema]; the type is imported lazily with the rest
+
+def _load(refs: tuple[str, ...]) -> list:
     out = []
-    for ref in SCHEMAS:
+    for ref in refs:
         module, attr = ref.split(":")
         out.append(getattr(importlib.import_module(module), attr))
     return out
+
+
+def schemas() -> list:  # list[Schema]; the type is imported lazily with the rest
+    return _load(SCHEMAS)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +63,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         command.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
                              help=f"data folder, the SQLite store's folder when --store is not given (default {DEFAULT_DATA})")
         command.set_defaults(func=func)
+    copy = sub.add_parser(
+        "copy", help="copy a SQLite data folder's stores into an empty PostgreSQL store",
+        description="Copy the stores of the SQLite data folder SRC (the decision log with its sealed segments, "
+        "approvals-used.db, toolrunner.db) into the PostgreSQL store DST, whose schema must be current "
+        "(warden store migrate). The decision log's chain is verified first and copied record for record: "
+        "the same seqs and hashes, so `warden audit verify --store DST --data SRC` passes with the folder's "
+        "signed heads. All or nothing, into empty tables only. Exit codes: 0 copied, 1 refused (nothing "
+        "written), 2 DST cannot be opened or written.",
+    )
+    copy.add_argument("src", metavar="SRC", help="the SQLite data folder (a path, or sqlite:///path)")
+    copy.add_argument("dst", metavar="DST", help="the PostgreSQL store (postgresql://user@host/db)")
+    copy.add_argument("--store-password-file", metavar="FILE", help="DST's password, read from this file")
+    copy.set_defaults(func=cmd_copy)
     store.set_defaults(func=lambda _a: (store.print_help(), 2)[1])
 
 
@@ -108,3 +134,35 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"warden store status: {exc} [{exc.code}]", file=sys.stderr)
         return 2
     return 1 if behind else 0
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from warden.store.copy import CopyRefused, copy_folder
+    from warden.store.errors import StoreError
+    from warden.store.pg import Database
+    from warden.store.url import parse_store_url
+
+    try:
+        src = parse_store_url(args.src if ":" in args.src else f"sqlite:{args.src}", default_folder=args.src)
+        dst = parse_store_url(args.dst, default_folder=".", password_file=args.store_password_file)
+        if src.is_postgresql or src.folder is None or not Path(src.folder).is_dir():
+            print(f"warden store copy: SRC {src.shown} is no SQLite data folder", file=sys.stderr)
+            return 1
+        if not dst.is_postgresql:
+            print(f"warden store copy: DST {dst.shown} is no PostgreSQL store: a copy goes from SQLite to PostgreSQL",
+                  file=sys.stderr)
+            return 1
+        # statements of a large copy run longer than a decision's: the default timeout is for nodes
+        with Database(dst, name="store-copy", max_size=1, statement_timeout=600) as db:
+            print(f"copying {src.shown} into {dst.shown}", flush=True)
+            written = copy_folder(Path(src.folder), db, _load(COPIES), sys.stdout)
+    except CopyRefused as exc:
+        print(f"warden store copy: refused, nothing written: {exc}", file=sys.stderr)
+        return 1
+    except StoreError as exc:
+        print(f"warden store copy: {exc} [{exc.code}]; nothing written", file=sys.stderr)
+        return 2
+    print(f"copied {written} rows; check the log with: warden audit verify --store DST --data {src.folder}")
+    return 0
