@@ -28,10 +28,13 @@ from checkpoint.audit.verify import ChainCheck
 from warden.store.copy import CopyRefused, StoreCopy, TableCopy, refuse_nul
 
 
+def has_log(folder: Path) -> bool:
+    path = folder / LOG_FILE
+    return path.exists() or segments.folder(path).exists()
+
+
 def read_log(folder: Path) -> list[TableCopy]:
     path = folder / LOG_FILE
-    if not path.exists() and not segments.folder(path).exists():
-        return []
     try:
         manifest = segments.read_manifest(path)
         live_schema = _live_schema(path)
@@ -95,4 +98,4 @@ def _checked(page: list[dict[str, Any]], check: ChainCheck, path: Path) -> list[
     return rows
 
 
-COPY = StoreCopy("decisions", f"{LOG_FILE} (and its sealed segments)", SCHEMA, read_log, (TABLE,))
+COPY = StoreCopy("decisions", f"{LOG_FILE} (and its sealed segments)", SCHEMA, has_log, read_log, (TABLE,))

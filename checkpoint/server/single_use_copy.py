@@ -59,4 +59,4 @@ def _moment(text: str) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
 
 
-COPY = StoreCopy("single_use", SINGLE_USE_FILE, SCHEMA, read_single_use, (USED, ENDED))
+COPY = StoreCopy("single_use", SINGLE_USE_FILE, SCHEMA, lambda folder: (folder / SINGLE_USE_FILE).exists(), read_single_use, (USED, ENDED))

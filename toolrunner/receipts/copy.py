@@ -70,4 +70,4 @@ def _moment(seconds: float | None) -> datetime | None:
     return datetime.fromtimestamp(seconds, UTC) if seconds is not None else None
 
 
-COPY = StoreCopy("receipts", SQLITE_FILE, SCHEMA, read_receipts, (TABLE,))
+COPY = StoreCopy("receipts", SQLITE_FILE, SCHEMA, lambda folder: (folder / SQLITE_FILE).exists(), read_receipts, (TABLE,))

@@ -50,12 +50,14 @@ class TableCopy:
 
 @dataclass
 class StoreCopy:
-    """One store: what it reads in SRC (`files`, shown to the user), its schema on DST, and
-    `read(folder)`: its tables, checked, or [] when SRC holds none of it."""
+    """One store: what it reads in SRC (`files`, shown to the user), its schema on DST, whether
+    `present(folder)` holds any of it (a cheap look, before anything is read), `read(folder)`: its
+    tables, checked, or [] when they are empty; `tables`: DST's tables it writes, which must be empty."""
 
     name: str
     files: str
     schema: Schema
+    present: Callable[[Path], bool]
     read: Callable[[Path], list[TableCopy]]
     tables: tuple[str, ...] = field(default=())
 
@@ -80,13 +82,14 @@ def copy_folder(folder: Path, db: Database, stores: Sequence[StoreCopy], out: Te
             require_current(db, store.schema)
         except StoreSchemaMismatch as exc:
             raise CopyRefused(str(exc)) from None
+    present = [store for store in stores if store.present(folder)]
     with db.connection() as conn:
-        _refuse_filled(conn, stores)  # first, and cheap: before a long read of SRC
+        _refuse_filled(conn, present)  # first, and cheap: before a long read of SRC
     plans: list[tuple[StoreCopy, list[TableCopy]]] = []
     for store in stores:
-        tables = store.read(folder)
+        tables = store.read(folder) if store in present else []
         if not tables:
-            print(f"{store.name}: no {store.files} in {folder}: nothing to copy", file=out)
+            print(f"{store.name}: no {store.files} in {folder}, or nothing in it: nothing to copy", file=out)
         else:
             plans.append((store, tables))
     written = 0

@@ -1,0 +1,189 @@
+"""`warden store copy SRC DST` on a real PostgreSQL (tests/pgserver.py): a SQLite data folder (a
+decision log with a sealed segment and signed heads, spent approvals, ended runs, receipts) moved
+whole, its chain verifying after with the same seqs and hashes, and every case it must refuse
+refused before anything is written."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from checkpoint.audit import heads
+from checkpoint.audit.log import DecisionLog
+from checkpoint.audit.pg_schema import TABLE as DECISIONS
+from checkpoint.audit.rotate import prune, rotate
+from checkpoint.server.single_use import SingleUse
+from toolrunner.receipts.sqlite import SqliteReceipts
+from warden.toolrunner.v1 import toolrunner_pb2 as pb
+
+RECORDS = 300
+TABLES = (DECISIONS, "checkpoint_single_use", "checkpoint_ended_runs", "toolrunner_receipts")
+
+
+def _warden(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "warden.cli", *argv], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ))
+
+
+def _record(n: int) -> dict:
+    return {"tenant": "acme", "run_id": f"run-{n % 7}", "agent": "support", "action": "tool_call", "tool": "refund",
+            "arguments": {"order": f"o-{n}", "note": "café"}, "verdict": "ALLOW" if n % 3 else "DENY",
+            "code": "allowed", "rule": "allowlist", "reason": f"record {n}", "latency_us": n}
+
+
+def _make_folder(folder: Path, *, seal_at: int | None = 120) -> Path:
+    """A stopped checkpoint's and toolrunner's data folder, as they leave it."""
+    log_path = folder / "decisions.db"
+    with DecisionLog(log_path) as log:
+        signer = heads.HeadSigner(log.head, log_path, interval=None)
+        for n in range(1, RECORDS + 1):
+            log.append(_record(n))
+            if n in (100, 250):
+                signer.sign_now()
+        signer.sign_now()
+    if seal_at:
+        rotate(log_path, upto=seal_at, key=heads.load_or_create_key(heads.key_path(log_path)))
+    used = SingleUse(folder / "approvals-used.db")
+    used.claim("approval-1", "decision-9")
+    used.claim("act\x00with-nul", "decision-10")
+    used.end_run("run-3", "cancelled")
+    used.close()
+    receipts = SqliteReceipts(folder / "toolrunner.db", instance="tr-1")
+    receipts.claim("d-1", "run-1", "refund")
+    receipts.finish(pb.Receipt(decision_id="d-1", run_id="run-1", tool="refund", exit_code=0, code="ok"))
+    receipts.close()
+    return log_path
+
+
+def _chain(rows) -> list[tuple[int, str, str]]:
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+def _counts(pg_url: str) -> dict[str, int]:
+    with psycopg.connect(pg_url) as conn:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+
+@pytest.fixture
+def migrated(pg_url: str) -> str:
+    done = _warden("store", "migrate", "--store", pg_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return pg_url
+
+
+def test_a_data_folder_moves_whole_and_its_chain_verifies_with_the_signed_heads(migrated, tmp_path):
+    folder = tmp_path / "data"
+    log_path = _make_folder(folder)
+    assert (folder / "decisions.d").is_dir()  # the first 120 records are read from a sealed segment
+
+    done = _warden("store", "copy", str(folder), migrated)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"decisions: {DECISIONS}: {RECORDS}/{RECORDS} copied" in done.stdout
+    assert "receipts: toolrunner_receipts: 1/1 copied" in done.stdout
+
+    source = sqlite3.connect(log_path)
+    live = _chain(source.execute("SELECT seq, prev_hash, hash FROM decisions ORDER BY seq"))
+    segment = sqlite3.connect(next((folder / "decisions.d").glob("segment-*.db")))
+    sealed = _chain(segment.execute("SELECT seq, prev_hash, hash FROM decisions ORDER BY seq"))
+    with psycopg.connect(migrated) as conn:
+        copied = _chain(conn.execute(f"SELECT seq, prev_hash, hash FROM {DECISIONS} ORDER BY seq"))
+        assert conn.execute(f"SELECT reason, arguments FROM {DECISIONS} WHERE seq = 7").fetchone() == (
+            "record 7", '{"note":"café","order":"o-7"}')
+        used = dict(conn.execute("SELECT key, used_by FROM checkpoint_single_use").fetchall())
+        ended = conn.execute("SELECT run_id, how FROM checkpoint_ended_runs").fetchall()
+        receipt = conn.execute("SELECT state, instance, receipt FROM toolrunner_receipts").fetchone()
+    assert copied == sealed + live and len(copied) == RECORDS
+    assert used == {"approval-1": "decision-9", "act\\0with-nul": "decision-10"}  # escaped as single_use_pg does
+    assert ended == [("run-3", "cancelled")]
+    assert receipt[0] == "done" and receipt[1] == "tr-1" and pb.Receipt.FromString(bytes(receipt[2])).code == "ok"
+
+    # the folder's signed heads (taken on SQLite) are the anchors of the PostgreSQL log's verify
+    verified = _warden("audit", "verify", "--store", migrated, "--data", str(folder))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"ok: {RECORDS} records" in verified.stdout and "3 signed anchor(s) hold" in verified.stdout
+
+    again = _warden("store", "copy", str(folder), migrated)
+    assert again.returncode == 1 and "already holds" in again.stderr, again.stdout + again.stderr
+    assert _counts(migrated) == {DECISIONS: RECORDS, "checkpoint_single_use": 2, "checkpoint_ended_runs": 1,
+                                 "toolrunner_receipts": 1}
+
+
+def test_a_store_without_the_schema_is_refused_with_what_to_run(pg_url, tmp_path):
+    folder = tmp_path / "data"
+    _make_folder(folder, seal_at=None)
+    done = _warden("store", "copy", str(folder), pg_url)
+    assert done.returncode == 1 and "run `warden store migrate" in done.stderr, done.stdout + done.stderr
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(f"SELECT to_regclass('{DECISIONS}')").fetchone() == (None,)
+
+
+def test_a_store_that_holds_decisions_is_never_merged_into(migrated, tmp_path):
+    other = tmp_path / "other"
+    _make_folder(other, seal_at=None)
+    with DecisionLog(other / "decisions.db") as log:
+        log.append(_record(0))
+    assert _warden("store", "copy", str(other), migrated).returncode == 0
+    before = _counts(migrated)
+
+    folder = tmp_path / "data"
+    _make_folder(folder)
+    done = _warden("store", "copy", str(folder), migrated)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"already holds {RECORDS + 1} row(s) in {DECISIONS}" in done.stderr and "nothing written" in done.stderr
+    assert _counts(migrated) == before
+
+
+def test_a_tampered_record_is_refused_before_anything_is_written(migrated, tmp_path):
+    folder = tmp_path / "data"
+    log_path = _make_folder(folder, seal_at=None)
+    with sqlite3.connect(log_path) as conn:
+        conn.execute("UPDATE decisions SET verdict = 'ALLOW' WHERE seq = 150")
+    done = _warden("store", "copy", str(folder), migrated)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "does not verify" in done.stderr and "BROKEN at seq 150" in done.stderr
+    assert "copied" not in done.stdout
+    assert _counts(migrated) == dict.fromkeys(TABLES, 0)  # the other stores were not written either
+
+
+def test_a_log_whose_first_records_were_pruned_is_refused(migrated, tmp_path):
+    folder = tmp_path / "data"
+    log_path = _make_folder(folder)
+    prune(log_path, before_seq=121, key=heads.load_or_create_key(heads.key_path(log_path)))
+    done = _warden("store", "copy", str(folder), migrated)
+    assert done.returncode == 1 and "records 1..120" in done.stderr and "pruned" in done.stderr, done.stderr
+    assert _counts(migrated) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_call_still_marked_running_is_refused(migrated, tmp_path):
+    folder = tmp_path / "data"
+    _make_folder(folder, seal_at=None)
+    receipts = SqliteReceipts(folder / "toolrunner.db", instance="tr-1")
+    receipts.claim("d-2", "run-1", "refund")  # its container never reported back
+    receipts.close()
+    done = _warden("store", "copy", str(folder), migrated)
+    assert done.returncode == 1 and "1 call(s) still marked running" in done.stderr, done.stderr
+    assert _counts(migrated) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_folder_with_only_receipts_copies_them_beside_a_copied_log(migrated, tmp_path):
+    """A toolrunner keeps its own data folder: it is copied in a run of its own, into the same store."""
+    checkpoint = tmp_path / "checkpoint"
+    _make_folder(checkpoint, seal_at=None)
+    (checkpoint / "toolrunner.db").unlink()
+    assert _warden("store", "copy", str(checkpoint), migrated).returncode == 0
+    runner = tmp_path / "toolrunner"
+    runner.mkdir()
+    receipts = SqliteReceipts(runner / "toolrunner.db", instance="tr-2")
+    receipts.claim("d-9", "run-2", "search")
+    receipts.finish(pb.Receipt(decision_id="d-9", run_id="run-2", tool="search", code="ok"))
+    receipts.close()
+    done = _warden("store", "copy", str(runner), migrated)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "decisions: no decisions.db (and its sealed segments) in" in done.stdout
+    assert _counts(migrated)["toolrunner_receipts"] == 1 and _counts(migrated)[DECISIONS] == RECORDS
