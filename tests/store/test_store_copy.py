@@ -5,21 +5,30 @@ refused before anything is written."""
 
 from __future__ import annotations
 
+import io
 import os
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from checkpoint.audit import heads
+from checkpoint.audit import heads, pg_copy
 from checkpoint.audit.log import DecisionLog
+from checkpoint.audit.reader import DecisionReader
+from checkpoint.audit.record import SCHEMA_COLUMNS, record_hash
 from checkpoint.audit.pg_schema import TABLE as DECISIONS
 from checkpoint.audit.rotate import prune, rotate
 from checkpoint.server.single_use import SingleUse
 from toolrunner.receipts.sqlite import SqliteReceipts
+from warden import store_cli
+from warden.store import copy as store_copy
+from warden.store.copy import CopyRefused, copy_folder
+from warden.store.pg import Database
+from warden.store.url import parse_store_url
 from warden.toolrunner.v1 import toolrunner_pb2 as pb
 
 RECORDS = 300
@@ -187,3 +196,59 @@ def test_a_folder_with_only_receipts_copies_them_beside_a_copied_log(migrated, t
     assert done.returncode == 0, done.stdout + done.stderr
     assert "decisions: no decisions.db (and its sealed segments) in" in done.stdout
     assert _counts(migrated)["toolrunner_receipts"] == 1 and _counts(migrated)[DECISIONS] == RECORDS
+
+
+def test_a_log_of_an_older_schema_is_refused_not_rehashed(migrated, tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    columns = SCHEMA_COLUMNS[3]
+    conn = sqlite3.connect(folder / "decisions.db")
+    conn.execute(f"CREATE TABLE decisions ({', '.join(columns)}, PRIMARY KEY (seq))")
+    row = dict.fromkeys(columns[:-2]) | {"seq": 1, "decision_id": "d-1", "time": "2025-01-31T09:15:01.000000Z",
+                                         "action": "tool_call", "verdict": "ALLOW"}
+    digest = record_hash("0" * 64, tuple(row.values()), columns[:-2])
+    conn.execute(f"INSERT INTO decisions VALUES ({', '.join('?' * len(columns))})", [*row.values(), "0" * 64, digest])
+    conn.commit()
+    conn.close()
+    assert DecisionReader(folder / "decisions.db").verify().ok  # it verifies where it is
+    done = _warden("store", "copy", str(folder), migrated)
+    assert done.returncode == 1 and "records of schema 3" in done.stderr, done.stdout + done.stderr
+    assert _counts(migrated) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_log_changed_after_its_check_stops_the_copy_in_its_transaction(migrated, tmp_path, monkeypatch):
+    monkeypatch.setattr(store_copy, "BATCH", 100)  # two batches are written before the changed record's
+    folder = tmp_path / "data"
+    log_path = _make_folder(folder, seal_at=None)
+    real_read = pg_copy.COPY.read
+
+    def read_then_tamper(src: Path):
+        tables = real_read(src)  # checked: the chain verifies
+        with sqlite3.connect(log_path) as conn:  # ... and then a record changes before it is written
+            conn.execute("UPDATE decisions SET reason = 'rewritten' WHERE seq = 290")
+        return tables
+
+    stores = [replace(pg_copy.COPY, read=read_then_tamper)]
+    db = Database(parse_store_url(migrated, default_folder="."), name="test", max_size=1).open()
+    try:
+        with pytest.raises(CopyRefused, match="changed during the copy: BROKEN at seq 290"):
+            copy_folder(folder, db, stores, io.StringIO())
+    finally:
+        db.close()
+    assert _counts(migrated)[DECISIONS] == 0  # the 200 written before it were rolled back with it
+
+
+def test_a_long_copy_says_how_far_it_is(migrated, tmp_path, monkeypatch):
+    folder = tmp_path / "data"
+    _make_folder(folder)
+    monkeypatch.setattr(store_copy, "BATCH", 50)
+    monkeypatch.setattr(store_copy, "PROGRESS_EVERY", 100)
+    out = io.StringIO()
+    db = Database(parse_store_url(migrated, default_folder="."), name="test", max_size=1).open()
+    try:
+        written = copy_folder(folder, db, store_cli._load(store_cli.COPIES), out)
+    finally:
+        db.close()
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("decisions:")]
+    assert lines == [f"decisions: {DECISIONS}: {n}/{RECORDS} copied" for n in (100, 200, 300, 300)]
+    assert written == RECORDS + 2 + 1 + 1
