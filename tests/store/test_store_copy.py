@@ -18,9 +18,9 @@ import pytest
 
 from checkpoint.audit import heads, pg_copy
 from checkpoint.audit.log import DecisionLog
+from checkpoint.audit.pg_schema import TABLE as DECISIONS
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import SCHEMA_COLUMNS, record_hash
-from checkpoint.audit.pg_schema import TABLE as DECISIONS
 from checkpoint.audit.rotate import prune, rotate
 from checkpoint.server.single_use import SingleUse
 from toolrunner.receipts.sqlite import SqliteReceipts
