@@ -128,5 +128,6 @@ def _write(conn: psycopg.Connection[Any], store: StoreCopy, table: TableCopy, ou
     if done != table.total:
         raise CopyRefused(f"{store.name}: {table.table}: read {done} rows of the {table.total} checked: "
                           "SRC changed during the copy; stop every process on it and copy again")
-    print(f"{store.name}: {table.table}: {done}/{table.total} copied", file=out, flush=True)
+    if done != shown:
+        print(f"{store.name}: {table.table}: {done}/{table.total} copied", file=out, flush=True)
     return done
