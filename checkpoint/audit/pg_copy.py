@@ -2,7 +2,7 @@
 file) into the PostgreSQL log, record for record, so that the same seqs carry the same hashes.
 
 Nothing is converted or rehashed: the PostgreSQL table has the SQLite log's current columns and
-hash (pg_schema.py). So the chain is verified whole before the copy, and every record is checked
+hash (pg_schema.py). So the chain is verified whole before the copy (against the heads the checkpoint signed beside it), and every record is checked
 again as it is written, linked to the one before: a log changed between the two reads stops the
 copy inside its transaction, and nothing is kept. Signed heads and anchors taken before the move
 name (seq, hash) pairs that are still in the copied chain, so they verify against it.
@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from checkpoint.audit import segments, store
+from checkpoint.audit import heads, segments, store
 from checkpoint.audit.backends import LOG_FILE
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.pg_query import INSERT_SQL
@@ -24,7 +24,7 @@ from checkpoint.audit.pg_schema import CHAIN_LOCK, SCHEMA, TABLE, create_partiti
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import COLUMNS
 from checkpoint.audit.spans import Spans
-from checkpoint.audit.verify import ChainCheck
+from checkpoint.audit.verify import Anchor, ChainCheck
 from warden.store.copy import CopyRefused, StoreCopy, TableCopy, refuse_nul
 
 
@@ -38,8 +38,8 @@ def read_log(folder: Path) -> list[TableCopy]:
     try:
         manifest = segments.read_manifest(path)
         live_schema = _live_schema(path)
-        report = DecisionReader(path).verify()
-    except (AuditUnavailable, segments.ManifestError, FileNotFoundError, ValueError) as exc:
+        report = DecisionReader(path).verify(anchors=_signed_heads(path))
+    except (AuditUnavailable, segments.ManifestError, OSError, ValueError) as exc:
         raise CopyRefused(f"decisions: {path} cannot be read: {exc}") from None
     if not report.ok:
         raise CopyRefused(f"decisions: the chain of {path} does not verify, so nothing is copied: {report.summary()}")
@@ -77,6 +77,25 @@ def read_log(folder: Path) -> list[TableCopy]:
                 yield _checked(page, check, path)
 
     return [TableCopy(TABLE, total, INSERT_SQL, batches, before)]
+
+
+def _signed_heads(path: Path) -> list[Anchor]:
+    """The heads the checkpoint signed beside the log, as anchors: the chain alone cannot show
+    records deleted from its end, and they can. One whose signature fails refuses the copy."""
+    source = heads.heads_path(path)
+    if not source.exists():
+        return []
+    signed = heads.read_heads(source)
+    if not signed:
+        return []
+    public = heads.load_public_key(heads.key_path(path))
+    anchors = []
+    for number, head in enumerate(signed, 1):
+        if not head.verifies(public):
+            raise CopyRefused(f"decisions: signed head {number} of {source} (seq {head.seq}) does not verify with "
+                              f"the folder's key {heads.key_id(public)}: nothing copied")
+        anchors.append(head.anchor(f"signed head {number} of {source}"))
+    return anchors
 
 
 def _live_schema(path: Path) -> int:

@@ -254,3 +254,13 @@ def test_a_long_copy_says_how_far_it_is(migrated, tmp_path, monkeypatch):
     lines = [line for line in out.getvalue().splitlines() if line.startswith("decisions:")]
     assert lines == [f"decisions: {DECISIONS}: {n}/{RECORDS} copied" for n in (100, 200, 300)]
     assert written == RECORDS + 2 + 1 + 1
+
+
+def test_records_deleted_from_the_end_are_caught_by_the_signed_heads_before_the_copy(migrated, tmp_path):
+    folder = tmp_path / "data"
+    log_path = _make_folder(folder, seal_at=None)
+    with sqlite3.connect(log_path) as conn:  # the chain that is left still links: only a signed head shows the cut
+        conn.execute(f"DELETE FROM decisions WHERE seq > {RECORDS - 10}")
+    done = _warden("store", "copy", str(folder), migrated)
+    assert done.returncode == 1 and "does not verify" in done.stderr and f"seq {RECORDS}" in done.stderr, done.stderr
+    assert _counts(migrated) == dict.fromkeys(TABLES, 0)
