@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from warden.datafolder import DEFAULT_DATA
 from warden.store.url import add_store_flags, store_of
@@ -33,6 +34,7 @@ COPIES: tuple[str, ...] = (
 # Files of a data folder whose stores have no copy yet: named when SRC holds them, so that nobody
 # believes them moved (a store that gains a copy above leaves this list).
 NOT_COPIED: tuple[str, ...] = ("catalog.db", "learnings.db", "driver.db")
+UP_FOLDERS = ("checkpoint", "toolrunner", "driver")
 
 
 def _load(refs: tuple[str, ...]) -> list:
@@ -75,7 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "signed heads. All or nothing, into empty tables only. Exit codes: 0 copied, 1 refused (nothing "
         "written), 2 DST cannot be opened or written.",
     )
-    copy.add_argument("src", metavar="SRC", help="the SQLite data folder (a path, or sqlite:///path)")
+    copy.add_argument("src", metavar="SRC", nargs="+",
+                      help="the SQLite data folder, or one per process (a path, or sqlite:///path); the folder "
+                      "`warden up` made stands for its checkpoint/, toolrunner/ and driver/ folders")
     copy.add_argument("dst", metavar="DST", help="the PostgreSQL store (postgresql://user@host/db)")
     copy.add_argument("--store-password-file", metavar="FILE", help="DST's password, read from this file")
     copy.set_defaults(func=cmd_copy)
@@ -139,36 +143,51 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 1 if behind else 0
 
 
-def cmd_copy(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def _source_folders(texts: list[str]) -> list[Path] | str:
+    """The folders SRC names, or the line saying why one is no SQLite data folder."""
+    from warden.store.url import parse_store_url
 
+    folders: list[Path] = []
+    for text in texts:
+        src = parse_store_url(text if ":" in text else f"sqlite:{text}", default_folder=text)
+        if src.is_postgresql or src.folder is None or not src.folder.is_dir():
+            return f"SRC {src.shown} is no SQLite data folder"
+        # `warden up` keeps each process's files in a folder of its own (warden/up.py)
+        parts = [src.folder / name for name in UP_FOLDERS if (src.folder / name).is_dir()]
+        folders += parts or [src.folder]
+    return folders
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
     from warden.store.copy import CopyRefused, copy_folder
     from warden.store.errors import StoreError
     from warden.store.pg import Database
     from warden.store.url import parse_store_url
 
     try:
-        src = parse_store_url(args.src if ":" in args.src else f"sqlite:{args.src}", default_folder=args.src)
-        dst = parse_store_url(args.dst, default_folder=".", password_file=args.store_password_file)
-        if src.is_postgresql or src.folder is None or not Path(src.folder).is_dir():
-            print(f"warden store copy: SRC {src.shown} is no SQLite data folder", file=sys.stderr)
+        folders = _source_folders(args.src)
+        if isinstance(folders, str):
+            print(f"warden store copy: {folders}", file=sys.stderr)
             return 1
+        dst = parse_store_url(args.dst, default_folder=".", password_file=args.store_password_file)
         if not dst.is_postgresql:
             print(f"warden store copy: DST {dst.shown} is no PostgreSQL store: a copy goes from SQLite to PostgreSQL",
                   file=sys.stderr)
             return 1
         # statements of a large copy run longer than a decision's: the default timeout is for nodes
         with Database(dst, name="store-copy", max_size=1, statement_timeout=600) as db:
-            print(f"copying {src.shown} into {dst.shown}", flush=True)
-            written = copy_folder(Path(src.folder), db, _load(COPIES), sys.stdout)
-            for name in NOT_COPIED:
-                if (Path(src.folder) / name).exists():
-                    print(f"note: {name} is not copied by this release: it stays in {src.shown}")
+            print(f"copying {', '.join(map(str, folders))} into {dst.shown}", flush=True)
+            written = copy_folder(folders, db, _load(COPIES), sys.stdout)
+            for folder in folders:
+                for name in NOT_COPIED:
+                    if (folder / name).exists():
+                        print(f"note: {folder / name} is not copied by this release: it stays where it is")
     except CopyRefused as exc:
         print(f"warden store copy: refused, nothing written: {exc}", file=sys.stderr)
         return 1
     except StoreError as exc:
         print(f"warden store copy: {exc} [{exc.code}]; nothing written", file=sys.stderr)
         return 2
-    print(f"copied {written} rows; check the log with: warden audit verify --store DST --data {src.folder}")
+    print(f"copied {written} rows; check the log with: warden audit verify --store DST --data FOLDER "
+          "(the folder that held decisions.db, whose signed heads are the anchors)")
     return 0

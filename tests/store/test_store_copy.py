@@ -96,7 +96,7 @@ def test_a_data_folder_moves_whole_and_its_chain_verifies_with_the_signed_heads(
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"decisions: {DECISIONS}: {RECORDS}/{RECORDS} copied" in done.stdout
     assert "receipts: toolrunner_receipts: 1/1 copied" in done.stdout
-    assert "note: catalog.db is not copied by this release" in done.stdout
+    assert f"note: {folder / 'catalog.db'} is not copied by this release" in done.stdout
 
     source = sqlite3.connect(log_path)
     live = _chain(source.execute("SELECT seq, prev_hash, hash FROM decisions ORDER BY seq"))
@@ -263,4 +263,26 @@ def test_records_deleted_from_the_end_are_caught_by_the_signed_heads_before_the_
         conn.execute(f"DELETE FROM decisions WHERE seq > {RECORDS - 10}")
     done = _warden("store", "copy", str(folder), migrated)
     assert done.returncode == 1 and "does not verify" in done.stderr and f"seq {RECORDS}" in done.stderr, done.stderr
+    assert _counts(migrated) == dict.fromkeys(TABLES, 0)
+
+
+def test_the_folder_warden_up_made_is_copied_from_each_process_folder_at_once(migrated, tmp_path):
+    root = tmp_path / "warden"
+    _make_folder(root / "checkpoint", seal_at=None)
+    (root / "checkpoint" / "toolrunner.db").unlink()
+    receipts = SqliteReceipts(root / "toolrunner" / "toolrunner.db", instance="tr-2")
+    receipts.claim("d-9", "run-2", "search")
+    receipts.finish(pb.Receipt(decision_id="d-9", run_id="run-2", tool="search", code="ok"))
+    receipts.close()
+    done = _warden("store", "copy", str(root), migrated)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _counts(migrated) == {DECISIONS: RECORDS, "checkpoint_single_use": 2, "checkpoint_ended_runs": 1,
+                                 "toolrunner_receipts": 1}
+
+
+def test_two_folders_that_hold_the_same_store_are_refused(migrated, tmp_path):
+    _make_folder(tmp_path / "a", seal_at=None)
+    _make_folder(tmp_path / "b", seal_at=None)
+    done = _warden("store", "copy", str(tmp_path / "a"), str(tmp_path / "b"), migrated)
+    assert done.returncode == 1 and "decisions: both" in done.stderr, done.stdout + done.stderr
     assert _counts(migrated) == dict.fromkeys(TABLES, 0)

@@ -74,24 +74,34 @@ def refuse_nul(table: str, key: Any, row: Sequence[Any]) -> None:
             raise CopyRefused(f"{table} row {key!r} holds a NUL character, which PostgreSQL text cannot store")
 
 
-def copy_folder(folder: Path, db: Database, stores: Sequence[StoreCopy], out: TextIO) -> int:
-    """Copy every store of `folder` that holds something into `db`; the number of rows written.
-    CopyRefused (nothing written) when one cannot be copied whole."""
+def copy_folder(folders: Path | Sequence[Path], db: Database, stores: Sequence[StoreCopy], out: TextIO) -> int:
+    """Copy every store that one of `folders` holds into `db`; the number of rows written.
+    CopyRefused (nothing written) when one cannot be copied whole, or two folders hold the same store."""
+    folders = [folders] if isinstance(folders, Path) else list(folders)
     for store in stores:
         try:
             require_current(db, store.schema)
         except StoreSchemaMismatch as exc:
             raise CopyRefused(str(exc)) from None
-    present = [store for store in stores if store.present(folder)]
-    with db.connection() as conn:
-        _refuse_filled(conn, present)  # first, and cheap: before a long read of SRC
-    plans: list[tuple[StoreCopy, list[TableCopy]]] = []
+    found: list[tuple[StoreCopy, Path]] = []
     for store in stores:
-        tables = store.read(folder) if store in present else []
-        if not tables:
-            print(f"{store.name}: no {store.files} in {folder}, or nothing in it: nothing to copy", file=out)
+        holders = [folder for folder in folders if store.present(folder)]
+        if len(holders) > 1:
+            raise CopyRefused(f"{store.name}: both {holders[0]} and {holders[1]} hold {store.files}: name one folder "
+                              "per process (two histories are never merged)")
+        if holders:
+            found.append((store, holders[0]))
         else:
+            print(f"{store.name}: no {store.files} in {', '.join(map(str, folders))}: nothing to copy", file=out)
+    with db.connection() as conn:
+        _refuse_filled(conn, [store for store, _ in found])  # first, and cheap: before a long read of SRC
+    plans: list[tuple[StoreCopy, list[TableCopy]]] = []
+    for store, folder in found:
+        tables = store.read(folder)
+        if tables:
             plans.append((store, tables))
+        else:
+            print(f"{store.name}: {store.files} in {folder} is empty: nothing to copy", file=out)
     written = 0
     with db.transaction() as conn:
         for _store, tables in plans:
