@@ -159,6 +159,8 @@ def _source_folders(texts: list[str]) -> list[Path] | str:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    import psycopg
+
     from warden.store.copy import CopyRefused, copy_folder
     from warden.store.errors import StoreError
     from warden.store.pg import Database
@@ -187,6 +189,10 @@ def cmd_copy(args: argparse.Namespace) -> int:
         return 1
     except StoreError as exc:
         print(f"warden store copy: {exc} [{exc.code}]; nothing written", file=sys.stderr)
+        return 2
+    except psycopg.Error as exc:  # a row DST's tables refuse: the transaction rolled back whole
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"warden store copy: DST refused a row ({detail}); nothing written", file=sys.stderr)
         return 2
     print(f"copied {written} rows; check the log with: warden audit verify --store DST --data FOLDER "
           "(the folder that held decisions.db, whose signed heads are the anchors)")

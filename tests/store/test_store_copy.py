@@ -286,3 +286,19 @@ def test_two_folders_that_hold_the_same_store_are_refused(migrated, tmp_path):
     done = _warden("store", "copy", str(tmp_path / "a"), str(tmp_path / "b"), migrated)
     assert done.returncode == 1 and "decisions: both" in done.stderr, done.stdout + done.stderr
     assert _counts(migrated) == dict.fromkeys(TABLES, 0)
+
+
+def test_what_is_no_copy_from_sqlite_to_a_reachable_postgresql_is_refused(pg_server, migrated, tmp_path):
+    folder = tmp_path / "data"
+    _make_folder(folder, seal_at=None)
+    done = _warden("store", "copy", str(tmp_path / "missing"), migrated)
+    assert done.returncode == 1 and "is no SQLite data folder" in done.stderr, done.stderr
+    done = _warden("store", "copy", str(folder), f"sqlite://{tmp_path}/elsewhere")
+    assert done.returncode == 1 and "is no PostgreSQL store" in done.stderr, done.stderr
+    pg_server.stop()
+    try:
+        done = _warden("store", "copy", str(folder), migrated)
+    finally:
+        pg_server.start()
+    assert done.returncode == 2 and "[store_unavailable]" in done.stderr, done.stdout + done.stderr
+    assert _counts(migrated) == dict.fromkeys(TABLES, 0)
