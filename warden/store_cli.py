@@ -19,6 +19,7 @@ from warden.store.url import add_store_flags, store_of
 # Each store on PostgreSQL names its schema here, as "module:attribute" of a
 # warden.store.migrations.Schema; imported only by these commands.
 SCHEMAS: tuple[str, ...] = (
+    "checkpoint.policy.postgresql_store:SCHEMA",
     "checkpoint.server.single_use_pg:SCHEMA",
     "toolrunner.receipts.postgresql:SCHEMA",
     "checkpoint.audit.pg_schema:SCHEMA",

@@ -424,10 +424,9 @@ def _delegation(call: Call, d: pb.Delegation, response: pb.CheckResponse) -> Non
     if child is None:
         code = codes.UNKNOWN_AGENT_VERSION if d.agent in call.policies.agents else codes.UNKNOWN_AGENT
         raise trace.stop(DENY, code, "delegation.agent", f"cannot resolve agent {d.agent!r} {d.agent_version}".strip())
-    if (child.name, child.version) in call.policies.unpinnable:
-        code = (codes.AGENT_VERSION_RETIRED if (child.name, child.version) in call.policies.retired
-                else codes.AGENT_VERSION_NOT_APPROVED)
-        raise trace.stop(DENY, code, "delegation.agent", f"version {child.version} of agent {child.name!r} may not be "
+    refusal = call.policies.pin_refusal(child.name, child.version)
+    if refusal is not None:
+        raise trace.stop(DENY, refusal, "delegation.agent", f"version {child.version} of agent {child.name!r} may not be "
                          "pinned by a new run")
     trace.add("delegation.allowlist", "pass")
     approvals = _rules(call, "delegation", call.policies.rules_by_action["delegation"], lambda: {

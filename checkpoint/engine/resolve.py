@@ -23,12 +23,15 @@ def resolve_agent(policies: PolicySet, name: str, version: str = "", *, to_pin: 
         if version and known:
             raise InvalidRequest(codes.UNKNOWN_AGENT_VERSION, f"agent {name!r} has no version {version!r}", "agent_version")
         raise InvalidRequest(codes.UNKNOWN_AGENT, f"no agent named {name[:100]!r}", "agent")
-    if to_pin and (agent.name, agent.version) in policies.unpinnable:
-        retired = (agent.name, agent.version) in policies.retired
-        raise InvalidRequest(codes.AGENT_VERSION_RETIRED if retired else codes.AGENT_VERSION_NOT_APPROVED,
-                             f"version {agent.version} of agent {agent.name!r} "
-                             + ("was retired" if retired else "is not approved for new runs (pending, rejected, "
-                                "withdrawn, or narrowed away by a later edit)") + ": a new run may not pin it",
+    refusal = policies.pin_refusal(agent.name, agent.version) if to_pin else None
+    if refusal is not None:
+        retired = refusal == codes.AGENT_VERSION_RETIRED
+        raise InvalidRequest(refusal, f"version {agent.version} of agent {agent.name!r} "
+                             + ("was retired" if retired else
+                                "is newer than this replica's catalog (its state arrives within a second)"
+                                if refusal == codes.CATALOG_UNAVAILABLE else
+                                "is not approved for new runs (pending, rejected, withdrawn, or narrowed away by a "
+                                "later edit)") + ": a new run may not pin it",
                              "agent_version")
     budget = pb.Budget()
     for field, value in agent.budget.model_dump(exclude_none=True).items():

@@ -175,12 +175,15 @@ class AgentCatalog:
 
     def revision_of(self, agent: str, version: str) -> str:
         """The policy revision `version` was first recorded under ("" when none was)."""
+        found = self._version_revisions.get((agent, version))
+        if found:  # a version's first revision never changes: once read, kept (a Check may ask each time)
+            return found
         with self._lock:
-            found = self._version_revisions.get((agent, version))
-            if found:
-                return found
             rows = self._store.rows("agent_versions", {"agent": agent, "version": version})
-            return (rows[0]["policy_revision"] or "") if rows else ""
+            found = (rows[0]["policy_revision"] or "") if rows else ""
+            if found:
+                self._version_revisions[(agent, version)] = found
+            return found
 
     def get(self, agent: str, version: str) -> AgentVersion | None:
         found = self._cache.get((agent, version))
@@ -233,6 +236,16 @@ class AgentCatalog:
             rows = self._store.rows("agent_lifecycle", {"status": UNPINNABLE})
         unpinnable = frozenset((r["agent"], r["version"]) for r in rows)
         return unpinnable, frozenset((r["agent"], r["version"]) for r in rows if r["status"] == RETIRED)
+
+    def stated(self) -> frozenset[tuple[str, str]] | None:
+        """On a shared store, the versions whose state this read holds (None elsewhere): a version
+        proposed at another replica since is read from the store before the snapshot knows it is
+        pending, and must not be pinned meanwhile."""
+        if not self._store.shared:
+            return None
+        with self._lock:
+            rows = self._store.rows("agent_lifecycle")
+        return frozenset((r["agent"], r["version"]) for r in rows)
 
     def history(self, agent: str) -> list[dict[str, Any]]:
         """Every version of `agent`, oldest first, with its state and who moved it there."""

@@ -41,6 +41,9 @@ class CatalogStore(Protocol):
 
     read_only: bool
     lock: Lock  # reentrant in a thread, exclusive across threads and processes
+    # other processes' acts reach this one's snapshot only when it is refreshed (a fleet's shared
+    # database), so a row newer than the snapshot may be read before the snapshot knows its state
+    shared: bool
 
     def create_table(self, table: str, columns: Sequence[str] | Mapping[str, str], pk: Pk, *,
                      not_null: Iterable[str] = (), index: Sequence[str] = ()) -> None:

@@ -18,6 +18,7 @@ from checkpoint.policy.learning_index import EMPTY as NO_LEARNINGS
 from checkpoint.policy.learning_index import LearningIndex
 from checkpoint.policy.principals import Principals
 from checkpoint.policy.subjects import OffLimits, Subject, SubjectSet, plain_name, read_value
+from warden import codes
 
 if TYPE_CHECKING:
     from checkpoint.policy.catalog import AgentCatalog
@@ -202,6 +203,9 @@ class PolicySet:
     unpinnable: frozenset[tuple[str, str]] = frozenset()
     retired: frozenset[tuple[str, str]] = frozenset()
     catalog_changes: tuple[Any, ...] = ()
+    # on a shared store: the versions whose state the catalog held when this set was made
+    # (AgentCatalog.stated); None: every version's state is read with the set
+    stated: frozenset[tuple[str, str]] | None = None
     # the active learnings, compiled (docs/learnings.md): advice that may add a warning to a tool
     # call's answer or turn it into a DENY, never more. Set by the policy store after every change.
     learnings: LearningIndex = NO_LEARNINGS
@@ -247,7 +251,18 @@ class PolicySet:
         unpinnable, retired = self.catalog.blocked()
         return replace(self, agents=live, defined_agents=self.defined_agents or frozenset(self.agents),
                        file_versions=self.file_versions or {n: a.version for n, a in self.agents.items()},
-                       unpinnable=unpinnable, retired=retired, catalog_changes=tuple(changes))
+                       unpinnable=unpinnable, retired=retired, catalog_changes=tuple(changes),
+                       stated=self.catalog.stated())
+
+    def pin_refusal(self, name: str, version: str) -> str | None:
+        """Why a new run may not pin `name`@`version` (a stable code), or None when it may."""
+        if (name, version) in self.unpinnable:
+            return codes.AGENT_VERSION_RETIRED if (name, version) in self.retired else codes.AGENT_VERSION_NOT_APPROVED
+        live = self.agents.get(name)
+        if self.stated is not None and (name, version) not in self.stated and (live is None or live.version != version):
+            # recorded at another replica after this set was read: its state reaches here within a second
+            return codes.CATALOG_UNAVAILABLE
+        return None
 
     def refreshed(self) -> PolicySet:
         """After a catalog act: the same files, the live versions the catalog holds now (the

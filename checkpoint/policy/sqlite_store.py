@@ -38,6 +38,8 @@ class SqliteStore:
     checkpoint). A file shared by several checkpoint workers is locked across processes too
     (a `.lock` file beside it), so an act's check and write hold across them."""
 
+    shared = False  # workers sharing a file refresh before each request (shared_state.py)
+
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False):
         self.read_only = read_only
         self.lock: Lock = threading.RLock()

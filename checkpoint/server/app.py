@@ -249,7 +249,8 @@ def create_server(
     # first: a store that cannot open (unreachable, schema not current) stops the start with nothing opened
     stores = open_stores(store_url(store, data), run_token_ttl=run_token_ttl,
                          on_current=lambda current: publish("store", current))
-    policy_store = PolicyStore(policy_dir, AgentCatalog(data / "catalog.db"), on_change=on_reload)
+    catalog = AgentCatalog(store=stores.catalog) if stores.catalog is not None else AgentCatalog(data / "catalog.db")
+    policy_store = PolicyStore(policy_dir, catalog, on_change=on_reload)
     try:
         if stores.url.is_postgresql and (rotate_bytes or rotate_age):
             raise ValueError("rotation seals SQLite files: a PostgreSQL decision log is not rotated (docs/fleet.md)")
@@ -271,11 +272,19 @@ def create_server(
         stores.close()
         raise
     service = CheckpointService(policy_store, decisions, key, metrics, stores.single_use,
-                                learnings=LearningStore(data / "learnings.db"), token_keys=token_keys,
+                                learnings=_learnings(stores, data), token_keys=token_keys,
                                 run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl)
-    if shared:
+    if shared and stores.catalog_feed is None:
         service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], policy_store.refresh).sync
     policy_store.reload()  # after the service: what the first load changes in the catalog is recorded
+    if stores.catalog_feed is not None:  # a shared store: other replicas' acts, in force here within a second
+        try:
+            stores.catalog_feed.start(lambda: policy_store.refresh(strict=True))
+        except BaseException:
+            decisions.close()
+            stores.close()
+            raise
+        service.in_force.catalog_current = stores.catalog_feed.require_current
     metrics.registry.register(AgentStatsCollector(service.agent_stats.stats))  # computed on scrape
 
     gate = Drain(metrics.server, per_call=False)
@@ -324,6 +333,11 @@ def create_server(
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
     return checkpoint, port
+
+
+def _learnings(stores: CheckpointStores, data: Path) -> LearningStore:
+    """The learnings where the catalog is: the shared database, or learnings.db in the data folder."""
+    return LearningStore(store=stores.learnings) if stores.learnings is not None else LearningStore(data / "learnings.db")
 
 
 def _record_unauthenticated(service: CheckpointService, limiter: PeerLimiter) -> OnRefused:

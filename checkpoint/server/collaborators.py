@@ -12,6 +12,8 @@ from typing import Any
 from checkpoint.audit.port import DecisionLogStore
 from checkpoint.audit.record import DecisionRecord
 from checkpoint.policy import PolicySet
+from checkpoint.policy.pinned import PinnedVersions
+from checkpoint.policy.pinned import load as load_pinned
 from checkpoint.policy.principals import Principal
 from checkpoint.server import convert, tracing
 from checkpoint.server.answers import fail_closed
@@ -22,6 +24,7 @@ from checkpoint.server.single_use import SingleUseStore
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import Unavailable
+from warden.store.errors import StoreError
 
 log = logging.getLogger("warden.checkpoint.service")
 
@@ -34,6 +37,9 @@ class PoliciesInForce:
         self.store = store
         # set when other processes share the data folder (`serve --workers N`): see shared_state.py
         self.sync_shared: Callable[[], None] | None = None
+        # set on a shared PostgreSQL store: raises when the catalog in memory may not be current
+        # (catalog_feed.py); None: the catalog is this process's own files, current by construction
+        self.catalog_current: Callable[[], None] | None = None
 
     def current(self) -> PolicySet:
         if self.sync_shared is not None:
@@ -46,6 +52,26 @@ class PoliciesInForce:
     def refresh(self) -> None:
         """An act changed the catalog or the learnings: the next request reads the change."""
         self.store.refresh()
+
+    def require_current_catalog(self) -> None:
+        """Refused `catalog_unavailable` when this replica cannot tell that its catalog and learnings
+        are those of the shared store: a decision never stands on a catalog that may be old."""
+        if self.catalog_current is None:
+            return
+        try:
+            self.catalog_current()
+        except Exception as exc:  # noqa: BLE001 - fail closed, and say why
+            raise Refused(codes.CATALOG_UNAVAILABLE, f"the catalog may not be current: {str(exc)[:200]}",
+                          "catalog") from None
+
+    def pinned_versions(self, policies: PolicySet, request: pb.CheckRequest) -> PinnedVersions:
+        """The versions `request` names, read from the catalog before decide() (pinned.py); a catalog
+        that cannot be read refuses `catalog_unavailable`."""
+        try:
+            return load_pinned(policies, request)
+        except StoreError as exc:
+            raise Refused(codes.CATALOG_UNAVAILABLE, f"the catalog cannot be read: {str(exc)[:200]}",
+                          "catalog") from None
 
 
 class Recorder:

@@ -20,6 +20,7 @@ from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server.runs import Refused
 from warden import codes
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
+from warden.store.errors import StoreError
 
 if TYPE_CHECKING:
     from checkpoint.server.collaborators import PoliciesInForce, Recorder
@@ -76,6 +77,11 @@ def perform(in_force: PoliciesInForce, recorder: Recorder, caller: str, name: st
         response.verdict, response.code, response.rule, response.reason = DENY, refused.code, refused.rule, refused.reason
     except store_errors as exc:
         response.verdict, response.code, response.reason = DENY, exc.code, exc.message  # type: ignore[attr-defined]
+    except StoreError as exc:  # a shared store down or slow: refused with its code, nothing changed
+        log.error("%s %s: %s", rule, name, exc)
+        response.verdict, response.code, response.rule = DENY, exc.code, rule
+        response.reason = f"the {name} cannot be done now: {str(exc)[:300]}"
+        recorded.clear()  # recorded, then not written: the refusal that follows says so
     except PolicyLoadError as exc:
         response.verdict, response.code, response.reason = DENY, codes.INVALID_REQUEST, str(exc)[:2000]
     except _NotRecorded as exc:

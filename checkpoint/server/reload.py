@@ -144,13 +144,15 @@ class PolicyStore:
         self._notify()
         return True
 
-    def refresh(self) -> None:
-        """After a catalog act: the same files, with the live and retired versions as they are now."""
+    def refresh(self, *, strict: bool = False) -> None:
+        """After a catalog act: the same files, with the live and retired versions as they are now.
+        `strict`: learnings that cannot be read raise too, instead of the ones in force staying (a
+        replica following a shared store must know it did not catch up: catalog_feed.py)."""
         with self._load_lock:
             if self.current is not None:
-                self.current = self._advised(self.current.refreshed())
+                self.current = self._advised(self.current.refreshed(), strict=strict)
 
-    def _advised(self, policies: PolicySet) -> PolicySet:
+    def _advised(self, policies: PolicySet, *, strict: bool = False) -> PolicySet:
         """`policies` with the active learnings compiled now; when they cannot be read, the ones
         in force stay (a learning only ever narrows: losing one silently would widen)."""
         if self.learnings is None:
@@ -158,6 +160,8 @@ class PolicyStore:
         try:
             return policies.with_learnings(self.learnings(policies))
         except Exception:
+            if strict:
+                raise
             log.exception("the active learnings could not be read; keeping the ones in force")
             kept = self.current.learnings if self.current is not None else policies.learnings
             return policies.with_learnings(kept)

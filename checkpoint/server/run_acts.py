@@ -75,6 +75,7 @@ class RunActs:
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(caller), "principal")
+            self.in_force.require_current_catalog()  # a run pins the live version: known current, or none
             if not request.person or len(request.person) > MAX_RUN_ID:
                 raise Refused(codes.INVALID_REQUEST, f"a run names its accountable person (1 to {MAX_RUN_ID} characters)",
                               "start_run.person")

@@ -24,7 +24,6 @@ from checkpoint.audit.record import CanonicalJson, DecisionRecord, json_column
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.policy import PolicySet
 from checkpoint.policy.learnings import LearningStore
-from checkpoint.policy.pinned import load as load_pinned
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
 from checkpoint.server.act_records import forget_claimed_run
@@ -221,9 +220,11 @@ class CheckpointService:
         assert established is not None
         approver = call.approval.approver if call.approval else ""
         approved = call.approval.rules if call.approval else frozenset()
-        # the catalog is read here, before decide(), which reads no file nor database
+        # the catalog is read here, before decide(), which reads no file nor database; on a shared
+        # store, only a catalog known current is decided on
+        self.in_force.require_current_catalog()
         response = decide(policies, request, approver=approver, approved_rules=approved, now=now,
-                          pinned=load_pinned(policies, request))
+                          pinned=self.in_force.pinned_versions(policies, request))
         pinned_answer = None
         pinned_revision = established.revision
         # the revision the run began under, and the one its agent version was reviewed with: edits
@@ -234,7 +235,7 @@ class CheckpointService:
             if pinned is policies:
                 continue
             answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now,
-                            pinned=load_pinned(pinned, request))
+                            pinned=self.in_force.pinned_versions(pinned, request))
             if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
                 kept = pb.CheckResponse()
                 kept.CopyFrom(answer)

@@ -7,6 +7,10 @@ or nothing: a store that cannot open closes those opened before it, so a start t
 pool and no thread behind. Each store added here is one more field of `CheckpointStores`.
 `decision_log` opens the decision log where the same setting says (it keeps pools of its own, so that
 recording a decision never waits behind the other stores' connections).
+
+On PostgreSQL the catalog (agents, skills, templates) and the learnings live in the shared database
+too, so an act at any replica is in force at all of them; the `catalog_feed` that keeps each
+replica's policy set current with them starts once the policy set is loaded (app.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from pathlib import Path
 
 from checkpoint.audit.backends import open_log
 from checkpoint.audit.port import DecisionLogStore
+from checkpoint.policy.catalog_store import CatalogStore
+from checkpoint.policy.postgresql_store import CATALOG, LEARNINGS, PostgresqlStore
+from checkpoint.policy.postgresql_store import SCHEMA as CATALOG_SCHEMA
+from checkpoint.server.catalog_feed import CatalogFeed
 from checkpoint.server.ended_runs_feed import EndedRunsFeed
 from checkpoint.server.single_use import SingleUse, SingleUseStore
 from checkpoint.server.single_use_pg import SCHEMA as SINGLE_USE_SCHEMA
@@ -28,7 +36,8 @@ from warden.store.url import StoreUrl, parse_store_url, sqlite_in
 SINGLE_USE_FILE = "approvals-used.db"
 # seconds an end is remembered beyond the run tokens' lifetime: the clocks of a fleet may differ
 HORIZON_MARGIN = 3600.0
-POOL_SIZE = 8  # per replica; one of them follows the ended runs (LISTEN) for the replica's life
+# per replica; two of them follow the ended runs and the catalog (LISTEN) for the replica's life
+POOL_SIZE = 10
 
 
 @dataclass
@@ -40,13 +49,35 @@ class CheckpointStores:
     database: Database | None = None
     # whether what the stores answer is current now (health); SQLite files always are
     current: Callable[[], bool] = lambda: True
+    # PostgreSQL: the rows of the catalog and of the learnings, and the feed that follows them
+    # (None on SQLite: catalog.db and learnings.db in the data folder)
+    catalog: CatalogStore | None = None
+    learnings: CatalogStore | None = None
+    catalog_feed: CatalogFeed | None = None
 
     def close(self) -> None:
         try:
             self.single_use.close()
+            if self.catalog_feed is not None:
+                self.catalog_feed.close()
         finally:
             if self.database is not None:
                 self.database.close()
+
+
+class _AllCurrent:
+    """Health's one `store` part from several followers: current when each of them is."""
+
+    def __init__(self, on_current: Callable[[bool], None] | None, parts: tuple[str, ...]):
+        self._on_current = on_current
+        self._parts = dict.fromkeys(parts, True)
+
+    def part(self, name: str) -> Callable[[bool], None]:
+        def told(current: bool) -> None:
+            self._parts[name] = current
+            if self._on_current is not None:
+                self._on_current(all(self._parts.values()))
+        return told
 
 
 def store_url(store: StoreUrl | str | None, data_dir: str | Path) -> StoreUrl:
@@ -65,14 +96,19 @@ def open_stores(url: StoreUrl, *, run_token_ttl: float,
     if not url.is_postgresql:
         return CheckpointStores(url, SingleUse(url.sqlite_file(SINGLE_USE_FILE)))
     db = Database(url, name="checkpoint", max_size=POOL_SIZE).open()
+    told = _AllCurrent(on_current, ("ended_runs", "catalog"))
     try:
         require_current(db, SINGLE_USE_SCHEMA)
-        feed = EndedRunsFeed(db, horizon=run_token_ttl + HORIZON_MARGIN, on_current=on_current)
+        require_current(db, CATALOG_SCHEMA)
+        feed = EndedRunsFeed(db, horizon=run_token_ttl + HORIZON_MARGIN, on_current=told.part("ended_runs"))
         single_use = PgSingleUse(db, feed).start()
     except BaseException:
         db.close()
         raise
-    return CheckpointStores(url, single_use, db, current=lambda: feed.current)
+    catalog_feed = CatalogFeed(db, on_current=told.part("catalog"))
+    return CheckpointStores(url, single_use, db, current=lambda: feed.current and catalog_feed.current,
+                            catalog=PostgresqlStore(db, CATALOG), learnings=PostgresqlStore(db, LEARNINGS),
+                            catalog_feed=catalog_feed)
 
 
 def decision_log(url: StoreUrl, data: Path, *, synchronous: str = "NORMAL", shared: bool = False) -> DecisionLogStore:

@@ -1,10 +1,9 @@
 """The contract of a catalog store (checkpoint/policy/catalog_store.py), for every backend.
 
-Each test takes `store`, a fresh empty store of one backend. Today's backends are SQLite in
-memory and SQLite on a file; a second backend (PostgreSQL) is added by one more parameter of the
-`store` fixture (a factory that returns an empty store), and every test here runs on it too: the
-rows it keeps, the filters and orders it answers, the transaction that lands whole or not at all,
-and then the catalog's and the learning store's own lives on top of it.
+Each test takes `store`, a fresh empty store of one backend: SQLite in memory, SQLite on a file,
+and PostgreSQL (a fresh database of its own, migrated as `warden store migrate` does). Every test
+here runs on each: the rows it keeps, the filters and orders it answers, the transaction that lands
+whole or not at all, and then the catalog's and the learning store's own lives on top of it.
 """
 
 from __future__ import annotations
@@ -20,16 +19,29 @@ from checkpoint.policy.catalog_store import INSERTED, CatalogStore, Not
 from checkpoint.policy.entries import SKILL, Entry
 from checkpoint.policy.learnings import LearningStore, Proposal
 from checkpoint.policy.policyset import AgentVersion
+from checkpoint.policy.postgresql_store import SCHEMA, PostgresqlStore
 from checkpoint.policy.sqlite_store import SqliteStore
+from warden.store.migrations import migrate
+from warden.store.pg import Database
+from warden.store.url import parse_store_url
 
 BACKENDS: dict[str, Callable[[Path], CatalogStore]] = {
     "sqlite-memory": lambda _tmp: SqliteStore(),
     "sqlite-file": lambda tmp: SqliteStore(tmp / "store.db"),
 }
+POSTGRESQL = "postgresql"  # a fresh database of its own (the pg_url fixture), migrated
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=sorted([*BACKENDS, POSTGRESQL]))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CatalogStore]:
+    if request.param == POSTGRESQL:
+        url = parse_store_url(request.getfixturevalue("pg_url"), default_folder=tmp_path)
+        with Database(url, name="test", max_size=4) as db:
+            migrate(db, SCHEMA)
+            made: CatalogStore = PostgresqlStore(db)
+            yield made
+            made.close()
+        return
     made = BACKENDS[request.param](tmp_path)
     yield made
     made.close()

@@ -172,7 +172,7 @@ def test_every_decision_code_is_produced():
     """Every stable code but the service's own (tests/server: audit_unavailable, approval_invalid,
     caller_not_permitted, run_token_invalid, a person's acts approved / rejected / recorded;
     tests/server/test_token_lifetimes.py and test_run_ends.py: run_token_expired, approval_expired,
-    run_ended, run_state_unavailable; and
+    run_ended, run_state_unavailable; tests/server/test_catalog_fleet.py: catalog_unavailable; and
     tests/security/test_tenant_roles.py: role_required; the catalog's, which
     tests/security/test_catalog_lifecycle.py produces through the service; the skills' and templates',
     which tests/security/test_skills.py and test_templates.py produce; the learnings', which
@@ -184,7 +184,8 @@ def test_every_decision_code_is_produced():
         produced.add(got.code)
     wanted = set(codes.DECISION_CODES) - {codes.AUDIT_UNAVAILABLE, codes.APPROVAL_INVALID, codes.CALLER_NOT_PERMITTED,
                                           codes.RUN_TOKEN_INVALID, codes.RUN_TOKEN_EXPIRED, codes.APPROVAL_EXPIRED,
-                                          codes.RUN_ENDED, codes.RUN_STATE_UNAVAILABLE, codes.STORE_UNAVAILABLE,
+                                          codes.RUN_ENDED, codes.RUN_STATE_UNAVAILABLE, codes.CATALOG_UNAVAILABLE,
+                                              codes.STORE_UNAVAILABLE,
                                           codes.APPROVED, codes.REJECTED, codes.RECORDED,
                                           codes.ROLE_REQUIRED, *codes.CATALOG_CODES, *codes.ENTRY_CODES,
                                           *codes.LEARNING_CODES}

@@ -12,15 +12,14 @@ import time
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from checkpoint.audit.pg_schema import SCHEMA as DECISIONS_SCHEMA
 from checkpoint.server.ended_runs_feed import MAX_AGE
-from checkpoint.server.single_use_pg import SCHEMA
 from checkpoint.server.stores import store_url
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.grants import SigningKey
 from warden.store.errors import StoreSchemaMismatch
 from warden.store.migrations import migrate
 from warden.store.pg import Database
+from warden.store_cli import schemas
 from warden.token_keys import FOLDER as TOKEN_KEYS_FOLDER
 
 from .test_approvals import approve, approved_call, asked
@@ -31,8 +30,8 @@ from .test_run_ends import act, assert_ended, call, started
 def fleet(start, pg_url, tmp_path):
     """Replicas A and B: one grant key, one set of token keys, one database; a data folder each."""
     with Database(store_url(pg_url, tmp_path), name="test", max_size=1) as db:
-        migrate(db, SCHEMA)
-        migrate(db, DECISIONS_SCHEMA)
+        for schema in schemas():  # as `warden store migrate` does
+            migrate(db, schema)
     key = SigningKey.generate()
     a = start(key=key, store=pg_url, watch_interval=None)
     shutil.copytree(a.data / TOKEN_KEYS_FOLDER, tmp_path / "data-b" / TOKEN_KEYS_FOLDER)

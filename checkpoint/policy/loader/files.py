@@ -4,6 +4,7 @@ catalog, which says which version of each agent, skill and template is live."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from checkpoint.cel import get_engine
 from checkpoint.policy.catalog import AgentCatalog
@@ -40,4 +41,8 @@ def load_policy_files(
     # and of each skill and template (docs/skills.md)
     entry_changes = policies.catalog.entries.settle(compiler.defined, policies.tenants,
                                                     first_install=first_install, write=settle)
-    return policies.with_catalog(live, [*changes, *entry_changes])
+    loaded = policies.with_catalog(live, [*changes, *entry_changes])
+    # an old revision's set is kept for its runs' lifetime and never refreshed: it must not refuse a
+    # version newer than its compile as one the replica has not read yet (the set in force decides
+    # every call too, the stricter answer standing, and it is kept current)
+    return loaded if settle else replace(loaded, stated=None)

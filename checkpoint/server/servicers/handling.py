@@ -16,7 +16,8 @@ from checkpoint.server import tracing, wire
 from checkpoint.server.service import CheckpointService
 from warden.auth import AuthPolicy, OnRefused
 from warden.drain import Drain
-from warden.errors import InvalidArgument, ServiceError, Unauthenticated, abort
+from warden.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
+from warden.store.errors import StoreError
 
 SERVICE_NAME = "warden.checkpoint.v1.CheckpointService"
 
@@ -77,6 +78,8 @@ def unary_handler(
             return fn(request, caller)
         except ServiceError as exc:
             abort(context, exc)
+        except StoreError as exc:  # a read of the shared store (a list, a history) when it is down or slow
+            abort(context, Unavailable(exc.code, str(exc)[:500]))
         finally:
             tracing.current.reset(traced)
             latency.observe(time.perf_counter() - started)
