@@ -29,12 +29,13 @@ SCHEMAS: tuple[str, ...] = (
 # warden.store.copy.StoreCopy, in the order they are written (docs/fleet.md, "Moving from SQLite").
 COPIES: tuple[str, ...] = (
     "checkpoint.audit.pg_copy:COPY",
+    "checkpoint.policy.catalog_copy:COPY",
     "checkpoint.server.single_use_copy:COPY",
     "toolrunner.receipts.copy:COPY",
 )
 # Files of a data folder whose stores have no copy yet: named when SRC holds them, so that nobody
 # believes them moved (a store that gains a copy above leaves this list).
-NOT_COPIED: tuple[str, ...] = ("catalog.db", "learnings.db", "driver.db")
+NOT_COPIED: tuple[str, ...] = ("driver.db",)
 UP_FOLDERS = ("checkpoint", "toolrunner", "driver")
 
 

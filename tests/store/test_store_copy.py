@@ -22,6 +22,8 @@ from checkpoint.audit.pg_schema import TABLE as DECISIONS
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import SCHEMA_COLUMNS, record_hash
 from checkpoint.audit.rotate import prune, rotate
+from checkpoint.policy.catalog import AgentCatalog
+from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.single_use import SingleUse
 from toolrunner.receipts.sqlite import SqliteReceipts
 from warden import store_cli
@@ -90,13 +92,13 @@ def test_a_data_folder_moves_whole_and_its_chain_verifies_with_the_signed_heads(
     folder = tmp_path / "data"
     log_path = _make_folder(folder)
     assert (folder / "decisions.d").is_dir()  # the first 120 records are read from a sealed segment
-    sqlite3.connect(folder / "catalog.db").close()  # a store this release does not copy
+    sqlite3.connect(folder / "driver.db").close()  # a store this release does not copy
 
     done = _warden("store", "copy", str(folder), migrated)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"decisions: {DECISIONS}: {RECORDS}/{RECORDS} copied" in done.stdout
     assert "receipts: toolrunner_receipts: 1/1 copied" in done.stdout
-    assert f"note: {folder / 'catalog.db'} is not copied by this release" in done.stdout
+    assert f"note: {folder / 'driver.db'} is not copied by this release" in done.stdout
 
     source = sqlite3.connect(log_path)
     live = _chain(source.execute("SELECT seq, prev_hash, hash FROM decisions ORDER BY seq"))
@@ -302,3 +304,26 @@ def test_what_is_no_copy_from_sqlite_to_a_reachable_postgresql_is_refused(pg_ser
         pg_server.start()
     assert done.returncode == 2 and "[store_unavailable]" in done.stderr, done.stdout + done.stderr
     assert _counts(migrated) == dict.fromkeys(TABLES, 0)
+
+
+def test_the_catalog_and_the_learnings_move_in_the_order_they_were_written(migrated, tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    catalog = AgentCatalog(folder / "catalog.db")
+    for n in (3, 1, 2):  # written out of name order: the copy keeps the order they were written in
+        catalog.record_revision(f"rev-{n}", [(f"agents/a{n}.yaml", f"name: a{n}\n".encode())])
+    catalog.close()
+    LearningStore(folder / "learnings.db").close()
+    with sqlite3.connect(folder / "learnings.db") as conn:
+        conn.execute("INSERT INTO learnings (id, tenant, status, text, proposed_at) "
+                     "VALUES ('l-1', 'acme', 'proposed', 'refunds above 100 need a second look', 1.5)")
+    done = _warden("store", "copy", str(folder), migrated)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "catalog: checkpoint_policy_revisions: 3/3 copied" in done.stdout
+    with psycopg.connect(migrated) as conn:
+        revisions = [r[0] for r in conn.execute("SELECT revision FROM checkpoint_policy_revisions ORDER BY _inserted")]
+        learning = conn.execute("SELECT tenant, status, text, proposed_at FROM checkpoint_learnings").fetchall()
+    assert revisions == ["rev-3", "rev-1", "rev-2"]
+    assert learning == [("acme", "proposed", "refunds above 100 need a second look", 1.5)]
+    again = _warden("store", "copy", str(folder), migrated)
+    assert again.returncode == 1 and "catalog: DST already holds 3 row(s) in checkpoint_policy_revisions" in again.stderr
