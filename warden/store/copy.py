@@ -97,6 +97,8 @@ def copy_folder(folders: Path | Sequence[Path], db: Database, stores: Sequence[S
         _refuse_filled(conn, [store for store, _ in found])  # first, and cheap: before a long read of SRC
     plans: list[tuple[StoreCopy, list[TableCopy]]] = []
     for store, folder in found:
+        # a large log's check takes a while before the first row is written: say what is happening
+        print(f"{store.name}: reading and checking {store.files} in {folder}", file=out, flush=True)
         tables = store.read(folder)
         if tables:
             plans.append((store, tables))
