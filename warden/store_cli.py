@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     copy = sub.add_parser(
         "copy", help="copy a SQLite data folder's stores into an empty PostgreSQL store",
         description="Copy the stores of the SQLite data folder SRC (the decision log with its sealed segments, "
-        "approvals-used.db, toolrunner.db) into the PostgreSQL store DST, whose schema must be current "
+        "catalog.db and learnings.db, approvals-used.db, toolrunner.db; not yet driver.db) into the PostgreSQL store DST, whose schema must be current "
         "(warden store migrate). The decision log's chain is verified first and copied record for record: "
         "the same seqs and hashes, so `warden audit verify --store DST --data SRC` passes with the folder's "
         "signed heads. All or nothing, into empty tables only. Exit codes: 0 copied, 1 refused (nothing "
