@@ -113,12 +113,12 @@ def measure(replicas: int, *, admin: str | None, durability: str, run: int, args
     with tempfile.TemporaryDirectory(prefix="warden-bench-fleet-") as tmp:
         folders = nodes.data_folders(Path(tmp), replicas, token)
         ports = [_free_port() for _ in folders]
-        procs = [nodes.serve(d, p, store=store, durability=durability) for d, p in zip(folders, ports)]
+        procs = [nodes.serve(d, p, store=store, durability=durability) for d, p in zip(folders, ports, strict=True)]
         targets = [f"127.0.0.1:{p}" for p in ports]
         try:
             try:
                 request = _request(_start_run(targets[0], token, procs[0]))
-                for target, proc in zip(targets, procs):
+                for target, proc in zip(targets, procs, strict=True):
                     _wait_ready(target, request, token, proc)
             except Exception as exc:
                 raise RuntimeError(f"a checkpoint did not start: {exc}\n{nodes.serve_log(folders[0])}") from exc
@@ -162,8 +162,8 @@ def write_cost(admin: str | None, records: int) -> dict[str, float]:
 
         url = nodes.fresh_database(admin, "bench_fleet_write")
         with PgDecisionLog(Database(parse_store_url(url, default_folder="/unused"), name="bench").open(),
-                           owns_db=True) as log:
-            costs["PostgreSQL"] = timed(log)
+                           owns_db=True) as pg_log:
+            costs["PostgreSQL"] = timed(pg_log)
         nodes.drop_database(admin, "bench_fleet_write")
     return costs
 

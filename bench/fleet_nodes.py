@@ -32,7 +32,7 @@ def durable_cluster() -> tuple[Any, str]:
             for setting in ("fsync", "synchronous_commit", "full_page_writes"):
                 conn.execute(f"ALTER SYSTEM SET {setting} = on".encode())
             conn.execute("SELECT pg_reload_conf()")
-            shown = {s: conn.execute(f"SHOW {s}".encode()).fetchone()[0] for s in ("fsync", "synchronous_commit")}
+            shown = {s: (conn.execute(f"SHOW {s}".encode()).fetchone() or ("?",))[0] for s in ("fsync", "synchronous_commit")}
     except BaseException:
         server.close()
         raise
