@@ -39,7 +39,7 @@ import grpc  # noqa: E402
 
 from bench import fleet_nodes as nodes  # noqa: E402
 from bench.bench_audit import RECORD  # noqa: E402
-from bench.bench_grpc import METHOD, _free_port, _request, _start_run, _wait_ready  # noqa: E402
+from bench.bench_grpc import METHOD, _cpu_seconds, _free_port, _request, _start_run, _wait_ready  # noqa: E402
 from warden.checkpoint.v1 import checkpoint_pb2 as pb  # noqa: E402
 
 WARM_UP = 20  # calls per replica before the clock starts: connections made, caches filled
@@ -122,8 +122,11 @@ def measure(replicas: int, *, admin: str | None, durability: str, run: int, args
                     _wait_ready(target, request, token, proc)
             except Exception as exc:
                 raise RuntimeError(f"a checkpoint did not start: {exc}\n{nodes.serve_log(folders[0])}") from exc
+            cpu = sum(_cpu_seconds(p.pid) for p in procs)
             figures = asyncio.run(_load(targets, request, token, args.concurrency,
                                         seconds=args.seconds, calls=args.calls))
+            # the checkpoints' own CPU per answer: what a decision costs them, whatever else the box runs
+            figures["cpu"] = (sum(_cpu_seconds(p.pid) for p in procs) - cpu) / figures["answers"] * 1e6
         finally:
             nodes.stop(procs)
         ok, records = _records(store, folders[0])
@@ -179,11 +182,11 @@ def _joined(values: list[float]) -> str:
 
 def report(results: dict[str, list[dict[str, Any]]]) -> None:
     print(f"\n{'checkpoints':<26} {'decisions/s per run':>22} {'spread':>6} {'p50 us per run':>18} {'spread':>6}"
-          f" {'p99 us per run':>18} {'spread':>6}")
+          f" {'p99 us per run':>18} {'spread':>6} {'CPU us/decision':>16}")
     for label, runs in results.items():
-        rps, p50, p99 = ([r[k] for r in runs] for k in ("rps", "p50", "p99"))
+        rps, p50, p99, cpu = ([r[k] for r in runs] for k in ("rps", "p50", "p99", "cpu"))
         print(f"{label:<26} {_joined(rps):>22} {_spread(rps):>6} {_joined(p50):>18} {_spread(p50):>6}"
-              f" {_joined(p99):>18} {_spread(p99):>6}")
+              f" {_joined(p99):>18} {_spread(p99):>6} {_joined(cpu):>16}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                                   run=run, args=args)
                 results[label].append(figures)
                 print(f"run {run + 1}: {label:<26} {figures['rps']:>7,.0f} decisions/s, p50 {figures['p50']:,.0f} us,"
-                      f" p99 {figures['p99']:,.0f} us ({figures['answers']:,} answers, each recorded)", flush=True)
+                      f" p99 {figures['p99']:,.0f} us, checkpoint CPU {figures['cpu']:,.0f} us/decision"
+                      f" ({figures['answers']:,} answers, each recorded)", flush=True)
         report(results)
         costs = write_cost(admin, args.records)
         print(f"\none decision's write, one writer, {args.records:,} records one commit each: "
