@@ -95,7 +95,8 @@ def _open(args: argparse.Namespace):  # -> (StoreUrl, Database | None)
     url = store_of(args, args.data)
     if not url.is_postgresql:
         return url, None
-    return url, Database(url, name="store", max_size=1).open()
+    # a migration may rewrite a large table: no statement timeout for an operator's one-off command
+    return url, Database(url, name="store", max_size=1, statement_timeout=0).open()
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

@@ -148,6 +148,11 @@ class PgDecisionLog:
                     batch.first_seq = self._commit(batch.rows)
                 except AuditUnavailable as exc:
                     batch.error = exc
+                except BaseException as exc:
+                    # whatever else went wrong, these records were not committed: their callers
+                    # answer audit_unavailable, never an ALLOW on a seq that does not exist
+                    batch.error = AuditUnavailable(f"decision log writer failed: {type(exc).__name__}")
+                    raise
                 finally:
                     batch.finish()
                     with self._lock:

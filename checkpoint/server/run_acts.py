@@ -243,7 +243,10 @@ class RunActs:
             record = bound_refusal(record)
         self.recorder.append_or_deny(record, response)
         if act_key and response.verdict != ALLOW:  # not on the record: the act may be sent again
-            self.run_state.release_act(act_key, response.decision_id)
+            try:
+                self.run_state.release_act(act_key, response.decision_id)
+            except Exception as exc:  # noqa: BLE001 - the refusal stands; the caller sends it with a new act id
+                log.error("the act id of a refused %s could not be given back: %s", request.act, exc)
         self.recorder.count(response.verdict, response.code)
         out = pb.RecordActResponse(decision=response)
         if request.act == "resume" and response.verdict == ALLOW and established is not None:

@@ -57,9 +57,11 @@ class CheckpointStores:
 
     def close(self) -> None:
         try:
-            self.single_use.close()
-            if self.catalog_feed is not None:
-                self.catalog_feed.close()
+            try:
+                self.single_use.close()
+            finally:  # each follower's thread stops even when another's close failed
+                if self.catalog_feed is not None:
+                    self.catalog_feed.close()
         finally:
             if self.database is not None:
                 self.database.close()

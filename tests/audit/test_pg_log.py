@@ -73,6 +73,29 @@ def test_a_record_the_database_cannot_store_fails_alone(migrated):
             log.close()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the writer dies, as meant
+def test_a_writer_that_fails_in_an_unforeseen_way_commits_nothing_it_answers_for(migrated):
+    """Not a database error (a bug, memory): the records waiting on that batch are refused, never
+    handed a seq as if committed (a caller would answer ALLOW on a record that is not there)."""
+    with _db(migrated) as db:
+        log = PgDecisionLog(db)
+        try:
+            assert log.append(make_record()) == 1
+
+            def broken(conn, batch):
+                raise RuntimeError("a bug in the chaining")
+
+            log.chain_rows = broken  # type: ignore[method-assign]
+            with pytest.raises(AuditUnavailable, match="writer failed: RuntimeError"):
+                log.append(make_record())
+            with pytest.raises(AuditUnavailable):  # the writer is gone: later records refused too
+                log.append(make_record())
+        finally:
+            log.close()
+    with psycopg.connect(migrated) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone() == (1,)
+
+
 def test_a_store_without_the_schema_stops_the_log_at_start_saying_what_to_run(pg_url, tmp_path):
     with pytest.raises(AuditUnavailable, match="warden store migrate") as caught:
         open_log(parse_store_url(pg_url, default_folder=tmp_path), tmp_path)

@@ -76,6 +76,19 @@ def test_a_password_is_never_shown(text, expected):
         assert url.shown == expected and "s3cret" not in repr(url)
 
 
+@pytest.mark.parametrize("text", ["postgresql://u:123/s3cret@t@h/db", "postgresql://u:s3cret@[h/db",
+                                  "postgresql://u:s3%zzcret@h/db", "postgresql://u@h/db?password=s3cret%zz"])
+def test_no_spelling_of_a_password_reaches_a_message(text):
+    """A password holding `/` or `@`, or one libpq cannot read and would quote in its error."""
+    try:
+        url = parse_store_url(text, default_folder="/unused")
+        said = url.shown + repr(url)
+    except StoreUrlInvalid as exc:
+        said = str(exc)
+    assert "s3" not in said and "cret" not in said, said
+    assert "x postgresql://u:***@h/db y" == shown("x postgresql://u:s3cret@h/db y")  # inside a text too
+
+
 def test_an_unknown_scheme_with_a_password_does_not_print_it():
     with pytest.raises(StoreUrlInvalid) as caught:
         parse_store_url("mysql://root:s3cret@db/warden", default_folder="/unused")

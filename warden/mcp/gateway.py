@@ -135,7 +135,7 @@ class Gateway:
             return await self._halt(run, decision)
         if not decision.allowed:
             return refusal(decision.code, decision.reason, verdict=decision.verdict, decision_id=decision.decision_id)
-        return await self._forward(run, exposed, decision.arguments or arguments)
+        return await self._forward(run, exposed, decision.arguments if decision.arguments is not None else arguments)
 
     async def _halt(self, run: Run, decision: Decision) -> types.CallToolResult:
         """A HALT ends the run's calls: its end is recorded, so the checkpoint refuses every later

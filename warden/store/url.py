@@ -23,7 +23,10 @@ from warden.store.errors import StoreUrlInvalid
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-_URL_PASSWORD = re.compile(r"(?P<head>^[a-z]+://[^/@:]*):(?P<secret>[^/@]*)@")
+# anywhere in a text (a URL quoted inside an error message too); the secret runs to the last `@`
+# of the URL, since a password may hold `/` and `@` that libpq still reads as the password
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/@:\s\"']*):(?P<secret>[^\s\"']*)@")
+_QUOTED = re.compile(r"\"[^\"]*\"")
 _PARAM_PASSWORD = re.compile(r"(?P<head>(?:[?&]|\s|^)password=)(?P<secret>[^&\s]*)")
 
 
@@ -94,7 +97,9 @@ def _checked_conninfo(text: str) -> str:
     try:
         params = conninfo_to_dict(text)
     except ProgrammingError as exc:
-        raise StoreUrlInvalid(f"store {shown(text)}: {shown(str(exc).strip())}") from None
+        # libpq quotes the part it could not read, which may be the password: never echo it
+        reason = _QUOTED.sub('"..."', str(exc).strip().splitlines()[0])
+        raise StoreUrlInvalid(f"store {shown(text)}: not a valid PostgreSQL URL ({shown(reason)})") from None
     ports = str(params.get("port") or "").split(",")
     if any(p and not p.isdigit() for p in ports):
         raise StoreUrlInvalid(f"store {shown(text)}: port {shown(str(params['port']))!r} is not a number")
