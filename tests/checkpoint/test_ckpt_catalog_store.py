@@ -202,7 +202,11 @@ def test_a_learnings_life_on_the_store(store):
 # The modules of `checkpoint/` that may import sqlite3: the store's SQLite implementation, and
 # those of the other databases (the decision log, the single-use store). The command line imports
 # it for its error type only, to report a file that is no catalog.
-OTHER_DATABASES = {"checkpoint/audit", "checkpoint/server/single_use.py", "checkpoint/cli.py"}
+# the other stores' SQLite modules, and `warden store copy`'s readers of a SQLite data folder
+OTHER_DATABASES = {"checkpoint/audit", "checkpoint/server/single_use.py", "checkpoint/cli.py",
+                   "checkpoint/server/single_use_copy.py"}
+# the catalog's own: its store, and the copy that reads its SQLite files into PostgreSQL
+CATALOG_STORE_MODULES = {"checkpoint/policy/sqlite_store.py", "checkpoint/policy/catalog_copy.py"}
 
 
 def test_nothing_outside_the_store_module_opens_the_catalog_or_the_learnings():
@@ -215,4 +219,4 @@ def test_nothing_outside_the_store_module_opens_the_catalog_or_the_learnings():
             if any(n.split(".")[0] in ("sqlite3", "sqlite_utils") for n in names):
                 importers.add(path.relative_to(root).as_posix())
     others = {p for p in importers if not any(p == o or p.startswith(o + "/") for o in OTHER_DATABASES)}
-    assert others == {"checkpoint/policy/sqlite_store.py"}
+    assert others == CATALOG_STORE_MODULES

@@ -117,7 +117,7 @@ def test_driver_metrics_count_calls_by_method_and_code(tmp_path):
         figures = scrape(port)
         assert figures['warden_driver_grpc_calls_total{code="UNAUTHENTICATED",method="ListRuns"}'] == 1
         assert figures['warden_driver_grpc_call_seconds_count{method="ListRuns"}'] == 1
-        assert healthz(port) == (200, {"status": "SERVING", "draining": False})
+        assert healthz(port) == (200, {"status": "SERVING", "draining": False, "store": "answering"})
     finally:
         channel.close()
         assert stop(proc) == 0

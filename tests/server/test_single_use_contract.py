@@ -13,13 +13,19 @@ import pytest
 
 from checkpoint.server.ended_runs_feed import MAX_AGE, TABLE, EndedRunsFeed
 from checkpoint.server.single_use import SingleUse, SingleUseStore
-from checkpoint.server.single_use_pg import SCHEMA
 from checkpoint.server.stores import open_stores, store_url
 from warden.store.errors import StoreSchemaMismatch, StoreUnavailable
 from warden.store.migrations import migrate
 from warden.store.pg import Database
+from warden.store_cli import schemas
 
 Opener = Callable[[], SingleUseStore]
+
+
+def migrate_all(db) -> None:
+    """As `warden store migrate` does: a checkpoint opens its stores only on every schema it uses."""
+    for schema in schemas():
+        migrate(db, schema)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -39,7 +45,7 @@ def open_store(request, backend, tmp_path) -> Iterator[Opener]:
     else:
         url = store_url(request.getfixturevalue("pg_url"), tmp_path)
         with Database(url, name="test", max_size=1) as db:
-            migrate(db, SCHEMA)
+            migrate_all(db)
 
         def opener() -> SingleUseStore:
             stores = open_stores(url, run_token_ttl=3600)
@@ -126,7 +132,7 @@ def pg_stores(request, tmp_path) -> Iterator[tuple[SingleUseStore, SingleUseStor
     pg_url = request.getfixturevalue("pg_url")
     url = store_url(pg_url, tmp_path)
     with Database(url, name="test", max_size=1) as db:
-        migrate(db, SCHEMA)
+        migrate_all(db)
     a, b = open_stores(url, run_token_ttl=3600), open_stores(url, run_token_ttl=3600)
     try:
         yield a.single_use, b.single_use, pg_url
@@ -199,7 +205,7 @@ def test_ends_older_than_the_horizon_are_neither_loaded_nor_kept(pg_url, tmp_pat
     """Memory stays bounded: an end older than every token of its run could be is forgotten."""
     url = store_url(pg_url, tmp_path)
     with Database(url, name="test", max_size=2) as db:
-        migrate(db, SCHEMA)
+        migrate_all(db)
         _sql(pg_url, f"INSERT INTO {TABLE} (run_id, how, at) VALUES ('run-old', 'cancelled', now() - interval '1 hour')")
         _sql(pg_url, f"INSERT INTO {TABLE} (run_id, how) VALUES ('run-new', 'cancelled')")
         feed = EndedRunsFeed(db, horizon=2.0, prune_every=0.0).start()
