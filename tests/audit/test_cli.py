@@ -226,3 +226,27 @@ def test_an_incremental_export_past_a_prune_is_refused_not_shortened(tmp_path, m
     assert [r["seq"] for r in map(json.loads, capsys.readouterr().out.splitlines())] == [10]
     assert main(["audit", "export", "--data", str(data)]) == 0  # a whole export: what the log holds
     assert [r["seq"] for r in map(json.loads, capsys.readouterr().out.splitlines())] == [10]
+
+
+def test_a_misspelt_code_is_named_with_the_one_meant(data_dir, capsys):
+    assert main(["audit", "query", "--data", str(data_dir), "--code", "alowed"]) == 0
+    captured = capsys.readouterr()
+    assert "0 record(s)" in captured.out
+    assert "'alowed' is not one of warden's codes" in captured.err and "did you mean 'allowed'" in captured.err
+    # a known code that matches nothing, and a rule's own code, get no such line
+    assert main(["audit", "query", "--data", str(data_dir), "--code", "rule_denied"]) == 0
+    assert "did you mean" not in capsys.readouterr().err
+    assert main(["audit", "query", "--data", str(data_dir), "--code", "Breaker_Turns", "--format", "jsonl"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "did you mean 'breaker_turns'" in captured.err
+
+
+def test_the_table_never_folds_a_run_id(tmp_path, make_record, capsys):
+    data = tmp_path / ".warden"
+    long_run = "run-" + "0123456789abcdef" * 3
+    with DecisionLog(data / "decisions.db") as log:
+        log.append(make_record(run_id=long_run, verdict="DENY", code="subject_off_limits",
+                               reason="a long reason " * 30, tool="fetch_url"))
+    assert main(["audit", "query", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert long_run in out and "subject_off_limits" in out  # each on one line, whole

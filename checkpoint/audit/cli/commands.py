@@ -124,7 +124,25 @@ def query_command(args: argparse.Namespace) -> int:
     if cut:
         print(f"warden audit query: showing the first {limit} records; more match (--limit N, --all, "
               f"or --after {records[-1]['seq']} for the next page)", file=sys.stderr)
+    if not records and args.code:
+        _name_the_code_meant(args.code)
     return EXIT_OK
+
+
+def _name_the_code_meant(code: str) -> None:
+    """An empty answer to a code warden never gives is most often a typo: name the code meant. A
+    rule's own code (`code:` in a rule) is matched as written, so this only says, never refuses."""
+    import difflib
+
+    from warden.codes import DECISION_CODES
+
+    if code in DECISION_CODES:
+        return
+    near = [c for c in DECISION_CODES if c == code.lower()] or difflib.get_close_matches(code.lower(),
+                                                                                        DECISION_CODES, n=1)
+    meant = f"; did you mean '{near[0]}'?" if near else " (docs/codes.md lists them)"
+    print(f"warden audit query: '{code}' is not one of warden's codes{meant} A rule's own code is matched "
+          "as written.", file=sys.stderr)
 
 
 def _log_path(args: argparse.Namespace) -> Path:

@@ -62,6 +62,9 @@ def print_stream(records: Iterable[dict[str, Any]], fmt: str, out: IO[str]) -> N
         out.flush()  # a follower is read live, often through a pipe
 
 
+_WHOLE = frozenset({"seq", "time", "verdict", "code", "run", "shadow verdict", "shadow code"})
+
+
 def print_table(records: Iterable[dict[str, Any]], *, shadow: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -71,7 +74,9 @@ def print_table(records: Iterable[dict[str, Any]], *, shadow: bool = False) -> N
     if shadow:  # --shadow-flips: the shadow answer beside the enforced one
         columns[4:4] = ["shadow verdict", "shadow code", "shadow rule"]
     for name in columns:
-        table.add_column(name, overflow="fold", justify="right" if name == "seq" else "left")
+        # ids, codes and times are looked up and copied: they keep one line, and the prose folds
+        whole = name in _WHOLE
+        table.add_column(name, overflow="fold", no_wrap=whole, justify="right" if name == "seq" else "left")
     count = 0
     for r in records:
         cells = [
