@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         # flags over WARDEN_* variables over the TOML file over defaults, for every command
         args = parse(parser, argv)
     except ConfigError as exc:
-        print(f"warden: config: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # a settings file's mistakes, every one of them
+            print(f"warden: config: {line}", file=sys.stderr)
         return 2
     if not getattr(args, "func", None):
         parser.print_help()

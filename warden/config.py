@@ -273,17 +273,26 @@ def _file_values(root: argparse.ArgumentParser, cfg: ConfigFile) -> dict[tuple[s
     leaves = {p: parser for p, parser in parsers.items() if _subparsers(parser) is None}
     out: dict[tuple[str, ...], dict[str, tuple[Any, str]]] = {p: {} for p in leaves}
 
+    problems: list[str] = []  # every mistake in the file at once, each with its file:line
+
     def apply(at: tuple[str, ...], name: str, value: Any, where: str) -> None:
         below = {p: parser for p, parser in leaves.items() if p[: len(at)] == at}
         holders = {p: settings_of(parser)[name] for p, parser in below.items() if name in settings_of(parser)}
         if not holders:
             shown = " ".join(at) or "any command"
-            raise ConfigError(f"{where}: unknown key {name!r}: no flag --{name.replace('_', '-')} in {shown}")
+            import difflib  # only on a mistake: `warden --help` stays fast
+
+            known = sorted({key for parser in below.values() for key in settings_of(parser)})
+            near = difflib.get_close_matches(name, known, n=1)
+            meant = f"; did you mean {near[0]!r}?" if near else ""
+            problems.append(f"{where}: unknown key {name!r}: no flag --{name.replace('_', '-')} in {shown}{meant}")
+            return
         for p, action in holders.items():
             try:
                 converted = convert(leaves[p], action, value, from_text=False)
             except ValueError as exc:
-                raise ConfigError(f"{where}: {name} (for warden {' '.join(p)}): {exc}") from None
+                problems.append(f"{where}: {name} (for warden {' '.join(p)}): {exc}")
+                return
             out[p][name] = (converted, where)
 
     def visit(table: dict[str, Any], at: tuple[str, ...]) -> None:
@@ -305,6 +314,8 @@ def _file_values(root: argparse.ArgumentParser, cfg: ConfigFile) -> dict[tuple[s
                 apply((), setting, store.pop(key), cfg.where((STORE_TABLE, key)))
         data[STORE_TABLE] = store
     visit(data, ())
+    if problems:
+        raise ConfigError("\n".join(problems))
     return out
 
 

@@ -89,6 +89,20 @@ def test_a_bad_file_is_an_error_with_file_and_line_and_changes_nothing(tmp_path,
     assert not data.exists()  # keys init did not run
 
 
+def test_every_mistake_in_the_file_is_reported_at_once(tmp_path, capsys):
+    (tmp_path / "bad.toml").write_text('verbose = "yes"\n[checkpoint.serve]\nworkrs = 4\nthreads = "4"\n'
+                                       '[audit.query]\nlimt = 5\n')
+    data = tmp_path / "data"
+    assert main(["keys", "init", "--data", str(data), "--config", "bad.toml"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(": ")[2].split(":")[0] for line in err] == ["bad.toml"] * 4, err
+    assert any("bad.toml:1:" in e and "not true or false" in e for e in err)
+    assert any("bad.toml:3:" in e and "unknown key 'workrs'" in e and "did you mean 'workers'?" in e for e in err)
+    assert any("bad.toml:4:" in e and "'4' is not an integer" in e for e in err)
+    assert any("bad.toml:6:" in e and "did you mean 'limit'?" in e for e in err)
+    assert not data.exists()
+
+
 def test_a_bad_environment_value_names_the_variable_and_changes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WARDEN_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("WARDEN_CALLER", "")  # a string may be empty: no error
