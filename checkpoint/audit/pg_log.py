@@ -28,7 +28,7 @@ from typing import Any, Unpack
 
 import psycopg
 
-from checkpoint.audit.errors import AuditUnavailable, InvalidAuditRecord
+from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.pg_query import HEAD_SQL, INSERT_SQL
 from checkpoint.audit.pg_reader import PgDecisionReader, empty_head
 from checkpoint.audit.pg_schema import CHAIN_LOCK, PARTITION_SEQS, create_partition_sql, partition_of
@@ -115,11 +115,7 @@ class PgDecisionLog:
         """Record one decision; return its seq once it is committed. `InvalidAuditRecord` for a
         malformed record, `AuditUnavailable` when it was not committed (or not within `timeout`):
         either way the caller must deny."""
-        row = to_row(record)
-        for value in row:
-            # PostgreSQL's text cannot hold NUL: refused here, it fails this record, not a batch
-            if type(value) is str and "\x00" in value:
-                raise InvalidAuditRecord("a text field holds a NUL character, which the PostgreSQL log cannot store")
+        row = to_row(record)  # a NUL, which PostgreSQL's text cannot hold, is U+FFFD by now (record.py)
         with self._lock:
             if self._closing or not self._writer_alive:
                 raise AuditUnavailable("decision log is closed")
