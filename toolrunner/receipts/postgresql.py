@@ -166,7 +166,7 @@ class InstanceLock:
             return False
 
     def _alive(self) -> bool:
-        """Whether this session still holds the lock (asked of the session itself: a dead one fails)."""
+        """Whether the lock's own connection still holds it (asked over that connection: a dead one fails)."""
         assert self._conn is not None
         try:
             row = self._conn.execute(
