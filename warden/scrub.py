@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import base64
 import bisect
-import math
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from warden.secret_rules import gitleaks
+from warden.secret_rules import gitleaks, shannon_entropy
 
 # Held-back window while streaming: longer than any credential shape below except private key
 # blocks, which are held open until their END line (see _PRIVATE_KEY) or _MAX_HOLD.
@@ -73,15 +71,6 @@ _NAMED_ASSIGNMENT = re.compile(
     r"(?i)\b" + _SECRET_NAME + r"""["']?\s*[:=]\s*["']?([^\s"'`,;&<>{}\[\]]{8,})"""
 )
 _ANY_ASSIGNMENT = re.compile(r"""\b[A-Za-z_][A-Za-z0-9_.\-]*["']?\s*[:=]\s*["']?([A-Za-z0-9+/_\-=.]{20,})""")
-
-
-def shannon_entropy(value: str) -> float:
-    """Bits per character of `value`'s own character distribution."""
-    if not value:
-        return 0.0
-    counts = Counter(value)
-    n = len(value)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
 def _looks_random(value: str, threshold: float) -> bool:

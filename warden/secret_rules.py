@@ -18,7 +18,9 @@ output.
 from __future__ import annotations
 
 import functools
+import math
 import tomllib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +33,8 @@ LEFT_OUT = frozenset({"generic-api-key"})
 
 
 def shannon_entropy(value: str) -> float:
-    """Bits per character of `value`'s own character distribution (gitleaks' measure)."""
-    import math
-    from collections import Counter
-
+    """Bits per character of `value`'s own character distribution (gitleaks' measure, and the
+    scrubber's for a name=value assignment)."""
     if not value:
         return 0.0
     n = len(value)
