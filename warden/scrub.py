@@ -7,8 +7,10 @@ Three layers, applied to the same text in one pass (overlapping finds are merged
    URL-safe, with and without padding, and the three offset forms that match the secret inside
    a longer base64 blob such as ``env | base64``), URL-encoded and hex (lower and upper case)
    forms; base64 wrapped over several lines (``base64`` wraps at 76 columns) is matched too;
-2. well-known credential shapes: cloud keys, provider tokens, private key blocks, JWTs,
-   bearer/basic authorization headers, passwords in URLs;
+2. well-known credential shapes: gitleaks' maintained rule set, vendored as data
+   (warden/secret_rules.py: some 220 providers' token formats, labelled with the rule's id), and a
+   few of warden's own (cloud keys, provider tokens, private key blocks masked to the end when
+   unterminated, JWTs, bearer/basic authorization headers, passwords in URLs);
 3. high-entropy assignments: ``name=value`` / ``"name": "value"`` whose value looks random, or
    whose name says secret/token/password/key and whose value is not trivially short or plain.
 
@@ -21,12 +23,12 @@ from __future__ import annotations
 
 import base64
 import bisect
-import math
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
+
+from warden.secret_rules import gitleaks, shannon_entropy
 
 # Held-back window while streaming: longer than any credential shape below except private key
 # blocks, which are held open until their END line (see _PRIVATE_KEY) or _MAX_HOLD.
@@ -69,15 +71,6 @@ _NAMED_ASSIGNMENT = re.compile(
     r"(?i)\b" + _SECRET_NAME + r"""["']?\s*[:=]\s*["']?([^\s"'`,;&<>{}\[\]]{8,})"""
 )
 _ANY_ASSIGNMENT = re.compile(r"""\b[A-Za-z_][A-Za-z0-9_.\-]*["']?\s*[:=]\s*["']?([A-Za-z0-9+/_\-=.]{20,})""")
-
-
-def shannon_entropy(value: str) -> float:
-    """Bits per character of `value`'s own character distribution."""
-    if not value:
-        return 0.0
-    counts = Counter(value)
-    n = len(value)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
 def _looks_random(value: str, threshold: float) -> bool:
@@ -214,6 +207,8 @@ class Scrubber:
                 if m.end() > m.start():
                     # a lookbehind (`bearer `) and a `\b` look before the match
                     found.append(Span(m.start(), m.end(), label, max(0, m.start() - _LOOKBEHIND)))
+        for find in gitleaks().finds(text):
+            found.append(Span(find.start, find.end, find.label, max(0, find.match_start - _LOOKBEHIND)))
         for m in _NAMED_ASSIGNMENT.finditer(text):
             value = m.group(1)
             # Lower-case words ("required", "redacted") are settings, not secrets.

@@ -57,6 +57,7 @@ from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.reader import DecisionReader
 from checkpoint.audit.record import GENESIS_HASH, DecisionRecord, record_hash, to_row
 from checkpoint.audit.verify import Anchor, VerifyReport
+from checkpoint.audit.writable import Writability
 from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
@@ -113,12 +114,7 @@ class DecisionLog:
         probe_interval: float = PROBE_INTERVAL,
     ) -> None:
         self.path = Path(path)
-        self._probe_interval = probe_interval
-        self._writable = True
-        self._writable_lock = threading.Lock()  # changes reach on_writable in the order they happen
-        self._on_writable: Callable[[bool], None] | None = None
-        self._stop_probe = threading.Event()
-        self._prober: threading.Thread | None = None
+        self._writability = Writability(f"decision log {self.path}", self.probe, probe_interval, log)
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._append_timeout = append_timeout
@@ -293,7 +289,7 @@ class DecisionLog:
             # Start the next batch on a fresh connection: after an I/O error or a connection
             # closed underneath us the old one is not to be trusted.
             self._discard_connection()
-            self._set_writable(False)
+            self._writability.set(False)
             raise AuditUnavailable(f"decision log write failed: {exc}") from exc
         n = len(batch)
         self._batches += 1
@@ -301,8 +297,7 @@ class DecisionLog:
         self._last_batch = n
         self._committed_seq, self._committed_hash = seq, prev
         self._head_known = True
-        if not self._writable:
-            self._set_writable(True)
+        self._writability.set(True)
         return seq - n + 1
 
     # -- writable or not -------------------------------------------------------------------
@@ -310,43 +305,11 @@ class DecisionLog:
     @property
     def writable(self) -> bool:
         """False from a failed commit until a commit or a probe succeeds."""
-        return self._writable
+        return self._writability.writable
 
     def on_writable(self, callback: Callable[[bool], None]) -> None:
         """Call `callback(writable)` now and at every change from now on."""
-        with self._writable_lock:
-            self._on_writable = callback
-            callback(self._writable)
-
-    def _set_writable(self, writable: bool) -> None:
-        with self._writable_lock:
-            self._change(writable)
-
-    def _change(self, writable: bool) -> None:
-        """The caller holds _writable_lock."""
-        if writable == self._writable:
-            return
-        self._writable = writable
-        if writable:
-            log.warning("decision log %s is writable again", self.path)
-        else:
-            log.error("decision log %s cannot be written: every decision is refused until it can", self.path)
-        if self._on_writable is not None:
-            self._on_writable(writable)
-        if not writable and self._prober is None and not self._stop_probe.is_set():
-            self._prober = threading.Thread(target=self._probe_until_writable, name="decision-log-probe", daemon=True)
-            self._prober.start()
-
-    def _probe_until_writable(self) -> None:
-        while not self._stop_probe.wait(self._probe_interval):
-            probed = not self._writable and self.probe()
-            with self._writable_lock:  # ends only under the lock, so a new failure never finds it ending
-                if self._writable or probed:
-                    self._change(True)
-                    self._prober = None
-                    return
-        with self._writable_lock:
-            self._prober = None
+        self._writability.listen(callback)
 
     def probe(self) -> bool:
         """True when a file of PROBE_BYTES can be written and synced beside the log (then removed)."""
@@ -406,7 +369,7 @@ class DecisionLog:
         with self._lock:
             self._closing = True
             self._work.notify()
-        self._stop_probe.set()
+        self._writability.stop()
         self._writer.join(timeout)
         if not self._writer.is_alive():
             self._discard_connection()

@@ -28,13 +28,14 @@ from typing import Any, Unpack
 
 import psycopg
 
-from checkpoint.audit.errors import AuditUnavailable, InvalidAuditRecord
+from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.pg_query import HEAD_SQL, INSERT_SQL
 from checkpoint.audit.pg_reader import PgDecisionReader, empty_head
 from checkpoint.audit.pg_schema import CHAIN_LOCK, PARTITION_SEQS, create_partition_sql, partition_of
 from checkpoint.audit.record import GENESIS_HASH, DecisionRecord, record_hash, to_row
 from checkpoint.audit.store import Filters
 from checkpoint.audit.verify import Anchor, VerifyReport
+from checkpoint.audit.writable import Writability
 from warden.store.errors import StoreError
 from warden.store.pg import Database
 
@@ -87,15 +88,10 @@ class PgDecisionLog:
         self._read_db = read_db
         self._reader = PgDecisionReader(read_db or db)
         self._append_timeout = append_timeout
-        self._probe_interval = probe_interval
         self._partition_seqs = partition_seqs
         self.lock_idle_timeout = lock_idle_timeout
         self._covered = 0  # partitions exist for every seq up to this one (as far as this writer knows)
-        self._writable = True
-        self._writable_lock = threading.Lock()
-        self._on_writable: Callable[[bool], None] | None = None
-        self._stop_probe = threading.Event()
-        self._prober: threading.Thread | None = None
+        self._writability = Writability(f"decision log on {db.url.shown}", db.ping, probe_interval, log)
 
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
@@ -115,11 +111,7 @@ class PgDecisionLog:
         """Record one decision; return its seq once it is committed. `InvalidAuditRecord` for a
         malformed record, `AuditUnavailable` when it was not committed (or not within `timeout`):
         either way the caller must deny."""
-        row = to_row(record)
-        for value in row:
-            # PostgreSQL's text cannot hold NUL: refused here, it fails this record, not a batch
-            if type(value) is str and "\x00" in value:
-                raise InvalidAuditRecord("a text field holds a NUL character, which the PostgreSQL log cannot store")
+        row = to_row(record)  # a NUL, which PostgreSQL's text cannot hold, is U+FFFD by now (record.py)
         with self._lock:
             if self._closing or not self._writer_alive:
                 raise AuditUnavailable("decision log is closed")
@@ -185,14 +177,13 @@ class PgDecisionLog:
         except (StoreError, psycopg.Error) as exc:
             self._covered = 0  # a partition made by the rolled-back transaction is gone again
             self._failures += 1
-            self._set_writable(False)
+            self._writability.set(False)
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise AuditUnavailable(f"decision log: cannot commit to the store: {detail}") from exc
         self._batches += 1
         self._records += len(batch)
         self._committed_seq = last_seq
-        if not self._writable:
-            self._set_writable(True)
+        self._writability.set(True)
         return first_seq
 
     def chain_rows(self, conn: psycopg.Connection[Any], batch: list[tuple[Any, ...]]) -> tuple[int, int]:
@@ -239,45 +230,11 @@ class PgDecisionLog:
 
     @property
     def writable(self) -> bool:
-        return self._writable
+        return self._writability.writable
 
     def on_writable(self, callback: Callable[[bool], None]) -> None:
         """Call `callback(writable)` now and at every change from now on."""
-        with self._writable_lock:
-            self._on_writable = callback
-            callback(self._writable)
-
-    def _set_writable(self, writable: bool) -> None:
-        with self._writable_lock:
-            self._change(writable)
-
-    def _change(self, writable: bool) -> None:
-        """The caller holds _writable_lock."""
-        if writable == self._writable:
-            return
-        self._writable = writable
-        if writable:
-            log.warning("decision log on %s is writable again", self.db.url.shown)
-        else:
-            log.error("decision log on %s cannot be written: every decision is refused until it can",
-                      self.db.url.shown)
-        if self._on_writable is not None:
-            self._on_writable(writable)
-        if not writable and self._prober is None and not self._stop_probe.is_set():
-            self._prober = threading.Thread(target=self._probe, name="decision-log-probe", daemon=True)
-            self._prober.start()
-
-    def _probe(self) -> None:
-        while not self._stop_probe.wait(self._probe_interval):
-            answered = not self._writable and self.db.ping()
-            # ends only under the lock, so a failure that lands meanwhile never finds it ending
-            with self._writable_lock:
-                if self._writable or answered:
-                    self._change(True)
-                    self._prober = None
-                    return
-        with self._writable_lock:
-            self._prober = None
+        self._writability.listen(callback)
 
     # -- life ------------------------------------------------------------------------------
 
@@ -286,7 +243,7 @@ class PgDecisionLog:
         with self._lock:
             self._closing = True
             self._work.notify()
-        self._stop_probe.set()
+        self._writability.stop()
         self._writer.join(timeout)
         if self._owns_db and not self._writer.is_alive():
             self._owns_db = False

@@ -12,7 +12,7 @@ from checkpoint.audit.store import FILTER_NAMES, Filters
 SELECT_COLUMNS = ", ".join(COLUMNS)
 HEAD_SQL = f"SELECT seq, hash FROM {TABLE} ORDER BY seq DESC LIMIT 1"
 INSERT_SQL = f"INSERT INTO {TABLE} ({SELECT_COLUMNS}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
-_EQUAL = ("run_id", "agent", "verdict", "tenant", "tool", "action", "rule", "caller", "principal", "approval_id",
+_EQUAL = ("decision_id", "run_id", "agent", "verdict", "tenant", "tool", "action", "rule", "caller", "principal", "approval_id",
           "trace_id", "approver")
 # a plan refused for one step's sake is found by that step's code too
 _STEP_CODE = ("(code = %s OR (action = 'plan' AND EXISTS (SELECT 1 FROM jsonb_array_elements("

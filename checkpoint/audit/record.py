@@ -98,6 +98,12 @@ _TIME_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 # Integers beyond 2**53 would be rounded by JSON tools that read numbers as doubles (and by
 # RFC 8785 canonicalisers), so an auditor's recomputed hash could differ from ours.
 _MAX_SAFE_INT = canonical.MAX_SAFE_INTEGER
+# A NUL in any text of a record is stored as U+FFFD, before the record is hashed: PostgreSQL's text
+# cannot hold NUL (nor its jsonb the escape \u0000), a text the caller controls (a tool's
+# arguments, their keys) must not turn a decision into one the log refuses, and the same record
+# must hash the same on every backend. The grant keeps the arguments as sent (json_column).
+NUL, REPLACEMENT = "\x00", "\ufffd"
+_NUL_ESCAPE = "\\u0000"
 
 
 class CanonicalJson(str):
@@ -222,12 +228,13 @@ def to_row(record: DecisionRecord | Mapping[str, Any]) -> tuple[Any, ...]:
     values[1] = _time_field(values[1])
     for i, name in _TEXT_FIELDS:
         value = values[i]
-        if value is not None and (type(value) is not str or not value.isascii()):
+        if value is not None and (type(value) is not str or not value.isascii() or NUL in value):
             _check_text(name, value)
+            values[i] = value.replace(NUL, REPLACEMENT)
     if values[_ACTOR] is not None:
-        values[_ACTOR] = _json_field("actor_chain", values[_ACTOR])
+        values[_ACTOR] = _without_nul(_json_field("actor_chain", values[_ACTOR]))
     if values[_ARGS] is not None:
-        values[_ARGS] = _json_field("arguments", values[_ARGS])
+        values[_ARGS] = _without_nul(_json_field("arguments", values[_ARGS]))
     latency = values[_LATENCY]
     if latency is not None and (type(latency) is not int or abs(latency) > _MAX_SAFE_INT):
         raise InvalidAuditRecord(f"latency_us must be an integer within +-2**53, got {latency!r}")
@@ -239,6 +246,25 @@ def to_row(record: DecisionRecord | Mapping[str, Any]) -> tuple[Any, ...]:
         raise InvalidAuditRecord(f"shadow_verdict must be one of {sorted(VERDICTS)} or null, "
                                  f"got {values[_SHADOW_VERDICT]!r}")
     return tuple(values)
+
+
+def _without_nul(text: str | None) -> str | None:
+    """A JSON column's text with each NUL in its strings and keys made U+FFFD. Canonical JSON
+    writes a NUL as the escape \\u0000 (an escaped backslash followed by `u0000` also contains it:
+    decoding tells the two apart), and only such a text pays for decoding."""
+    if text is None or _NUL_ESCAPE not in text:
+        return text
+    return canonical_json(_replace_nul(json.loads(text)))
+
+
+def _replace_nul(value: Any) -> Any:
+    if type(value) is str:
+        return value.replace(NUL, REPLACEMENT)
+    if type(value) is dict:
+        return {_replace_nul(k): _replace_nul(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_replace_nul(v) for v in value]
+    return value
 
 
 def _check_text(name: str, value: Any) -> None:

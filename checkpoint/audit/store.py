@@ -48,6 +48,7 @@ class Filters(TypedDict, total=False):
     as keywords and hands them through to `select`: a new filter is a field here and its clause
     there."""
 
+    decision_id: str | None  # one record (pair it with run_id: only run_id is indexed)
     run_id: str | None
     root_run_id: str | None  # a whole delegation tree
     agent: str | None
@@ -201,7 +202,7 @@ def select(
         # A root recorded before roots were normalised (no root_run_id) is still its own tree's root.
         where.append("(root_run_id = ? OR (root_run_id IS NULL AND run_id = ?))")
         params += [root_run_id, root_run_id]
-    for column in ("run_id", "agent", "verdict", "tenant", "tool", "action", "rule", "caller", "principal",
+    for column in ("decision_id", "run_id", "agent", "verdict", "tenant", "tool", "action", "rule", "caller", "principal",
                    "approval_id", "trace_id"):
         value = filters.get(column)
         if value is not None:

@@ -21,13 +21,13 @@ change counter (shared_state.py has SQLite's):
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from checkpoint.policy.postgresql_store import CHANGES, CHANNEL
+from checkpoint.server.follower import Currency
 from warden.store.errors import StoreUnavailable
 from warden.store.pg import Database
 
@@ -50,17 +50,14 @@ class CatalogFeed:
     def __init__(self, db: Database, *, max_age: float = MAX_AGE, poll_interval: float = POLL_INTERVAL,
                  on_current: Callable[[bool], None] | None = None) -> None:
         self._db = db
-        self._max_age = max_age
         self._poll_interval = poll_interval
-        self._on_current = on_current
         self._refresh: Callable[[], None] = lambda: None
         self._applied: dict[str, int] | None = None  # the counters the policy set in force was refreshed at
         self._catching_up = threading.Lock()  # one reader at a time: the thread, or a late decision
-        self._fresh_at = -math.inf  # time.monotonic() at which the newest read that left it current began
-        self._failed_at = -math.inf
-        self._error = "not read yet"
-        self._current: bool | None = None
-        self._report_lock = threading.Lock()
+        self._currency = Currency(max_age=max_age, on_current=on_current, log=log, name="catalog",
+                                  back="following the shared store again",
+                                  lost="whether it is current cannot be read (%s); decisions are refused "
+                                       "catalog_unavailable")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="checkpoint-catalog-feed", daemon=True)
 
@@ -85,32 +82,31 @@ class CatalogFeed:
     @property
     def current(self) -> bool:
         """Whether the policy set in force is known current now (health)."""
-        return time.monotonic() - self._fresh_at <= self._max_age
+        return self._currency.current
 
     def require_current(self) -> None:
         """Nothing when the policy set in force holds every act committed up to `max_age` ago;
         else StoreUnavailable, once a catch-up here could not make it so."""
-        if time.monotonic() - self._fresh_at <= self._max_age:
+        if self._currency.current:
             return
         # The thread is late. Late because reading failed (the database slow or gone): refuse at
         # once and leave the retries to it, a decision waiting on the pool would hold its caller
         # for seconds. Otherwise (the process starved of CPU) catch up here, one caller at a time.
-        if self._failed_at < self._fresh_at and self._catching_up.acquire(timeout=CATCH_UP_WAIT):
+        if not self._currency.failing and self._catching_up.acquire(timeout=CATCH_UP_WAIT):
             try:
-                if time.monotonic() - self._fresh_at > self._max_age:
+                if not self._currency.current:
                     with self._db.connection() as conn:
                         self._catch_up_locked(conn)
             except Exception as exc:  # noqa: BLE001 - whatever failed, the answer is a refusal below
-                self._failed(exc)
+                self._currency.failed(exc)
             finally:
                 self._catching_up.release()
-        age = time.monotonic() - self._fresh_at
-        if age > self._max_age:
-            if self._failed_at < self._fresh_at:  # no read failed: one is under way, and slow
-                self._error = "the database is slow to answer"
-            self._report(False)
-            raise StoreUnavailable(f"whether the catalog is current cannot be read ({self._error}); "
-                                   f"last read: {_ago(age)}")
+        if not self._currency.current:
+            if not self._currency.failing:  # no read failed: one is under way, and slow
+                self._currency.error = "the database is slow to answer"
+            self._currency.report(False)
+            raise StoreUnavailable(f"whether the catalog is current cannot be read ({self._currency.error}); "
+                                   f"last read: {self._currency.ago()}")
 
     # -- reading the database -----------------------------------------------------------------
 
@@ -126,8 +122,7 @@ class CatalogFeed:
         if counters != self._applied:
             self._refresh()
             self._applied = counters
-        self._fresh_at = max(self._fresh_at, began)
-        self._report(True)
+        self._currency.read_began(began)
 
     def _follow(self) -> None:
         while not self._stop.is_set():
@@ -144,7 +139,7 @@ class CatalogFeed:
                             # the connection goes back to the pool: it must not keep collecting notifications
                             conn.execute("UNLISTEN *")
             except Exception as exc:  # noqa: BLE001 - whatever broke, decisions refuse once the memory is old
-                self._failed(exc)
+                self._currency.failed(exc)
                 self._stop.wait(max(self._poll_interval, RETRY_AFTER))
 
     def _wait(self, conn: Any) -> None:
@@ -154,27 +149,3 @@ class CatalogFeed:
         while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
             if any(True for _ in conn.notifies(timeout=min(left, STOP_WITHIN), stop_after=1)):
                 return
-
-    def _failed(self, exc: BaseException) -> None:
-        self._failed_at = time.monotonic()
-        self._error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        log.debug("catalog not read: %s", self._error)
-        if time.monotonic() - self._fresh_at > self._max_age:
-            self._report(False)
-
-    def _report(self, current: bool) -> None:
-        with self._report_lock:
-            if current == self._current:
-                return
-            self._current = current
-            if current:
-                log.info("catalog: following the shared store again")
-            else:
-                log.error("catalog: whether it is current cannot be read (%s); decisions are refused "
-                          "catalog_unavailable", self._error)
-            if self._on_current is not None:
-                self._on_current(current)
-
-
-def _ago(seconds: float) -> str:
-    return "never" if math.isinf(seconds) else f"{seconds:.1f}s ago"

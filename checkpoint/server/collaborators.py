@@ -117,6 +117,11 @@ class Recorder:
         """Records already on the log (an approval's REQUIRE_APPROVAL, a run's past calls)."""
         return self.log.read(*args, **filters)
 
+    def on_log(self, decision_id: str, run_id: str) -> bool:
+        """Whether decision `decision_id` of run `run_id` is on the log (run_id narrows the search to
+        the run's records, which are indexed). Raises when the log cannot be read."""
+        return next(iter(self.log.read(run_id=run_id, decision_id=decision_id, limit=1)), None) is not None
+
 
 class RunState:
     """What the checkpoint knows of runs: the tokens it issued, the runs that ended, and the act

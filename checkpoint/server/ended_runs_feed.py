@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from checkpoint.server.follower import Currency
 from warden.store.errors import StoreUnavailable
 from warden.store.pg import Database
 
@@ -56,17 +56,15 @@ class EndedRunsFeed:
         self._max_age = max_age
         self._poll_interval = poll_interval
         self._prune_every = prune_every
-        self._on_current = on_current
         self._ends: dict[str, tuple[str, float]] = {}  # run id -> (how it ended, when: the database's epoch)
         self._lock = threading.Lock()  # the memory and its watermark
         self._lookup_poll = threading.Lock()  # one lookup polls at a time; the others wait for it, briefly
         self._xmin: str | None = None  # the newest merged poll's snapshot xmin; None: nothing loaded yet
-        self._fresh_at = -math.inf  # time.monotonic() at which that snapshot was taken, or a bit before
-        self._failed_at = -math.inf
-        self._error = "not read yet"
+        # fresh_at: time.monotonic() at which that snapshot was taken, or a bit before
+        self._currency = Currency(max_age=max_age, on_current=on_current, log=log, name="ended runs",
+                                  back="reading the shared store again",
+                                  lost="the shared store cannot be read (%s); runs are refused run_state_unavailable")
         self._pruned_at = time.monotonic()
-        self._current: bool | None = None
-        self._report_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="checkpoint-ended-runs", daemon=True)
 
@@ -99,7 +97,7 @@ class EndedRunsFeed:
     @property
     def current(self) -> bool:
         """Whether lookups are answered now without reading the database first (health)."""
-        return time.monotonic() - self._fresh_at <= self._max_age
+        return self._currency.current
 
     def note(self, run_id: str, how: str) -> None:
         """An end this replica has just committed: in force here at once (the first end stays)."""
@@ -107,24 +105,24 @@ class EndedRunsFeed:
             self._ends.setdefault(run_id, (how, time.time()))
 
     def _require_current(self) -> None:
-        if time.monotonic() - self._fresh_at <= self._max_age:
+        if self._currency.current:
             return
         # The follower is late. When it is late because reading failed (the database slow or gone),
         # refuse at once and leave the retries to it: a lookup that waited on the pool would hold its
         # caller for seconds. Otherwise (the process starved of CPU) poll here, one lookup at a time.
-        if self._failed_at < self._fresh_at and self._lookup_poll.acquire(timeout=self._max_age):
+        if not self._currency.failing and self._lookup_poll.acquire(timeout=self._max_age):
             try:
-                if time.monotonic() - self._fresh_at > self._max_age:
+                if not self._currency.current:
                     with self._db.connection() as conn:
                         self._poll(conn)
             except StoreUnavailable as exc:
-                self._failed(exc)
+                self._currency.failed(exc)
             finally:
                 self._lookup_poll.release()
-        age = time.monotonic() - self._fresh_at
-        if age > self._max_age:
-            self._report(False)  # health says so from the first refusal, not from the follower's next failure
-            raise StoreUnavailable(f"the ended runs cannot be read ({self._error}); last read: {_ago(age)}")
+        if not self._currency.current:
+            self._currency.report(False)  # health says so from the first refusal, not from the follower's next failure
+            raise StoreUnavailable(f"the ended runs cannot be read ({self._currency.error}); "
+                                   f"last read: {self._currency.ago()}")
 
     # -- reading the database -----------------------------------------------------------------
 
@@ -144,13 +142,13 @@ class EndedRunsFeed:
                 self._ends.setdefault(run_id, (how, at))
             if self._xmin is None or int(xmin) > int(self._xmin):
                 self._xmin = xmin
-            self._fresh_at = max(self._fresh_at, began)
+            self._currency.fresh_at = max(self._currency.fresh_at, began)
             if began - self._pruned_at >= self._prune_every:
                 self._pruned_at = began
                 cutoff = db_now - self._horizon
                 for run_id in [r for r, (_how, at) in self._ends.items() if at < cutoff]:
                     del self._ends[run_id]
-        self._report(True)
+        self._currency.report(True)
 
     def _heard(self, payload: str) -> None:
         try:
@@ -178,29 +176,5 @@ class EndedRunsFeed:
                             # the connection goes back to the pool: it must not keep collecting notifications
                             conn.execute("UNLISTEN *")
             except Exception as exc:  # noqa: BLE001 - whatever broke, lookups refuse once the memory is old
-                self._failed(exc)
+                self._currency.failed(exc)
                 self._stop.wait(max(self._poll_interval, RETRY_AFTER))
-
-    def _failed(self, exc: BaseException) -> None:
-        self._failed_at = time.monotonic()
-        self._error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        log.debug("ended runs not read: %s", self._error)
-        if time.monotonic() - self._fresh_at > self._max_age:
-            self._report(False)
-
-    def _report(self, current: bool) -> None:
-        with self._report_lock:
-            if current == self._current:
-                return
-            self._current = current
-            if current:
-                log.info("ended runs: reading the shared store again")
-            else:
-                log.error("ended runs: the shared store cannot be read (%s); runs are refused run_state_unavailable",
-                          self._error)
-            if self._on_current is not None:
-                self._on_current(current)
-
-
-def _ago(seconds: float) -> str:
-    return "never" if math.isinf(seconds) else f"{seconds:.1f}s ago"

@@ -158,6 +158,24 @@ class RunActs:
         out.decision.CopyFrom(response)
         return out
 
+    def _first_on_log(self, first: str, run_id: str, response: pb.CheckResponse) -> bool:
+        """Whether the decision that took an act id is on the log. The id stays taken by a decision
+        that is on no log when its record failed and giving the id back failed too: answering
+        "already recorded" then would name a record that does not exist, so `response` becomes a
+        refusal instead (the first act may also still be being written: refused the same way)."""
+        try:
+            if self.recorder.on_log(first, run_id):
+                return True
+            response.code = codes.ACT_ID_UNRECORDED
+            response.reason = (f"this act id was taken by decision {first}, which is not on the decision log: "
+                               "that act did not take effect; send it with a new act id")
+        except Exception as exc:  # noqa: BLE001 - fail closed, and say why
+            log.error("whether decision %s is on the log cannot be read: %s", first, exc)
+            response.code = codes.AUDIT_UNAVAILABLE
+            response.reason = f"whether this act was already recorded cannot be read: {str(exc)[:200]}"
+        response.verdict, response.rule = DENY, "act"
+        return False
+
     def record_act(self, request: pb.RecordActRequest, caller: str) -> pb.RecordActResponse:
         """A person's act on a run, recorded before it takes effect; filed under the run its token
         establishes, naming the person the caller vouches for. Or a run's `end`, recorded by the
@@ -221,11 +239,13 @@ class RunActs:
                 response.verdict, response.code, response.rule = DENY, codes.RUN_STATE_UNAVAILABLE, "run_token"
                 response.reason = f"whether this act was already recorded cannot be read: {str(exc)[:200]}"
                 act_key, first = "", None
-            if first is not None:
+            if first is not None and self._first_on_log(first, run.run_id, response):
                 response.decision_id = first
                 response.reason = f"already recorded as decision {first}"
                 self.recorder.count(response.verdict, response.code)
                 return pb.RecordActResponse(decision=response)
+            if first is not None:  # refused (the answer says why), on the record; the id stays taken
+                act_key = ""
         record = RunActedOn.answering(
             response, stamped, policies, caller_name(caller), principal,
             tenant=run.tenant or None,

@@ -4,6 +4,7 @@ waits for and the pauses a person asked for. The store hands these out; nothing 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -160,6 +161,47 @@ class Run:
     def held_by_person(self) -> bool:
         """Paused by a person, here or through an ancestor's pause."""
         return self.status == PAUSED and self.code in (PERSON_PAUSED, PARENT_PAUSED)
+
+
+# -- which status moves a store may make, read by both stores (sqlite.py, postgresql.py) --------
+
+
+def settable(updates: dict[str, Any], columns: Collection[str]) -> None:
+    """KeyError for a field `update_run` may not set: a run's status moves only by the conditional
+    transitions below (never by a plain update that would skip their conditions), its id never."""
+    if "status" in updates or "run_id" in updates:
+        raise KeyError("status" if "status" in updates else "run_id")
+    for k in updates:
+        if k not in columns:
+            raise KeyError(k)
+
+
+def waits_for_person(run: Run, children: Callable[[str], list[Run]]) -> bool:
+    """Paused or awaiting approval, itself or through the child run it waits for."""
+    if run.status in (PAUSED, AWAITING_APPROVAL):
+        return True
+    if run.status == AWAITING_CHILD:
+        return any(waits_for_person(c, children) for c in children(run.run_id) if c.status not in TERMINAL)
+    return False
+
+
+def pausable_below(run_id: str, children: Callable[[str], list[Run]]) -> Iterator[Run]:
+    """The runs below `run_id` that a parent's pause reaches: each active one that may be paused,
+    reached through runs paused for their own reason (they keep it) but not through an active one
+    (its own pause, once applied, reaches further). Ended runs stop the walk."""
+    above = [run_id]
+    while above:
+        for child in children(above.pop()):
+            if child.status in TERMINAL:
+                continue
+            if child.status not in PAUSABLE:
+                above.append(child.run_id)
+                continue
+            yield child
+
+
+def parent_pause_reason(parent_run_id: str, person: str, note: str) -> str:
+    return f"paused with its parent run {parent_run_id} by {person}" + (f": {note}" if note else "")
 
 
 RUN_FIELDS = frozenset(f.name for f in fields(Run))

@@ -31,7 +31,6 @@ import psycopg
 from driver.errors import RunStateError
 from driver.runs.following import follow_events
 from driver.runs.model import (
-    AWAITING_APPROVAL,
     AWAITING_CHILD,
     FINAL_EVENTS,
     JSON_RUN_FIELDS,
@@ -48,7 +47,11 @@ from driver.runs.model import (
     Run,
     RunStatus,
     now,
+    parent_pause_reason,
+    pausable_below,
+    settable,
     status_event,
+    waits_for_person,
 )
 from driver.runs.postgresql_notices import RunNotices
 from driver.runs.postgresql_records import PostgresRecords, run_key
@@ -134,11 +137,7 @@ class PostgresRunStore(PostgresRecords):
 
     def update_run(self, run_id: str, **fields: Any) -> Run:
         """Set fields of a run (never its status: that moves only by the transitions below)."""
-        if "status" in fields or "run_id" in fields:
-            raise KeyError("status" if "status" in fields else "run_id")
-        for k in fields:
-            if k not in RUN_COLUMNS:
-                raise KeyError(k)
+        settable(fields, RUN_COLUMNS)
         for k in JSON_RUN_FIELDS:
             if k in fields:
                 fields[k] = json.dumps(fields[k])
@@ -218,12 +217,7 @@ class PostgresRunStore(PostgresRecords):
 
     def waits_for_person(self, run_id: str) -> bool:
         """Paused or awaiting approval, itself or through the child run it waits for."""
-        run = self.run(run_id)
-        if run.status in (PAUSED, AWAITING_APPROVAL):
-            return True
-        if run.status == AWAITING_CHILD:
-            return any(self.waits_for_person(c.run_id) for c in self.children(run_id) if c.status not in TERMINAL)
-        return False
+        return waits_for_person(self.run(run_id), self.children)
 
     def begin_final(self, run_id: str, turn: int, final: dict[str, Any], calls: list[dict[str, Any]]) -> None:
         """The model's final report and its verification calls, in one transaction."""
@@ -268,19 +262,12 @@ class PostgresRunStore(PostgresRecords):
     def pause_below(self, run_id: str, person: str, note: str) -> list[Pause]:
         """A `parent_paused` intent for every active run below `run_id` (as the SQLite store)."""
         added: list[Pause] = []
-        above = [run_id]
-        while above:
-            for child in self.children(above.pop()):
-                if child.status in TERMINAL:
-                    continue
-                if child.status not in PAUSABLE:
-                    above.append(child.run_id)
-                    continue
-                parent = child.parent_run_id
-                why = f"paused with its parent run {parent} by {person}" + (f": {note}" if note else "")
-                pause = self.add_pause(child.run_id, PARENT_PAUSED, person, why, note, parent_run_id=parent)
-                if pause is not None:
-                    added.append(pause)
+        for child in pausable_below(run_id, self.children):
+            parent = child.parent_run_id
+            pause = self.add_pause(child.run_id, PARENT_PAUSED, person, parent_pause_reason(parent, person, note),
+                                   note, parent_run_id=parent)
+            if pause is not None:
+                added.append(pause)
         return added
 
     def void_open_pauses(self, run_id: str) -> None:

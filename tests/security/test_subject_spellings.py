@@ -284,3 +284,23 @@ def test_a_host_label_at_a_hyphen_is_invalid(value):
 def test_hyphens_inside_a_label_are_still_hosts():
     assert target("web-01.lab.example.com", ("recon",)) == ALLOWED
     assert probe("xn--bcher-kva.example") == OFF_LIMITS  # A-labels keep their `--`
+
+
+# -- a NUL (the log stores it as U+FFFD; a C library reading the value stops at it) -----------
+
+
+@pytest.mark.parametrize("value", [
+    "payments.lab.example.com\x00", "payments\x00.lab.example.com", "\x00payments.lab.example.com",
+    "payments.lab.example.com\x00.allowed.example", "www.irs.gov\x00", "10.9.9.9\x00", "db-main\x00",
+    "customer:vip-1\x00", "customer:\x00vip-1", "https://docs.example.com/admin/x\x00",
+    "https://payments.lab.example.com\x00/x", "payments.lab.example.com\ufffd",
+])
+def test_a_nul_or_its_replacement_in_an_off_limits_subject_never_allows(value):
+    # without the NUL each is off-limits; with it the subject cannot be read as anything a service
+    # would take, so it is refused before any scope question (and never allowed)
+    assert probe(value) in (OFF_LIMITS, INVALID)
+    assert probe(value) != ALLOWED
+    # the C-string reading (up to the NUL) is off-limits where it names a subject
+    head = value.split("\x00")[0].replace("\ufffd", "")
+    if head in ("payments.lab.example.com", "www.irs.gov", "10.9.9.9", "db-main", "customer:vip-1"):
+        assert probe(head) == OFF_LIMITS

@@ -127,3 +127,61 @@ def test_an_instance_name_is_held_by_one_live_toolrunner(pg_url) -> None:
     again, again_lock = open_postgresql(url, instance="tr-a")  # the name is free once its holder stops
     again.close()
     again_lock.release()
+
+
+def _terminate_lock_backend(url: StoreUrl, instance: str) -> int:
+    """Kill, from another connection, the session that holds `instance`'s advisory lock (as a
+    PostgreSQL restart or an operator's pg_terminate_backend would); how many sessions went."""
+    with Database(url, name="killer", max_size=1) as db, db.connection() as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "
+            "AND l.classid = %s::oid AND l.objid = hashtext(%s)::oid",
+            (0x74727563, instance)).fetchall()
+    return len(rows)
+
+
+def test_an_instance_lock_lost_refuses_claims_until_it_is_taken_again(pg_url) -> None:
+    url = _migrated(pg_url)
+    store, lock = open_postgresql(url, instance="tr-a")
+    try:
+        assert store.claim("d-held", "run", "tool")
+        assert store.ping()
+        assert _terminate_lock_backend(url, "tr-a") == 1
+        # the lock went with its session: no claim is taken under a name this toolrunner may not hold
+        with pytest.raises(StoreUnavailable, match="instance 'tr-a'") as refused:
+            store.claim("d-lost", "run", "tool")
+        assert refused.value.code == STORE_UNAVAILABLE
+        assert store.get("d-lost") is None  # refused before anything was written
+        # health takes it again (the database is back at once here): claims are served again
+        _until(lambda: store.ping(), "the instance lock was never taken again")
+        assert store.claim("d-again", "run", "tool")
+        # the lock is really held again: a second toolrunner of the same name cannot start
+        with pytest.raises(InstanceInUse):
+            open_postgresql(url, instance="tr-a")
+    finally:
+        store.close()
+        lock.release()
+
+
+def test_a_lost_instance_name_taken_by_another_toolrunner_is_not_shared(pg_url) -> None:
+    url = _migrated(pg_url)
+    store, lock = open_postgresql(url, instance="tr-a")
+    try:
+        assert _terminate_lock_backend(url, "tr-a") == 1
+        other, other_lock = open_postgresql(url, instance="tr-a")  # the name was free: another takes it
+        try:
+            # the first toolrunner cannot take its name back while the other holds it: it stays
+            # unhealthy and refuses every claim, so two never run under one name
+            for _ in range(3):
+                assert not store.ping()
+                with pytest.raises(StoreUnavailable, match="instance 'tr-a'"):
+                    store.claim("d-first", "run", "tool")
+            assert other.claim("d-other", "run", "tool")
+        finally:
+            other.close()
+            other_lock.release()
+        _until(lambda: store.ping(), "the name freed by the other was never taken back")
+        assert store.claim("d-first", "run", "tool")
+    finally:
+        store.close()
+        lock.release()

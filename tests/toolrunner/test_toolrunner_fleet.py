@@ -204,3 +204,40 @@ def test_serve_stops_at_start_on_a_store_it_cannot_use(docker_api, signing_key, 
         holder.close()
     done = _serve(tmp_path, data, "--store", pg_url, "--instance", "no spaces")
     assert done.returncode == 2 and "[invalid_instance]" in done.stderr, done.stderr
+
+
+def test_a_lost_instance_lock_refuses_calls_and_health_until_it_is_taken_again(docker_api, signing_key, pg_url,
+                                                                               tmp_path) -> None:
+    """The instance lock's connection terminated from another session (as an operator's
+    pg_terminate_backend, or a restart, would): nothing is claimed under a name this toolrunner may
+    no longer hold, health says NOT_SERVING, and the health watch takes the name back by itself."""
+    url = _migrated(pg_url)
+    a = start_harness(docker_api, signing_key, tmp_path / "a", store=url, instance="tr-lock")
+    try:
+        assert a.execute("sh_secret", {"script": "echo before"}).output.strip() == "before"
+        with Database(url, name="killer", max_size=1) as db, db.connection() as conn:
+            killed = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                ("warden-toolrunner-instance",)).fetchall()
+        assert len(killed) == 1
+        since = time.time()
+        refused_request = a.request("sh_secret", {"script": "echo never"})
+        with pytest.raises(grpc.RpcError) as refused:
+            a.stub.Execute(refused_request, timeout=60)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert detail_code(refused.value) == "store_unavailable" and "lost its lock" in refused.value.details()
+        assert _created(docker_api, refused_request.grant.decision_id, since) == 0  # nothing ran unclaimed
+        # the name is free meanwhile: the watch takes it again (every 2 s) and service resumes
+        again = _serves_again(a, refused_request)
+        assert again.output.strip() == "never" and not again.replayed
+        deadline = time.monotonic() + BOUND
+        while _health(a) != health_pb2.HealthCheckResponse.SERVING:
+            assert time.monotonic() < deadline, "health stayed NOT_SERVING after the lock was taken again"
+            time.sleep(0.2)
+        second = tmp_path / "second"
+        second.mkdir(mode=0o700)
+        signing_key.save(second / "grant.key")
+        done = _serve(tmp_path, second, "--store", pg_url, "--instance", "tr-lock")
+        assert done.returncode == 2 and "[instance_in_use]" in done.stderr, done.stderr  # held again, for real
+    finally:
+        a.close()
