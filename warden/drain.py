@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from warden.cli import DEFAULT_GRACE as DEFAULT_GRACE
-from warden.metrics import ServerMetrics
+from warden.metrics import ServerMetrics, status_name
 
 log = logging.getLogger("warden.drain")
 
@@ -132,9 +132,7 @@ def _wrap(handler: grpc.RpcMethodHandler, drain: Drain, method: str) -> grpc.Rpc
     def done(context: grpc.ServicerContext, started: float, failed: bool) -> None:
         drain.leave()
         if metrics is not None:
-            code = context.code()  # type: ignore[attr-defined]
-            name = code.name if code is not None else ("UNKNOWN" if failed else "OK")
-            metrics.finished(method, name, time.perf_counter() - started)
+            metrics.finished(method, status_name(context, failed), time.perf_counter() - started)
 
     def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
         def call(request: Any, context: grpc.ServicerContext) -> Any:

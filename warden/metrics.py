@@ -111,6 +111,18 @@ class MethodCalls:
         self._seconds.observe(seconds)
 
 
+def status_name(context: Any, failed: bool) -> str:
+    """The status a call ended with, for its count: what it was aborted with; else OK, or, for a
+    handler that raised or a stream closed under it, CANCELLED when the client had gone (a stream
+    it stopped reading) and UNKNOWN otherwise (what grpc answers for an escaped exception)."""
+    code = context.code()
+    if code is not None:
+        return str(code.name)
+    if not failed:
+        return "OK"
+    return "UNKNOWN" if context.is_active() else "CANCELLED"
+
+
 class PolicyRevision(Collector):
     """`warden_policy_revision_info{process, revision} 1`: the policy revision a process serves now,
     read at each scrape (nothing to keep current on a reload). Join it to any other series of the

@@ -17,7 +17,7 @@ from checkpoint.server.service import CheckpointService
 from warden.auth import AuthPolicy, OnRefused
 from warden.drain import Drain
 from warden.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
-from warden.metrics import MethodCalls
+from warden.metrics import MethodCalls, status_name
 from warden.store.errors import StoreError
 
 SERVICE_NAME = "warden.checkpoint.v1.CheckpointService"
@@ -98,15 +98,8 @@ def unary_handler(
     return handle
 
 
-def stream_code(context: grpc.ServicerContext, failed: bool) -> str:
-    """The status a stream ended with, for its count: what it aborted with; else OK, CANCELLED when
-    the client went away (the usual end of a watch), or UNKNOWN."""
-    code = context.code()  # type: ignore[attr-defined]
-    if code is not None:
-        return str(code.name)
-    if not failed:
-        return "OK"
-    return "UNKNOWN" if context.is_active() else "CANCELLED"
+# the status a stream ended with (a watch's usual end is its client going: CANCELLED)
+stream_code = status_name
 
 
 class Watchers:
