@@ -41,7 +41,8 @@ _ALWAYS = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 class Drain(grpc.ServerInterceptor):
     """Counts calls in flight, refuses new ones once draining. With `metrics`, also counts refusals,
     and with `per_call` every finished call by method and status code with its duration (the
-    checkpoint keeps its own per-method figures, cheaper on its hot path)."""
+    checkpoint has no interceptor on its hot path: it counts its calls in its own handlers, which
+    ask this gate too, through `warden.metrics.MethodCalls`)."""
 
     def __init__(self, metrics: ServerMetrics | None = None, *, per_call: bool = True,
                  on_refused: Callable[[str], None] | None = None) -> None:

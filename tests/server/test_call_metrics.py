@@ -149,3 +149,19 @@ def test_a_broken_edit_keeps_the_revision_in_force(start, policy_dir):
         time.sleep(0.05)
     assert scrape(running)["warden_checkpoint_policy_last_reload_ok"] == 0
     assert _revisions(running) == [first]
+
+
+def test_a_flip_whose_record_could_not_be_committed_is_not_counted(start, policy_dir):
+    """The count is of recorded flips: an answer the log refused is DENY audit_unavailable, which
+    differs from the shadow's DENY rule_denied in code only, and still no flip was recorded."""
+    path = policy_dir / "rules" / "recon.yaml"
+    path.write_text(path.read_text() + SHADOW_RULE)
+    running = start(metrics_address="127.0.0.1:0")
+    version = running.version("recon")
+    request = running.with_run(tool_call("recon", version, "get_task", {"task_id": "task-13"}))
+    running.server.log.close()  # the log can no longer take records
+    answer = running.stub().Check(request, timeout=5)
+    assert (answer.verdict, answer.code) == (pb.VERDICT_DENY, "audit_unavailable")
+    figures = scrape(running)
+    assert figures["warden_checkpoint_audit_write_failures_total"] == 1
+    assert not [k for k in figures if k.startswith("warden_checkpoint_shadow_flips_total")]
