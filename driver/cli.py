@@ -175,6 +175,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
         caller_token,
         ensure_operator,
     )
+    from warden.metrics import MetricsAddressUnavailable
     from warden.store.errors import StoreError
 
     data: Path = args.data
@@ -204,7 +205,12 @@ def _serve_configured(args: argparse.Namespace) -> int:
     driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner, token=runner_token),
                     provider_factory, prices=Prices.from_policy_dir(args.policies),
                     default_provider=args.provider, default_model=args.model)
-    running, port = create_server(args.address, driver, operators, metrics_address=args.metrics_address)
+    try:
+        running, port = create_server(args.address, driver, operators, metrics_address=args.metrics_address)
+    except MetricsAddressUnavailable as exc:  # before the gRPC port: one line, nothing left serving
+        store.close()
+        print(f"warden driver: {exc}", file=sys.stderr)
+        return 2
     print(f"driver listening on {args.address.rsplit(':', 1)[0]}:{port}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -130,13 +130,20 @@ class ToolRunnerClient(_Client):
         if on_output is None:
             return self._call("Execute", request).receipt
         with tracing.client_call(f"{self._service}/ExecuteStream") as trace_md:
+            receipt = None
             try:
                 for event in self._stub.ExecuteStream(request, timeout=self.timeout, metadata=self._md + trace_md):
                     if event.HasField("receipt"):
-                        return event.receipt
+                        # read on to the stream's end (it ends with the receipt): a call left behind
+                        # here is cancelled, and the toolrunner would count every tool call CANCELLED
+                        receipt = event.receipt
+                        continue
                     on_output(event.chunk.stream, event.chunk.data)
             except grpc.RpcError as err:
-                raise _map(err, "toolrunner") from None
+                if receipt is None:
+                    raise _map(err, "toolrunner") from None
+            if receipt is not None:
+                return receipt
         # The call may still have run: the same grant, sent again, answers with its stored receipt.
         raise DependencyUnavailable("toolrunner: the output stream ended without a receipt",
                                     code="toolrunner_unavailable")

@@ -39,7 +39,7 @@ from warden.drain import Drain, drain
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 from warden.errors import ServiceError, abort
-from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
+from warden.metrics import MetricsServer, ServerMetrics, base_registry, bind_first, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.store.errors import StoreError
 from warden.store.watch import StoreWatch
@@ -355,7 +355,20 @@ class RunningDriver:
 
 def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
                   max_workers: int = 32, metrics_address: str | None = None) -> tuple[RunningDriver, int]:
-    """Bind and start DriverService (port 0 picks a free one); recovers runs that were running."""
+    """Bind and start DriverService (port 0 picks a free one); recovers runs that were running.
+    The metrics address is bound first: a taken port stops the start with
+    `warden.metrics.MetricsAddressUnavailable` before the gRPC port is bound."""
+    metrics_server = bind_first(metrics_address)
+    try:
+        return _create_server(address, driver, operators, max_workers, metrics_server)
+    except BaseException:
+        if metrics_server is not None:
+            metrics_server.stop()
+        raise
+
+
+def _create_server(address: str, driver: Driver, operators: dict[bytes, str], max_workers: int,
+                   metrics_server: MetricsServer | None) -> tuple[RunningDriver, int]:
     registry = base_registry("driver")
     gate = Drain(ServerMetrics(registry, "driver"))
     # A caller that sends `traceparent` (an orchestrator starting runs) gets the run's start in its trace.
@@ -373,7 +386,8 @@ def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
         return {"status": "NOT_SERVING" if gate.draining or not store_up else "SERVING", "draining": gate.draining,
                 "store": "answering" if store_up else "unavailable"}
 
-    metrics_server = MetricsServer(metrics_address, lambda: render(registry), health_state) if metrics_address else None
+    if metrics_server is not None:
+        metrics_server.render, metrics_server.health = (lambda: render(registry)), health_state
     server.start()
     if metrics_server is not None:
         metrics_server.start()

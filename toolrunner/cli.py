@@ -82,6 +82,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from toolrunner.secrets import SecretsFileError, load_secrets
     from toolrunner.server import serve
     from warden.auth import TokenFileError, load_tokens
+    from warden.metrics import MetricsAddressUnavailable
     from warden.store.errors import StoreError
     from warden.tools import ToolReadError
 
@@ -126,6 +127,9 @@ def _serve_configured(args: argparse.Namespace) -> int:
         )
     except ToolReadError as exc:  # raised before anything binds: every error at file:line
         print(f"warden toolrunner: policies in {args.policies} do not load:\n{exc}", file=sys.stderr)
+        return 2
+    except MetricsAddressUnavailable as exc:  # bound first: one line, nothing else opened or started
+        print(f"warden toolrunner: {exc}", file=sys.stderr)
         return 2
     except (StoreError, InstanceNameError) as exc:  # before anything binds: one line, nothing half-started
         print(f"warden toolrunner: {exc} [{exc.code}]", file=sys.stderr)

@@ -38,7 +38,7 @@ from warden import grants, tracing
 from warden.auth import AuthPolicy
 from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.errors import ServiceError, to_status
-from warden.metrics import MetricsServer, ServerMetrics, base_registry, render
+from warden.metrics import MetricsServer, PolicyRevision, ServerMetrics, base_registry, bind_first, render
 from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.store.url import StoreUrl
 from warden.store.watch import StoreWatch
@@ -178,7 +178,21 @@ class RunningServer:
             self.runner.store.close()
 
 
-def create_server(
+def create_server(address: str, *, metrics_address: str | None = None, **options: Any) -> tuple[RunningServer, int]:
+    """Build and start the server; returns it and the bound port (bind ``127.0.0.1:0`` in tests).
+    The metrics address is bound first: a taken port stops the start with
+    `warden.metrics.MetricsAddressUnavailable` before anything else is opened or started. The
+    options are `_create_server`'s."""
+    metrics_server = bind_first(metrics_address)
+    try:
+        return _create_server(address, metrics_server=metrics_server, **options)
+    except BaseException:
+        if metrics_server is not None:
+            metrics_server.stop()
+        raise
+
+
+def _create_server(
     address: str,
     *,
     tools: Mapping[str, Any] | None = None,
@@ -194,9 +208,9 @@ def create_server(
     api: docker.APIClient | None = None,
     reap_interval_seconds: float = 30.0,
     max_workers: int = 32,
-    metrics_address: str | None = None,
+    metrics_server: MetricsServer | None = None,
 ) -> tuple[RunningServer, int]:
-    """Build and start the server; returns it and the bound port (bind ``127.0.0.1:0`` in tests).
+    """Build and start the server; returns it and the bound port.
 
     Tools come from `policy_dir` (then a grant of a newer policy revision reloads the folder once)
     or, for embedding, from `tools` with the `policy_revision` they belong to (grants of any other
@@ -244,6 +258,7 @@ def create_server(
     gate = Drain(ServerMetrics(registry, "toolrunner"))
     running = Gauge("warden_toolrunner_tool_calls_running", "Tool calls in their container now", registry=registry)
     running.set_function(lambda: len(runner.running()))  # read at scrape
+    registry.register(PolicyRevision("toolrunner", lambda: runner.policy_revision))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="toolrunner"),
                          interceptors=[gate, *tracing.server_interceptors()])  # tracing: none when off
     if not tokens:
@@ -259,7 +274,8 @@ def create_server(
                 "store": "answering" if store_up else "unavailable", "policy_revision": runner.policy_revision}
 
     watch: StoreWatch | None = None
-    metrics_server = MetricsServer(metrics_address, lambda: render(registry), health_state) if metrics_address else None
+    if metrics_server is not None:
+        metrics_server.render, metrics_server.health = (lambda: render(registry)), health_state
     server.start()
     if metrics_server is not None:
         metrics_server.start()

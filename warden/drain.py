@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from warden.cli import DEFAULT_GRACE as DEFAULT_GRACE
-from warden.metrics import ServerMetrics
+from warden.metrics import ServerMetrics, status_name
 
 log = logging.getLogger("warden.drain")
 
@@ -41,7 +41,8 @@ _ALWAYS = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 class Drain(grpc.ServerInterceptor):
     """Counts calls in flight, refuses new ones once draining. With `metrics`, also counts refusals,
     and with `per_call` every finished call by method and status code with its duration (the
-    checkpoint keeps its own per-method figures, cheaper on its hot path)."""
+    checkpoint has no interceptor on its hot path: it counts its calls in its own handlers, which
+    ask this gate too, through `warden.metrics.MethodCalls`)."""
 
     def __init__(self, metrics: ServerMetrics | None = None, *, per_call: bool = True,
                  on_refused: Callable[[str], None] | None = None) -> None:
@@ -132,9 +133,7 @@ def _wrap(handler: grpc.RpcMethodHandler, drain: Drain, method: str) -> grpc.Rpc
     def done(context: grpc.ServicerContext, started: float, failed: bool) -> None:
         drain.leave()
         if metrics is not None:
-            code = context.code()  # type: ignore[attr-defined]
-            name = code.name if code is not None else ("UNKNOWN" if failed else "OK")
-            metrics.finished(method, name, time.perf_counter() - started)
+            metrics.finished(method, status_name(context, failed), time.perf_counter() - started)
 
     def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
         def call(request: Any, context: grpc.ServicerContext) -> Any:

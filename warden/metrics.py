@@ -1,12 +1,17 @@
-"""Metrics every warden server has: build info, process figures, gRPC calls by method and status.
+"""Metrics every warden server has: build info, process figures, gRPC calls by method and status,
+the policy revision it serves.
 
 Each server owns its registry (never the process-wide default), so several servers in one test
-process never collide. `ServerMetrics` is fed by the `warden.drain.Drain` interceptor, which sees
-every call anyway; `MetricsServer` serves `/metrics` and `/healthz` on an address of their own.
+process never collide. `ServerMetrics` is fed by the `warden.drain.Drain` interceptor in the driver
+and the toolrunner, and by the checkpoint's own handlers through `MethodCalls`, which keeps each
+method's label children so a call pays for no label lookup; `MetricsServer` serves `/metrics` and
+`/healthz` on an address of their own, and refuses to start with `MetricsAddressUnavailable`
+(one line, a stable code) when that address cannot be served.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import platform
 import threading
@@ -25,6 +30,10 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from warden.codes import METRICS_ADDRESS_UNAVAILABLE
 
 CALL_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                 60.0, 300.0)
@@ -73,6 +82,76 @@ class ServerMetrics:
         self.calls.labels(name, code).inc()
         self.seconds.labels(name).observe(seconds)
 
+    def method(self, method: str) -> MethodCalls:
+        """One method's figures with their label children resolved now, for a handler built once."""
+        return MethodCalls(self, method.rsplit("/", 1)[-1])
+
+
+class MethodCalls:
+    """The calls of one gRPC method: the OK counter and the duration histogram are resolved once;
+    a call that ends in another status (rarer) looks its counter up by name."""
+
+    __slots__ = ("_metrics", "name", "_ok", "_seconds", "_other")
+
+    def __init__(self, metrics: ServerMetrics, name: str) -> None:
+        self._metrics = metrics
+        self.name = name
+        self._ok = metrics.calls.labels(name, "OK")
+        self._seconds = metrics.seconds.labels(name)
+        self._other: dict[str, Any] = {}
+
+    def finished(self, code: str, seconds: float) -> None:
+        if code == "OK":
+            self._ok.inc()
+        else:
+            child = self._other.get(code)
+            if child is None:
+                child = self._other[code] = self._metrics.calls.labels(self.name, code)
+            child.inc()
+        self._seconds.observe(seconds)
+
+
+def status_name(context: Any, failed: bool) -> str:
+    """The status a call ended with, for its count: what it was aborted with; else OK, or, for a
+    handler that raised or a stream closed under it, CANCELLED when the client had gone (a stream
+    it stopped reading) and UNKNOWN otherwise (what grpc answers for an escaped exception)."""
+    code = context.code()
+    if code is not None:
+        return str(code.name)
+    if not failed:
+        return "OK"
+    return "UNKNOWN" if context.is_active() else "CANCELLED"
+
+
+class PolicyRevision(Collector):
+    """`warden_policy_revision_info{process, revision} 1`: the policy revision a process serves now,
+    read at each scrape (nothing to keep current on a reload). Join it to any other series of the
+    same target: `... * on(instance) group_left(revision) warden_policy_revision_info`. No sample
+    while no policy set is loaded."""
+
+    def __init__(self, process: str, revision: Callable[[], str | None]) -> None:
+        self._process = process
+        self._revision = revision
+
+    def collect(self) -> Any:
+        family = GaugeMetricFamily("warden_policy_revision_info",
+                                   "Always 1; the revision label is the policy revision this process serves",
+                                   labels=["process", "revision"])
+        revision = self._revision()
+        if revision:
+            family.add_metric([self._process, revision], 1)
+        yield family
+
+
+class MetricsAddressUnavailable(OSError):
+    """The metrics address is not HOST:PORT, or cannot be bound (taken, not permitted, no such host)."""
+
+    code = METRICS_ADDRESS_UNAVAILABLE
+
+    def __init__(self, address: str, why: str) -> None:
+        super().__init__(f"cannot serve metrics on {address!r}: {why} [{self.code}]")
+        self.address = address
+
 
 class MetricsServer:
     """`/metrics` (Prometheus text) and `/healthz` (JSON, 200 when status is SERVING, else 503)."""
@@ -104,7 +183,15 @@ class MetricsServer:
 
         self.render = render
         self.health = health
-        self.httpd = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
+        if ":" not in address or not port.isdigit() or int(port) > 65535:
+            raise MetricsAddressUnavailable(address, "give HOST:PORT, e.g. 127.0.0.1:9401 (port 0 picks a free one)")
+        try:
+            self.httpd = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.errno == errno.EADDRINUSE:
+                why += " (another process listens there: give each process a port of its own)"
+            raise MetricsAddressUnavailable(address, why) from None
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="metrics-http", daemon=True)
@@ -114,8 +201,19 @@ class MetricsServer:
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        """Stop serving and close the port; also for a server bound and never started."""
+        if self._thread.is_alive():
+            self.httpd.shutdown()  # waits for serve_forever, which only a started server runs
         self.httpd.server_close()
+
+
+def bind_first(address: str | None) -> MetricsServer | None:
+    """The metrics address bound before a server starts anything else, so a taken port stops the
+    start at once with `MetricsAddressUnavailable`; it answers once `start()` runs, with the
+    `render` and `health` the server sets on it by then."""
+    if not address:
+        return None
+    return MetricsServer(address, lambda: b"", lambda: {"status": "NOT_SERVING", "starting": True})
 
 
 def render(registry: CollectorRegistry) -> bytes:

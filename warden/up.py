@@ -152,6 +152,26 @@ def wait_healthy(address: str, timeout: float = 60.0, proc: subprocess.Popen[byt
             time.sleep(0.2)
 
 
+PROCESSES = ("checkpoint", "toolrunner", "driver")
+
+
+def metrics_addresses(base: str | None) -> dict[str, str]:
+    """Each process's metrics address from `warden up --metrics-address HOST:PORT` (also
+    WARDEN_METRICS_ADDRESS, which every child would otherwise read as the same port): the
+    checkpoint on PORT, the toolrunner on PORT+1, the driver on PORT+2; port 0 gives each a free
+    one. Empty without a base. ValueError for an address that is not HOST:PORT."""
+    if not base:
+        return {}
+    host, sep, port = base.rpartition(":")
+    if not sep or not port.isdigit() or int(port) + len(PROCESSES) - 1 > 65535:
+        raise ValueError(f"--metrics-address {base!r}: give HOST:PORT with PORT+2 at most 65535 "
+                         f"(the checkpoint serves on PORT, the toolrunner on PORT+1, the driver on PORT+2) "
+                         f"[metrics_address_unavailable]")
+    first = int(port)
+    # port 0: picked here rather than by each child, so the addresses printed are the ones served
+    return {name: f"{host}:{first + i if first else free_port()}" for i, name in enumerate(PROCESSES)}
+
+
 @dataclass
 class Child:
     name: str
@@ -172,6 +192,7 @@ class Stack:
     person: str | None = None  # the person at the keyboard when DATA has no operators file yet
     serve_args: list[str] = field(default_factory=list)  # given to all three, e.g. --log-format json
     grace: float = DEFAULT_GRACE  # what the children drain for (serve_args carries --grace to them)
+    metrics: dict[str, str] = field(default_factory=dict)  # each process's own metrics address, if any
     children: list[Child] = field(default_factory=list)
 
     @property
@@ -225,6 +246,10 @@ class Stack:
                 path.unlink(missing_ok=True)
                 write_private(path, line + "\n")
 
+    def _metrics_args(self, name: str) -> list[str]:
+        # given to each child explicitly: a flag wins over the WARDEN_METRICS_ADDRESS they inherit
+        return ["--metrics-address", self.metrics[name]] if name in self.metrics else []
+
     def plan(self) -> list[Child]:
         """The three children: argv, address, log; nothing started."""
         cp = f"127.0.0.1:{self.checkpoint_port}"
@@ -232,17 +257,19 @@ class Stack:
         logs = self.data / "logs"
         return [
             Child("checkpoint", cp, self._warden("checkpoint", "serve", "--address", cp, "--policies", str(self.policies),
-                                                 "--data", str(self.checkpoint_data), *self.serve_args),
+                                                 "--data", str(self.checkpoint_data),
+                                                 *self._metrics_args("checkpoint"), *self.serve_args),
                   logs / "checkpoint.log"),
             Child("toolrunner", tr, self._warden(
                 "toolrunner", "serve", "--address", tr, "--policies", str(self.policies),
                 "--data", str(self.toolrunner_data), "--key", str(self.grant_key),
-                "--tokens", str(self.toolrunner_data / TOOLRUNNER_TOKENS_FILE), *self.serve_args),
+                "--tokens", str(self.toolrunner_data / TOOLRUNNER_TOKENS_FILE), *self._metrics_args("toolrunner"),
+                *self.serve_args),
                 logs / "toolrunner.log"),
             Child("driver", self.driver_address, self._warden(
                 "driver", "serve", "--address", self.driver_address, "--policies", str(self.policies),
                 "--data", str(self.driver_data), "--checkpoint", cp, "--toolrunner", tr, *self.driver_args,
-                *self.serve_args),
+                *self._metrics_args("driver"), *self.serve_args),
                 logs / "driver.log"),
         ]
 
@@ -265,7 +292,9 @@ class Stack:
                 tail = child.log_path.read_text(errors="replace").splitlines()[-15:]
                 self.stop()
                 raise RuntimeError(f"{child.name} did not start: {exc}\n--- {child.log_path}\n" + "\n".join(tail)) from None
-            print(f"  {child.name:<10} healthy on {child.address}  (log {child.log_path})", file=out, flush=True)
+            metrics = f", metrics on {self.metrics[child.name]}" if child.name in self.metrics else ""
+            print(f"  {child.name:<10} healthy on {child.address}{metrics}  (log {child.log_path})", file=out,
+                  flush=True)
 
     def stop(self) -> None:
         for child in reversed(self.children):

@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--person", default=None,
                     help="the person at the keyboard, when DATA has no operators file yet (default: env "
                          "WARDEN_PERSON, else alice, the sample tenant's admin); they need a role in the tenant")
+    up.add_argument("--metrics-address", metavar="HOST:PORT",
+                    help="serve each process's Prometheus /metrics and /healthz on a port of its own: checkpoint "
+                         "on PORT, toolrunner on PORT+1, driver on PORT+2 (port 0: each a free one; default off)")
     observability.add_arguments(up, passed_on=True)
     up.add_argument("--grace", type=float, default=UP_GRACE, metavar="SECONDS",
                     help=f"passed on to all three: on Ctrl-C or SIGTERM calls in flight get this long to finish "
@@ -38,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from warden.up import Stack, run_up
+    from warden.up import Stack, metrics_addresses, run_up
 
     try:
         cp, tr, dr = (int(p) for p in args.ports.split(","))
@@ -47,8 +50,13 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     serve_args = ["--log-format", args.log_format, "--grace", f"{args.grace:g}"]
     serve_args += ["--otlp-endpoint", args.otlp_endpoint] if args.otlp_endpoint else []
+    try:
+        metrics = metrics_addresses(args.metrics_address)
+    except ValueError as exc:
+        print(f"warden up: {exc}", file=sys.stderr)
+        return 2
     stack = Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
-                  person=args.person, serve_args=serve_args, grace=args.grace)
+                  person=args.person, serve_args=serve_args, grace=args.grace, metrics=metrics)
     if args.prepare_only:
         from warden.up import prepare_only
 

@@ -39,6 +39,7 @@ from warden.auth import AuthPolicy, OnRefused
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.drain import DEFAULT_GRACE, Drain, drain
 from warden.grants import SigningKey
+from warden.metrics import PolicyRevision
 from warden.private import private_folder, read_trusted
 from warden.store.url import StoreUrl
 from warden.token_keys import FOLDER as TOKEN_KEYS_FOLDER
@@ -286,6 +287,7 @@ def create_server(
             raise
         service.in_force.catalog_current = stores.catalog_feed.require_current
     metrics.registry.register(AgentStatsCollector(service.agent_stats.stats))  # computed on scrape
+    metrics.registry.register(PolicyRevision("checkpoint", lambda: _serving_revision(policy_store)))
 
     gate = Drain(metrics.server, per_call=False)
     server = grpc.server(
@@ -333,6 +335,11 @@ def create_server(
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
     return checkpoint, port
+
+
+def _serving_revision(store: PolicyStore) -> str | None:
+    current = store.current
+    return current.revision if current is not None else None
 
 
 def _learnings(stores: CheckpointStores, data: Path) -> LearningStore:

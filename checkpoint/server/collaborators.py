@@ -92,16 +92,26 @@ class Recorder:
             record["trace_id"] = tracing.current.get()
         return self.log.append(record)
 
-    def append_or_deny(self, record: DecisionRecord | dict[str, Any], response: pb.CheckResponse) -> None:
-        """Record before answering: when the log cannot take the record, the answer is a DENY."""
+    def append_or_deny(self, record: DecisionRecord | dict[str, Any], response: pb.CheckResponse) -> bool:
+        """Record before answering: when the log cannot take the record, the answer is a DENY
+        (and False)."""
         try:
             self.append(record)
+            return True
         except Exception as exc:  # AuditUnavailable, or anything else: no answer without its record
             self.metrics.audit_failures.inc()
             log.error("decision %s not recorded, denying: %s", response.decision_id, exc)
             response.CopyFrom(fail_closed(
                 response, "audit_unavailable", "the decision could not be recorded", rule="audit"
             ))
+            return False
+
+    def count_shadow_flip(self, enforced: str, enforced_code: str, shadow: tuple[str, str, str]) -> None:
+        """Count a recorded answer whose shadow differs in verdict or code (the records that
+        `warden audit query --shadow-flips` lists)."""
+        shadow_verdict, shadow_code, _rule = shadow
+        if shadow_verdict != enforced or shadow_code != enforced_code:
+            self.metrics.shadow_flips.labels(enforced, shadow_verdict).inc()
 
     def count(self, verdict: int, code: str) -> None:
         # prometheus_client's labels() costs a lock and a few dict lookups per call; the

@@ -85,6 +85,13 @@ class Metrics:
             registry=r,
         )
         self.grants = Counter("warden_checkpoint_grants_signed", "Grants signed", registry=r)
+        self.shadow_flips = Counter(
+            "warden_checkpoint_shadow_flips",
+            "Recorded decisions whose shadow answer (mode: shadow rules enforced too) differs from the enforced "
+            "one in verdict or code, by the two verdicts: the records `warden audit query --shadow-flips` lists",
+            ["enforced", "shadow"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

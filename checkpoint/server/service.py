@@ -310,8 +310,11 @@ class CheckpointService:
         if approval is not None:  # a verified approval: who approved, and which approval record (spent on an ALLOW)
             record.approver, record.approval_id = approval.approver, approval.approval_id or None
         # every string of a record before the run was established came from a caller nobody vouched for
-        self.recorder.append_or_deny(record if call.established is not None else bound_refusal(record), response)
+        recorded = self.recorder.append_or_deny(record if call.established is not None else bound_refusal(record),
+                                                response)
         self.recorder.count(response.verdict, response.code)
+        if call.shadow is not None and recorded:  # only with shadow rules in force; a flip not recorded is none
+            self.recorder.count_shadow_flip(record.verdict or "", record.code or "", call.shadow)
         if response.learnings or response.verdict == pb.VERDICT_HALT:
             self.learnings.after_check(call.request, response)  # triggers; a breaker proposes a learning
 

@@ -96,3 +96,16 @@ def test_prepare_only_lays_out_each_process_folder_and_keeps_it(tmp_path):
     prepare()  # a second start of the stack keeps the keys it made
     assert (data / "checkpoint" / "grant.key").read_bytes() == key
     assert (data / "toolrunner" / "grant.key").read_bytes() == key
+
+
+METRICS = {"checkpoint": "9401", "toolrunner": "9402", "driver": "9403"}
+
+
+def test_every_process_serves_metrics_on_a_port_of_its_own_published_on_loopback(services):
+    for name, port in METRICS.items():
+        argv = services[name]["command"]
+        assert argv[argv.index("--metrics-address") + 1] == f"0.0.0.0:{port}", name
+        published = {(p["host_ip"], str(p["target"])) for p in services[name]["ports"] if isinstance(p, dict)} or {
+            (p.split(":")[0], p.rsplit(":", 1)[1].removesuffix("/tcp")) for p in services[name]["ports"]}
+        assert ("127.0.0.1", port) in published, (name, services[name]["ports"])
+    assert len(set(METRICS.values())) == 3

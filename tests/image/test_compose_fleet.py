@@ -114,3 +114,12 @@ def test_postgres_runs_with_only_the_capabilities_its_first_start_needs(services
     db = services["postgres"]
     assert db["cap_drop"] == ["ALL"] and set(db["cap_add"]) == {"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"}
     assert db["read_only"] is True and "no-new-privileges:true" in db["security_opt"]
+
+
+def test_every_warden_process_serves_metrics(services):
+    for name in ("checkpoint-1", "checkpoint-2", "toolrunner", "driver"):
+        argv = services[name]["command"]
+        assert "--metrics-address" in argv, name
+    ports = {name: services[name]["command"][services[name]["command"].index("--metrics-address") + 1]
+             for name in ("toolrunner", "driver")}
+    assert ports == {"toolrunner": "0.0.0.0:9402", "driver": "0.0.0.0:9403"}

@@ -85,6 +85,9 @@ def test_non_root_read_only_and_the_grant_key_stays_with_the_checkpoint(docs):
 
 
 def test_only_the_drivers_port_is_reachable_from_other_pods(docs):
-    [rule] = docs["NetworkPolicy"]["spec"]["ingress"]
-    assert rule["ports"] == [{"port": 7403, "protocol": "TCP"}]
-    assert [p["port"] for p in docs["Service"]["spec"]["ports"]] == [7403]
+    rule, scrape = docs["NetworkPolicy"]["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 7403, "protocol": "TCP"}] and "from" not in rule
+    # the metrics ports, to Prometheus only; never the checkpoint's gRPC port (tests/image/test_k8s_metrics.py)
+    assert "from" in scrape and {p["port"] for p in scrape["ports"]} == {9401, 9403}
+    services = {d["metadata"]["name"]: d for d in yaml.safe_load_all(MANIFEST.read_text()) if d["kind"] == "Service"}
+    assert [p["port"] for p in services["warden-driver"]["spec"]["ports"]] == [7403]

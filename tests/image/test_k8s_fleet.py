@@ -73,7 +73,7 @@ def test_replicas_behind_a_service_probed_over_grpc_on_the_port_they_serve(kinds
     # a database outage makes every replica NOT_SERVING: readiness takes them out of the Service,
     # liveness must not restart them all for it (30 x 10 s before a restart)
     assert checkpoint["livenessProbe"]["failureThreshold"] * checkpoint["livenessProbe"]["periodSeconds"] >= 300
-    [service] = kinds["Service"]
+    [service] = [s for s in kinds["Service"] if s["metadata"]["name"] == "warden-checkpoint"]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, "checkpoint")]
     assert {"name": "checkpoint", "containerPort": port} in checkpoint["ports"]
@@ -119,9 +119,12 @@ def test_the_replicas_reach_the_database_and_only_their_clients_reach_them(kinds
     policies = {p["metadata"]["name"]: p["spec"] for p in kinds["NetworkPolicy"]}
     ingress = policies["warden-checkpoint-ingress"]
     assert ingress["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
-    [rule] = ingress["ingress"]
+    rule, scrape = ingress["ingress"]
     assert rule["ports"] == [{"port": 7401, "protocol": "TCP"}]  # not the metrics port
     assert rule["from"][0]["podSelector"]["matchLabels"] == {"warden.dev/checkpoint-client": "true"}
+    # the metrics port, to Prometheus only (tests/image/test_k8s_metrics.py)
+    assert scrape["ports"] == [{"port": 9401, "protocol": "TCP"}]
+    assert scrape["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
     egress = policies["warden-checkpoint-egress"]
     [selected] = egress["podSelector"]["matchExpressions"]
     names = {deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"],

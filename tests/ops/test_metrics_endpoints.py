@@ -55,7 +55,7 @@ def start(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen, grpc.Channel | 
     grpc_port, metrics_port = free_port(), free_port()
     address = ["--address", f"127.0.0.1:{grpc_port}"] if argv[0] != "checkpoint" else \
         ["--address", "", "--socket", str(tmp_path / "cp.sock")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")} | {"PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "warden.cli", *argv, "--data", str(data), "--policies",
                              str(REPO / "policies"), *address, "--metrics-address", f"127.0.0.1:{metrics_port}"],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -139,3 +139,36 @@ def test_toolrunner_metrics(tmp_path):
     finally:
         channel.close()
         assert stop(proc) == 0
+
+
+@pytest.mark.parametrize("process", ["toolrunner", "driver", "checkpoint"])
+@pytest.mark.parametrize("how", ["taken", "not HOST:PORT"])
+def test_a_metrics_address_that_cannot_be_served_stops_the_start_in_one_line(tmp_path, process, how):
+    """A port another process listens on (as when one WARDEN_METRICS_ADDRESS reached three
+    processes), or an address that is no HOST:PORT: exit 2, one line naming the address and the
+    code, no traceback, and the gRPC port never taken."""
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "warden.cli", "keys", "init", "--data", str(data)], cwd=REPO,
+                   check=True, capture_output=True, timeout=60)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    address = f"127.0.0.1:{holder.getsockname()[1]}" if how == "taken" else "localhost"
+    grpc_port = free_port()
+    extra = ["--tokens", str(data / "checkpoint.tokens")] if process == "checkpoint" else []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")} | {
+        "WARDEN_METRICS_ADDRESS": address, "PYTHONPATH": str(REPO)}  # this checkout's code, from any folder
+    try:
+        done = subprocess.run([sys.executable, "-m", "warden.cli", process, "serve", "--data", str(data),
+                               "--policies", str(REPO / "policies"), "--address", f"127.0.0.1:{grpc_port}", *extra],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        holder.close()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = [x for x in done.stderr.splitlines() if "cannot serve metrics" in x]
+    assert f"cannot serve metrics on '{address}'" in line and "[metrics_address_unavailable]" in line, line
+    if how == "taken":
+        assert "another process listens there" in line
+    with socket.socket() as probe:  # nothing was left listening on the gRPC port
+        probe.bind(("127.0.0.1", grpc_port))

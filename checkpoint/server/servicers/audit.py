@@ -4,6 +4,7 @@ and AgentStats (an agent's versions as the log counts them)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from checkpoint.server.servicers.handling import (
     Handling,
     Watchers,
     parser,
+    stream_code,
     well_formed,
 )
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
@@ -37,13 +39,17 @@ def handlers(kit: Handling, *, max_watchers: int) -> dict[str, grpc.RpcMethodHan
 def _watch_decisions(kit: Handling, watchers: Watchers) -> Any:
     service, auth, on_unauthenticated, gate = kit.service, kit.auth, kit.on_unauthenticated, kit.gate
     watch_method = "/" + SERVICE_NAME + "/WatchDecisions"
+    calls = service.metrics.server.method(watch_method)  # one call per stream, for as long as it is open
 
     def watch(request: Any, context: grpc.ServicerContext) -> Iterator[pb.WatchDecisionsResponse]:
         if not gate.enter():
             gate.refuse(context, watch_method)
+        opened, failed = time.perf_counter(), True
         try:
             yield from _watch(request, context)
+            failed = False
         finally:
+            calls.finished(stream_code(context, failed), time.perf_counter() - opened)
             gate.leave()
 
     def _watch(request: Any, context: grpc.ServicerContext) -> Iterator[pb.WatchDecisionsResponse]:

@@ -18,6 +18,7 @@ from checkpoint.server.servicers.handling import (
     Malformed,
     Watchers,
     parser,
+    stream_code,
 )
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import ServiceError, Unavailable, abort
@@ -47,8 +48,10 @@ def _check_stream(kit: Handling, streams: Watchers) -> Callable[[Iterator[Any], 
     service, auth, on_unauthenticated, gate = kit.service, kit.auth, kit.on_unauthenticated, kit.gate
     method = "/" + SERVICE_NAME + "/CheckStream"
     latency = service.metrics.check_seconds.labels("check_stream")
+    calls = service.metrics.server.method(method)  # one call per stream, for as long as it is open
 
     def handle(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[pb.CheckStreamResponse]:
+        opened, failed = time.perf_counter(), True
         traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
         try:
             try:
@@ -71,10 +74,12 @@ def _check_stream(kit: Handling, streams: Watchers) -> Callable[[Iterator[Any], 
                     finally:
                         latency.observe(time.perf_counter() - started)
                         gate.leave()
+                failed = False
             finally:
                 streams.release()
         finally:
             tracing.current.reset(traced)
+            calls.finished(stream_code(context, failed), time.perf_counter() - opened)
 
     return handle
 

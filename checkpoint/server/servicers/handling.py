@@ -17,6 +17,7 @@ from checkpoint.server.service import CheckpointService
 from warden.auth import AuthPolicy, OnRefused
 from warden.drain import Drain
 from warden.errors import InvalidArgument, ServiceError, Unauthenticated, Unavailable, abort
+from warden.metrics import MethodCalls, status_name
 from warden.store.errors import StoreError
 
 SERVICE_NAME = "warden.checkpoint.v1.CheckpointService"
@@ -59,12 +60,14 @@ UNAUTHENTICATED = Unauthenticated("unauthenticated", "a valid bearer token or cl
 
 def unary_handler(
     fn: Callable[[Any, str], Any], latency: Any, service: CheckpointService, auth: AuthPolicy,
-    on_unauthenticated: OnRefused, method: str, gate: Drain,
+    on_unauthenticated: OnRefused, method: str, gate: Drain, calls: MethodCalls,
 ) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         if not gate.enter():
             gate.refuse(context, method)  # draining: UNAVAILABLE server_draining, nothing recorded
         started = time.perf_counter()
+        # the status is known here, where each error becomes one: no context.code() per call
+        code = "OK"
         # the one header read for the record: the caller's trace id, if it sent a valid one
         traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
         try:
@@ -77,15 +80,26 @@ def unary_handler(
             well_formed(request)
             return fn(request, caller)
         except ServiceError as exc:
+            code = exc.status.name
             abort(context, exc)
         except StoreError as exc:  # a read of the shared store (a list, a history) when it is down or slow
+            code = "UNAVAILABLE"
             abort(context, Unavailable(exc.code, str(exc)[:500]))
+        except BaseException:  # grpc answers UNKNOWN for what a handler lets escape
+            code = "UNKNOWN"
+            raise
         finally:
             tracing.current.reset(traced)
-            latency.observe(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            latency.observe(seconds)
+            calls.finished(code, seconds)
             gate.leave()
 
     return handle
+
+
+# the status a stream ended with (a watch's usual end is its client going: CANCELLED)
+stream_code = status_name
 
 
 class Watchers:
@@ -116,8 +130,9 @@ class Handling:
         # the latency's label is the method's Python name, as it always was
         latency = self.service.metrics.check_seconds.labels(fn.__name__)
         method = f"/{SERVICE_NAME}/{req.DESCRIPTOR.name.removesuffix('Request')}"
+        calls = self.service.metrics.server.method(method)
         return grpc.unary_unary_rpc_method_handler(
-            unary_handler(fn, latency, self.service, self.auth, self.on_unauthenticated, method, self.gate),
+            unary_handler(fn, latency, self.service, self.auth, self.on_unauthenticated, method, self.gate, calls),
             request_deserializer=parser(req),
             response_serializer=resp.SerializeToString,
         )
