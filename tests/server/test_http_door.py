@@ -285,3 +285,72 @@ def test_watch_decisions_is_a_connect_server_stream(door):
     [(flags, end)] = _read_envelopes(resp)
     conn.close()
     assert flags == 0x02 and json.loads(end)["error"]["code"] == "unauthenticated"
+
+
+def test_mtls_on_the_http_door_names_the_caller_as_grpc_does(tmp_path, policy_dir):
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509 import Name, NameAttribute
+    from cryptography.x509.oid import NameOID
+
+    from checkpoint.server import AuthPolicy, TlsConfig, create_server
+    from warden.grants import SigningKey
+
+    from .test_auth import MTLS_PRINCIPAL, _cert, _pem
+
+    (policy_dir / "principals" / "mtls-driver.yaml").write_text(MTLS_PRINCIPAL)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = Name([NameAttribute(NameOID.COMMON_NAME, "test-ca")])
+    ca = _cert("test-ca", ca_key, ca_name, ca_key, ca=True)
+    server_key, client_key, stranger_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    stranger_ca = _cert("other-ca", stranger_key, Name([NameAttribute(NameOID.COMMON_NAME, "other-ca")]),
+                        stranger_key, ca=True)
+    files = {"ca.pem": ca, "server.pem": _cert("localhost", ca_key, ca_name, server_key, ca=False),
+             "server.key": server_key, "client.pem": _cert("driver", ca_key, ca_name, client_key, ca=False),
+             "client.key": client_key, "stranger.pem": _cert("driver", stranger_key, stranger_ca.subject,
+                                                             stranger_key, ca=False), "stranger.key": stranger_key}
+    for name, obj in files.items():
+        (tmp_path / name).write_bytes(_pem(obj))
+        (tmp_path / name).chmod(0o600)
+    tls = TlsConfig(tmp_path / "server.pem", tmp_path / "server.key", tmp_path / "ca.pem")
+    server, _ = create_server("localhost:0", http_address="localhost:0", policy_dir=policy_dir,
+                              data_dir=tmp_path / "d", key=SigningKey.generate(),
+                              auth=AuthPolicy(mtls=True), tls=tls, watch_interval=None)
+    server.start()
+    try:
+        def client(cert: str, key: str | None) -> ssl.SSLContext:
+            context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+            if key:
+                context.load_cert_chain(str(tmp_path / cert), str(tmp_path / key))
+            return context
+
+        status, answer = post(server.http_port, "StartRun", {"agent": "recon", "person": "alice",
+                                                             "mode": "RUN_MODE_INTERACTIVE"},
+                              token=None, context=client("client.pem", "client.key"))
+        assert status == 200 and answer["decision"]["verdict"] == "VERDICT_ALLOW", answer
+        from checkpoint.audit import DecisionReader
+
+        record = list(DecisionReader(tmp_path / "d" / "decisions.db").read())[-1]
+        assert (record["caller"], record["principal"]) == ("mtls:localhost", "mtls-driver")
+        # no certificate, or one another CA signed: the handshake fails, nothing is decided
+        for cert, key in [("client.pem", None), ("stranger.pem", "stranger.key")]:
+            with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException, OSError)):
+                post(server.http_port, "StartRun", {"agent": "recon"}, token=TOKEN, context=client(cert, key))
+        assert list(DecisionReader(tmp_path / "d" / "decisions.db").read())[-1]["seq"] == record["seq"]
+    finally:
+        server.stop(grace=0.5)
+
+
+def test_a_draining_checkpoint_refuses_new_http_calls_with_server_draining(door):
+    door.server.gate.start()  # what SIGTERM starts: new calls refused, on both doors alike
+    try:
+        code, detail = rpc_error(door.stub().ResolveAgent, pb.ResolveAgentRequest(agent="recon"))
+        status, answer = post(door.server.http_port, "ResolveAgent", {"agent": "recon"})
+        assert (status, answer["code"]) == (503, "unavailable") and code == grpc.StatusCode.UNAVAILABLE
+        assert stable_code(answer) == "server_draining"
+    finally:
+        door.server.gate.draining = False
+
+
+def test_a_second_checkpoint_cannot_take_the_http_port(start, door):
+    with pytest.raises(OSError):
+        start(http_address=f"127.0.0.1:{door.server.http_port}")
