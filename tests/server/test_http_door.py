@@ -354,3 +354,34 @@ def test_a_draining_checkpoint_refuses_new_http_calls_with_server_draining(door)
 def test_a_second_checkpoint_cannot_take_the_http_port(start, door):
     with pytest.raises(OSError):
         start(http_address=f"127.0.0.1:{door.server.http_port}")
+
+
+def test_the_answers_match_the_published_openapi_description(door):
+    """docs/openapi.json describes what the door really answers: an ALLOW with its grant, a DENY,
+    and an error body, each validated against the description's schemas."""
+    import jsonschema
+    from referencing import Registry, Resource
+
+    from warden import openapigen
+
+    spec = json.loads(openapigen.OUTPUT.read_text())
+    registry = Registry().with_resource("urn:openapi", Resource.from_contents(
+        {"$schema": "https://json-schema.org/draft/2020-12/schema", **spec}))
+
+    def valid(body: dict, name: str) -> None:
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": f"urn:openapi#/components/schemas/{name}"}
+        jsonschema.Draft202012Validator(schema, registry=registry).validate(body)
+
+    run = started_run(door)
+    valid(run, "StartRunResponse")
+    for tool in ("get_task", "delete_everything"):
+        status, answer = post(door.server.http_port, "Check", {"run": {"runToken": run["runToken"]},
+                                                               "toolCall": {"tool": tool, "arguments": {"task_id": "task-1"}}})
+        assert status == 200
+        valid(answer, "CheckResponse")
+    assert answer["verdict"] == "VERDICT_DENY"
+    status, error = post(door.server.http_port, "Check", {"evil": 1})
+    assert status == 400
+    valid(error, "ConnectError")
+    with pytest.raises(jsonschema.ValidationError):  # the check can fail: a field the description lacks
+        valid({**answer, "approvedBy": "mallory"}, "CheckResponse")
