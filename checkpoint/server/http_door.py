@@ -116,14 +116,15 @@ def _identities(connection: Any) -> list[bytes] | None:
     names, in order, else its common name."""
     if not isinstance(connection, ssl.SSLSocket):
         return None
-    cert = connection.getpeercert()
+    cert: dict[str, Any] = dict(connection.getpeercert() or {})
     if not cert:
         return None
-    names = [value.encode() for kind, value in cert.get("subjectAltName", ()) if kind in ("DNS", "URI", "email",
-                                                                                            "IP Address")]
+    alt_names: tuple[tuple[str, str], ...] = cert.get("subjectAltName", ())
+    names = [value.encode() for kind, value in alt_names if kind in ("DNS", "URI", "email", "IP Address")]
     if names:
         return names
-    return [value.encode() for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"][:1] or None
+    subject: tuple[tuple[tuple[str, str], ...], ...] = cert.get("subject", ())
+    return [value.encode() for rdn in subject for key, value in rdn if key == "commonName"][:1] or None
 
 
 class _Handler(BaseHTTPRequestHandler):
