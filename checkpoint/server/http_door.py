@@ -12,7 +12,8 @@ decided, recorded before its answer and refused with the same stable codes. The 
 refusals, made before any handler runs and so before anything is decided, are: a method it does
 not serve (`unknown_method`), a body larger than `--max-request-bytes` or of no declared length
 (`request_too_large`, `length_required`), a content type other than JSON or binary protobuf
-(`unsupported_media_type`), and more calls at once than the door's threads (`too_many_requests`).
+(`unsupported_media_type`), and more calls at once than the door's threads (`too_many_requests`);
+beyond four open connections per thread, a new connection is closed unanswered.
 
 Why not the `connectrpc` package: it runs on another protobuf runtime (protobuf-py) than the one
 the stubs are generated for, needs a WSGI/ASGI server and a code generator of its own, and its
@@ -23,6 +24,7 @@ threading HTTP server, one thread per call as gRPC's pool, capped at the same co
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import ssl
 import threading
@@ -41,6 +43,8 @@ log = logging.getLogger("warden.checkpoint.http")
 PREFIX = f"/{SERVICE_NAME}/"
 # a client that sends its headers or body slower than this loses its connection (a thread each)
 READ_TIMEOUT_SECONDS = 30.0
+# connections held open at once (each a thread, idle ones for up to READ_TIMEOUT_SECONDS), per call slot
+CONNECTIONS_PER_CALL = 4
 _UNARY_TYPES = {wire.JSON, wire.PROTO}
 _STREAM_TYPES = {wire.STREAM_JSON, wire.STREAM_PROTO}
 
@@ -60,6 +64,7 @@ class HttpDoor:
         self.handlers = handlers
         self.max_request_bytes = max_request_bytes
         self.calls = threading.BoundedSemaphore(max_calls)
+        self.connections = threading.BoundedSemaphore(max_calls * CONNECTIONS_PER_CALL)
         self.tls = _tls_context(tls) if tls is not None else None
         self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
@@ -85,6 +90,19 @@ class _Server(ThreadingHTTPServer):
         # workers of one checkpoint share the port, as on gRPC; otherwise a second bind fails
         self.allow_reuse_port = shared
         super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # more connections than the door holds: this one is closed at once, and no thread is started
+        if not self.door.connections.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.door.connections.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         # runs on the connection's own thread: a slow TLS handshake holds no one else up
@@ -195,6 +213,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         started = False
         error: wire.DoorError | None = None
+        ended = threading.Event()
+        if not isinstance(self.connection, ssl.SSLSocket):  # TLS: one thread may use the connection, the writer
+            threading.Thread(target=_hang_up_watch, args=(self.connection, context, ended), daemon=True,
+                             name="checkpoint-http-stream").start()
         try:
             for message in handler.unary_stream(request, context):
                 if not started:
@@ -207,6 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:  # the client went away: the handler hears it through its callbacks
             return
         finally:
+            ended.set()
             context.done()
         try:
             if not started:
@@ -272,6 +295,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def _hang_up_watch(connection: Any, context: wire.DoorContext, ended: threading.Event) -> None:
+    """Tell a stream's handler when its client hangs up, as gRPC does, so a stream nobody reads stops
+    following the log and frees its place at once (a client sends nothing after a stream's request).
+    Over TLS the stream learns it at its next write instead: OpenSSL's connection is not shared
+    between a reading and a writing thread."""
+    while not ended.is_set():
+        try:
+            readable, _, _ = select.select([connection], [], [], 1.0)
+            if readable and not connection.recv(1, socket.MSG_PEEK):
+                break
+        except (OSError, ValueError):  # closed under us
+            break
+        if readable:  # bytes after the request: nothing a stream reads; stop looking, keep serving
+            return
+    if not ended.is_set():
+        context.done()
 
 
 def _request_class(handler: grpc.RpcMethodHandler) -> Any:

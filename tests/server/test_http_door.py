@@ -11,6 +11,7 @@ import json
 import socket
 import ssl
 import struct
+import threading
 from typing import Any
 
 import grpc
@@ -385,3 +386,56 @@ def test_the_answers_match_the_published_openapi_description(door):
     valid(error, "ConnectError")
     with pytest.raises(jsonschema.ValidationError):  # the check can fail: a field the description lacks
         valid({**answer, "approvedBy": "mallory"}, "CheckResponse")
+
+
+def test_calls_beyond_the_threads_are_refused_and_a_stream_hung_up_frees_its_place(start):
+    running = start(http_address="127.0.0.1:0", max_workers=1)
+    port = running.server.http_port
+    run = started_run(running)
+    # a decision stream holds the door's one call slot while it follows the log: here one run's,
+    # whose one record is sent at once, and then nothing, so the stream never writes again
+    body = json.dumps({"runId": run["runId"]}).encode()
+    stream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    stream.request("POST", PREFIX + "WatchDecisions", body=struct.pack(">BI", 0, len(body)) + body,
+                   headers={"Content-Type": "application/connect+json", "Authorization": f"Bearer {PERSON_TOKEN}"})
+    resp = stream.getresponse()
+    assert resp.status == 200
+    flags, length = struct.unpack(">BI", resp.read(5))
+    assert flags == 0 and json.loads(resp.read(length))["record"]["runId"] == run["runId"]
+    status, answer = post(port, "ResolveAgent", {"agent": "recon"})
+    assert (status, stable_code(answer)) == (503, "too_many_requests")
+    resp.close()
+    stream.close()  # no record comes after: only the hang-up can end the stream
+    for _ in range(200):
+        status, answer = post(port, "ResolveAgent", {"agent": "recon"})
+        if status == 200:
+            break
+        threading.Event().wait(0.05)
+    assert status == 200, "the hung-up stream still holds the door's call"
+
+
+def test_connections_beyond_the_cap_are_closed_unanswered(start):
+    running = start(http_address="127.0.0.1:0", max_workers=1)  # one call: four connections held open
+    port = running.server.http_port
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    try:
+        fifth = socket.create_connection(("127.0.0.1", port), timeout=10)
+        assert fifth.recv(1) == b""  # closed: the four before it were taken first (accepted in order)
+        fifth.close()
+        for sock in held:
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):  # still open, waiting for a request
+                sock.recv(1)
+        held.pop().close()
+        for _ in range(200):  # its place is given back once the door sees it closed
+            try:
+                status, _answer = post(port, "ResolveAgent", {"agent": "recon"})
+            except (ConnectionError, http.client.HTTPException):
+                status = 0
+            if status == 200:
+                break
+            threading.Event().wait(0.05)
+        assert status == 200
+    finally:
+        for sock in held:
+            sock.close()

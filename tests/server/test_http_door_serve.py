@@ -18,7 +18,7 @@ def test_two_workers_both_serve_the_http_door(tmp_path, policy_dir):
     try:
         cluster.wait_serving()
         before = [cluster.decisions_counted(i) for i in range(2)]
-        for i in range(40):  # each call a connection of its own: the kernel spreads them over the workers
+        for _ in range(40):  # each call a connection of its own: the kernel spreads them over the workers
             status, answer = post(http_port, "StartRun", {"agent": "recon", "person": "alice",
                                                           "mode": "RUN_MODE_INTERACTIVE"})
             assert status == 200 and answer["decision"]["verdict"] == "VERDICT_ALLOW", answer
