@@ -43,7 +43,7 @@ def post(port: int, method: str, body: bytes | str | dict, *, token: str | None 
         raw = resp.read()
     finally:
         conn.close()
-    return resp.status, json.loads(raw) if raw and resp.getheader("Content-Type", "").endswith("json") else raw
+    return resp.status, json.loads(raw) if raw and resp.getheader("Content-Type", "") == "application/json" else raw
 
 
 def as_json(message: Any) -> dict:
@@ -439,3 +439,19 @@ def test_connections_beyond_the_cap_are_closed_unanswered(start):
     finally:
         for sock in held:
             sock.close()
+
+
+def test_every_method_the_door_serves_needs_a_credential(door):
+    """Every method, those added later too: none answers over HTTP without a valid credential."""
+    service = pb.DESCRIPTOR.services_by_name["CheckpointService"]
+    served = [m for m in service.methods if not m.client_streaming]
+    assert len(served) > 20
+    for method in served:
+        if method.server_streaming:
+            body = struct.pack(">BI", 0, 2) + b"{}"
+            status, answer = post(door.server.http_port, method.name, body, token="not-a-token-0123456789",
+                                  content_type="application/connect+json")
+            assert status == 200 and b'"unauthenticated"' in answer, method.name  # the end of the stream
+        else:
+            status, answer = post(door.server.http_port, method.name, {}, token="not-a-token-0123456789")
+            assert (status, stable_code(answer)) == (401, "unauthenticated"), method.name
