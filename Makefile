@@ -16,10 +16,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Regenerate the committed gRPC stubs from proto/ and the compiled draft-7 meta-schema check
+# Regenerate the committed gRPC stubs and the HTTP door's OpenAPI description (docs/openapi.json) from
+# proto/, and the compiled draft-7 meta-schema check
 # (checkpoint/policy/input_schemas.py); tests fail when they drift.
 gen: $(STAMP)
 	$(BIN)/python -m warden.protogen
+	$(BIN)/python -m warden.openapigen
 	$(BIN)/python -m checkpoint.policy.input_schemas
 
 lint: $(STAMP)

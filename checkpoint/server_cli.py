@@ -75,6 +75,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--metrics-address", metavar="HOST:PORT", help="serve /metrics and /healthz here (default off)"
     )
     serve.add_argument(
+        "--http-address", metavar="HOST:PORT",
+        help="also serve the checkpoint's methods as JSON over HTTP (the Connect protocol) here, with the same "
+        "tokens or mTLS, codes, records and limits, e.g. 127.0.0.1:7402 (default off; docs/checkpoint-service.md, "
+        "'HTTP and JSON')",
+    )
+    serve.add_argument(
         "--max-request-bytes", type=int, default=1 << 20, help="largest request accepted (default 1 MiB)"
     )
     serve.add_argument(
@@ -386,6 +392,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
             auth=auth,
             tls=tls,
             metrics_address=args.metrics_address,
+            http_address=args.http_address or None,
             watch_interval=args.reload_interval or None,
             settle=args.reload_settle,
             reload_polling=args.reload_polling,

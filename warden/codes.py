@@ -115,6 +115,16 @@ DECISION_CODES = frozenset(
     ]
 )
 
+# the checkpoint's HTTP door (checkpoint/server/http_door.py): refused before any handler runs,
+# so nothing is decided or recorded
+UNKNOWN_METHOD = "unknown_method"  # a path that names no method the door serves
+UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"  # a body neither JSON nor binary protobuf
+LENGTH_REQUIRED = "length_required"  # no Content-Length (chunked), or one that is not a length
+REQUEST_TOO_LARGE = "request_too_large"  # a body over --max-request-bytes, refused unread
+TOO_MANY_REQUESTS = "too_many_requests"  # more calls at once than the door's threads
+HTTP_DOOR_CODES = frozenset({UNKNOWN_METHOD, UNSUPPORTED_MEDIA_TYPE, LENGTH_REQUIRED, REQUEST_TOO_LARGE,
+                             TOO_MANY_REQUESTS})
+
 # the store setting at start (warden/store): each stops the command before anything starts
 STORE_URL_INVALID = "store_url_invalid"  # an unknown scheme, no path or database, an unreadable password file
 STORE_SCHEMA = "store_schema_mismatch"  # no schema yet (run `warden store migrate`), or a newer one than this release knows

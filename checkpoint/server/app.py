@@ -28,6 +28,7 @@ from checkpoint.policy import AgentCatalog, input_schemas
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
 from checkpoint.server.grpc_api import SERVICE_NAME, method_handlers
+from checkpoint.server.http_door import HttpDoor
 from checkpoint.server.metrics import Metrics, MetricsServer
 from checkpoint.server.ratelimit import PeerLimiter
 from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
@@ -96,9 +97,13 @@ class CheckpointServer:
         self.uds_path = uds_path
         self.metrics_port = metrics_server.port if metrics_server else None
         self._stopped = threading.Event()
+        self.http_door: HttpDoor | None = None  # the HTTP/JSON door, when --http-address names one
+        self.http_port: int | None = None
 
     def start(self) -> CheckpointServer:
         self.grpc_server.start()
+        if self.http_door is not None:
+            self.http_door.start()
         if self.watcher is not None:
             self.watcher.start()
         self.service.learnings.start()  # learnings nothing triggered for 90 days go stale
@@ -120,6 +125,8 @@ class CheckpointServer:
             self.watcher.stop()
         drain(self.grpc_server, self.health, self.gate, grace or 0.0, end_streams=self.service.stream.stop_watchers,
               name="checkpoint")
+        if self.http_door is not None:  # its calls in flight were drained with gRPC's, by the one gate
+            self.http_door.stop()
         self.service.learnings.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
@@ -168,6 +175,7 @@ def create_server(
     auth: AuthPolicy | None = None,
     tls: TlsConfig | None = None,
     metrics_address: str | None = None,
+    http_address: str | None = None,
     watch_interval: float | None = 5.0,
     settle: float = DEFAULT_SETTLE,
     reload_polling: bool = False,
@@ -207,6 +215,8 @@ def create_server(
     `run_token_ttl`, `approval_token_ttl`: seconds a run token and an approval token live
     (docs/checkpoint-service.md, "Token lifetimes and keys"); they are signed by the Ed25519 keys
     in DATA/token-keys/, made on first use.
+    `http_address`: HOST:PORT of the HTTP/JSON door (http_door.py), the same methods, authentication
+    (the tokens, or the mTLS of `tls`), gate, limits and records as gRPC; None: no HTTP door.
     `store`: where the single-use store keeps approvals spent, act ids taken and runs ended: unset,
     SQLite in the data folder; a PostgreSQL URL, one database that replicas share (docs/fleet.md,
     "Checkpoint replicas"), whose schema must be current (StoreError otherwise, before anything binds).
@@ -216,7 +226,7 @@ def create_server(
     data = Path(data_dir)
     private_folder(data)
     auth = auth or AuthPolicy()
-    if address and tls is None and not auth.tokens:
+    if (address or http_address) and tls is None and not auth.tokens:
         raise ValueError(
             "TCP needs caller authentication: give a tokens file or mTLS, or listen on the Unix socket only"
         )
@@ -304,9 +314,10 @@ def create_server(
         ],
     )
     on_unauthenticated = _record_unauthenticated(service, refusal_limiter or PeerLimiter())
-    server.add_registered_method_handlers(
-        SERVICE_NAME, method_handlers(service, auth, on_unauthenticated, max_watchers=max_watchers,
-                                      max_check_streams=max_check_streams, gate=gate))
+    # one set of handlers for both doors: one gate, one cap on decision streams, one refusal limiter
+    handlers = method_handlers(service, auth, on_unauthenticated, max_watchers=max_watchers,
+                               max_check_streams=max_check_streams, gate=gate)
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -314,12 +325,17 @@ def create_server(
     )
 
     uds = Path(uds_path).resolve() if uds_path else None
+    http_door: HttpDoor | None = None
     try:
         port = _bind(server, address, tls, uds, uds_mode)
+        http_door = (HttpDoor(http_address, handlers, max_request_bytes=max_request_bytes, max_calls=max_workers,
+                              tls=tls, shared=shared) if http_address else None)
         metrics_server = MetricsServer(metrics_address, metrics, lambda: {}) if metrics_address else None
     except BaseException:
         decisions.close()  # a port in use must not leave the log's writer thread behind
         stores.close()
+        if http_door is not None:
+            http_door.stop()
         raise
     watcher = (
         PolicyWatcher(policy_store, settle=settle, recheck=watch_interval, force_polling=reload_polling or None)
@@ -332,6 +348,8 @@ def create_server(
         server, service, policy_store, watcher, decisions, health_servicer, metrics_server, uds, head_signer, gate, rotator,
         stores,
     )
+    if http_door is not None:
+        checkpoint.http_door, checkpoint.http_port = http_door, http_door.port
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
     return checkpoint, port
@@ -410,6 +428,8 @@ def serve(grace: float = DEFAULT_GRACE, *, hold: list[Any] | None = None, **kwar
     where = [f"tcp port {port}"] if port else []
     if server.uds_path:
         where.append(f"unix socket {server.uds_path}")
+    if server.http_port:
+        where.append(f"HTTP/JSON on port {server.http_port}")
     if server.metrics_port:
         where.append(f"metrics on port {server.metrics_port}")
     log.info(

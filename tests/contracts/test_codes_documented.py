@@ -25,3 +25,9 @@ def test_design_minimum_codes_exist():
     required += [f"breaker_{b}" for b in ("tokens", "turns", "turns_total", "tool_calls", "wall_clock",
                                          "repetition", "failures", "drift", "tree_budget", "spend", "provider")]
     assert set(required) <= codes.DECISION_CODES
+
+
+def test_the_http_doors_codes_are_documented():
+    section = DOC.read_text().split("## Checkpoint HTTP door")[1].split("\n## ")[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
+    assert documented == set(codes.HTTP_DOOR_CODES)

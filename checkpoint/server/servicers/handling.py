@@ -47,6 +47,7 @@ def parser(cls: Any) -> Callable[[bytes], Any]:
             ))
         return message
 
+    parse.message_class = cls  # type: ignore[attr-defined]  # the HTTP door decodes JSON into it
     return parse
 
 
