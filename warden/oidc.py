@@ -25,6 +25,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
 import threading
 import time
 import urllib.request
@@ -114,7 +115,7 @@ class JwksCache:
         self._keys: dict[str, PyJWK] = {}
         self._fetched: float | None = None  # when the keys were last fetched
         self._tried: float | None = None  # when a fetch was last tried
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
 
     def key(self, kid: str | None) -> PyJWK | None:
         """The key `kid` names (with no kid: the only key, if there is one), or None."""
@@ -131,7 +132,7 @@ class JwksCache:
                 st = Path(self.settings.jwks).stat()
             except OSError:
                 return True
-            return (st.st_ino, st.st_size, st.st_mtime_ns) != self._stamp
+            return _file_stamp(st) != self._stamp
         return self._fetched is None or self._clock() - self._fetched >= self.settings.refresh
 
     def _may_retry(self) -> bool:
@@ -146,7 +147,7 @@ class JwksCache:
             else:
                 st = Path(source).stat()
                 text = read_trusted_text(source, "JWKS file")
-                self._stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                self._stamp = _file_stamp(st)
             keys = _parse_jwks(text)
         except (OSError, ValueError, jwt.PyJWTError) as exc:
             # the keys fetched before stay: a token one of them signed is still verified; any other is refused
@@ -156,6 +157,11 @@ class JwksCache:
                 self._stamp = None
             return
         self._keys, self._fetched = keys, self._clock()
+
+
+def _file_stamp(st: os.stat_result) -> tuple[int, ...]:
+    # the change time too: a chmod that lets others write the file must be seen (and refused)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _fetch(url: str) -> str:
