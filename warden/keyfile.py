@@ -120,6 +120,10 @@ def _parse_line(line: str, at: str, lineno: int, require_names: bool) -> Key:
         raise TokenFileError(f"{at}: the caller name {name!r} may not contain ':' or be 'unix'")
     if len(token) < MIN_TOKEN:
         raise TokenFileError(f"{at}: token shorter than {MIN_TOKEN} characters")
+    if token.startswith("sha256:"):
+        # a hashed line cut short (`NAME sha256:HASH`) must not make its hash a password anyone
+        # who can read the file could send
+        raise TokenFileError(f"{at}: a hashed key without its kind, roles and created fields")
     return Key(name, LEGACY, digest_of(token), clear=line)
 
 

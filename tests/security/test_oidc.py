@@ -179,9 +179,9 @@ def test_role_claims_map_to_approver_or_auditor_only(idp, provider):
 
 @pytest.fixture
 def cp(start, idp, policy_dir):
-    from server.conftest import TOKEN
-
     import hashlib
+
+    from server.conftest import TOKEN
 
     oidc = verifier(idp.url)
     # mallory is a person of the people principal (oidc:*) whom no tenant role names
