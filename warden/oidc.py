@@ -51,7 +51,7 @@ _NAME_MAX = 128
 
 
 class OidcConfigError(ValueError):
-    code = "oidc_config_invalid"
+    """OIDC settings that cannot work: the checkpoint or the audit page does not start."""
 
 
 @dataclass(frozen=True)

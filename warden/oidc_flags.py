@@ -15,7 +15,7 @@ def add_oidc_flags(parser: argparse.ArgumentParser) -> None:
                         help="the issuer's public keys (JWKS): a file, or an https URL fetched and cached")
     parser.add_argument("--oidc-name-claim", default="sub", metavar="CLAIM",
                         help="the claim that names the person, as tenant roles name them (default sub)")
-    parser.add_argument("--oidc-roles-claim", default="", metavar="CLAIM",
+    parser.add_argument("--oidc-roles-claim", metavar="CLAIM",
                         help="a claim listing the person's groups or roles (e.g. groups); with it, a token must "
                         "carry a value that --oidc-role maps")
     parser.add_argument("--oidc-role", action="append", default=[], metavar="VALUE=ROLE",

@@ -247,3 +247,22 @@ def test_the_audit_page_takes_an_auditors_identity_token(policy_dir, idp, provid
     approvers_only = Gate(None, policy_dir, oidc=verifier(idp.url, roles_claim="groups",
                                                           role_map={"warden-approvers": "approver"}))
     assert approvers_only.authenticate(f"Bearer {provider.token('carol', groups=['warden-approvers'])}") is None
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--oidc-issuer", ISSUER, "--oidc-audience", AUDIENCE, "--oidc-jwks", "http://idp.example.com/jwks"], "https"),
+    (["--oidc-issuer", ISSUER, "--oidc-jwks", "https://idp.example.com/jwks"], "audience"),
+    (["--oidc-role", "warden-approvers=approver"], "without --oidc-issuer"),
+    (["--oidc-issuer", ISSUER, "--oidc-audience", AUDIENCE, "--oidc-jwks", "https://idp.example.com/jwks",
+      "--oidc-roles-claim", "groups", "--oidc-role", "warden-admins=admin"], "approver or auditor"),
+])
+def test_serve_refuses_oidc_settings_that_cannot_work(tmp_path, capsys, flags, said):
+    from warden.cli import main
+
+    data = tmp_path / "data"
+    assert main(["keys", "init", "--data", str(data)]) == 0
+    capsys.readouterr()
+    assert main(["checkpoint", "serve", "--data", str(data), "--address", "127.0.0.1:0", "--socket", "",
+                 "--workers", "1", "--pin-cpus", "off", *flags]) == 2
+    assert said in capsys.readouterr().err
+    assert not (data / "decisions.db").exists()  # nothing started
