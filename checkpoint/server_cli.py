@@ -1,4 +1,5 @@
-"""`warden checkpoint serve` and `warden keys init`.
+"""`warden checkpoint serve` and `warden keys` (init, the token-signing keys; callers' keys in
+warden/keys_cli.py).
 
 `register(subparsers)` is called from `checkpoint/cli.py`. Defaults keep everything under one
 data folder (`./.warden`): the decision log `decisions.db`, the agent catalog `catalog.db`, the
@@ -20,8 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from warden import observability
+from warden import keys_cli, observability
 from warden.cli import add_grace_flag, help_only, optional_file
+from warden.oidc_flags import add_oidc_flags, oidc_verifier
 from warden.store.url import add_store_flags, store_of
 
 DEFAULT_DATA = "./.warden"
@@ -134,6 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--approval-token-ttl", type=_duration, default=3600, metavar="AGE",
                        help="how long an approval token lives (default 1h)")
     add_store_flags(serve)
+    add_oidc_flags(serve)
     serve.add_argument("-v", "--verbose", action="store_true")
     observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
@@ -159,8 +162,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     init.set_defaults(func=_keys_init)
     for name, text, description in (
-        ("list", "show the token-signing keys", "Show the Ed25519 keys in DATA/token-keys/ that sign and "
-         "verify run and approval tokens: key id, whether it signs new tokens, the public key."),
+        ("list", "show the token-signing keys and the callers' keys",
+         "Show the Ed25519 keys in DATA/token-keys/ that sign and verify run and approval tokens (key id, "
+         "whether it signs new tokens, the public key), then the callers' keys of DATA/checkpoint.tokens "
+         "(name, kind, roles, created, revoked; never a token)."),
         ("rotate", "make a new token-signing key the one that signs",
          "Add an Ed25519 key to DATA/token-keys/ and make it sign new run and approval tokens. The older "
          "keys still verify the tokens they signed; running checkpoints pick the change up at their "
@@ -175,6 +180,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if name == "retire":
             command.add_argument("key_id", help="the key id (`warden keys list`)")
         command.set_defaults(func=functools.partial(_token_keys, name))
+        if name == "list":
+            command.add_argument("--tokens", metavar="FILE", help=f"callers' key file (default DATA/{TOKENS_FILE})")
+    keys_cli.register(key_commands, DEFAULT_DATA)
 
 
 def _duration(text: str) -> float:
@@ -285,6 +293,8 @@ def _token_keys(command: str, args: argparse.Namespace) -> int:
         for key in token_keys.KeySet(folder).published():
             print(f"{key.key_id} {'active' if key.active else 'verifies'}")
             print(key.pem, end="")
+        if command == "list":
+            keys_cli.print_callers(keys_cli.key_file(args))
     except (OSError, ValueError) as exc:
         print(f"warden: {exc}", file=sys.stderr)
         return 1
@@ -326,10 +336,10 @@ def _worker_tracing(endpoint: str | None) -> Iterator[None]:
 
 def _serve_configured(args: argparse.Namespace) -> int:
     from checkpoint.audit import AuditUnavailable
-    from checkpoint.server import AuthPolicy, TlsConfig, load_tokens, serve
+    from checkpoint.server import AuthPolicy, TlsConfig, serve
     from checkpoint.server.cpu_placement import should_pin
     from checkpoint.server.workers import serve_workers, worker_count
-    from warden.auth import TokenFileError
+    from warden.auth import KeySource, TokenFileError
     from warden.grants import SigningKey
     from warden.store.errors import StoreError
 
@@ -356,9 +366,11 @@ def _serve_configured(args: argparse.Namespace) -> int:
 
     tokens_path = optional_file(args.tokens, data / TOKENS_FILE)
     try:
-        # every line names its caller: the name is the identity `token:NAME` a principal lists
-        tokens = load_tokens(tokens_path, require_names=True) if tokens_path else {}
-    except (OSError, TokenFileError) as exc:
+        # every line names its caller: the name is the identity a principal lists; the file is
+        # followed, so `warden keys add|revoke` count from the next call
+        keys = KeySource(tokens_path) if tokens_path else None
+        oidc = oidc_verifier(args)
+    except (OSError, TokenFileError, ValueError) as exc:
         print(f"warden: {exc}", file=sys.stderr)
         return 2
     tls_args = (args.tls_cert, args.tls_key, args.tls_client_ca)
@@ -370,7 +382,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
         if all(tls_args)
         else None
     )
-    auth = AuthPolicy(tokens=tokens, mtls=tls is not None)
+    auth = AuthPolicy(keys=keys, oidc=oidc, mtls=tls is not None)
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
     run: Any = serve
     pin = should_pin(args.pin_cpus, workers)

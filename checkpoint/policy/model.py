@@ -178,7 +178,7 @@ class Instance(Strict):
     grant_ttl_seconds: float = Field(120, gt=0, le=3600)
 
 
-Identity = Annotated[str, StringConstraints(pattern=r"^(unix|(token|mtls):[^\s]{1,256})$")]
+Identity = Annotated[str, StringConstraints(pattern=r"^(unix|(token|mtls|person|service|oidc):[^\s]{1,256})$")]
 Names = list[Annotated[str, StringConstraints(min_length=1, max_length=128)]]
 
 
@@ -211,9 +211,10 @@ class AuditRights(Strict):
 
 
 class Principal(Strict):
-    """A caller of the checkpoint, and what it may do. The credential names it: a token file line
-    `NAME TOKEN` is the identity `token:NAME`, a verified client certificate `mtls:SUBJECT`, a
-    connection on the Unix socket `unix`. An identity with `*` (e.g. `token:*`) is a pattern; an
+    """A caller of the checkpoint, and what it may do. The credential names it: a key of `warden
+    keys add` is `person:NAME` or `service:NAME` by its kind, a key file line `NAME TOKEN` is
+    `token:NAME`, an OIDC identity token `oidc:NAME`, a verified client certificate `mtls:SUBJECT`,
+    a connection on the Unix socket `unix`. An identity with `*` (e.g. `token:*`) is a pattern; an
     exact identity of another principal wins over a pattern."""
 
     kind: Literal["Principal"]

@@ -107,6 +107,15 @@ class Principals:
         return len(self.by_name)
 
 
+# The identities whose name is a person's or a service's own name, as tenant roles and `persons:
+# self` name them: a person is the same person with a key or an identity token.
+NAMED = ("token:", "person:", "service:", "oidc:")
+
+
 def caller_name(identity: str) -> str:
-    """The credential's own name: `token:alice` -> `alice`; other identities are their own name."""
-    return identity.removeprefix("token:")
+    """The credential's own name: `token:alice`, `person:alice`, `oidc:alice` -> `alice`; other
+    identities (`mtls:...`, `unix`) are their own name."""
+    for prefix in NAMED:
+        if identity.startswith(prefix):
+            return identity[len(prefix):]
+    return identity

@@ -335,6 +335,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from checkpoint.audit.web.views import DecisionViews
     from checkpoint.policy.errors import PolicyLoadError
     from warden.auth import TokenFileError
+    from warden.oidc_flags import oidc_verifier
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -359,10 +360,13 @@ def serve_command(args: argparse.Namespace) -> int:
               "in the clear; give --tls-cert and --tls-key", file=sys.stderr)
         return EXIT_USAGE
     log_path = _log_path(args)
-    tokens = Path(args.tokens) if args.tokens else log_path.parent / "checkpoint.tokens"
+    tokens: Path | None = Path(args.tokens) if args.tokens else log_path.parent / "checkpoint.tokens"
     try:
-        gate = Gate(tokens, Path(args.policies), reload_interval=args.reload_interval)
-    except (OSError, TokenFileError, PolicyLoadError) as exc:
+        oidc = oidc_verifier(args)
+        if oidc is not None and not args.tokens and tokens is not None and not tokens.exists():
+            tokens = None  # auditors sign in with identity tokens alone
+        gate = Gate(tokens, Path(args.policies), reload_interval=args.reload_interval, oidc=oidc)
+    except (OSError, TokenFileError, PolicyLoadError, ValueError) as exc:
         print(f"warden audit serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     from checkpoint.audit.pg_reader import PgDecisionReader

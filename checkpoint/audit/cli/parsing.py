@@ -10,6 +10,7 @@ from checkpoint.audit.cli import commands
 from checkpoint.audit.cli.commands import EXIT_USAGE
 from checkpoint.audit.moments import since
 from warden.config import what_to_act_on
+from warden.oidc_flags import add_oidc_flags
 from warden.store.url import add_store_flags
 
 DEFAULT_WEB_ADDRESS = "127.0.0.1:7405"
@@ -205,8 +206,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Serve a read-only web page and JSON API (/api/...) over the decision log: the live "
         "decision stream with filters, a run's timeline with its delegation tree, breaker trips and "
         "approvals, the chain's verification status, and each agent version's figures as a chart. An "
-        "auditor logs in with their own checkpoint token (a line `NAME TOKEN` of the checkpoint's token "
-        "file); the policy folder's principals (`audit.tenants`) and tenant roles (`auditor`) decide "
+        "auditor logs in with their own checkpoint key (`warden keys add`, or a line `NAME TOKEN` of the "
+        "checkpoint's key file) or, with the --oidc-* settings, an identity token of the organisation's provider; the policy folder's principals (`audit.tenants`) and tenant roles (`auditor`) decide "
         "whose records they see, as for WatchDecisions. No endpoint writes. See docs/audit.md.",
     )
     serve.add_argument("--address", default=DEFAULT_WEB_ADDRESS, metavar="HOST:PORT",
@@ -216,7 +217,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--policies", default="policies", metavar="DIR",
                        help="the checkpoint's policy folder: principals and tenant roles (default ./policies)")
     serve.add_argument("--tokens", metavar="FILE",
-                       help="the checkpoint's token file, `NAME TOKEN` lines (default DATA/checkpoint.tokens)")
+                       help="the checkpoint's key file (default DATA/checkpoint.tokens)")
+    add_oidc_flags(serve)
     serve.add_argument("--anchors", metavar="FILE",
                        help="signed heads kept elsewhere to verify against (default: the data folder's "
                        "decisions.heads.jsonl when it exists)")

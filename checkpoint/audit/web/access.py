@@ -1,14 +1,16 @@
 """Who is asking: an auditor's checkpoint credential, checked as the checkpoint checks it.
 
 The web view holds no accounts of its own. A request carries `Authorization: Bearer TOKEN`, a
-token of the checkpoint's token file (`NAME TOKEN` lines, `warden/auth.py`); its
-identity `token:NAME` is then asked, against the policy folder the checkpoint loads, the same
+key of the checkpoint's key file (`warden keys add`, or a `NAME TOKEN` line; `warden/auth.py`) or,
+when OIDC is configured, an identity token of the organisation's provider (`warden/oidc.py`); its
+identity (`person:NAME`, `token:NAME`, `oidc:NAME`) is then asked, against the policy folder the checkpoint loads, the same
 question `WatchDecisions` asks (`checkpoint/policy/audit_scope.py`): which tenants' records it
 may read. Both files are re-read when they change, so a token revoked or an auditor removed from
 a tenant's roles loses access without a restart:
 
-- the token file is looked at on every request (a stat) and re-read when it changed; a token file
-  that cannot be read any more lets nobody in (fail closed);
+- the key file is looked at on every request (a stat) and re-read when it changed; a key file
+  that cannot be read any more lets nobody in with a key (fail closed); a key's roles must
+  include auditor (or be unrestricted), as an identity token's must;
 - the policy folder is compared at most every `reload_interval` seconds (its revision, a hash of
   its files); an edit that does not load keeps the set that last loaded, as the checkpoint does.
 """
@@ -16,7 +18,6 @@ a tenant's roles loses access without a restart:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +27,8 @@ from checkpoint.policy.audit_scope import AuditRefused, readable_tenants
 from checkpoint.policy.loader import load_policy_dir
 from checkpoint.policy.policyset import PolicySet
 from checkpoint.policy.principals import caller_name
-from warden.auth import TokenFileError, bearer_identity, load_tokens
+from warden.auth import AuthPolicy, KeySource, TokenFileError, Verifier
+from warden.credentials import AUDIT_PAGE
 from warden.policyfiles import read_policy_files, revision_of
 
 log = logging.getLogger(__name__)
@@ -44,19 +46,20 @@ class Auditor:
 
 
 class Gate:
-    def __init__(self, tokens_path: Path, policy_dir: Path, *, reload_interval: float = 5.0) -> None:
-        self.tokens_path = Path(tokens_path)
+    def __init__(self, tokens_path: Path | None, policy_dir: Path, *, reload_interval: float = 5.0,
+                 oidc: Verifier | None = None) -> None:
+        self.tokens_path = Path(tokens_path) if tokens_path else None
         self.policy_dir = Path(policy_dir)
         self.reload_interval = reload_interval
         self._lock = threading.Lock()
-        self._tokens: dict[bytes, str] = {}
-        self._tokens_stamp: tuple[int, int, int] | None = None
         self._policies: PolicySet | None = None
         self._revision = ""
         self._policies_checked = 0.0
+        if self.tokens_path is None and oidc is None:
+            raise TokenFileError("the audit page needs the key file or OIDC settings: nobody could sign in")
         # Both must load at start: a view that cannot say who may read anything must not start.
-        self._tokens = load_tokens(self.tokens_path, require_names=True)
-        self._tokens_stamp = _stamp(self.tokens_path)
+        # The key file is followed (warden/auth.py, KeySource): a key revoked is refused at once.
+        self._auth = AuthPolicy(keys=KeySource(self.tokens_path) if self.tokens_path else None, oidc=oidc)
         self._load_policies(force=True)
 
     @property
@@ -64,37 +67,21 @@ class Gate:
         return self._revision
 
     def authenticate(self, header: str | None) -> Auditor | None:
-        """The auditor an `Authorization` header names, or None (no or a wrong credential).
-        Raises AuditRefused for a credential that may read no record (answered 403)."""
+        """The auditor an `Authorization` header names, or None (no or a wrong credential, or one
+        whose roles do not include reading the log). Raises AuditRefused for a credential that
+        may read no record (answered 403)."""
         if not header:
             return None
+        credential = self._auth.credential(header)
         with self._lock:
-            self._refresh_tokens()
             self._refresh_policies()
-            identity = bearer_identity(self._tokens, header)
             policies = self._policies
-        if identity is None or policies is None:
+        if credential is None or not credential.may(AUDIT_PAGE) or policies is None:
             return None
+        identity = credential.identity
         tenants = readable_tenants(policies.principals, policies.tenants, identity)
         principal = policies.principals.of(identity)
         return Auditor(caller_name(identity), principal.name if principal else "", tenants)
-
-    def _refresh_tokens(self) -> None:
-        try:
-            stamp = _stamp(self.tokens_path)
-        except OSError as exc:
-            if self._tokens:
-                log.error("token file %s unreadable (%s): nobody is let in until it is back", self.tokens_path, exc)
-            self._tokens, self._tokens_stamp = {}, None
-            return
-        if stamp == self._tokens_stamp:
-            return
-        try:
-            self._tokens = load_tokens(self.tokens_path, require_names=True)
-        except (OSError, TokenFileError) as exc:
-            log.error("token file %s does not load (%s): nobody is let in until it does", self.tokens_path, exc)
-            self._tokens = {}
-        self._tokens_stamp = stamp
 
     def _refresh_policies(self) -> None:
         if time.monotonic() - self._policies_checked >= self.reload_interval:
@@ -120,7 +107,3 @@ class Gate:
                 raise
             log.error("policy folder %s does not load (%s); keeping revision %s", self.policy_dir, exc, self._revision)
 
-
-def _stamp(path: Path) -> tuple[int, int, int]:
-    st = os.stat(path)
-    return (st.st_ino, st.st_size, st.st_mtime_ns)

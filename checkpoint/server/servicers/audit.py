@@ -54,7 +54,7 @@ def _watch_decisions(kit: Handling, watchers: Watchers) -> Any:
 
     def _watch(request: Any, context: grpc.ServicerContext) -> Iterator[pb.WatchDecisionsResponse]:
         try:
-            caller = auth.identity(context)
+            caller = auth.identity(context, watch_method)
             if caller is None:
                 traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
                 try:  # the refusal is the one record a stream makes

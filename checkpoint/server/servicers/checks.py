@@ -55,7 +55,7 @@ def _check_stream(kit: Handling, streams: Watchers) -> Callable[[Iterator[Any], 
         traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
         try:
             try:
-                caller = auth.identity(context)
+                caller = auth.identity(context, method)
                 if caller is None:  # recorded once, as the stream opens: no request is read
                     on_unauthenticated(method, pb.CheckStreamRequest(), context)
                     raise UNAUTHENTICATED

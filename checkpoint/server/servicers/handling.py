@@ -72,7 +72,7 @@ def unary_handler(
         # the one header read for the record: the caller's trace id, if it sent a valid one
         traced = tracing.current.set(tracing.trace_id_of(context.invocation_metadata()))
         try:
-            caller = auth.identity(context)
+            caller = auth.identity(context, method)
             if caller is None:
                 on_unauthenticated(method, request, context)
                 raise UNAUTHENTICATED
