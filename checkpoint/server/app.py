@@ -226,11 +226,7 @@ def create_server(
     data = Path(data_dir)
     private_folder(data)
     auth = auth or AuthPolicy()
-<<<<<<< HEAD
-    if (address or http_address) and tls is None and not auth.tokens:
-=======
-    if address and tls is None and not auth.configured:
->>>>>>> fix/keys
+    if (address or http_address) and tls is None and not auth.configured:
         raise ValueError(
             "TCP needs caller authentication: give a tokens file or mTLS, or listen on the Unix socket only"
         )
