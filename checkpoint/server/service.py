@@ -20,7 +20,7 @@ from typing import Any
 
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.port import DecisionLogStore
-from checkpoint.audit.record import CanonicalJson, DecisionRecord, json_column
+from checkpoint.audit.record import CanonicalJson, DecisionRecord, format_time_ns, json_column
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.policy import PolicySet
 from checkpoint.policy.learnings import LearningStore
@@ -35,7 +35,7 @@ from checkpoint.server.answers import (
     version_bound,
 )
 from checkpoint.server.approval_acts import ApprovalActs
-from checkpoint.server.approvals import Approvals, VerifiedApproval
+from checkpoint.server.approvals import Approvals, VerifiedApproval, deadline_us
 from checkpoint.server.catalog_acts import CatalogActs
 from checkpoint.server.check_records import check_record, tool_arguments
 from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
@@ -123,8 +123,8 @@ class CheckpointService:
         self.recorder = Recorder(decisions, metrics)
         self.run_state = RunState(self.runs, single_use)
         self.catalog = CatalogActs(self.in_force, self.recorder, self.run_state)
-        self.run_acts = RunActs(self.in_force, self.recorder, self.run_state)
-        self.approval_acts = ApprovalActs(self.in_force, self.recorder, self.approvals)
+        self.approval_acts = ApprovalActs(self.in_force, self.recorder, self.approvals, self._policies_of)
+        self.run_acts = RunActs(self.in_force, self.recorder, self.run_state, self.approval_acts.expire)
         self.stream = DecisionStream(self.in_force, decisions)
         self.agent_stats = AgentStatsReads(self.in_force, decisions)
         self.queries = ReadOnlyQueries(self.in_force, self.token_keys)
@@ -150,6 +150,15 @@ class CheckpointService:
 
     def _seconds(self) -> float:
         return self.clock().timestamp()
+
+    def _policies_of(self, revision: str) -> PolicySet:
+        """The policy set of `revision` (an approval's deadline is its rules' there), or the one in
+        force when that revision no longer compiles."""
+        current = self.in_force.current()
+        try:
+            return self.pins.get(current, revision) if revision else current
+        except Refused:
+            return current
 
     def append(self, record: DecisionRecord | dict[str, Any]) -> int:
         """Append a record to the decision log, with the trace id of the call being served."""
@@ -279,6 +288,8 @@ class CheckpointService:
         call.now_ns = now_ns = time.time_ns()
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)
+        if response.verdict == pb.VERDICT_REQUIRE_APPROVAL:
+            self._deadline(call.policies, response, now_ns)
         if response.verdict == ALLOW and call.action == "delegation" and call.principal is not None \
                 and call.established:
             self._child_run(call.policies, request, response, call.principal, call.established)
@@ -329,6 +340,15 @@ class CheckpointService:
         if problem is None:
             return response
         return fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
+
+    def _deadline(self, policies: PolicySet, response: pb.CheckResponse, now_ns: int) -> None:
+        """A REQUIRE_APPROVAL's deadline, as Approve will compute it again from the record: its
+        time plus its rules' timeout under the revision it was decided with."""
+        rules = list(response.approval_rules) or [response.rule]
+        decided = self._policies_of(response.policy_revision) if response.policy_revision else policies
+        deadline = deadline_us(now_ns // 1000, decided, rules)
+        convert.timestamp_from_ns(deadline * 1000, response.approval_deadline)
+        response.reason += f" (a person answers by {format_time_ns(deadline * 1000)})"
 
     def _child_run(self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse,
                    principal: Principal, parent: Established) -> None:
