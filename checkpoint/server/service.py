@@ -44,6 +44,8 @@ from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
 from checkpoint.server.ids import new_decision_id, new_run_id
 from checkpoint.server.learning_acts import LearningActs
 from checkpoint.server.metrics import Metrics
+from checkpoint.server.notifications import NOTE_FIELDS, notification
+from checkpoint.server.notifier import Notifier
 from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.queries import ReadOnlyQueries
 from checkpoint.server.refusals import no_principal
@@ -61,6 +63,7 @@ from warden.tokens import APPROVAL_TOKEN_TTL_SECONDS, RUN_TOKEN_TTL_SECONDS
 log = logging.getLogger("warden.checkpoint.service")
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
+NOTIFIED = frozenset({pb.VERDICT_REQUIRE_APPROVAL, pb.VERDICT_HALT})  # a person should hear of these
 KNOWN_VERDICTS = frozenset({pb.VERDICT_ALLOW, pb.VERDICT_DENY, pb.VERDICT_REQUIRE_APPROVAL, pb.VERDICT_HALT})
 MAX_BATCH_ITEMS = 256
 
@@ -137,6 +140,7 @@ class CheckpointService:
         self.entries = EntryActs(self.in_force, self.recorder, self.run_state)  # skills and templates (docs/skills.md)
         store.on_catalog = self.catalog.record_file_changes
         self.learnings = LearningActs(self.in_force, self.recorder, self.run_state, learnings or LearningStore(None))
+        self.notifier: Notifier | None = None  # webhooks (create_server's `notify`): told after the record
         store.learnings = self.learnings.index_for  # compiled into every policy set it serves
 
     @property
@@ -323,6 +327,8 @@ class CheckpointService:
         # every string of a record before the run was established came from a caller nobody vouched for
         self.recorder.append_or_deny(record if call.established is not None else bound_refusal(record), response)
         self.recorder.count(response.verdict, response.code)
+        if self.notifier is not None and response.verdict in NOTIFIED and call.established is not None:
+            self._notify(record, response)  # after the record, never instead of it
         if response.learnings or response.verdict == pb.VERDICT_HALT:
             self.learnings.after_check(call.request, response)  # triggers; a breaker proposes a learning
 
@@ -349,6 +355,19 @@ class CheckpointService:
         deadline = deadline_us(now_ns // 1000, decided, rules)
         convert.timestamp_from_ns(deadline * 1000, response.approval_deadline)
         response.reason += f" (a person answers by {format_time_ns(deadline * 1000)})"
+
+    def _notify(self, record: DecisionRecord, response: pb.CheckResponse) -> None:
+        """Offer the notification of an answer just recorded: never blocks, never changes it."""
+        assert self.notifier is not None
+        try:
+            deadline = (format_time_ns(response.approval_deadline.ToNanoseconds())
+                        if response.HasField("approval_deadline") else "")
+            note = notification({name: getattr(record, name) for name in NOTE_FIELDS}, deadline=deadline, handoff_to=response.handoff_to,
+                                public_url=self.notifier.settings.public_url)
+            if note is not None:
+                self.notifier.offer(note)
+        except Exception:  # noqa: BLE001 - a lost notification never changes a verdict
+            log.exception("decision %s: its notification could not be offered", response.decision_id)
 
     def _child_run(self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse,
                    principal: Principal, parent: Established) -> None:
