@@ -25,58 +25,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from checkpoint.server.ids import new_decision_id
 from checkpoint.server.notifications import Notification, body_for
-from checkpoint.server.notify_settings import (
-    DEFAULT_ATTEMPTS,
-    DEFAULT_BACKOFF,
-    DEFAULT_QUEUE,
-    DEFAULT_TIMEOUT,
-    KINDS,
-)
+from checkpoint.server.notify_settings import NotifySettings, shown
 from warden import codes, webhooks
 
 log = logging.getLogger("warden.checkpoint.notify")
 
 MAX_BACKOFF = 300.0
 MAX_BODY_READ = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class NotifySettings:
-    urls: tuple[str, ...]
-    secret: bytes
-    kind: str = "generic"
-    public_url: str = ""  # the audit page's base URL as people reach it
-    attempts: int = DEFAULT_ATTEMPTS
-    queue: int = DEFAULT_QUEUE
-    timeout: float = DEFAULT_TIMEOUT
-    backoff: float = DEFAULT_BACKOFF
-    senders: int = 4
-
-    def __post_init__(self) -> None:
-        if not self.urls:
-            raise ValueError("notifications need at least one webhook URL")
-        for url in self.urls:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"a webhook URL is http(s)://HOST/...: {shown(url)!r}")
-        if not self.secret:
-            raise ValueError("notifications are signed: give a secret file")
-        if self.kind not in KINDS:
-            raise ValueError(f"notify kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.attempts < 1 or self.queue < 1 or self.timeout <= 0 or self.backoff < 0 or self.senders < 1:
-            raise ValueError("notify attempts, queue, senders and timeout are positive, backoff not negative")
-
-
-def shown(url: str) -> str:
-    """A webhook URL as records and logs may show it: scheme, host and port only (a Slack URL's
-    path is its credential)."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname}{port}"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

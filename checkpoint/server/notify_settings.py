@@ -4,10 +4,8 @@ warden/config.py) turned into the notifier's settings, the secret read from a fi
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the notifier is imported when the checkpoint starts, not for --help
-    from checkpoint.server.notifier import NotifySettings
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 KINDS = ("generic", "slack")
 DEFAULT_ATTEMPTS = 5
@@ -38,7 +36,6 @@ def add_notify_flags(serve: argparse.ArgumentParser) -> None:
 def notify_settings(args: argparse.Namespace) -> NotifySettings | None:
     """The notifier's settings, or None when no webhook is set. ValueError (and OSError for the
     secret file) when they cannot be used: the checkpoint does not start half-configured."""
-    from checkpoint.server.notifier import NotifySettings
     from warden.private import read_trusted
 
     urls = tuple(args.notify_url or ())
@@ -51,3 +48,38 @@ def notify_settings(args: argparse.Namespace) -> NotifySettings | None:
     secret = read_trusted(args.notify_secret_file, "webhook secret", secret=True).strip()
     return NotifySettings(urls=urls, secret=secret, kind=args.notify_kind, public_url=args.audit_public_url,
                           attempts=args.notify_attempts, queue=args.notify_queue, timeout=args.notify_timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class NotifySettings:
+    urls: tuple[str, ...]
+    secret: bytes
+    kind: str = "generic"
+    public_url: str = ""  # the audit page's base URL as people reach it
+    attempts: int = DEFAULT_ATTEMPTS
+    queue: int = DEFAULT_QUEUE
+    timeout: float = DEFAULT_TIMEOUT
+    backoff: float = DEFAULT_BACKOFF
+    senders: int = 4
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            raise ValueError("notifications need at least one webhook URL")
+        for url in self.urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"a webhook URL is http(s)://HOST/...: {shown(url)!r}")
+        if not self.secret:
+            raise ValueError("notifications are signed: give a secret file")
+        if self.kind not in KINDS:
+            raise ValueError(f"notify kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.attempts < 1 or self.queue < 1 or self.timeout <= 0 or self.backoff < 0 or self.senders < 1:
+            raise ValueError("notify attempts, queue, senders and timeout are positive, backoff not negative")
+
+
+def shown(url: str) -> str:
+    """A webhook URL as records and logs may show it: scheme, host and port only (a Slack URL's
+    path is its credential)."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}"
