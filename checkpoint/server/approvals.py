@@ -82,6 +82,14 @@ def deadline_us(decided_us: int, policies: PolicySet, rules: Iterable[str]) -> i
     return decided_us + round(approval_timeout(policies, rules) * 1_000_000)
 
 
+def stamp_deadline(response: pb.CheckResponse, policies: PolicySet, decided_ns: int) -> None:
+    """Give a REQUIRE_APPROVAL answer its deadline: decided at `decided_ns`, under `policies` (the
+    revision it was decided with), as Approve computes it again from the record."""
+    deadline = deadline_us(decided_ns // 1000, policies, list(response.approval_rules) or [response.rule])
+    response.approval_deadline.FromMicroseconds(deadline)
+    response.reason += f" (a person answers by {format_time_ns(deadline * 1000)})"
+
+
 def record_time_us(text: str) -> int:
     """A record's `time` ("2026-01-02T03:04:05.123456Z") in Unix microseconds."""
     moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)

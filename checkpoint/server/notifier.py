@@ -26,14 +26,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoint.audit.record import format_time_ns
 from checkpoint.server.ids import new_decision_id
-from checkpoint.server.notifications import Notification, body_for
+from checkpoint.server.notifications import NOTE_FIELDS, Notification, body_for, notification
 from checkpoint.server.notify_settings import NotifySettings, shown
 from warden import codes, webhooks
+from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 log = logging.getLogger("warden.checkpoint.notify")
 
 MAX_BACKOFF = 300.0
+NOTIFIED = frozenset({pb.VERDICT_REQUIRE_APPROVAL, pb.VERDICT_HALT})  # a person should hear of these
 MAX_BODY_READ = 4096
 
 
@@ -96,6 +99,21 @@ class Notifier:
         except Exception:  # noqa: BLE001 - a notification never fails the decision it is about
             log.exception("a notification could not be queued")
             return False
+
+    def offer_recorded(self, record: Any, response: Any) -> None:
+        """Offer the notification of an answer just recorded (a DecisionRecord and its CheckResponse),
+        when its verdict calls for one: never blocks, never raises, never changes the answer."""
+        if response.verdict not in NOTIFIED:  # most answers: nothing to build
+            return
+        try:
+            deadline = (format_time_ns(response.approval_deadline.ToNanoseconds())
+                        if response.HasField("approval_deadline") else "")
+            note = notification({name: getattr(record, name) for name in NOTE_FIELDS}, deadline=deadline,
+                                handoff_to=response.handoff_to, public_url=self.settings.public_url)
+            if note is not None:
+                self.offer(note)
+        except Exception:  # noqa: BLE001 - a lost notification never changes a verdict
+            log.exception("decision %s: its notification could not be offered", response.decision_id)
 
     # -- the delivery side --------------------------------------------------------------------
 

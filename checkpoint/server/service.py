@@ -20,7 +20,7 @@ from typing import Any
 
 from checkpoint.audit.bounded import bound_refusal
 from checkpoint.audit.port import DecisionLogStore
-from checkpoint.audit.record import CanonicalJson, DecisionRecord, format_time_ns, json_column
+from checkpoint.audit.record import CanonicalJson, DecisionRecord, json_column
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.policy import PolicySet
 from checkpoint.policy.learnings import LearningStore
@@ -35,7 +35,7 @@ from checkpoint.server.answers import (
     version_bound,
 )
 from checkpoint.server.approval_acts import ApprovalActs
-from checkpoint.server.approvals import Approvals, VerifiedApproval, deadline_us
+from checkpoint.server.approvals import Approvals, VerifiedApproval, stamp_deadline
 from checkpoint.server.catalog_acts import CatalogActs
 from checkpoint.server.check_records import check_record, tool_arguments
 from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
@@ -44,7 +44,6 @@ from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
 from checkpoint.server.ids import new_decision_id, new_run_id
 from checkpoint.server.learning_acts import LearningActs
 from checkpoint.server.metrics import Metrics
-from checkpoint.server.notifications import NOTE_FIELDS, notification
 from checkpoint.server.notifier import Notifier
 from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.queries import ReadOnlyQueries
@@ -63,7 +62,6 @@ from warden.tokens import APPROVAL_TOKEN_TTL_SECONDS, RUN_TOKEN_TTL_SECONDS
 log = logging.getLogger("warden.checkpoint.service")
 
 ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
-NOTIFIED = frozenset({pb.VERDICT_REQUIRE_APPROVAL, pb.VERDICT_HALT})  # a person should hear of these
 KNOWN_VERDICTS = frozenset({pb.VERDICT_ALLOW, pb.VERDICT_DENY, pb.VERDICT_REQUIRE_APPROVAL, pb.VERDICT_HALT})
 MAX_BATCH_ITEMS = 256
 
@@ -292,8 +290,9 @@ class CheckpointService:
         call.now_ns = now_ns = time.time_ns()
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)
-        if response.verdict == pb.VERDICT_REQUIRE_APPROVAL:
-            self._deadline(call.policies, response, now_ns)
+        if response.verdict == pb.VERDICT_REQUIRE_APPROVAL:  # as Approve computes it again from the record
+            revision = response.policy_revision
+            stamp_deadline(response, self._policies_of(revision) if revision else call.policies, now_ns)
         if response.verdict == ALLOW and call.action == "delegation" and call.principal is not None \
                 and call.established:
             self._child_run(call.policies, request, response, call.principal, call.established)
@@ -327,8 +326,8 @@ class CheckpointService:
         # every string of a record before the run was established came from a caller nobody vouched for
         self.recorder.append_or_deny(record if call.established is not None else bound_refusal(record), response)
         self.recorder.count(response.verdict, response.code)
-        if self.notifier is not None and response.verdict in NOTIFIED and call.established is not None:
-            self._notify(record, response)  # after the record, never instead of it
+        if self.notifier is not None and call.established is not None:
+            self.notifier.offer_recorded(record, response)  # after the record, never instead of it
         if response.learnings or response.verdict == pb.VERDICT_HALT:
             self.learnings.after_check(call.request, response)  # triggers; a breaker proposes a learning
 
@@ -346,28 +345,6 @@ class CheckpointService:
         if problem is None:
             return response
         return fail_closed(response, codes.APPROVAL_INVALID, problem, rule="approval")
-
-    def _deadline(self, policies: PolicySet, response: pb.CheckResponse, now_ns: int) -> None:
-        """A REQUIRE_APPROVAL's deadline, as Approve will compute it again from the record: its
-        time plus its rules' timeout under the revision it was decided with."""
-        rules = list(response.approval_rules) or [response.rule]
-        decided = self._policies_of(response.policy_revision) if response.policy_revision else policies
-        deadline = deadline_us(now_ns // 1000, decided, rules)
-        convert.timestamp_from_ns(deadline * 1000, response.approval_deadline)
-        response.reason += f" (a person answers by {format_time_ns(deadline * 1000)})"
-
-    def _notify(self, record: DecisionRecord, response: pb.CheckResponse) -> None:
-        """Offer the notification of an answer just recorded: never blocks, never changes it."""
-        assert self.notifier is not None
-        try:
-            deadline = (format_time_ns(response.approval_deadline.ToNanoseconds())
-                        if response.HasField("approval_deadline") else "")
-            note = notification({name: getattr(record, name) for name in NOTE_FIELDS}, deadline=deadline, handoff_to=response.handoff_to,
-                                public_url=self.notifier.settings.public_url)
-            if note is not None:
-                self.notifier.offer(note)
-        except Exception:  # noqa: BLE001 - a lost notification never changes a verdict
-            log.exception("decision %s: its notification could not be offered", response.decision_id)
 
     def _child_run(self, policies: PolicySet, request: pb.CheckRequest, response: pb.CheckResponse,
                    principal: Principal, parent: Established) -> None:
