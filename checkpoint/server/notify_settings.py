@@ -22,7 +22,7 @@ def add_notify_flags(serve: argparse.ArgumentParser) -> None:
                        help="the body: generic JSON, or a Slack-compatible message (default generic)")
     group.add_argument("--notify-secret-file", metavar="FILE",
                        help="the secret every notification is signed with (Warden-Signature header)")
-    group.add_argument("--audit-public-url", default="", metavar="URL",
+    group.add_argument("--audit-public-url", metavar="URL",
                        help="the audit page's address as people reach it: notifications link to the call there")
     group.add_argument("--notify-attempts", type=int, default=DEFAULT_ATTEMPTS, metavar="N",
                        help=f"attempts per webhook before a notification is given up (default {DEFAULT_ATTEMPTS})")
@@ -46,7 +46,7 @@ def notify_settings(args: argparse.Namespace) -> NotifySettings | None:
     if not args.notify_secret_file:
         raise ValueError("--notify-url needs --notify-secret-file: every notification is signed")
     secret = read_trusted(args.notify_secret_file, "webhook secret", secret=True).strip()
-    return NotifySettings(urls=urls, secret=secret, kind=args.notify_kind, public_url=args.audit_public_url,
+    return NotifySettings(urls=urls, secret=secret, kind=args.notify_kind, public_url=args.audit_public_url or "",
                           attempts=args.notify_attempts, queue=args.notify_queue, timeout=args.notify_timeout)
 
 
