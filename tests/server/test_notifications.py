@@ -99,7 +99,9 @@ def test_a_pending_approval_is_delivered_signed_linked_and_recorded(start, recei
     run, asked = ask(checkpoint)
     idle(checkpoint)
     [(headers, body)] = hook.got
-    assert verify_signature(SECRET, headers[HEADER], body) > 0
+    signed_at = verify_signature(SECRET, headers[HEADER], body)
+    with pytest.raises(SignatureInvalid, match="outside the 300 s window"):  # the same bytes replayed later
+        verify_signature(SECRET, headers[HEADER], body, now=signed_at + 301)
     with pytest.raises(SignatureInvalid, match="no signature matches"):
         verify_signature(b"another secret", headers[HEADER], body)
     with pytest.raises(SignatureInvalid, match="no signature matches"):  # one byte of the body changed
@@ -240,3 +242,28 @@ def test_settings_that_cannot_work_are_refused():
                 {"kind": "teams"}, {"attempts": 0}, {"queue": 0}):
         with pytest.raises(ValueError):
             NotifySettings(**{"urls": ("http://127.0.0.1:9/",), "secret": SECRET, **bad})
+
+
+def test_the_serve_flags_refuse_a_url_without_a_secret_and_a_secret_others_can_read(tmp_path):
+    import argparse
+
+    from checkpoint.server.notify_settings import add_notify_flags, notify_settings
+
+    parser = argparse.ArgumentParser()
+    add_notify_flags(parser)
+    assert notify_settings(parser.parse_args([])) is None  # no webhook: nobody is told
+    with pytest.raises(ValueError, match="needs --notify-secret-file"):
+        notify_settings(parser.parse_args(["--notify-url", "http://127.0.0.1:9/"]))
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"  " + SECRET + b"\n")
+    secret.chmod(0o644)
+    args = parser.parse_args(["--notify-url", "http://127.0.0.1:9/", "--notify-secret-file", str(secret),
+                              "--notify-kind", "slack", "--audit-public-url", PUBLIC])
+    with pytest.raises(ValueError, match="must not be readable by others"):
+        notify_settings(args)
+    secret.chmod(0o600)
+    settings = notify_settings(args)
+    assert (settings.secret, settings.kind, settings.public_url) == (SECRET, "slack", PUBLIC)
+    secret.write_bytes(b"\n")
+    with pytest.raises(ValueError, match="signed"):  # an empty secret signs nothing
+        notify_settings(args)
