@@ -70,6 +70,7 @@ class Notifier:
         self._dropped: list[Notification] = []
         self._seq = itertools.count()
         self._stopping = False
+        self._sending = 0  # attempts under way
         self._senders = ThreadPoolExecutor(settings.senders, thread_name_prefix="checkpoint-notify")
         self._thread = threading.Thread(target=self._schedule, name="checkpoint-notify-queue", daemon=True)
 
@@ -141,6 +142,16 @@ class Notifier:
                     return
 
     def _send(self, delivery: _Delivery) -> None:
+        with self._cond:
+            self._sending += 1
+        try:
+            self._attempt(delivery)
+        finally:
+            with self._cond:
+                self._sending -= 1
+                self._cond.notify_all()
+
+    def _attempt(self, delivery: _Delivery) -> None:
         status, problem = self._post(delivery)
         where = shown(delivery.url)
         outcome = {"status": status} if status else {}
@@ -158,6 +169,8 @@ class Notifier:
         self._write(delivery.note, where, delivery.attempt, codes.NOTIFICATION_FAILED,
                     f"{problem}; attempt {delivery.attempt + 1} in {wait:g} s", outcome)
         with self._cond:
+            if self._stopping:
+                return  # not tried again: the checkpoint stopped (this attempt is on the record)
             delivery.due, delivery.attempt = self._clock() + wait, delivery.attempt + 1
             heapq.heappush(self._due, delivery)
             self._cond.notify_all()
@@ -208,8 +221,12 @@ class Notifier:
                 "rule": "webhook",
                 "reason": reason,
             })
-        except Exception:  # noqa: BLE001 - the decision's own record stands; this one is lost, and logged
-            log.exception("the record of a notification of decision %s could not be written", note.decision_id)
+        except Exception as exc:  # noqa: BLE001 - the decision's own record stands; this one is lost, and logged
+            if self._stopping:  # an attempt that ended as the checkpoint stopped: its log is closed
+                log.warning("notification of decision %s (%s): not recorded, the checkpoint stopped: %s",
+                            note.decision_id, code, exc)
+            else:
+                log.exception("the record of a notification of decision %s could not be written", note.decision_id)
 
     # -- tests and shutdown ------------------------------------------------------------------
 
@@ -224,11 +241,17 @@ class Notifier:
                 self._cond.wait(min(left, 0.05))
         return True
 
-    def close(self) -> None:
-        """Stop: queued notifications are not sent (each attempt so far is on the record)."""
+    def close(self, grace: float = 2.0) -> None:
+        """Stop: queued notifications are not sent; attempts under way get `grace` seconds to end
+        and be recorded (each attempt so far is on the record)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+            self._due.clear()
+        self._senders.shutdown(wait=False, cancel_futures=True)
+        ends = time.monotonic() + grace
+        with self._cond:
+            while self._sending and time.monotonic() < ends:
+                self._cond.wait(0.05)
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        self._senders.shutdown(wait=False, cancel_futures=True)
