@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from checkpoint.server.notify_settings import add_notify_flags, notify_settings
 from warden import keys_cli, observability
 from warden.cli import add_grace_flag, help_only, optional_file
 from warden.oidc_flags import add_oidc_flags, oidc_verifier
@@ -137,6 +138,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="how long an approval token lives (default 1h)")
     add_store_flags(serve)
     add_oidc_flags(serve)
+    add_notify_flags(serve)
     serve.add_argument("-v", "--verbose", action="store_true")
     observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
@@ -383,6 +385,11 @@ def _serve_configured(args: argparse.Namespace) -> int:
         else None
     )
     auth = AuthPolicy(keys=keys, oidc=oidc, mtls=tls is not None)
+    try:
+        notify = notify_settings(args)
+    except (ValueError, OSError) as exc:
+        print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)
+        return 2
     socket = args.socket if args.socket is not None else str(data / SOCKET_FILE)
     run: Any = serve
     pin = should_pin(args.pin_cpus, workers)
@@ -418,6 +425,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
             run_token_ttl=args.run_token_ttl,
             approval_token_ttl=args.approval_token_ttl,
             store=store,
+            notify=notify,
         )
     except StoreError as exc:
         print(f"warden: cannot start the checkpoint: {exc} [{exc.code}]", file=sys.stderr)

@@ -82,6 +82,11 @@ def made_in_turn(store: RunStore, run: Run, call: dict[str, Any]) -> int:
     return sum(1 for c in store.calls(run.run_id, run.turn) if c["status"] == "done" and c["idx"] < call["idx"])
 
 
+def deadline_of(resp: cp.CheckResponse) -> float:
+    """The Unix seconds a REQUIRE_APPROVAL waits until (its `approval_deadline`); 0 when it names none."""
+    return resp.approval_deadline.ToMicroseconds() / 1e6 if resp.HasField("approval_deadline") else 0.0
+
+
 def refuse(store: RunStore, run: Run, call: dict[str, Any], code: str, reason: str, *,
            failure: bool = True, stop: bool = False, verdict: str = "DENY", decision_id: str = "") -> None:
     store.update_call(call["id"], status="done", verdict=verdict, code=code, decision_id=decision_id,

@@ -26,6 +26,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from grpc_health.v1 import health, health_pb2
 
 from driver.access import PersonRoles
+from driver.approval_deadlines import DEFAULT_INTERVAL, DeadlineWatch
 from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
@@ -334,7 +335,8 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
 class RunningDriver:
     def __init__(self, server: grpc.Server, servicer: DriverServicer, health_servicer: health.HealthServicer,
                  gate: Drain | None = None, metrics_server: MetricsServer | None = None,
-                 store_watch: StoreWatch | None = None) -> None:
+                 store_watch: StoreWatch | None = None, deadlines: DeadlineWatch | None = None) -> None:
+        self.deadlines = deadlines
         self.server = server
         self.servicer = servicer
         self.health = health_servicer
@@ -348,19 +350,23 @@ class RunningDriver:
         if self.store_watch is not None:
             self.store_watch.stop()  # a draining server's health stays NOT_SERVING
         drain(self.server, self.health, self.gate, grace, end_streams=self.servicer.stopping.set, name="driver")
+        if self.deadlines is not None:
+            self.deadlines.stop()
         self.servicer.driver.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
 
 
 def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
-                  max_workers: int = 32, metrics_address: str | None = None) -> tuple[RunningDriver, int]:
-    """Bind and start DriverService (port 0 picks a free one); recovers runs that were running.
+                  max_workers: int = 32, metrics_address: str | None = None,
+                  deadline_interval: float = DEFAULT_INTERVAL) -> tuple[RunningDriver, int]:
+    """Bind and start DriverService (port 0 picks a free one); recovers runs that were running, and
+    tells runs waiting for an approval when its deadline passes (approval_deadlines.py).
     The metrics address is bound first: a taken port stops the start with
     `warden.metrics.MetricsAddressUnavailable` before the gRPC port is bound."""
     metrics_server = bind_first(metrics_address)
     try:
-        return _create_server(address, driver, operators, max_workers, metrics_server)
+        return _create_server(address, driver, operators, max_workers, metrics_server, deadline_interval)
     except BaseException:
         if metrics_server is not None:
             metrics_server.stop()
@@ -368,7 +374,7 @@ def create_server(address: str, driver: Driver, operators: dict[bytes, str], *,
 
 
 def _create_server(address: str, driver: Driver, operators: dict[bytes, str], max_workers: int,
-                   metrics_server: MetricsServer | None) -> tuple[RunningDriver, int]:
+                   metrics_server: MetricsServer | None, deadline_interval: float) -> tuple[RunningDriver, int]:
     registry = base_registry("driver")
     gate = Drain(ServerMetrics(registry, "driver"))
     # A caller that sends `traceparent` (an orchestrator starting runs) gets the run's start in its trace.
@@ -397,7 +403,8 @@ def _create_server(address: str, driver: Driver, operators: dict[bytes, str], ma
         log.info("recovered %d running run(s): %s", len(recovered), ", ".join(recovered))
     set_serving(health_servicer, SERVICE_NAME)
     watch.start()
-    return RunningDriver(server, servicer, health_servicer, gate, metrics_server, watch), port
+    deadlines = DeadlineWatch(driver, deadline_interval).start()
+    return RunningDriver(server, servicer, health_servicer, gate, metrics_server, watch, deadlines), port
 
 
 def _set_health(servicer: health.HealthServicer, serving: bool) -> None:

@@ -63,6 +63,12 @@ CALLER_NOT_PERMITTED = "caller_not_permitted"
 RUN_TOKEN_INVALID = "run_token_invalid"
 RUN_TOKEN_EXPIRED = "run_token_expired"  # the run token's lifetime is over
 APPROVAL_EXPIRED = "approval_expired"  # the approval token's lifetime is over: ask the approver again
+# the REQUIRE_APPROVAL's deadline passed before it was answered and its call sent: refused for good
+APPROVAL_TIMED_OUT = "approval_timed_out"
+# a webhook notification's attempt (action notify, docs/approvals.md): never a verdict on a call
+NOTIFICATION_DELIVERED = "notification_delivered"
+NOTIFICATION_FAILED = "notification_failed"  # this attempt failed; another follows
+NOTIFICATION_DROPPED = "notification_dropped"  # given up after the last attempt, or the queue was full
 RUN_ENDED = "run_ended"  # the run, or a run it descends from, ended or was cancelled: it acts no more
 RUN_STATE_UNAVAILABLE = "run_state_unavailable"  # whether the run ended cannot be read (or its end written)
 # a resent act's id was taken by a decision that is on no log (its record failed, its id stayed taken)
@@ -109,7 +115,8 @@ DECISION_CODES = frozenset(
         ACCESS_NOT_ALLOWED, *OUT_OF_SCOPE.values(), SUBJECT_OFF_LIMITS, RULE_DENIED, APPROVAL_REQUIRED,
         POLICY_ERROR, PLAN_STEP_NOT_ALLOWED, *BREAKER_CODES.values(), DELEGATION_DEPTH,
         DELEGATION_CHILDREN, DELEGATION_TREE_SIZE, DELEGATION_CYCLE, AUDIT_UNAVAILABLE, APPROVAL_INVALID,
-        CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, RUN_TOKEN_EXPIRED, APPROVAL_EXPIRED, RUN_ENDED, RUN_STATE_UNAVAILABLE, ACT_ID_UNRECORDED, CATALOG_UNAVAILABLE, STORE_UNAVAILABLE, ROLE_REQUIRED, APPROVED, REJECTED, RECORDED, HANDOFF,
+        CALLER_NOT_PERMITTED, RUN_TOKEN_INVALID, RUN_TOKEN_EXPIRED, APPROVAL_EXPIRED, APPROVAL_TIMED_OUT, NOTIFICATION_DELIVERED, NOTIFICATION_FAILED,
+        NOTIFICATION_DROPPED, RUN_ENDED, RUN_STATE_UNAVAILABLE, ACT_ID_UNRECORDED, CATALOG_UNAVAILABLE, STORE_UNAVAILABLE, ROLE_REQUIRED, APPROVED, REJECTED, RECORDED, HANDOFF,
         AGENT_VERSION_RETIRED, AGENT_VERSION_NOT_APPROVED, PROPOSED, CATALOG_CHANGED, NO_CHANGE, NOT_PENDING,
         VERSION_LIVE, TOO_MANY_PROPOSALS, *ENTRY_CODES, *LEARNING_CODES,
     ]

@@ -86,8 +86,11 @@ assert SCHEMA_HASHED[max(SCHEMA_HASHED)] == HASHED_FIELDS
 # its skills and templates included. "load_skill": a run read one of its pinned skills (docs/skills.md).
 # "end": a run stopped (succeeded, failed, cancelled, paused), recorded by its token's holder.
 # "learning": an act on a learning (propose, occurrence, promote, review, reject, retire, stale).
+# "expire": a REQUIRE_APPROVAL's deadline passed unanswered, recorded by its run's driver.
+# "notify": one attempt to deliver a notification of a decision to a webhook (docs/approvals.md).
 ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none", "start_run", "approval", "rejection",
-                     "resume", "cancel", "amend", "pause", "catalog", "end", "load_skill", "learning"})
+                     "resume", "cancel", "amend", "pause", "catalog", "end", "load_skill", "learning",
+                     "expire", "notify"})
 VERDICTS = frozenset({"ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"})
 GENESIS_HASH = "0" * 64
 

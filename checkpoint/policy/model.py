@@ -77,6 +77,11 @@ class Agent(Strict):
         return v
 
 
+# A call nobody answers is refused rather than left waiting forever (docs/approvals.md).
+DEFAULT_APPROVAL_TIMEOUT_SECONDS = 24 * 3600
+MAX_APPROVAL_TIMEOUT_SECONDS = 30 * 24 * 3600
+
+
 class Effect(StrEnum):
     DENY_IF = "deny_if"
     APPROVE_IF = "approve_if"
@@ -103,6 +108,16 @@ class Rule(Strict):
     mode: Literal["enforce", "shadow"] = Field(
         "enforce", description="shadow: evaluated and recorded (shadow_verdict) beside the enforced answer, never "
                                "enforced; promote it by removing this line")
+    approval_timeout_seconds: float | None = Field(
+        None, gt=0, le=MAX_APPROVAL_TIMEOUT_SECONDS,
+        description="approve_if: how long a person has to answer (and the approved call to be sent); "
+                    "defaults to the Instance's approval_timeout_seconds")
+
+    @model_validator(mode="after")
+    def _timeout_only_asks(self) -> "Rule":
+        if self.approval_timeout_seconds is not None and self.effect != Effect.APPROVE_IF:
+            raise ValueError("approval_timeout_seconds applies to approve_if rules only")
+        return self
 
     def default_code(self) -> str:
         return {Effect.DENY_IF: "rule_denied", Effect.APPROVE_IF: "approval_required",
@@ -176,6 +191,10 @@ class Instance(Strict):
     delegation: DelegationLimits = Field(default_factory=DelegationLimits)
     model_prices: dict[str, ModelPrice] = Field(default_factory=_no_entries)
     grant_ttl_seconds: float = Field(120, gt=0, le=3600)
+    approval_timeout_seconds: float = Field(
+        DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0, le=MAX_APPROVAL_TIMEOUT_SECONDS,
+        description="how long a REQUIRE_APPROVAL waits for a person before the call is refused "
+                    "(approval_timed_out); a rule's own approval_timeout_seconds overrides it")
 
 
 Identity = Annotated[str, StringConstraints(pattern=r"^(unix|(token|mtls|person|service|oidc):[^\s]{1,256})$")]

@@ -30,6 +30,7 @@ from checkpoint.server.agent_stats import AgentStatsCollector
 from checkpoint.server.grpc_api import SERVICE_NAME, method_handlers
 from checkpoint.server.http_door import HttpDoor
 from checkpoint.server.metrics import Metrics, MetricsServer
+from checkpoint.server.notifier import Notifier, NotifySettings
 from checkpoint.server.ratelimit import PeerLimiter
 from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
 from checkpoint.server.service import CheckpointService
@@ -113,6 +114,8 @@ class CheckpointServer:
             self.head_signer.start()
         if self.rotator is not None:
             self.rotator.start()
+        if self.service.notifier is not None:
+            self.service.notifier.start()
         return self
 
     def stop(self, grace: float | None = 2.0) -> None:
@@ -132,6 +135,8 @@ class CheckpointServer:
             self.metrics_server.stop()
         if self.rotator is not None:
             self.rotator.close()
+        if self.service.notifier is not None:  # before the log closes: it records each attempt there
+            self.service.notifier.close()
         if self.head_signer is not None:
             self.head_signer.close()  # the last head signed, before the log closes
         self.log.close()
@@ -193,6 +198,7 @@ def create_server(
     run_token_ttl: float = RUN_TOKEN_TTL_SECONDS,
     approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
     store: StoreUrl | str | None = None,
+    notify: NotifySettings | None = None,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -217,6 +223,8 @@ def create_server(
     in DATA/token-keys/, made on first use.
     `http_address`: HOST:PORT of the HTTP/JSON door (http_door.py), the same methods, authentication
     (the tokens, or the mTLS of `tls`), gate, limits and records as gRPC; None: no HTTP door.
+    `notify`: webhooks told of every REQUIRE_APPROVAL, HALT and handoff once it is recorded
+    (notifier.py, docs/approvals.md); None: nobody is told.
     `store`: where the single-use store keeps approvals spent, act ids taken and runs ended: unset,
     SQLite in the data folder; a PostgreSQL URL, one database that replicas share (docs/fleet.md,
     "Checkpoint replicas"), whose schema must be current (StoreError otherwise, before anything binds).
@@ -285,6 +293,8 @@ def create_server(
     service = CheckpointService(policy_store, decisions, key, metrics, stores.single_use,
                                 learnings=_learnings(stores, data), token_keys=token_keys,
                                 run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl)
+    if notify is not None:  # webhooks told of REQUIRE_APPROVAL, HALT and handoff, after the record
+        service.notifier = Notifier(notify, service.recorder.append)
     if shared and stores.catalog_feed is None:
         service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], policy_store.refresh).sync
     policy_store.reload()  # after the service: what the first load changes in the catalog is recorded

@@ -3,8 +3,11 @@ own credential, recorded, and bound to the whole call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from checkpoint.audit.record import format_time_ns
+from checkpoint.policy import PolicySet
 from checkpoint.policy.principals import caller_name
 from checkpoint.server.act_records import PersonsApproval, stamp
 from checkpoint.server.approvals import asked_rules
@@ -23,10 +26,27 @@ ALLOW, DENY = pb.VERDICT_ALLOW, pb.VERDICT_DENY
 
 
 class ApprovalActs:
-    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, approvals: Approvals):
+    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, approvals: Approvals,
+                 policies_of: Callable[[str], PolicySet] | None = None):
         self.in_force = in_force
         self.recorder = recorder
         self.approvals = approvals
+        # the policy set of a revision, for the deadline a REQUIRE_APPROVAL was decided with
+        self.policies_of = policies_of or (lambda _revision: self.in_force.current())
+
+    def expire(self, run_id: str, details: dict[str, Any]) -> dict[str, Any]:
+        """RecordAct `expire`: the REQUIRE_APPROVAL `details["decision_id"]` of run `run_id` passed
+        its deadline; made final (no approval of it is spent after). Refused when it is no such
+        answer, its deadline has not passed, or it was settled otherwise."""
+        decision_id = details.get("decision_id")
+        if not isinstance(decision_id, str) or not decision_id:
+            raise Refused(codes.INVALID_REQUEST, "an expiry names the REQUIRE_APPROVAL (details.decision_id)",
+                          "act.details")
+        asked = self.approvals.asked(self.recorder.read, run_id, decision_id)
+        deadline = self.approvals.deadline_of(asked, self.policies_of)
+        self.approvals.expire(decision_id, deadline)
+        return {"decision_id": decision_id[:64], "deadline": format_time_ns(deadline * 1000),
+                "tool": asked.get("tool"), "rule": asked.get("rule")}
 
     def approve(self, request: pb.ApproveRequest, caller: str) -> pb.ApproveResponse:
         response, token = self._person_act(request, caller, approve=True)
@@ -44,6 +64,7 @@ class ApprovalActs:
         response = pb.CheckResponse(verdict=DENY, rule="approval", policy_revision=policies.revision)
         asked: dict[str, Any] = {}
         token = ""
+        deadline = 0
         try:
             if principal is None:
                 raise Refused(codes.CALLER_NOT_PERMITTED, no_principal(caller), "principal")
@@ -63,6 +84,8 @@ class ApprovalActs:
                               f"{response.agent!r}" + (" in a run they are accountable for" if own else ""),
                               "principal")
             require_role(policies, response.tenant, person, "approver")
+            deadline = self.approvals.deadline_of(asked, self.policies_of)
+            self.approvals.refuse_late(deadline)  # approved or rejected, an answer after it is too late
             if approve:  # an approval may be given again; only one can be spent
                 self.approvals.not_rejected(request.decision_id)
             else:  # a rejection is final: no approval of it is honoured after, and none spent before
@@ -75,7 +98,8 @@ class ApprovalActs:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
         stamped = stamp(response)
         if response.verdict == ALLOW and approve:
-            token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id)
+            token = self.approvals.issue(asked, person, principal.name if principal else "", response.decision_id,
+                                         deadline)
         if not asked and request.run_id:  # no REQUIRE_APPROVAL record vouches for the run it names
             response.reason += f" (the request claimed run {request.run_id[:64]!r})"
         record = PersonsApproval.answering(

@@ -1,11 +1,12 @@
 """Runs begun and acted on: StartRun (a recorded decision that mints the run's id and token) and
-RecordAct (a person's pause, resume, amend or cancel, and a run's own end), each on the record
-before it is answered."""
+RecordAct (a person's pause, resume, amend or cancel, a run's own end, and the expiry of an
+approval it waited for), each on the record before it is answered."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.audit.bounded import bound_refusal
@@ -35,7 +36,9 @@ MAX_INPUT_BYTES = 16 * 1024
 PERSON_ACTS = frozenset({"resume", "cancel", "amend", "pause"})
 ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is an operator's
 MAX_ACT_ID = 64
-RUN_ACTS = PERSON_ACTS | {END_ACT}  # and the run's own end, which names no person
+# an approval the run waited for whose deadline passed: recorded by the run's token holder, no person
+EXPIRE_ACT = "expire"
+RUN_ACTS = PERSON_ACTS | {END_ACT, EXPIRE_ACT}  # and the run's own end, which names no person
 WIDENING_ACTS = frozenset({"resume", "amend"})  # acts that let a run do more than it could before
 
 
@@ -55,8 +58,25 @@ def run_end(request: pb.RecordActRequest, principal: Principal, established: Est
         raise Refused(codes.INVALID_REQUEST, str(exc), "act.details") from None
 
 
+def approval_expiry(request: pb.RecordActRequest, principal: Principal, established: Established,
+                    details: dict[str, Any], expire: Callable[[str, dict[str, Any]], dict[str, Any]] | None
+                    ) -> dict[str, Any]:
+    """An approval's expiry: like a run's end, recorded by the principal its token was issued to and
+    naming no person; the checkpoint itself checks the deadline passed (`expire`)."""
+    if request.person:
+        raise Refused(codes.INVALID_REQUEST, "an approval's expiry names no person", "act.person")
+    if not principal.may_check(established.run.tenant, established.agent):
+        raise Refused(codes.CALLER_NOT_PERMITTED, f"principal {principal.name!r} may not record an expiry in a run "
+                      f"of agent {established.agent!r}", "principal")
+    if expire is None:
+        raise Refused(codes.INVALID_REQUEST, "this checkpoint keeps no approvals", "act")
+    return expire(established.run.run_id, details)
+
+
 class RunActs:
-    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, run_state: RunState):
+    def __init__(self, in_force: PoliciesInForce, recorder: Recorder, run_state: RunState,
+                 expire: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None):
+        self.expire = expire  # an approval's expiry made final (ApprovalActs.expire)
         self.in_force = in_force
         self.recorder = recorder
         self.run_state = run_state
@@ -196,6 +216,8 @@ class RunActs:
             established = self.run_state.establish(check, principal, caller)
             if request.act == END_ACT:
                 details = run_end(request, principal, established, details)
+            elif request.act == EXPIRE_ACT:
+                details = approval_expiry(request, principal, established, details, self.expire)
             elif not principal.may_vouch(request.person, caller_name(caller)):
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
@@ -218,6 +240,8 @@ class RunActs:
                 self.run_state.end_run(established, f"its end: {details['status']} ({details['code']})")
             response.verdict, response.code = ALLOW, codes.RECORDED
             by = f"{details['status']} ({details['code']})" if request.act == END_ACT else f"by {request.person}"
+            if request.act == EXPIRE_ACT:
+                by = f"of the approval of decision {details['decision_id']} (deadline {details['deadline']})"
             response.reason = f"{request.act} {by}" + (f": {request.note[:500]}" if request.note else "")
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason

@@ -35,7 +35,7 @@ from checkpoint.server.answers import (
     version_bound,
 )
 from checkpoint.server.approval_acts import ApprovalActs
-from checkpoint.server.approvals import Approvals, VerifiedApproval
+from checkpoint.server.approvals import Approvals, VerifiedApproval, stamp_deadline
 from checkpoint.server.catalog_acts import CatalogActs
 from checkpoint.server.check_records import check_record, tool_arguments
 from checkpoint.server.collaborators import PoliciesInForce, Recorder, RunState
@@ -44,6 +44,7 @@ from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
 from checkpoint.server.ids import new_decision_id, new_run_id
 from checkpoint.server.learning_acts import LearningActs
 from checkpoint.server.metrics import Metrics
+from checkpoint.server.notifier import Notifier
 from checkpoint.server.pins import PinnedPolicies, stricter
 from checkpoint.server.queries import ReadOnlyQueries
 from checkpoint.server.refusals import no_principal
@@ -123,8 +124,8 @@ class CheckpointService:
         self.recorder = Recorder(decisions, metrics)
         self.run_state = RunState(self.runs, single_use)
         self.catalog = CatalogActs(self.in_force, self.recorder, self.run_state)
-        self.run_acts = RunActs(self.in_force, self.recorder, self.run_state)
-        self.approval_acts = ApprovalActs(self.in_force, self.recorder, self.approvals)
+        self.approval_acts = ApprovalActs(self.in_force, self.recorder, self.approvals, self._policies_of)
+        self.run_acts = RunActs(self.in_force, self.recorder, self.run_state, self.approval_acts.expire)
         self.stream = DecisionStream(self.in_force, decisions)
         self.agent_stats = AgentStatsReads(self.in_force, decisions)
         self.queries = ReadOnlyQueries(self.in_force, self.token_keys)
@@ -137,6 +138,7 @@ class CheckpointService:
         self.entries = EntryActs(self.in_force, self.recorder, self.run_state)  # skills and templates (docs/skills.md)
         store.on_catalog = self.catalog.record_file_changes
         self.learnings = LearningActs(self.in_force, self.recorder, self.run_state, learnings or LearningStore(None))
+        self.notifier: Notifier | None = None  # webhooks (create_server's `notify`): told after the record
         store.learnings = self.learnings.index_for  # compiled into every policy set it serves
 
     @property
@@ -150,6 +152,15 @@ class CheckpointService:
 
     def _seconds(self) -> float:
         return self.clock().timestamp()
+
+    def _policies_of(self, revision: str) -> PolicySet:
+        """The policy set of `revision` (an approval's deadline is its rules' there), or the one in
+        force when that revision no longer compiles."""
+        current = self.in_force.current()
+        try:
+            return self.pins.get(current, revision) if revision else current
+        except Refused:
+            return current
 
     def append(self, record: DecisionRecord | dict[str, Any]) -> int:
         """Append a record to the decision log, with the trace id of the call being served."""
@@ -279,6 +290,9 @@ class CheckpointService:
         call.now_ns = now_ns = time.time_ns()
         response.decision_id = new_decision_id()
         convert.timestamp_from_ns(now_ns, response.decided_at)
+        if response.verdict == pb.VERDICT_REQUIRE_APPROVAL:  # as Approve computes it again from the record
+            revision = response.policy_revision
+            stamp_deadline(response, self._policies_of(revision) if revision else call.policies, now_ns)
         if response.verdict == ALLOW and call.action == "delegation" and call.principal is not None \
                 and call.established:
             self._child_run(call.policies, request, response, call.principal, call.established)
@@ -315,6 +329,8 @@ class CheckpointService:
         self.recorder.count(response.verdict, response.code)
         if call.shadow is not None and recorded:  # only with shadow rules in force; a flip not recorded is none
             self.recorder.count_shadow_flip(record.verdict or "", record.code or "", call.shadow)
+        if self.notifier is not None and call.established is not None:
+            self.notifier.offer_recorded(record, response)  # after the record, never instead of it
         if response.learnings or response.verdict == pb.VERDICT_HALT:
             self.learnings.after_check(call.request, response)  # triggers; a breaker proposes a learning
 

@@ -232,6 +232,7 @@ class ApprovalStatus(StrEnum):
     REJECTED = "rejected"
     USED = "used"  # approved and relayed once: never attached to a check again
     CANCELLED = "cancelled"  # its run was cancelled while it waited
+    EXPIRED = "expired"  # its deadline passed unanswered: the call was refused (approval_timed_out)
 
 
 @dataclass(slots=True, frozen=True)
@@ -253,6 +254,7 @@ class Approval:
     note: str
     created_at: float
     token: str
+    deadline: float = 0.0  # Unix seconds the checkpoint's answer named (approval_deadline); 0: none
 
 
 class PauseState(StrEnum):

@@ -35,7 +35,7 @@ def _columns(columns: dict[str, Any], *, pk: str, serial: bool = False) -> str:
     return ",\n    ".join(out)
 
 
-APPROVAL_COLUMNS: dict[str, Any] = {
+_APPROVAL_COLUMNS_1: dict[str, Any] = {
     "approval_id": str, "run_id": str, "call": int, "decision_id": str, "tool": str,
     "arguments": str, "code": str, "rule": str, "reason": str, "status": str,
     "decided_by": str, "decided_at": float, "note": str, "created_at": float, "token": str,
@@ -67,7 +67,7 @@ CREATE TABLE driver_calls (
 CREATE INDEX driver_calls_run ON driver_calls (run_id, turn);
 CREATE INDEX driver_calls_child ON driver_calls (child_run_id) WHERE child_run_id <> '';
 CREATE TABLE driver_approvals (
-    {_columns(APPROVAL_COLUMNS, pk="approval_id")}
+    {_columns(_APPROVAL_COLUMNS_1, pk="approval_id")}
 );
 CREATE INDEX driver_approvals_run ON driver_approvals (run_id, created_at);
 CREATE TABLE driver_receipts (
@@ -88,4 +88,10 @@ CREATE TABLE driver_pauses (
 CREATE UNIQUE INDEX driver_pauses_open ON driver_pauses (run_id) WHERE state IN ('intent', 'recorded');
 """
 
-SCHEMA = Schema("runs", (_VERSION_1,))
+# an approval's deadline (the checkpoint's approval_deadline), so a waiting run is told when it passes
+_VERSION_2 = """
+ALTER TABLE driver_approvals ADD COLUMN deadline double precision NOT NULL DEFAULT 0;
+"""
+APPROVAL_COLUMNS: dict[str, Any] = {**_APPROVAL_COLUMNS_1, "deadline": float}
+
+SCHEMA = Schema("runs", (_VERSION_1, _VERSION_2))

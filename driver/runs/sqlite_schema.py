@@ -86,7 +86,7 @@ def run_row(row: dict[str, Any]) -> Run:
 
 
 def approval_row(row: dict[str, Any]) -> Approval:
-    return Approval(**{**row, "arguments": json.loads(row["arguments"])})
+    return Approval(**{**row, "arguments": json.loads(row["arguments"]), "deadline": row.get("deadline") or 0.0})
 
 
 def pause_row(row: dict[str, Any]) -> Pause:
@@ -110,13 +110,14 @@ def create(db: sqlite_utils.Database) -> None:
             "approval_id": str, "run_id": str, "call": int, "decision_id": str, "tool": str,
             "arguments": str, "code": str, "rule": str, "reason": str, "status": str,
             "decided_by": str, "decided_at": float, "note": str, "created_at": float, "token": str,
+            "deadline": float,
         }, pk="approval_id")
         db.table("receipts").create(RECEIPT_COLUMNS, pk="decision_id")
         db.table("spend").create({"id": int, "day": str, "owner": str, "tenant": str, "run_id": str,
                             "usd": float}, pk="id")
         db.table("spend").create_index(["day", "owner"])
     # A store written by an older driver gains the newer columns (empty), nothing else changes.
-    for table, columns in (("runs", RUN_COLUMNS), ("calls", CALL_COLUMNS), ("approvals", {"token": str}),
+    for table, columns in (("runs", RUN_COLUMNS), ("calls", CALL_COLUMNS), ("approvals", {"token": str, "deadline": float}),
                            ("receipts", RECEIPT_COLUMNS)):
         have = set(db.table(table).columns_dict)
         for name, typ in columns.items():

@@ -173,7 +173,7 @@ def _model_call_allowed(driver: Driver, run: Run, input_estimate: int) -> bool:
             run_id=run_id, call=0, decision_id=resp.decision_id, tool=checks.MODEL_CALL_APPROVAL,
             arguments={"provider": run.provider, "model": run.model, "max_tokens": MAX_TOKENS,
                        "input_tokens": input_estimate},
-            code=resp.code, rule=resp.rule, reason=resp.reason)
+            code=resp.code, rule=resp.rule, reason=resp.reason, deadline=checks.deadline_of(resp))
         # Only from running: a person's pause (or a cancel) that landed during the check stands;
         # on resume the run comes back here and waits for this approval.
         store.transition(run_id, RUNNING, AWAITING_APPROVAL, resp.code, resp.reason)

@@ -32,7 +32,7 @@ def not_allowed(driver: Driver, run: Run, call: dict[str, Any], resp: cp.CheckRe
     if resp.verdict == checks.APPROVAL:
         approval_id = store.add_approval(run_id=run.run_id, call=call["id"], decision_id=resp.decision_id,
                                          tool=call["tool"], arguments=call["arguments"], code=resp.code,
-                                         rule=resp.rule, reason=resp.reason)
+                                         rule=resp.rule, reason=resp.reason, deadline=checks.deadline_of(resp))
         store.update_call(call["id"], status="awaiting_approval", approval_id=approval_id,
                           decision_id=resp.decision_id, verdict="REQUIRE_APPROVAL", code=resp.code)
         # only from running: a pause that landed during the check stands (resume waits again)

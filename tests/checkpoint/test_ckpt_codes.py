@@ -176,7 +176,8 @@ def test_every_decision_code_is_produced():
     tests/security/test_tenant_roles.py: role_required; the catalog's, which
     tests/security/test_catalog_lifecycle.py produces through the service; the skills' and templates',
     which tests/security/test_skills.py and test_templates.py produce; the learnings', which
-    tests/security/test_learnings.py produces) comes out of some table row."""
+    tests/security/test_learnings.py produces; an approval's deadline and its notifications, which
+    tests/server/test_approval_deadlines.py and test_notifications.py produce) comes out of some table row."""
     produced = set()
     for c in _all_tables():
         got = c.run()
@@ -188,6 +189,8 @@ def test_every_decision_code_is_produced():
                                               codes.STORE_UNAVAILABLE,
                                           codes.APPROVED, codes.REJECTED, codes.RECORDED,
                                           codes.ROLE_REQUIRED, *codes.CATALOG_CODES, *codes.ENTRY_CODES,
-                                          *codes.LEARNING_CODES}
+                                          *codes.LEARNING_CODES, codes.APPROVAL_TIMED_OUT,
+                                          codes.NOTIFICATION_DELIVERED, codes.NOTIFICATION_FAILED,
+                                          codes.NOTIFICATION_DROPPED}
     assert wanted - produced == set(), "codes no table row produces"
     assert produced - wanted == set(), "codes produced that are not in DECISION_CODES"

@@ -90,6 +90,14 @@ async function login(given) {
     + (me.tenants === null ? "all" : me.tenants.join(", "));
   startStream();
   startChain();
+  const link = linked();
+  if (link.run) openRun(link.run);
+}
+
+// A notification links here as #run=RUN_ID&decision=DECISION_ID: the run opens at that decision.
+function linked() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  return { run: params.get("run"), decision: params.get("decision") };
 }
 
 function logout(message) {
@@ -250,9 +258,13 @@ async function openRun(runId) {
   $("run-timeline").replaceChildren(...run.timeline.map((r) => {
     const trip = r.verdict === "HALT" && (r.code || "").startsWith("breaker_");
     const approval = r.action === "approval" || r.action === "rejection" || r.verdict === "REQUIRE_APPROVAL";
-    return el("li", { class: trip ? "trip" : approval ? "approval" : "" }, describe(r),
+    const target = r.decision_id === linked().decision ? " linked" : "";
+    return el("li", { class: (trip ? "trip" : approval ? "approval" : "") + target, "data-decision": r.decision_id },
+      describe(r),
       r.arguments && Object.keys(r.arguments).length ? el("div", { class: "args" }, short(json(r.arguments), 400)) : null);
   }));
+  const target = document.querySelector("#run-timeline li.linked");
+  if (target) target.scrollIntoView({ block: "center" });
 }
 
 // -- the chain ------------------------------------------------------------------------------
