@@ -273,7 +273,8 @@ def create_server(
         raise
     service = CheckpointService(policy_store, decisions, key, metrics, stores.single_use,
                                 learnings=_learnings(stores, data), token_keys=token_keys,
-                                run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl)
+                                run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl,
+                                limits=stores.limits)
     if shared and stores.catalog_feed is None:
         service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], policy_store.refresh).sync
     policy_store.reload()  # after the service: what the first load changes in the catalog is recorded
