@@ -124,7 +124,8 @@ class LimitSet:
     def shape(self) -> Obj:
         """`limits` as rules read it: one object per limit, by name (typed at load: a misspelt name
         is a load error)."""
-        return Obj("Limits", "limits", tuple((lim.name, lim.shape()) for lim in self.limits),
+        named = {lim.name: lim.shape() for lim in reversed(self.limits)}  # a name given twice is a load error
+        return Obj("Limits", "limits", tuple(reversed(named.items())),
                    hint=": no limit of that name in the Instance's limits")
 
 
