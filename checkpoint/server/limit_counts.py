@@ -21,6 +21,7 @@ from datetime import datetime
 from checkpoint.engine.limits import refusal
 from checkpoint.policy import PolicySet
 from checkpoint.policy.limits import NOTHING, CompiledLimit, LimitUsage, Use
+from checkpoint.server.answers import fail_closed
 from checkpoint.server.limit_store import Bucket, Increment, LimitStore
 from checkpoint.server.runs import Established, Refused
 from warden import codes
@@ -30,11 +31,15 @@ log = logging.getLogger("warden.checkpoint.limits")
 
 
 def _reads_limits(policies: PolicySet, request: pb.CheckRequest) -> bool:
-    """Does a rule that can apply to this action read `limits`?"""
+    """Does a rule that can apply to this action read `limits` (a shadow rule too: its answer is
+    recorded beside the enforced one)?"""
     action = request.WhichOneof("action")
-    group = (policies.rules_by_tool.get(request.tool_call.tool) if action == "tool_call"
-             else policies.rules_by_action.get(action or ""))
-    return group is not None and "limits" in group.reads
+    for view in (policies, policies.shadow()) if policies.has_shadow else (policies,):
+        group = (view.rules_by_tool.get(request.tool_call.tool) if action == "tool_call"
+                 else view.rules_by_action.get(action or ""))
+        if group is not None and "limits" in group.reads:
+            return True
+    return False
 
 
 def _increments(usage: LimitUsage) -> list[Increment]:
@@ -78,28 +83,31 @@ class LimitCounts:
         return LimitUsage(tuple(Use(lim, key, start, found.get(Bucket(lim.name, key, start), 0), amount)
                                 for lim, key, start, amount in uses))
 
-    def count(self, usage: LimitUsage, now: datetime) -> tuple[str, pb.Verdict, str, str] | str:
-        """Count an allowed call. When it is counted, what the answer's reason (so the record) adds
-        about it ("; counted: NAME USED/MAX per KEY in WINDOW"); else the refusal it becomes:
-        (code, verdict, rule, reason)."""
+    def count(self, usage: LimitUsage, now: datetime, response: pb.CheckResponse) -> tuple[pb.CheckResponse, bool]:
+        """Count an allowed call: (the answer, whether it was counted). Counted, the answer's reason
+        (so its record) says in which counts ("; counted: NAME USED/MAX per KEY in WINDOW"); when
+        another decision took the last of a limit since the read, the answer becomes that limit's
+        refusal, before the record; when the store fails, `limit_unavailable`."""
         increments = _increments(usage)
         if not increments:
-            return ""
+            return response, False
         try:
             assert self.store is not None  # read() refused already without one
             missed, totals = self.store.count(increments, int(now.timestamp()))
         except Exception as exc:
             log.error("an allowed call could not be counted: %s", exc)
-            return (codes.LIMIT_UNAVAILABLE, pb.VERDICT_DENY, "limits",
-                    "the call could not be counted against its limits now; nothing was counted")
+            return fail_closed(response, codes.LIMIT_UNAVAILABLE, "the call could not be counted against its "
+                               "limits now; nothing was counted", rule="limits"), False
         if missed is None:
-            return counted_note(usage, totals)
+            response.reason += counted_note(usage, totals)
+            return response, True
         use = next(u for u in usage.counted() if u.limit.name == missed.limit)
         limit = use.limit
-        verdict = refusal(limit.spec.verdict)
-        return (limit.code, verdict, f"limit:{limit.name}",
-                f"limit {limit.name} ({limit.shown(limit.max_units)} per {use.key} in {limit.spec.window}) was "
-                "reached by another decision after this one read its count; nothing was counted")
+        refused = fail_closed(response, limit.code, f"limit {limit.name} ({limit.shown(limit.max_units)} per {use.key} "
+                              f"in {limit.spec.window}) was reached by another decision after this one read its "
+                              "count; nothing was counted", rule=f"limit:{limit.name}")
+        refused.verdict = refusal(limit.spec.verdict)
+        return refused, False
 
     def refund(self, usage: LimitUsage) -> None:
         """Give back what an allowed call counted when its answer then became a refusal."""

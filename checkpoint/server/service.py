@@ -263,7 +263,7 @@ class CheckpointService:
         call.response = response
         if policies.has_shadow:  # recorded beside the answer, never enforced
             call.shadow = shadow_answer(policies, request, approver, approved, now, pinned_answer,
-                                         pinned_revision, call.principal)
+                                         pinned_revision, call.principal, usage)
 
     def _settle(self, call: _Call) -> None:
         """The answer made whole: a known verdict, its revision, the digest of an approved call, and
@@ -283,8 +283,8 @@ class CheckpointService:
         verdict = call.response.verdict
         if verdict == pb.VERDICT_REQUIRE_APPROVAL or (approval is not None and verdict == ALLOW):
             call.digest = self.approvals.digest(request, call.response, call.action)
-        if verdict == ALLOW:
-            self._count(call)  # before the approval is spent: a call the count refuses spends neither
+        if verdict == ALLOW:  # counted before the approval is spent: a call the count refuses spends neither
+            call.response, call.counted = self.limit_counts.count(call.usage, call.now, call.response)
         if approval is not None and call.response.verdict == ALLOW:
             assert call.digest is not None
             call.response = self._spend(approval, request, call.response, call.digest)
@@ -331,21 +331,7 @@ class CheckpointService:
         if response.learnings or response.verdict == pb.VERDICT_HALT:
             self.learnings.after_check(call.request, response)  # triggers; a breaker proposes a learning
 
-    # -- the steps' own parts: a call counted, an approval spent, a child run, a grant ----------
-
-    def _count(self, call: _Call) -> None:
-        """An allowed call counted in the limits that count it, by the store's conditional increment:
-        when another decision took the last of a limit meanwhile, the answer becomes that limit's
-        refusal (before the record)."""
-        outcome = self.limit_counts.count(call.usage, call.now)
-        if isinstance(outcome, str):
-            call.counted = bool(outcome)
-            call.response.reason += outcome
-            return
-        code, verdict, rule, reason = outcome
-        call.response = fail_closed(call.response, code, reason, rule=rule)
-        call.response.verdict = verdict
-
+    # -- the steps' own parts: an approval spent, a child run, a grant ------------------------
 
     def _spend(self, approval: VerifiedApproval, request: pb.CheckRequest, response: pb.CheckResponse,
                digest: str) -> pb.CheckResponse:

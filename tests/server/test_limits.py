@@ -210,3 +210,37 @@ def test_a_limits_store_that_cannot_be_read_refuses_only_what_a_limit_counts(lim
     assert (refused.verdict, refused.code, refused.rule) == (pb.VERDICT_DENY, "limit_unavailable", "limits")
     assert running.records()[-1]["code"] == "limit_unavailable"
     assert check(running, token, "list_templates").verdict == pb.VERDICT_ALLOW  # no limit names it
+
+
+def model_call(token: str, max_tokens: int = 1000) -> pb.CheckRequest:
+    return pb.CheckRequest(run=pb.RunContext(run_token=token), model_call=pb.ModelCall(
+        provider="anthropic", model="claude-sonnet-4-5", max_tokens=max_tokens, input_tokens=2000))
+
+
+def test_a_tenants_spend_is_counted_at_each_model_calls_worst_case(limited):
+    # claude-sonnet-4-5 at 3 / 15 USD per million: 2000 in + 1000 out at most = 0.021 USD a call
+    running = limited("  - {name: acme_spend, counts: spend, per: tenant, window: 24h, max: 0.05}\n")
+    token = run_token(running)
+    first = running.stub().Check(model_call(token), timeout=5)
+    assert first.verdict == pb.VERDICT_ALLOW and first.reason.endswith("counted: acme_spend 0.021/0.05 per tenant:acme in 24h")
+    assert running.stub().Check(model_call(token), timeout=5).verdict == pb.VERDICT_ALLOW
+    third = running.stub().Check(model_call(token), timeout=5)
+    assert (third.verdict, third.code, third.rule) == (pb.VERDICT_DENY, "limit_exceeded", "limit:acme_spend")
+    day = int(datetime(2026, 3, 2, tzinfo=UTC).timestamp())
+    assert counted(running, "acme_spend", "tenant:acme", day) == 42_000  # millionths of a USD
+    # a smaller call still fits what is left (0.008 USD)
+    assert running.stub().Check(model_call(token, max_tokens=100), timeout=5).verdict == pb.VERDICT_ALLOW
+
+
+def test_a_shadow_rule_reads_the_counts_and_is_recorded_beside_the_enforced_answer(limited, policy_dir):
+    (policy_dir / "rules" / "shadow-reads.yaml").write_text(
+        "kind: Rule\nname: reads_tighter\neffect: deny_if\nmode: shadow\ntools: [get_task]\n"
+        "condition: 'limits.reads.used >= 1'\n")
+    running = limited(limit(max_=5))
+    token = run_token(running)
+    check(running, token)
+    second = check(running, token)
+    assert second.verdict == pb.VERDICT_ALLOW
+    record = running.records()[-1]
+    assert (record["shadow_verdict"], record["shadow_code"], record["shadow_rule"]) == (
+        "DENY", "rule_denied", "rule:reads_tighter")
