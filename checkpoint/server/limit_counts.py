@@ -42,8 +42,14 @@ def _reads_limits(policies: PolicySet, request: pb.CheckRequest) -> bool:
     return False
 
 
+def bucket(limit: CompiledLimit, key: str, window_start: int) -> Bucket:
+    """Where a count is kept: by the limit's name and its window's length too, so that a window
+    edited from 1h to 24h starts counting afresh instead of inheriting the hour that began with it."""
+    return Bucket(f"{limit.name}/{limit.spec.window}", key, window_start)
+
+
 def _increments(usage: LimitUsage) -> list[Increment]:
-    return [Increment(Bucket(u.limit.name, u.key, u.window_start), u.amount, u.limit.max_units,
+    return [Increment(bucket(u.limit, u.key, u.window_start), u.amount, u.limit.max_units,
                       u.window_start + u.limit.window) for u in usage.counted()]
 
 
@@ -75,12 +81,12 @@ class LimitCounts:
         if self.store is None:
             raise Refused(codes.LIMIT_UNAVAILABLE, "this checkpoint has no store for its limits", "limits")
         try:
-            found = self.store.used([Bucket(lim.name, key, start) for lim, key, start, _ in uses if key])
+            found = self.store.used([bucket(lim, key, start) for lim, key, start, _ in uses if key])
         except Exception as exc:
             log.error("the limits' counts could not be read: %s", exc)
             raise Refused(codes.LIMIT_UNAVAILABLE, "the limits' counts cannot be read now; nothing was counted",
                           "limits") from None
-        return LimitUsage(tuple(Use(lim, key, start, found.get(Bucket(lim.name, key, start), 0), amount)
+        return LimitUsage(tuple(Use(lim, key, start, found.get(bucket(lim, key, start), 0), amount)
                                 for lim, key, start, amount in uses))
 
     def count(self, usage: LimitUsage, now: datetime, response: pb.CheckResponse) -> tuple[pb.CheckResponse, bool]:
@@ -101,7 +107,7 @@ class LimitCounts:
         if missed is None:
             response.reason += counted_note(usage, totals)
             return response, True
-        use = next(u for u in usage.counted() if u.limit.name == missed.limit)
+        use = next(u for u in usage.counted() if bucket(u.limit, u.key, u.window_start) == missed)
         limit = use.limit
         refused = fail_closed(response, limit.code, f"limit {limit.name} ({limit.shown(limit.max_units)} per {use.key} "
                               f"in {limit.spec.window}) was reached by another decision after this one read its "
@@ -125,7 +131,7 @@ def counted_note(usage: LimitUsage, totals: dict[Bucket, int]) -> str:
     parts = []
     for use in usage.counted():
         shown = use.limit.shown
-        total = totals.get(Bucket(use.limit.name, use.key, use.window_start), use.used + use.amount)
+        total = totals.get(bucket(use.limit, use.key, use.window_start), use.used + use.amount)
         parts.append(f"{use.limit.name} {shown(total)}/{shown(use.limit.max_units)} per {use.key} "
                      f"in {use.limit.spec.window}")
     return "; counted: " + ", ".join(parts)

@@ -7,12 +7,16 @@ test_limits_fleet.py."""
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from datetime import UTC, datetime
 
 import pytest
 
+from checkpoint.policy import load_policy_dir
 from checkpoint.server import AuthPolicy
-from checkpoint.server.limit_store import LIMITS_FILE, Bucket, SqliteLimits
+from checkpoint.server.limit_counts import LimitCounts
+from checkpoint.server.limit_store import LIMITS_FILE, SqliteLimits
+from checkpoint.server.runs import Established
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 
 from .conftest import PERSON_TOKEN, TOKEN
@@ -80,11 +84,11 @@ def run_token(running, agent: str = "recon", person: str = "alice", principal_to
 
 
 def counted(running, name: str = "reads", key: str = "principal:driver", start: int = HOUR_START) -> int:
-    store = SqliteLimits(running.data / LIMITS_FILE)
-    try:
-        return store.used([Bucket(name, key, start)]).get(Bucket(name, key, start), 0)
-    finally:
-        store.close()
+    """The count the checkpoint keeps in its data folder for limit `name` (whatever its window)."""
+    with sqlite3.connect(running.data / LIMITS_FILE) as db:
+        row = db.execute("SELECT sum(used) FROM counts WHERE limit_name LIKE ? AND key = ? AND window_start = ?",
+                         (f"{name}/%", key, start)).fetchone()
+    return row[0] or 0
 
 
 def assert_refused(answer: pb.CheckResponse, name: str = "reads") -> None:
@@ -202,8 +206,6 @@ def test_a_rule_reads_the_counts_the_checkpoint_read(limited, policy_dir):
 def test_a_limits_store_that_cannot_be_read_refuses_only_what_a_limit_counts(limited):
     running = limited()
     token = run_token(running)
-    import sqlite3
-
     with sqlite3.connect(running.data / LIMITS_FILE) as db:
         db.execute("DROP TABLE counts")
     refused = check(running, token)
@@ -244,3 +246,27 @@ def test_a_shadow_rule_reads_the_counts_and_is_recorded_beside_the_enforced_answ
     record = running.records()[-1]
     assert (record["shadow_verdict"], record["shadow_code"], record["shadow_rule"]) == (
         "DENY", "rule_denied", "rule:reads_tighter")
+
+
+def test_a_window_edited_starts_its_counts_afresh(policy_dir, tmp_path):
+    """1h to 24h: the day's window begins at the same second as its first hour, and must not inherit it."""
+    with_limits(policy_dir, limit(max_=1))
+    hourly = load_policy_dir(policy_dir)
+    instance = policy_dir / "instance.yaml"
+    instance.write_text(instance.read_text().replace("window: 1h", "window: 24h"))
+    daily = load_policy_dir(policy_dir)
+    store = SqliteLimits(tmp_path / LIMITS_FILE)
+    counts = LimitCounts(store)
+    run = pb.RunContext(tenant="acme", actor_chain=[pb.Actor(kind=pb.ACTOR_KIND_PERSON, id="alice"),
+                                                    pb.Actor(kind=pb.ACTOR_KIND_AGENT, id="recon")])
+    established = Established(run, "driver", "", hourly.revision)
+    midnight = datetime(2026, 3, 2, tzinfo=UTC)
+    request = call("token")
+    try:
+        usage = counts.read(hourly, request, "driver", established, midnight)
+        answer, was_counted = counts.count(usage, midnight, pb.CheckResponse(verdict=pb.VERDICT_ALLOW))
+        assert was_counted and answer.verdict == pb.VERDICT_ALLOW
+        assert counts.read(hourly, request, "driver", established, midnight).uses[0].used == 1
+        assert counts.read(daily, request, "driver", established, midnight).uses[0].used == 0
+    finally:
+        store.close()

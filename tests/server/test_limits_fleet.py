@@ -27,7 +27,7 @@ def limited_fleet(policy_dir, request):
 
 def _count(pg_url: str) -> int:
     with psycopg.connect(pg_url) as conn:
-        row = conn.execute(f"SELECT coalesce(sum(used), 0) FROM {COUNTS} WHERE limit_name = 'reads'").fetchone()
+        row = conn.execute(f"SELECT coalesce(sum(used), 0) FROM {COUNTS} WHERE limit_name LIKE 'reads/%'").fetchone()
     return int(row[0]) if row else 0
 
 
