@@ -21,6 +21,7 @@ from warden.store.url import add_store_flags, store_of
 SCHEMAS: tuple[str, ...] = (
     "checkpoint.policy.postgresql_store:SCHEMA",
     "checkpoint.server.single_use_pg:SCHEMA",
+    "checkpoint.server.limit_store_pg:SCHEMA",
     "toolrunner.receipts.postgresql:SCHEMA",
     "checkpoint.audit.pg_schema:SCHEMA",
     "driver.runs.postgresql:SCHEMA",
@@ -36,7 +37,7 @@ COPIES: tuple[str, ...] = (
 )
 # Files of a data folder whose stores have no copy yet: named when SRC holds them, so that nobody
 # believes them moved (a store that gains a copy above leaves this list).
-NOT_COPIED: tuple[str, ...] = ("driver.db",)
+NOT_COPIED: tuple[str, ...] = ("driver.db", "limits.db")
 UP_FOLDERS = ("checkpoint", "toolrunner", "driver")
 
 

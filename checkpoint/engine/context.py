@@ -14,6 +14,8 @@ from typing import Any
 
 from checkpoint.engine.outcome import DENY, HALT, InvalidRequest, Trace
 from checkpoint.policy import AgentVersion, PolicySet
+from checkpoint.policy.limits import NOTHING as NO_USAGE
+from checkpoint.policy.limits import LimitUsage
 from checkpoint.policy.model import Tenant
 from checkpoint.policy.pinned import NOTHING, PinnedVersions
 from warden import codes
@@ -49,6 +51,7 @@ class Call:
     handoff_to: str = ""  # set when a handoff_if rule handed the case to a person or queue
     now: datetime | None = None  # the checkpoint's time for rules that read `now` (decide() sets it)
     pinned: PinnedVersions = NOTHING  # the versions the request names, read from the catalog beforehand
+    limits: LimitUsage = NO_USAGE  # the counts of the limits across runs, read from their store beforehand
 
     @property
     def depth(self) -> int:

@@ -4,7 +4,8 @@ Pure: no I/O, no log, and no clock of its own: the time a rule reads (`now`) is 
 the service, never taken from the request, and the pinned agent versions a request names are
 read from the catalog by the caller beforehand (`pinned`, policy/pinned.py). The service stamps
 the decision id, signs the grant and records the decision. Steps run in DESIGN.md's order and the first failure wins:
-request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, delegation; then, for
+request shape, allowlist, scope, off-limits subjects, CEL rules, breakers, limits across runs
+(counted beforehand: `limits`), delegation; then, for
 a tool call, the active learnings (engine/learnings.py), which may only warn or deny.
 """
 
@@ -17,10 +18,13 @@ from typing import Any
 import fastjsonschema
 
 from checkpoint.engine import as_read, authority, breakers, expanded, learnings
+from checkpoint.engine import limits as limits_step
 from checkpoint.engine.context import Call, resolve
 from checkpoint.engine.outcome import ALLOW, APPROVE, DENY, HALT, InvalidRequest, Stop, Trace
 from checkpoint.policy import CompiledRule, CompiledTool, PolicySet
 from checkpoint.policy.entries import PLACED
+from checkpoint.policy.limits import NOTHING as NO_USAGE
+from checkpoint.policy.limits import LimitUsage
 from checkpoint.policy.pinned import NOTHING, PinnedVersions
 from checkpoint.policy.policyset import RuleGroup, read_touched
 from checkpoint.policy.roles import roles_of
@@ -35,12 +39,16 @@ MAX_PLAN_STEPS = 100
 
 def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
            approved_rules: frozenset[str] = frozenset(), now: datetime | None = None,
-           pinned: PinnedVersions = NOTHING) -> pb.CheckResponse:
+           pinned: PinnedVersions = NOTHING, limits: LimitUsage = NO_USAGE) -> pb.CheckResponse:
     """Decide one request. Raises InvalidRequest when it is not well formed enough to decide.
 
     `pinned`: the agent versions the request names, as `checkpoint.policy.pinned.load` read them
     from the catalog. Left out, only the versions the policy set itself holds are known (a run
     pinned to an older version is then refused `unknown_agent_version`: closed, not open).
+
+    `limits`: the counts of the Instance's limits this request needs, as the service read them from
+    their store (checkpoint/policy/limits.py): a limit with no room left refuses (step 6b), and rules
+    read them as `limits.NAME`. Left out, no limit counts the call.
 
     `now`: the checkpoint's time, the `now` rules read (an aware datetime; the service passes its
     clock, tests a fixed time). Left out, it is the wall clock, read only when a rule reads `now`.
@@ -59,6 +67,7 @@ def decide(policies: PolicySet, request: pb.CheckRequest, *, approver: str = "",
         call.approver = approver[:100]
         call.approved_rules = approved_rules
         call.now = now
+        call.limits = limits
         action = request.WhichOneof("action")
         if action == "tool_call":
             _tool_call(call, request.tool_call, response)
@@ -136,6 +145,7 @@ def _tool_call(call: Call, tc: pb.ToolCall, response: pb.CheckResponse) -> None:
     })
     if call.agent is not None:
         breakers.check(call, "tool_call")
+    limits_step.check(call)
     response.counts_as_drift = call.request.run.has_plan and not tc.plan_step
     learnings.check(call, tool, args, _agent_map, response)  # advice: a warning, or a DENY
     if approvals:
@@ -387,6 +397,7 @@ def _base_activation(call: Call, action: str, reads: frozenset[str]) -> dict[str
         "plan": [],
         "person": _person_map(call) if "person" in reads else {},
         "now": _now(call) if "now" in reads else EPOCH,
+        "limits": call.limits.cel_map() if "limits" in reads else {},
     }
 
 
@@ -406,6 +417,7 @@ def _model_call(call: Call) -> None:
                   "input_tokens": mc.input_tokens},
     })
     breakers.check(call, "model_call")
+    limits_step.check(call)
     if approvals:
         _approve_or_stop(call, approvals)
 

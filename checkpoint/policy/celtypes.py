@@ -10,6 +10,8 @@ frame and a "did you mean", not a `policy_error` on every matching call.
 - `plan` is a list of `{id, tool}` objects; `subjects` a list of strings; `touched` an object
   with a list per scope dimension of the values as read (engine/as_read.py); `action` a string;
   `now` a timestamp (the checkpoint's clock).
+- `limits` is an object with one field per limit of the Instance (`used`, `remaining`, `max`: ints
+  for a limit of calls, doubles in USD for one of spend).
 - `args` is typed from the input_schema of the tools a rule names (`tools: [...]`): each
   property is a field, its JSON Schema type gives the field's type, and reading anything else is
   an error. A rule that names no tools reads `args` as a map of dyn (any key, checked at run
@@ -58,6 +60,9 @@ def _counters() -> Obj:
 
 COUNTERS = _counters()
 
+# no limits: `limits.anything` is a load error (the Instance's limits give it fields: policy/limits.py)
+NO_LIMITS = Obj("Limits", "limits", (), hint=": no limit of that name in the Instance's limits")
+
 # The rule variables with their types, `args` left as the map it is for a rule naming no tools.
 RULE_SHAPES: dict[str, Shape] = {
     "action": STR,
@@ -73,6 +78,7 @@ RULE_SHAPES: dict[str, Shape] = {
     "delegation": DELEGATION,
     "plan": ListOf(PLAN_STEP),
     "now": CelType.TIMESTAMP,
+    "limits": NO_LIMITS,
 }
 
 _UNTYPED_KEYWORDS = ("allOf", "anyOf", "oneOf", "$ref", "patternProperties", "if", "dependencies",
@@ -132,9 +138,10 @@ def args_shape(tools: Sequence[tuple[str, Mapping[str, Any]]]) -> Shape:
                hint=f": not a property of the input_schema of {which}")
 
 
-def rule_shapes(tools: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Shape]:
-    """The typed rule variables for a rule naming `tools` (name, input_schema)."""
-    return {**RULE_SHAPES, "args": args_shape(tools)}
+def rule_shapes(tools: Sequence[tuple[str, Mapping[str, Any]]], limits: Obj = NO_LIMITS) -> dict[str, Shape]:
+    """The typed rule variables for a rule naming `tools` (name, input_schema), in a folder whose
+    Instance declares `limits` (policy/limits.py, `LimitSet.shape`)."""
+    return {**RULE_SHAPES, "args": args_shape(tools), "limits": limits}
 
 
 def touches_shapes(tool: str, schema: Mapping[str, Any]) -> dict[str, Shape]:

@@ -184,6 +184,41 @@ class Tenant(Strict):
     )
 
 
+LimitName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+# a count of minutes, hours or days: 30m, 1h, 24h, 7d
+Window = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,4}[mhd]$")]
+
+
+class Limit(Strict):
+    """A limit that needs memory across runs, counted in the store every replica shares after an
+    ALLOW (docs/policies.md, "Limits"): the calls of some tools, or the spend of model calls, per
+    principal, tenant, agent or person, in a window of time."""
+
+    name: LimitName = Field(..., description="how rules read it: limits.NAME.used, .remaining, .max")
+    description: str = ""
+    counts: Literal["calls", "spend"] = Field(
+        ..., description="calls: each allowed call of `tools`; spend: each allowed model call's price at its "
+                         "max_tokens (USD, from model_prices)")
+    tools: list[Name] = Field(default_factory=_no_items,
+                              description="calls: only these tools' calls; empty means every tool's")
+    per: Literal["principal", "tenant", "agent", "person"] = Field(
+        ..., description="whose calls share one count: the calling principal, the run's tenant, the acting agent "
+                         "(its calls only) or the accountable person")
+    window: Window = Field(..., description="30m, 1h, 24h, 7d: fixed windows of the checkpoint's clock, from the "
+                                           "Unix epoch (a 24h window is a UTC day)")
+    max: float = Field(..., ge=0, allow_inf_nan=False, description="calls: a whole number; spend: USD")
+    verdict: Literal["deny", "halt"] = Field("deny", description="the answer once the limit is reached")
+    code: Name | None = Field(None, description="defaults to limit_exceeded")
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Limit":
+        if self.counts == "calls" and self.max != int(self.max):
+            raise ValueError(f"limit {self.name!r} counts calls: max must be a whole number, not {self.max}")
+        if self.counts == "spend" and self.tools:
+            raise ValueError(f"limit {self.name!r} counts spend (model calls): 'tools' only applies to calls")
+        return self
+
+
 class Instance(Strict):
     kind: Literal["Instance"]
     ceilings: Budget = Field(default_factory=Budget)
@@ -195,6 +230,8 @@ class Instance(Strict):
         DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0, le=MAX_APPROVAL_TIMEOUT_SECONDS,
         description="how long a REQUIRE_APPROVAL waits for a person before the call is refused "
                     "(approval_timed_out); a rule's own approval_timeout_seconds overrides it")
+    limits: list[Limit] = Field(default_factory=_no_items,
+                                description="limits counted across runs and replicas (docs/policies.md, \"Limits\")")
 
 
 Identity = Annotated[str, StringConstraints(pattern=r"^(unix|(token|mtls|person|service|oidc):[^\s]{1,256})$")]

@@ -16,6 +16,7 @@ from checkpoint.policy import model
 from checkpoint.policy.input_schemas import Explainer
 from checkpoint.policy.learning_index import EMPTY as NO_LEARNINGS
 from checkpoint.policy.learning_index import LearningIndex
+from checkpoint.policy.limits import NO_LIMITS, LimitSet
 from checkpoint.policy.principals import Principals
 from checkpoint.policy.subjects import OffLimits, Subject, SubjectSet, plain_name, read_value
 from warden import codes
@@ -214,6 +215,8 @@ class PolicySet:
     shadow_agents: dict[str, AgentVersion] = field(default_factory=dict)
     # the set whose `mode: shadow` rules and agents are enforced too (`shadow()`): never the one that answers
     enforce_shadow: bool = False
+    # the Instance's limits, counted across runs in the store every replica shares (policy/limits.py)
+    limits: LimitSet = NO_LIMITS
     # indexes built in __post_init__
     rules_by_tool: dict[str, RuleGroup] = field(init=False)  # every tool of `tools` has an entry
     rules_by_action: dict[str, RuleGroup] = field(init=False)  # model_call, delegation, plan

@@ -9,6 +9,8 @@ from typing import Any
 
 from checkpoint.engine import decide
 from checkpoint.policy import PolicySet
+from checkpoint.policy.limits import NOTHING as NO_USAGE
+from checkpoint.policy.limits import LimitUsage
 from checkpoint.policy.pinned import load as load_pinned
 from checkpoint.policy.principals import Principal
 from checkpoint.policy.roles import role_refusal
@@ -33,13 +35,13 @@ def version_bound(policies: PolicySet, run: pb.RunContext) -> str:
 
 def shadow_answer(policies: PolicySet, request: pb.CheckRequest, approver: str, approved: frozenset[str],
                    now: Any, pinned_answer: pb.CheckResponse | None, revision: str,
-                   principal: Principal | None = None) -> tuple[str, str, str]:
+                   principal: Principal | None = None, limits: LimitUsage = NO_USAGE) -> tuple[str, str, str]:
     """The answer with the `mode: shadow` rules enforced too: (verdict, code, rule) for the record,
     held to a pinned revision's answer as the enforced one is. It never changes the enforced
     answer: any failure here is recorded as the shadow's own."""
     try:
         shadow = decide(policies.shadow(), request, approver=approver, approved_rules=approved, now=now,
-                        pinned=load_pinned(policies, request))
+                        pinned=load_pinned(policies, request), limits=limits)
         if pinned_answer is not None:
             shadow = stricter(shadow, pinned_answer, revision)
         if request.WhichOneof("action") == "delegation":

@@ -292,7 +292,8 @@ def create_server(
         raise
     service = CheckpointService(policy_store, decisions, key, metrics, stores.single_use,
                                 learnings=_learnings(stores, data), token_keys=token_keys,
-                                run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl)
+                                run_token_ttl=run_token_ttl, approval_token_ttl=approval_token_ttl,
+                                limits=stores.limits)
     if notify is not None:  # webhooks told of REQUIRE_APPROVAL, HALT and handoff, after the record
         service.notifier = Notifier(notify, service.recorder.append)
     if shared and stores.catalog_feed is None:

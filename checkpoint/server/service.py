@@ -24,6 +24,8 @@ from checkpoint.audit.record import CanonicalJson, DecisionRecord, json_column
 from checkpoint.engine import InvalidRequest, decide
 from checkpoint.policy import PolicySet
 from checkpoint.policy.learnings import LearningStore
+from checkpoint.policy.limits import NOTHING as NO_USAGE
+from checkpoint.policy.limits import LimitUsage
 from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
 from checkpoint.server.act_records import forget_claimed_run
@@ -43,6 +45,8 @@ from checkpoint.server.decision_stream import DecisionStream
 from checkpoint.server.entry_acts import EntryActs, fill_arguments, pins
 from checkpoint.server.ids import new_decision_id, new_run_id
 from checkpoint.server.learning_acts import LearningActs
+from checkpoint.server.limit_counts import LimitCounts
+from checkpoint.server.limit_store import LimitStore
 from checkpoint.server.metrics import Metrics
 from checkpoint.server.notifier import Notifier
 from checkpoint.server.pins import PinnedPolicies, stricter
@@ -88,6 +92,8 @@ class _Call:
     digest: str | None = None
     now_ns: int = 0
     signed_text: CanonicalJson | None = None
+    usage: LimitUsage = NO_USAGE  # the limits' counts the decision read (limit_counts.py)
+    counted: bool = False  # this call was counted in its limits: given back if the answer is no ALLOW
 
 
 class CheckpointService:
@@ -104,6 +110,7 @@ class CheckpointService:
         token_keys: KeySet | None = None,
         run_token_ttl: float = RUN_TOKEN_TTL_SECONDS,
         approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
+        limits: LimitStore | None = None,
     ):
         self.store = store
         self.log = decisions
@@ -118,6 +125,8 @@ class CheckpointService:
         self.single_use = single_use  # also where runs' ends are kept (every worker reads the same), and
         # where a caller's act sent again is taken once (act_id)
         self.metrics = metrics
+        # the counts of the limits across runs (stores.py: limits.db, or the table a fleet shares)
+        self.limit_counts = LimitCounts(limits)
         self.max_batch_items = max_batch_items
         # the collaborators every act is handed (collaborators.py): nothing else of the service
         self.in_force = PoliciesInForce(store)
@@ -195,6 +204,8 @@ class CheckpointService:
         self._settle(call)
         self._grant(call)
         self._record_before_answer(call)
+        if call.counted and call.response.verdict != ALLOW:  # a refused call spends nothing
+            self.limit_counts.refund(call.usage)
         return call.response
 
     def _who_is_calling(self, call: _Call) -> None:
@@ -234,8 +245,11 @@ class CheckpointService:
         # the catalog is read here, before decide(), which reads no file nor database; on a shared
         # store, only a catalog known current is decided on
         self.in_force.require_current_catalog()
+        # the limits' counts too, from their store (shared by every replica on PostgreSQL)
+        assert call.principal is not None
+        call.usage = usage = self.limit_counts.read(policies, request, call.principal.name, established, now)
         response = decide(policies, request, approver=approver, approved_rules=approved, now=now,
-                          pinned=self.in_force.pinned_versions(policies, request))
+                          pinned=self.in_force.pinned_versions(policies, request), limits=usage)
         pinned_answer = None
         pinned_revision = established.revision
         # the revision the run began under, and the one its agent version was reviewed with: edits
@@ -246,7 +260,7 @@ class CheckpointService:
             if pinned is policies:
                 continue
             answer = decide(pinned, request, approver=approver, approved_rules=approved, now=now,
-                            pinned=self.in_force.pinned_versions(pinned, request))
+                            pinned=self.in_force.pinned_versions(pinned, request), limits=usage)
             if policies.has_shadow:  # stricter() edits its arguments: the shadow gets its own copy
                 kept = pb.CheckResponse()
                 kept.CopyFrom(answer)
@@ -260,7 +274,7 @@ class CheckpointService:
         call.response = response
         if policies.has_shadow:  # recorded beside the answer, never enforced
             call.shadow = shadow_answer(policies, request, approver, approved, now, pinned_answer,
-                                         pinned_revision, call.principal)
+                                         pinned_revision, call.principal, usage)
 
     def _settle(self, call: _Call) -> None:
         """The answer made whole: a known verdict, its revision, the digest of an approved call, and
@@ -280,7 +294,9 @@ class CheckpointService:
         verdict = call.response.verdict
         if verdict == pb.VERDICT_REQUIRE_APPROVAL or (approval is not None and verdict == ALLOW):
             call.digest = self.approvals.digest(request, call.response, call.action)
-        if approval is not None and verdict == ALLOW:
+        if verdict == ALLOW:  # counted before the approval is spent: a call the count refuses spends neither
+            call.response, call.counted = self.limit_counts.count(call.usage, call.now, call.response)
+        if approval is not None and call.response.verdict == ALLOW:
             assert call.digest is not None
             call.response = self._spend(approval, request, call.response, call.digest)
 

@@ -26,6 +26,9 @@ from checkpoint.policy.postgresql_store import CATALOG, LEARNINGS, PostgresqlSto
 from checkpoint.policy.postgresql_store import SCHEMA as CATALOG_SCHEMA
 from checkpoint.server.catalog_feed import CatalogFeed
 from checkpoint.server.ended_runs_feed import EndedRunsFeed
+from checkpoint.server.limit_store import LIMITS_FILE, LimitStore, SqliteLimits
+from checkpoint.server.limit_store_pg import SCHEMA as LIMITS_SCHEMA
+from checkpoint.server.limit_store_pg import PgLimits
 from checkpoint.server.single_use import SingleUse, SingleUseStore
 from checkpoint.server.single_use_pg import SCHEMA as SINGLE_USE_SCHEMA
 from checkpoint.server.single_use_pg import PgSingleUse
@@ -54,10 +57,14 @@ class CheckpointStores:
     catalog: CatalogStore | None = None
     learnings: CatalogStore | None = None
     catalog_feed: CatalogFeed | None = None
+    # the counts of the limits across runs (the Instance's `limits`); None only where a test leaves it out
+    limits: LimitStore | None = None
 
     def close(self) -> None:
         try:
             try:
+                if self.limits is not None:
+                    self.limits.close()
                 self.single_use.close()
             finally:  # each follower's thread stops even when another's close failed
                 if self.catalog_feed is not None:
@@ -96,12 +103,18 @@ def open_stores(url: StoreUrl, *, run_token_ttl: float,
     `on_current`: told when the replica's memory of ended runs stops or starts being current
     (PostgreSQL only; health reports it)."""
     if not url.is_postgresql:
-        return CheckpointStores(url, SingleUse(url.sqlite_file(SINGLE_USE_FILE)))
+        single = SingleUse(url.sqlite_file(SINGLE_USE_FILE))
+        try:
+            return CheckpointStores(url, single, limits=SqliteLimits(url.sqlite_file(LIMITS_FILE)))
+        except BaseException:
+            single.close()
+            raise
     db = Database(url, name="checkpoint", max_size=POOL_SIZE).open()
     told = _AllCurrent(on_current, ("ended_runs", "catalog"))
     try:
         require_current(db, SINGLE_USE_SCHEMA)
         require_current(db, CATALOG_SCHEMA)
+        require_current(db, LIMITS_SCHEMA)
         feed = EndedRunsFeed(db, horizon=run_token_ttl + HORIZON_MARGIN, on_current=told.part("ended_runs"))
         single_use = PgSingleUse(db, feed).start()
     except BaseException:
@@ -110,7 +123,7 @@ def open_stores(url: StoreUrl, *, run_token_ttl: float,
     catalog_feed = CatalogFeed(db, on_current=told.part("catalog"))
     return CheckpointStores(url, single_use, db, current=lambda: feed.current and catalog_feed.current,
                             catalog=PostgresqlStore(db, CATALOG), learnings=PostgresqlStore(db, LEARNINGS),
-                            catalog_feed=catalog_feed)
+                            catalog_feed=catalog_feed, limits=PgLimits(db))
 
 
 def decision_log(url: StoreUrl, data: Path, *, synchronous: str = "NORMAL", shared: bool = False) -> DecisionLogStore:

@@ -18,6 +18,7 @@ POLICY_VARIABLES = {
     "subjects": CelType.LIST_STRING,
     "touched": CelType.MAP_STRING_DYN,
     "now": CelType.TIMESTAMP,
+    "limits": CelType.MAP_STRING_DYN,
 }
 # a Sunday, the day summer time starts in Europe (01:00 UTC): 09:30 in Berlin
 NOW = datetime(2024, 3, 31, 7, 30, 15, tzinfo=UTC)
@@ -54,6 +55,10 @@ _BASE = {
          "scheme": "", "port": 0, "path": "", "name": "customer:vip-1"},
     ]},
     "now": NOW,
+    # the counts of the instance's limits as the service reads them (checkpoint/policy/limits.py):
+    # ints for a limit of calls, USD doubles for one of spend
+    "limits": {"deploys_hourly": {"used": 4, "remaining": 1, "max": 5},
+               "tenant_daily_spend": {"used": 1.25, "remaining": 0.25, "max": 1.5}},
 }
 
 

@@ -232,6 +232,15 @@ CORPUS: list[tuple[str, object, dict[str, object]]] = [
     ("string(!args.flag) == 'true'", True, {}),
     ("type(args.count) == int && type(args.ratio) == double && type(args.customer) == string", True, {}),
     ("type(args.count) != uint && type(args.flag) == bool && int(args.customer.size()) == 6", True, {}),
+    # the limits across runs: counts read before the decision
+    ("limits.deploys_hourly.remaining <= 1", True, {}),
+    ("limits.deploys_hourly.used + 1 > limits.deploys_hourly.max", False, {}),
+    ("limits.tenant_daily_spend.used >= 1.0 && limits.tenant_daily_spend.remaining < 0.5", True, {}),
+    ("limits.tenant_daily_spend.used + 1", ERR, {}),  # no mixed arithmetic, as for any double
+    ("limits.deploys_hourli.used > 1", ERR, {}),  # no such limit: an error, so a deny_if refuses
+    ("has(limits.deploys_hourly) && !has(limits.other)", True, {}),
+    ("limits.deploys_hourly.remaining == 0", False, {"limits": {"deploys_hourly": {"used": 0, "remaining": 5,
+                                                                                   "max": 5}}}),
     # compile-time rejections
     ("undeclared_var == 1", COMPILE, {}),
     ("args.amount >", COMPILE, {}),

@@ -177,7 +177,8 @@ def test_every_decision_code_is_produced():
     tests/security/test_catalog_lifecycle.py produces through the service; the skills' and templates',
     which tests/security/test_skills.py and test_templates.py produce; the learnings', which
     tests/security/test_learnings.py produces; an approval's deadline and its notifications, which
-    tests/server/test_approval_deadlines.py and test_notifications.py produce) comes out of some table row."""
+    tests/server/test_approval_deadlines.py and test_notifications.py produce; the limits' across runs, which test_ckpt_limits.py and
+    tests/server/test_limits.py produce from counts read beforehand) comes out of some table row."""
     produced = set()
     for c in _all_tables():
         got = c.run()
@@ -186,7 +187,7 @@ def test_every_decision_code_is_produced():
     wanted = set(codes.DECISION_CODES) - {codes.AUDIT_UNAVAILABLE, codes.APPROVAL_INVALID, codes.CALLER_NOT_PERMITTED,
                                           codes.RUN_TOKEN_INVALID, codes.RUN_TOKEN_EXPIRED, codes.APPROVAL_EXPIRED,
                                           codes.RUN_ENDED, codes.RUN_STATE_UNAVAILABLE, codes.CATALOG_UNAVAILABLE,
-                                              codes.STORE_UNAVAILABLE,
+                                              codes.STORE_UNAVAILABLE, codes.LIMIT_EXCEEDED, codes.LIMIT_UNAVAILABLE,
                                           codes.APPROVED, codes.REJECTED, codes.RECORDED,
                                           codes.ROLE_REQUIRED, *codes.CATALOG_CODES, *codes.ENTRY_CODES,
                                           *codes.LEARNING_CODES, codes.APPROVAL_TIMED_OUT,

@@ -55,7 +55,8 @@ def test_every_shipped_expression_evaluates_alike():
                {"subjects": [{**read, "range": None}]}]
     for i, a in enumerate(activations):  # every declared variable, or every case is the same error
         a.update(person={"name": "alice", "roles": ["operator"]}, touched=touched[i],
-                 now=datetime(2024, 6, 3 + i, 8 + 4 * i, 30, tzinfo=UTC))
+                 now=datetime(2024, 6, 3 + i, 8 + 4 * i, 30, tzinfo=UTC),
+                 limits={"calls": {"used": i, "remaining": 2 - i, "max": 2}})
     assert set(activations[0]) == set(RULE_VARIABLES)
     cases = []
     for rule in NATIVE.rules:

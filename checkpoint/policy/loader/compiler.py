@@ -16,6 +16,7 @@ from checkpoint.policy.defaults import with_defaults
 from checkpoint.policy.errors import PolicyError
 from checkpoint.policy.loader.agents import agent_skills, compile_agent, shadow_agents
 from checkpoint.policy.loader.documents import Doc
+from checkpoint.policy.loader.limits import compile_limits
 from checkpoint.policy.loader.tools import compile_tool
 from checkpoint.policy.loader.variables import RULE_VARIABLES, TOUCHES_VARIABLES
 from checkpoint.policy.policyset import CompiledRule, PolicySet
@@ -32,6 +33,7 @@ class Compiler:
         self.engine = engine
         self.errors = errors
         self.defaulted: frozenset[str] = frozenset()  # instance ceilings taken from the built-in defaults
+        self.limits_shape = celtypes.NO_LIMITS  # `limits` as rules read it: the instance's, once compiled
 
     def error(self, doc: Doc, path: tuple[str | int, ...], message: str) -> None:
         self.errors.append(PolicyError(doc.file, doc.at(*path), message))
@@ -84,6 +86,9 @@ class Compiler:
         named = {k: self.unique(by_kind[k]) for k in ("Agent", "Tool", "Rule", "Tenant", "Principal")}
 
         instance = self._instance(by_kind["Instance"])
+        limits = compile_limits(self, by_kind["Instance"][0] if by_kind["Instance"] else None, instance,
+                                named["Tool"])
+        self.limits_shape = limits.shape()
         tenants = {name: d.spec for name, d in named["Tenant"].items()}
         tenants.setdefault("default", model.Tenant(kind="Tenant", name="default"))
         for d in named["Tenant"].values():
@@ -118,6 +123,7 @@ class Compiler:
             catalog=catalog,
             cel_engine=cel_engine,
             principals=principals,
+            limits=limits,
         )
 
     def _principals(self, docs: dict[str, Doc], tenants: dict[str, model.Tenant],
@@ -222,7 +228,7 @@ class Compiler:
         if spec.handoff_to is not None and spec.effect is not model.Effect.HANDOFF_IF:
             self.error(doc, ("handoff_to",), f"rule {spec.name!r}: 'handoff_to' only applies to handoff_if rules")
         named = [(n, tools[n].spec.input_schema) for n in spec.tools if n in tools]
-        shapes = celtypes.rule_shapes(named if len(named) == len(spec.tools) else [])
+        shapes = celtypes.rule_shapes(named if len(named) == len(spec.tools) else [], self.limits_shape)
         program = self.compile_cel(doc, ("condition",), spec.condition, RULE_VARIABLES, ("BOOL",), shapes)
         if program is None:
             return None

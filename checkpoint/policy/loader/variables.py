@@ -21,5 +21,7 @@ RULE_VARIABLES: dict[str, CelType] = {
     "plan": CelType.LIST_DYN,
     "person": CelType.MAP_STRING_DYN,
     "now": CelType.TIMESTAMP,
+    # the counts of the instance's limits for this call's party, read before the decision
+    "limits": CelType.MAP_STRING_DYN,
 }
 TOUCHES_VARIABLES: dict[str, CelType] = {"args": CelType.MAP_STRING_DYN}
