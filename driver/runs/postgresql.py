@@ -388,10 +388,11 @@ def _unavailable(db: Database, exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"store {db.url.shown}: {first_line}")
 
 
-def open_postgresql(url: StoreUrl) -> PostgresRunStore:
+def open_postgresql(url: StoreUrl, *, name: str = "driver") -> PostgresRunStore:
     """The runs on the store `url` names, once its `runs` schema is current: StoreUnavailable or
-    StoreSchemaMismatch (one line each) stop the start."""
-    db = Database(url, name="driver").open()
+    StoreSchemaMismatch (one line each) stop the start. `name` ends the sessions' application
+    name (a durable driver's carries its executor id, so a judge can end them)."""
+    db = Database(url, name=name).open()
     try:
         require_current(db, SCHEMA)
     except BaseException:

@@ -31,6 +31,15 @@ def process_calls(driver: Driver, run: Run) -> None:
                 return
 
 
+def process_first_call(driver: Driver, run: Run) -> None:
+    """The first open call of the turn taken one step further (a durable workflow's step)."""
+    for call in driver.store.calls(run.run_id, run.turn):
+        if call["status"] != "done":
+            with tracing.span("warden.tool.call", {"warden.tool": call["tool"], "warden.call.status": call["status"]}):
+                process_call(driver, run.run_id, call)
+            return
+
+
 def process_call(driver: Driver, run_id: str, call: dict[str, Any]) -> bool:
     """Take one open call a step further; False when the run must stop here for now."""
     run = driver.store.run(run_id)

@@ -1,0 +1,165 @@
+"""Runs that outlive their driver: two durable drivers (real processes) on one PostgreSQL store.
+
+Each driver runs its runs as DBOS workflows and watches the other's lease (driver/durable). The
+tests kill -9 (SIGKILL) or freeze (SIGSTOP) the driver holding a run at a named point
+(durable_driver_process.py) and look, through the shared store and DBOS's own tables, at where the
+run went: it finishes on the other driver from its last completed step, each tool call ran once
+(the receipts), no turn was counted twice. Real parts: checkpoint, toolrunner (Docker), PostgreSQL.
+Waits have deadlines that only guard against a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+import yaml
+from driver_harness import CHECKPOINT_TOKEN, PLAN, TOOLRUNNER_TOKEN, call, final
+
+from driver.runs.model import AWAITING_APPROVAL, CANCELLED, PAUSED, SUCCEEDED
+from driver.runs.postgresql import SCHEMA, open_postgresql
+from driver.service import goal_to_proto
+from driver.goal import parse_goal
+from warden.driver.v1 import driver_pb2 as pb
+from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.store.migrations import migrate
+from warden.store.pg import Database
+from warden.store.url import parse_store_url
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPER = Path(__file__).with_name("durable_driver_process.py")
+TOKEN = "bob-operator-token-0123456789"
+MD = [("authorization", f"Bearer {TOKEN}")]
+TTL = 2.0
+SCAN = call("create_task_from_template", template="web", target="web.lab.example.com")
+NEEDS_APPROVAL = call("create_task_from_template", template="web", target="10.20.0.0/24")
+SCRIPT = [PLAN, SCAN, final(scan_ran="created", reported="queued")]
+APPROVAL_SCRIPT = [PLAN, NEEDS_APPROVAL, final(scan_ran="created", reported="queued")]
+GOAL = goal_to_proto(parse_goal({
+    "objective": "Scan the lab with the web template and report the task status.",
+    "criteria": [{"id": "scan_ran", "description": "a scan task was created",
+                  "check": {"kind": "receipt_ok", "tool": "create_task_from_template"}},
+                 {"id": "reported", "description": "the task status is reported"}]}))
+
+pytestmark = pytest.mark.skipif(not os.environ.get("WARDEN_REQUIRE_POSTGRES") and not os.environ.get("PGPASSWORD"),
+                                reason="needs PostgreSQL (set WARDEN_REQUIRE_POSTGRES=1)")
+
+
+class Proc:
+    """One durable driver process, its executor id and a stub to its DriverService."""
+
+    def __init__(self, stack: Any, url: str, stall: str = "none", **env: str) -> None:
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), "WARDEN_TEST_CHECKPOINT_TOKEN": CHECKPOINT_TOKEN,
+                    "WARDEN_TEST_TOOLRUNNER_TOKEN": TOOLRUNNER_TOKEN, **env}
+        self.proc = subprocess.Popen([sys.executable, str(HELPER), url, str(stack.policy_dir), stack.checkpoint_address,
+                                      stack.toolrunner_address, stall, str(TTL)],
+                                     stdout=subprocess.PIPE, text=True, env=full_env, cwd=ROOT)
+        self.executor = self.line("executor ").split()[1]
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.line('port ').split()[1]}")
+        self.stub = pb_grpc.DriverServiceStub(self.channel)
+
+    def line(self, prefix: str) -> str:
+        """Read lines until one starts with `prefix`; a process that ends first fails the test."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(prefix):
+                return line.strip()
+        raise AssertionError(f"the driver process ended (exit {self.proc.wait(30)}) before {prefix!r}")
+
+    def start(self, responses: list[Any]) -> str:
+        script = yaml.safe_dump({"responses": responses})
+        return str(self.stub.StartRun(pb.StartRunRequest(agent="recon", goal=GOAL, provider="scripted",
+                                                         script_yaml=script), metadata=MD).run.run_id)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def close(self) -> None:
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.kill()
+
+
+@pytest.fixture()
+def store_url(pg_url: str) -> Any:
+    url = parse_store_url(pg_url, default_folder=".")
+    with Database(url, name="test-migrate", max_size=1) as db:
+        migrate(db, SCHEMA)
+    return url
+
+
+@pytest.fixture()
+def store(store_url: Any) -> Iterator[Any]:
+    s = open_postgresql(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture()
+def procs(stack: Any, pg_url: str, store_url: Any) -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.close()
+
+
+def until(store: Any, run_id: str, ok: Any, what: str, deadline: float = 120) -> Any:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        run = store.run(run_id)
+        if ok(run):
+            return run
+        time.sleep(0.1)
+    run = store.run(run_id)
+    raise AssertionError(f"run {run_id} never {what}: {run.status} {run.code} {run.reason}; "
+                         f"events {[e.kind for e in store.events(run_id)]}")
+
+
+def workflow(store_url: Any, run_id: str) -> tuple[str, str]:
+    """(executor id, DBOS status) of the run's workflow, from DBOS's own table."""
+    with psycopg.connect(store_url.conninfo) as conn:
+        row = conn.execute("SELECT executor_id, status FROM dbos.workflow_status WHERE workflow_uuid = %s",
+                           (f"run:{run_id}",)).fetchone()
+    assert row is not None, f"no workflow for run {run_id}"
+    return str(row[0]), str(row[1])
+
+
+def finished_once(store: Any, run_id: str, responses: list[Any]) -> list[dict[str, Any]]:
+    """The run succeeded with each tool call once and each turn counted once; its tool receipts."""
+    run = store.run(run_id)
+    assert run.status == SUCCEEDED, (run.status, run.code, run.reason)
+    receipts = store.receipts(run_id)
+    assert [r["tool"] for r in receipts] == ["create_task_from_template"]
+    replies = [e for e in store.events(run_id) if e.kind == "model_reply"]
+    assert run.total_turns == len(replies) == len(responses)  # one scripted reply per turn, none twice
+    return [e.data for e in store.events(run_id) if e.kind == "tool_receipt"]
+
+
+@pytest.mark.parametrize("stall", ["before_execute", "after_execute"])
+def test_a_run_whose_driver_is_killed_mid_step_finishes_on_the_other_with_each_tool_once(
+        stack, pg_url, store_url, store, procs, stall):
+    a = Proc(stack, pg_url, stall)
+    procs.append(a)
+    b = Proc(stack, pg_url)
+    procs.append(b)
+    run_id = a.start(SCRIPT)
+    a.line(f"at {stall}")
+    assert workflow(store_url, run_id) == (a.executor, "PENDING")
+    a.kill()
+    run = until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    assert workflow(store_url, run_id) == (b.executor, "SUCCESS")  # B took the workflow over
+    receipts = finished_once(store, run_id, SCRIPT)
+    # after the effect, B's re-run sent the same grant: the toolrunner answered with its stored receipt
+    assert [r["replayed"] for r in receipts] == [stall == "after_execute"]
+    assert run.total_turns == 3
