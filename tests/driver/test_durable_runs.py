@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -49,9 +50,6 @@ GOAL = goal_to_proto(parse_goal({
     "criteria": [{"id": "scan_ran", "description": "a scan task was created",
                   "check": {"kind": "receipt_ok", "tool": "create_task_from_template"}},
                  {"id": "reported", "description": "the task status is reported"}]}))
-
-pytestmark = pytest.mark.skipif(not os.environ.get("WARDEN_REQUIRE_POSTGRES") and not os.environ.get("PGPASSWORD"),
-                                reason="needs PostgreSQL (set WARDEN_REQUIRE_POSTGRES=1)")
 
 
 class Proc:
@@ -163,3 +161,91 @@ def test_a_run_whose_driver_is_killed_mid_step_finishes_on_the_other_with_each_t
     # after the effect, B's re-run sent the same grant: the toolrunner answered with its stored receipt
     assert [r["replayed"] for r in receipts] == [stall == "after_execute"]
     assert run.total_turns == 3
+
+
+def approve_at(node: Proc, stack: Any, store: Any, run_id: str) -> None:
+    [approval] = store.approvals(run_id, status="pending")
+    token = stack.approval_token(SimpleNamespace(store=store), approval.approval_id)
+    node.stub.ApproveCall(pb.ApproveCallRequest(approval_id=approval.approval_id, approval_token=token),
+                          metadata=MD, timeout=30)
+
+
+def test_an_approval_sent_while_the_runs_driver_is_dead_reaches_the_run_on_the_other(
+        stack, pg_url, store_url, store, procs):
+    a = Proc(stack, pg_url)
+    procs.append(a)
+    b = Proc(stack, pg_url)
+    procs.append(b)
+    run_id = a.start(APPROVAL_SCRIPT)
+    until(store, run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
+    a.kill()
+    approve_at(b, stack, store, run_id)  # A is dead and its workflow not yet taken over
+    until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    assert workflow(store_url, run_id) == (b.executor, "SUCCESS")
+    finished_once(store, run_id, APPROVAL_SCRIPT)
+
+
+def test_a_frozen_driver_loses_its_runs_and_stops_itself_when_it_wakes(stack, pg_url, store_url, store, procs):
+    a = Proc(stack, pg_url)
+    procs.append(a)
+    b = Proc(stack, pg_url)
+    procs.append(b)
+    run_id = a.start(APPROVAL_SCRIPT)
+    until(store, run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
+    a.proc.send_signal(signal.SIGSTOP)
+    end = time.monotonic() + 60
+    while workflow(store_url, run_id)[0] != b.executor:  # B judged A dead (TTL) and took the run
+        assert time.monotonic() < end, "the frozen driver's run was never taken over"
+        time.sleep(0.1)
+    approve_at(b, stack, store, run_id)
+    until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    a.proc.send_signal(signal.SIGCONT)
+    assert a.proc.wait(60) == 3  # its lease was found dead on waking: it stopped (fencing)
+    finished_once(store, run_id, APPROVAL_SCRIPT)
+    with psycopg.connect(store_url.conninfo) as conn:  # the dead lease was never renewed again
+        assert conn.execute("SELECT count(*) FROM driver_leases WHERE executor_id = %s AND NOT dead",
+                            (a.executor,)).fetchone() == (0,)
+
+
+@pytest.mark.parametrize("at", ["a", "b"])
+def test_cancel_and_pause_reach_a_run_at_either_driver(stack, pg_url, store_url, store, procs, at):
+    a = Proc(stack, pg_url)
+    procs.append(a)
+    b = Proc(stack, pg_url)
+    procs.append(b)
+    node = {"a": a, "b": b}[at]
+    paused_id, cancelled_id = a.start(APPROVAL_SCRIPT), a.start(APPROVAL_SCRIPT)
+    for run_id in (paused_id, cancelled_id):
+        until(store, run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
+
+    node.stub.CancelRun(pb.CancelRunRequest(run_id=cancelled_id, reason="not today"), metadata=MD, timeout=30)
+    assert store.run(cancelled_id).status == CANCELLED
+    end = time.monotonic() + 30
+    while workflow(store_url, cancelled_id)[1] != "CANCELLED":  # the engine's cancel
+        assert time.monotonic() < end, workflow(store_url, cancelled_id)
+        time.sleep(0.1)
+
+    node.stub.PauseRun(pb.PauseRunRequest(run_id=paused_id, reason="look first"), metadata=MD, timeout=30)
+    run = store.run(paused_id)
+    assert (run.status, run.code) == (PAUSED, "paused")  # warden's own status; the workflow waits
+    assert workflow(store_url, paused_id) == (a.executor, "PENDING")
+    node.stub.ResumeRun(pb.ResumeRunRequest(run_id=paused_id), metadata=MD, timeout=30)
+    until(store, paused_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval again")
+    approve_at(node, stack, store, paused_id)
+    until(store, paused_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    assert workflow(store_url, paused_id) == (a.executor, "SUCCESS")
+    assert store.receipts(cancelled_id) == []  # nothing ran for the cancelled run
+
+
+def test_an_approval_that_waits_past_its_timeout_is_refused_and_recorded(stack, pg_url, store, procs):
+    a = Proc(stack, pg_url, WARDEN_TEST_APPROVAL_TIMEOUT="1")
+    procs.append(a)
+    run_id = a.start(APPROVAL_SCRIPT)
+    until(store, run_id, lambda r: r.status not in (AWAITING_APPROVAL, "running") or any(
+        e.kind == "approval_decided" for e in store.events(run_id)), "had its approval decided")
+    [decided] = [e.data for e in store.events(run_id) if e.kind == "approval_decided"]
+    assert (decided["decision"], decided["person"]) == ("rejected", "warden")
+    assert decided["note"].startswith("approval_timeout")
+    [approval] = store.approvals(run_id)
+    assert approval.status == "rejected"
+    assert store.receipts(run_id) == []  # the refused call never ran
