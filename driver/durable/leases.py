@@ -92,6 +92,10 @@ class Leases:
             self._healthy_since = time.monotonic()
         return True
 
+    @property
+    def renewed_since_failure(self) -> bool:
+        return self._healthy_since is not None
+
     def may_judge(self) -> bool:
         return self._healthy_since is not None and time.monotonic() - self._healthy_since >= self.ttl
 
