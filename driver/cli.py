@@ -170,6 +170,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
     import threading
 
     from driver.clients import CheckpointClient, ToolRunnerClient
+    from driver.durable.leases import new_executor_id
     from driver.loop import Driver
     from driver.pricing import Prices
     from driver.providers import make_provider
@@ -184,9 +185,10 @@ def _serve_configured(args: argparse.Namespace) -> int:
     )
     from warden.store.errors import StoreError
 
-    from driver.durable.leases import new_executor_id
-
     data: Path = args.data
+    if args.lease_ttl <= 0 or args.approval_timeout <= 0:
+        print("warden driver: --lease-ttl and --approval-timeout must be positive", file=sys.stderr)
+        return 2
     executor_id = new_executor_id()
     try:
         store = _open_runs(args, data, executor_id)  # a store that cannot be opened stops the start in one line

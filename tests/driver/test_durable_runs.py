@@ -26,10 +26,10 @@ import pytest
 import yaml
 from driver_harness import CHECKPOINT_TOKEN, PLAN, TOOLRUNNER_TOKEN, call, final
 
+from driver.goal import parse_goal
 from driver.runs.model import AWAITING_APPROVAL, CANCELLED, PAUSED, SUCCEEDED
 from driver.runs.postgresql import SCHEMA, open_postgresql
 from driver.service import goal_to_proto
-from driver.goal import parse_goal
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 from warden.store.migrations import migrate
