@@ -249,3 +249,25 @@ def test_an_approval_that_waits_past_its_timeout_is_refused_and_recorded(stack, 
     [approval] = store.approvals(run_id)
     assert approval.status == "rejected"
     assert store.receipts(run_id) == []  # the refused call never ran
+
+
+def test_driver_serve_on_postgresql_runs_durable_workflows_and_holds_a_lease(pg_url, store_url, tmp_path):
+    bad = subprocess.run([sys.executable, "-m", "warden.cli", "driver", "serve", "--store", pg_url, "--data",
+                          str(tmp_path), "--address", "127.0.0.1:0", "--lease-ttl", "0"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--lease-ttl" in bad.stderr.strip().splitlines()[-1]
+    proc = subprocess.Popen([sys.executable, "-m", "warden.cli", "driver", "serve", "--store", pg_url, "--data",
+                             str(tmp_path), "--address", "127.0.0.1:0", "--lease-ttl", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("driver listening on"), proc.stderr
+        with psycopg.connect(store_url.conninfo) as conn:
+            [(executor, dead)] = conn.execute("SELECT executor_id, dead FROM driver_leases").fetchall()
+            assert not dead
+            names = {r[0] for r in conn.execute("SELECT application_name FROM pg_stat_activity")}
+            assert f"warden-driver:{executor}" in names and f"warden-dbos:{executor}" in names
+            assert conn.execute("SELECT to_regclass('dbos.workflow_status') IS NOT NULL").fetchone() == (True,)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
