@@ -152,6 +152,7 @@ class DurableRuns:
         self.leases = Leases(db, self.executor_id, RUN_MODEL_VERSION, ttl_seconds=lease_ttl_seconds,
                              recover=self.recover_executor, on_fenced=self._fenced)
         self._launched = False
+        self._left: dict[str, int] = {}  # what recovery left of each dead executor, last pass
 
     def launch(self) -> None:
         """Start DBOS (it creates or migrates its schema `dbos` at launch) and the lease watch."""
@@ -185,6 +186,9 @@ class DurableRuns:
         """Take over a dead executor's workflows of this version; how many of it are left pending."""
         handles = DBOS._recover_pending_workflows([executor_id])  # private: dbos is pinned
         left = DBOS.list_workflows(status="PENDING", executor_id=executor_id)
+        if not handles and self._left.get(executor_id) == len(left):
+            return len(left)  # retried every beat: say it again only when something changed
+        self._left[executor_id] = len(left)
         log.warning("driver %s is dead: %d runs recovered here; %d left (run model versions %s)", executor_id,
                     len(handles), len(left), sorted({w.app_version or "" for w in left}))
         return len(left)

@@ -8,7 +8,8 @@ serves. `stall` is `none`, `before_execute` (the first call the checkpoint allow
 to the toolrunner: the check is done) or `after_execute` (the toolrunner ran it and answered; the
 driver has not stored the receipt): there the process prints `at <stall>` and waits forever.
 Credentials come from the environment (WARDEN_TEST_CHECKPOINT_TOKEN, WARDEN_TEST_TOOLRUNNER_TOKEN);
-WARDEN_TEST_APPROVAL_TIMEOUT sets the approval timeout in seconds.
+WARDEN_TEST_APPROVAL_TIMEOUT sets the approval timeout in seconds, WARDEN_TEST_RUN_MODEL_VERSION the
+run model version (as a driver of another release).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from driver.clients import CheckpointClient, ToolRunnerClient
 from driver.durable.leases import new_executor_id
+from driver.durable import workflow
 from driver.durable.workflow import DurableRuns
 from driver.loop import Driver
 from driver.pricing import Prices
@@ -59,6 +61,8 @@ def main(argv: list[str]) -> None:
 
     d.toolrunner.execute = execute  # type: ignore[method-assign]
     timeout = float(os.environ.get("WARDEN_TEST_APPROVAL_TIMEOUT", "3600"))
+    if os.environ.get("WARDEN_TEST_RUN_MODEL_VERSION"):  # a driver of another release's run model
+        workflow.RUN_MODEL_VERSION = os.environ["WARDEN_TEST_RUN_MODEL_VERSION"]
     DurableRuns(d, store.db, executor_id=executor_id, lease_ttl_seconds=float(ttl),
                 approval_timeout_seconds=timeout).launch()
     _running, port = create_server("127.0.0.1:0", d, {hashlib.sha256(PERSON_TOKEN.encode()).digest(): "bob"})

@@ -133,6 +133,16 @@ def workflow(store_url: Any, run_id: str) -> tuple[str, str]:
     return str(row[0]), str(row[1])
 
 
+def workflow_ends(store_url: Any, run_id: str, status: str = "SUCCESS") -> str:
+    """Wait for the run's workflow to end (it returns just after the run's last step is stored);
+    the executor it ended on."""
+    end = time.monotonic() + 60
+    while (got := workflow(store_url, run_id))[1] != status:
+        assert time.monotonic() < end, f"the workflow of run {run_id} never ended {status}: {got}"
+        time.sleep(0.1)
+    return got[0]
+
+
 def finished_once(store: Any, run_id: str, responses: list[Any]) -> list[dict[str, Any]]:
     """The run succeeded with each tool call once and each turn counted once; its tool receipts."""
     run = store.run(run_id)
@@ -156,7 +166,7 @@ def test_a_run_whose_driver_is_killed_mid_step_finishes_on_the_other_with_each_t
     assert workflow(store_url, run_id) == (a.executor, "PENDING")
     a.kill()
     run = until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
-    assert workflow(store_url, run_id) == (b.executor, "SUCCESS")  # B took the workflow over
+    assert workflow_ends(store_url, run_id) == b.executor  # B took the workflow over
     receipts = finished_once(store, run_id, SCRIPT)
     # after the effect, B's re-run sent the same grant: the toolrunner answered with its stored receipt
     assert [r["replayed"] for r in receipts] == [stall == "after_execute"]
@@ -181,7 +191,7 @@ def test_an_approval_sent_while_the_runs_driver_is_dead_reaches_the_run_on_the_o
     a.kill()
     approve_at(b, stack, store, run_id)  # A is dead and its workflow not yet taken over
     until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
-    assert workflow(store_url, run_id) == (b.executor, "SUCCESS")
+    assert workflow_ends(store_url, run_id) == b.executor
     finished_once(store, run_id, APPROVAL_SCRIPT)
 
 
@@ -220,10 +230,7 @@ def test_cancel_and_pause_reach_a_run_at_either_driver(stack, pg_url, store_url,
 
     node.stub.CancelRun(pb.CancelRunRequest(run_id=cancelled_id, reason="not today"), metadata=MD, timeout=30)
     assert store.run(cancelled_id).status == CANCELLED
-    end = time.monotonic() + 30
-    while workflow(store_url, cancelled_id)[1] != "CANCELLED":  # the engine's cancel
-        assert time.monotonic() < end, workflow(store_url, cancelled_id)
-        time.sleep(0.1)
+    assert workflow_ends(store_url, cancelled_id, "CANCELLED") == a.executor  # the engine's cancel
 
     node.stub.PauseRun(pb.PauseRunRequest(run_id=paused_id, reason="look first"), metadata=MD, timeout=30)
     run = store.run(paused_id)
@@ -233,7 +240,7 @@ def test_cancel_and_pause_reach_a_run_at_either_driver(stack, pg_url, store_url,
     until(store, paused_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval again")
     approve_at(node, stack, store, paused_id)
     until(store, paused_id, lambda r: r.status == SUCCEEDED, "succeeded")
-    assert workflow(store_url, paused_id) == (a.executor, "SUCCESS")
+    assert workflow_ends(store_url, paused_id) == a.executor
     assert store.receipts(cancelled_id) == []  # nothing ran for the cancelled run
 
 
@@ -271,3 +278,37 @@ def test_driver_serve_on_postgresql_runs_durable_workflows_and_holds_a_lease(pg_
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
+
+
+def test_a_dead_drivers_runs_wait_for_a_driver_of_their_run_model_version(stack, pg_url, store_url, store, procs):
+    old = Proc(stack, pg_url, WARDEN_TEST_RUN_MODEL_VERSION="warden-run-0")
+    procs.append(old)
+    new = Proc(stack, pg_url)
+    procs.append(new)
+    run_id = old.start(APPROVAL_SCRIPT)
+    until(store, run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
+    old.kill()
+    approve_at(new, stack, store, run_id)
+    with psycopg.connect(store_url.conninfo, autocommit=True) as conn:
+        end = time.monotonic() + 60
+        while conn.execute("SELECT dead FROM driver_leases WHERE executor_id = %s",
+                           (old.executor,)).fetchone() != (True,):
+            assert time.monotonic() < end, "the old driver was never judged dead"
+            time.sleep(0.1)
+        time.sleep(TTL * 3)  # several passes of the new driver's watch
+        # the new release cannot take the run (DBOS recovers only its own version): it waits,
+        # and the dead driver stays listed, neither lost nor driven by the wrong step sequence
+        assert workflow(store_url, run_id) == (old.executor, "PENDING")
+        assert conn.execute("SELECT dead FROM driver_leases WHERE executor_id = %s",
+                            (old.executor,)).fetchone() == (True,)
+        assert store.receipts(run_id) == []
+        kept = Proc(stack, pg_url, WARDEN_TEST_RUN_MODEL_VERSION="warden-run-0")  # one old driver kept
+        procs.append(kept)
+        until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+        assert workflow_ends(store_url, run_id) == kept.executor
+        finished_once(store, run_id, APPROVAL_SCRIPT)
+        end = time.monotonic() + 60
+        while conn.execute("SELECT count(*) FROM driver_leases WHERE executor_id = %s",
+                           (old.executor,)).fetchone() != (0,):  # nothing of it pending: unlisted
+            assert time.monotonic() < end, "the dead driver stayed listed after its runs moved"
+            time.sleep(0.1)
