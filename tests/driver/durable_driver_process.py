@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from driver.clients import CheckpointClient, ToolRunnerClient
-from driver.durable.leases import new_executor_id
 from driver.durable import workflow
+from driver.durable.leases import new_executor_id
 from driver.durable.workflow import DurableRuns
 from driver.loop import Driver
 from driver.pricing import Prices
