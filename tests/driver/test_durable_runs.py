@@ -30,6 +30,7 @@ from driver.goal import parse_goal
 from driver.runs.model import AWAITING_APPROVAL, CANCELLED, PAUSED, SUCCEEDED
 from driver.runs.postgresql import SCHEMA, open_postgresql
 from driver.service import goal_to_proto
+from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
 from warden.store.migrations import migrate
@@ -312,3 +313,55 @@ def test_a_dead_drivers_runs_wait_for_a_driver_of_their_run_model_version(stack,
                            (old.executor,)).fetchone() != (0,):  # nothing of it pending: unlisted
             assert time.monotonic() < end, "the dead driver stayed listed after its runs moved"
             time.sleep(0.1)
+
+
+@pytest.fixture()
+def short_grants(policy_dir: Path) -> float:
+    """Grants that expire 2 s after their check (asked for before the checkpoint starts)."""
+    path = policy_dir / "instance.yaml"
+    text = path.read_text()
+    assert "grant_ttl_seconds: 120" in text
+    path.write_text(text.replace("grant_ttl_seconds: 120", "grant_ttl_seconds: 2"))
+    return 2.0
+
+
+def test_a_tool_that_ran_before_its_grant_expired_is_not_run_again_by_the_driver_taking_over(
+        short_grants, stack, pg_url, store_url, store, procs):
+    a = Proc(stack, pg_url, "after_execute")
+    procs.append(a)
+    run_id = a.start(SCRIPT)
+    a.line("at after_execute")
+    a.kill()  # the tool ran; its receipt never reached the store, and no driver is alive
+    [executing] = [c for c in store.calls(run_id) if c["status"] == "executing"]
+    expires = cp.Grant.FromString(executing["grant"]).expires_at.seconds
+    while time.time() <= expires + 0.5:  # the grant lapses before anyone takes the run over
+        time.sleep(0.1)
+    b = Proc(stack, pg_url)
+    procs.append(b)
+    until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    assert workflow_ends(store_url, run_id) == b.executor
+    receipts = finished_once(store, run_id, SCRIPT)  # the tool's receipt once: it did not run again
+    assert [r["replayed"] for r in receipts] == [True]
+    assert [r["decision_id"] for r in store.receipts(run_id)] == [executing["decision_id"]]
+
+
+def test_a_call_whose_grant_lapsed_before_it_was_sent_is_decided_again_and_runs_once(
+        short_grants, stack, pg_url, store_url, store, procs):
+    a = Proc(stack, pg_url, "before_execute")
+    procs.append(a)
+    run_id = a.start(SCRIPT)
+    a.line("at before_execute")
+    a.kill()  # checked and granted; never sent
+    [executing] = [c for c in store.calls(run_id) if c["status"] == "executing"]
+    expires = cp.Grant.FromString(executing["grant"]).expires_at.seconds
+    while time.time() <= expires + 0.5:
+        time.sleep(0.1)
+    b = Proc(stack, pg_url)
+    procs.append(b)
+    until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    receipts = finished_once(store, run_id, SCRIPT)
+    assert [r["replayed"] for r in receipts] == [False]  # it ran once, at B ...
+    [receipt] = store.receipts(run_id)
+    assert receipt["decision_id"] != executing["decision_id"]  # ... under a new decision, never unchecked
+    decided = [e for e in store.events(run_id) if e.kind == "decision" and e.data.get("tool") == SCAN["tool"]]
+    assert len(decided) == 2
