@@ -279,15 +279,15 @@ class Driver:
 
     def advance(self, run: Run, *, one_call: bool = False) -> str:
         """Take a running run one step further and say which: `tool_calls` (the turn's open calls,
-        each checked and executed; with `one_call`, only the first one taken a step further, as a
-        durable workflow's step does), `conclude` or `model_turn`. A peer that is down pauses it."""
+        each checked and executed), or with `one_call` only the first open call taken one step
+        further, as a durable workflow's step does (`check` or `execute`: process_first_call), then
+        `conclude` or `model_turn`. A peer that is down pauses the run (`paused`)."""
         try:
             if checks.open_calls(self.store, run):
                 with tracing.span("warden.run.step", {"warden.step": "tool_calls", "warden.turn": run.turn}):
                     if one_call:
-                        process_first_call(self, run)
-                    else:
-                        process_calls(self, run)
+                        return process_first_call(self, run)
+                    process_calls(self, run)
                 return "tool_calls"
             if run.final:
                 with tracing.span("warden.run.step", {"warden.step": "conclude", "warden.turn": run.turn}):

@@ -56,6 +56,8 @@ def execute_when_free(driver: Driver, run: Run, call: dict[str, Any], req: tr.Ex
 
 def execute(driver: Driver, run: Run, call: dict[str, Any], *, advice: str = "") -> None:
     store = driver.store
+    if not advice and isinstance(call.get("result"), dict):  # stored with the grant (decisions.py)
+        advice = str(call["result"].get("advice") or "")
     grant = cp.Grant.FromString(call["grant"])
     # A lapsed grant is sent all the same: the call may have run under it before this driver (or
     # the one that died) stored the receipt, and the toolrunner answers a lapsed grant whose call

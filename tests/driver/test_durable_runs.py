@@ -365,3 +365,26 @@ def test_a_call_whose_grant_lapsed_before_it_was_sent_is_decided_again_and_runs_
     assert receipt["decision_id"] != executing["decision_id"]  # ... under a new decision, never unchecked
     decided = [e for e in store.events(run_id) if e.kind == "decision" and e.data.get("tool") == SCAN["tool"]]
     assert len(decided) == 2
+
+
+def test_a_model_turn_a_check_and_an_execution_are_steps_of_the_runs_workflow(stack, pg_url, store_url, store, procs):
+    import sqlalchemy as sa
+    from dbos import DBOSClient
+
+    a = Proc(stack, pg_url)
+    procs.append(a)
+    run_id = a.start(SCRIPT)
+    until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    workflow_ends(store_url, run_id)
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(store_url.conninfo))
+    client = DBOSClient(system_database_engine=engine)
+    try:
+        steps = [(s["function_name"], s["output"]) for s in client.list_workflow_steps(f"run:{run_id}")]
+    finally:
+        client.destroy()
+        engine.dispose()
+    advanced = [out for name, out in steps if name == "warden.advance"]
+    # the plan's turn, its check; the scan's turn, its check, then its execution as a step of its
+    # own; the final report's turn and its conclusion
+    assert advanced == ["model_turn", "check", "model_turn", "check", "execute", "model_turn", "conclude"], steps
+    assert {name for name, _ in steps} <= {"warden.look", "warden.advance"}
