@@ -374,6 +374,12 @@ class PostgresRunStore(PostgresRecords):
             return False
         return True
 
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The block's writes in one transaction (nested store calls join it)."""
+        with self._tx():
+            yield
+
     def ping(self) -> bool:
         return self.db.ping()
 

@@ -6,7 +6,8 @@ own, for tests that kill it (SIGKILL) or freeze it (SIGSTOP) at a named point.
 It prints `executor <id>` and `port <n>` (its DriverService, person token of driver_harness), then
 serves. `stall` is `none`, `before_execute` (the first call the checkpoint allowed is about to go
 to the toolrunner: the check is done) or `after_execute` (the toolrunner ran it and answered; the
-driver has not stored the receipt): there the process prints `at <stall>` and waits forever.
+driver has not stored the receipt) or `in_turn` (the model replied and the turn's first call is
+about to be stored): there the process prints `at <stall>` and waits forever.
 Credentials come from the environment (WARDEN_TEST_CHECKPOINT_TOKEN, WARDEN_TEST_TOOLRUNNER_TOKEN);
 WARDEN_TEST_APPROVAL_TIMEOUT sets the approval timeout in seconds, WARDEN_TEST_RUN_MODEL_VERSION the
 run model version (as a driver of another release).
@@ -60,6 +61,16 @@ def main(argv: list[str]) -> None:
         return got
 
     d.toolrunner.execute = execute  # type: ignore[method-assign]
+    real_add_call = store.add_call
+
+    def add_call(*args: Any, **kwargs: Any) -> Any:
+        if stall == "in_turn" and not stalled.is_set():  # the model replied; its calls are being stored
+            stalled.set()
+            print(f"at {stall}", flush=True)
+            threading.Event().wait()
+        return real_add_call(*args, **kwargs)
+
+    store.add_call = add_call  # type: ignore[method-assign]
     timeout = float(os.environ.get("WARDEN_TEST_APPROVAL_TIMEOUT", "3600"))
     if os.environ.get("WARDEN_TEST_RUN_MODEL_VERSION"):  # a driver of another release's run model
         workflow.RUN_MODEL_VERSION = os.environ["WARDEN_TEST_RUN_MODEL_VERSION"]

@@ -388,3 +388,24 @@ def test_a_model_turn_a_check_and_an_execution_are_steps_of_the_runs_workflow(st
     # own; the final report's turn and its conclusion
     assert advanced == ["model_turn", "check", "model_turn", "check", "execute", "model_turn", "conclude"], steps
     assert {name for name, _ in steps} <= {"warden.look", "warden.advance"}
+
+
+def test_a_turn_cut_off_before_its_calls_were_stored_is_not_counted(stack, pg_url, store_url, store, procs):
+    script = [PLAN, PLAN, SCAN, final(scan_ran="created", reported="queued")]  # the plan, asked twice
+    a = Proc(stack, pg_url, "in_turn")
+    procs.append(a)
+    b = Proc(stack, pg_url)
+    procs.append(b)
+    run_id = a.start(script)
+    a.line("at in_turn")
+    a.kill()
+    run = until(store, run_id, lambda r: r.status == SUCCEEDED, "succeeded")
+    assert workflow_ends(store_url, run_id) == b.executor
+    # the model was asked four times, but the turn whose reply A never finished storing is not a
+    # turn: three turns (the plan, the scan, the report), each with its calls, the tool once
+    assert run.model_attempts == 4
+    assert run.total_turns == 3
+    assert [e.data["turn"] for e in store.events(run_id) if e.kind == "model_reply"] == [1, 2, 3]
+    assert [c["tool"] for c in store.calls(run_id, 1)] == ["propose_plan"]  # asked again at B
+    assert [c["tool"] for c in store.calls(run_id, 2)] == ["create_task_from_template"]
+    assert [r["tool"] for r in store.receipts(run_id)] == ["create_task_from_template"]
