@@ -45,6 +45,7 @@ WAIT_SECONDS = 300.0  # a waiting run looks again this often even without a wake
 RETRY_SECONDS = 1.0  # a run held elsewhere or a store away: look again after this
 DEFAULT_APPROVAL_TIMEOUT_SECONDS = 24 * 3600.0
 _PENDING = ("PENDING", "ENQUEUED")
+STORE_UNAVAILABLE = "store_unavailable"  # what a step says instead of raising: a raise ends the workflow
 
 _engine: DurableRuns | None = None  # one per process: DBOS is a process-wide singleton
 
@@ -63,14 +64,19 @@ def _driver() -> Driver:
 def look(run_id: str) -> dict[str, Any]:
     """The run's status and, awaiting approval, the deadline of its pending approval."""
     d = _driver()
-    run = d.store.run(run_id)
-    seen: dict[str, Any] = {"status": str(run.status), "approval_id": "", "left": 0.0}
-    if run.status == AWAITING_APPROVAL:
-        for a in d.store.approvals(run_id, status="pending"):
-            # the deadline comes from the store, and what is left of it is taken inside this
-            # step, so it is recorded: a replay on another driver takes the same path
-            seen.update(approval_id=a.approval_id, left=a.created_at + _engine_approval_timeout() - time.time())
-            break
+    seen: dict[str, Any] = {"status": "", "approval_id": "", "left": 0.0}
+    try:
+        run = d.store.run(run_id)
+        seen["status"] = str(run.status)
+        if run.status == AWAITING_APPROVAL:
+            for a in d.store.approvals(run_id, status="pending"):
+                # the deadline comes from the store, and what is left of it is taken inside this
+                # step, so it is recorded: a replay on another driver takes the same path
+                seen.update(approval_id=a.approval_id, left=a.created_at + _engine_approval_timeout() - time.time())
+                break
+    except StoreUnavailable as exc:  # a step that raised would end the workflow: look again later
+        log.warning("run %s waits for the store: %s", run_id, exc)
+        seen["status"] = STORE_UNAVAILABLE
     return seen
 
 
@@ -100,7 +106,7 @@ def advance(run_id: str) -> str:
                 return "paused"
     except StoreUnavailable as exc:
         log.warning("run %s waits for the store: %s", run_id, exc)
-        return "store_unavailable"
+        return STORE_UNAVAILABLE
 
 
 @DBOS.step(name="warden.approval_timed_out")
@@ -114,6 +120,8 @@ def approval_timed_out(run_id: str, approval_id: str) -> str:
                  spawn=False)
     except RunStateError as exc:  # decided or cancelled meanwhile: that stands
         return exc.code
+    except StoreUnavailable:  # looked at again: the deadline has still passed
+        return STORE_UNAVAILABLE
     return "rejected"
 
 
@@ -124,13 +132,17 @@ def drive_run(run_id: str) -> str:
         status = seen["status"]
         if status in TERMINAL:
             return str(status)
+        if status == STORE_UNAVAILABLE:
+            DBOS.sleep(RETRY_SECONDS)
+            continue
         if status == RUNNING:
-            if advance(run_id) in ("held", "store_unavailable"):
+            if advance(run_id) in ("held", STORE_UNAVAILABLE):
                 DBOS.sleep(RETRY_SECONDS)
             continue
         if status == AWAITING_APPROVAL and seen["approval_id"]:
             if seen["left"] <= 0:
-                approval_timed_out(run_id, seen["approval_id"])
+                if approval_timed_out(run_id, seen["approval_id"]) == STORE_UNAVAILABLE:
+                    DBOS.sleep(RETRY_SECONDS)
             else:
                 DBOS.recv(WAKE, timeout_seconds=min(seen["left"], WAIT_SECONDS))
             continue

@@ -33,6 +33,7 @@ from driver.service import goal_to_proto
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.driver.v1 import driver_pb2 as pb
 from warden.driver.v1 import driver_pb2_grpc as pb_grpc
+from warden.store.errors import StoreUnavailable
 from warden.store.migrations import migrate
 from warden.store.pg import Database
 from warden.store.url import parse_store_url
@@ -116,7 +117,11 @@ def procs(stack: Any, pg_url: str, store_url: Any) -> Iterator[list[Proc]]:
 def until(store: Any, run_id: str, ok: Any, what: str, deadline: float = 120) -> Any:
     end = time.monotonic() + deadline
     while time.monotonic() < end:
-        run = store.run(run_id)
+        try:
+            run = store.run(run_id)
+        except StoreUnavailable:  # the test's own pool, after a database restart
+            time.sleep(0.2)
+            continue
         if ok(run):
             return run
         time.sleep(0.1)
@@ -409,3 +414,29 @@ def test_a_turn_cut_off_before_its_calls_were_stored_is_not_counted(stack, pg_ur
     assert [c["tool"] for c in store.calls(run_id, 1)] == ["propose_plan"]  # asked again at B
     assert [c["tool"] for c in store.calls(run_id, 2)] == ["create_task_from_template"]
     assert [r["tool"] for r in store.receipts(run_id)] == ["create_task_from_template"]
+
+
+def test_a_database_restart_makes_nobody_look_dead_and_the_runs_go_on_where_they_were(
+        stack, pg_server, pg_url, store_url, store, procs):
+    a = Proc(stack, pg_url)
+    procs.append(a)
+    b = Proc(stack, pg_url)
+    procs.append(b)
+    waiting = a.start(APPROVAL_SCRIPT)
+    until(store, waiting, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
+    moving = a.start(SCRIPT)
+    pg_server.stop()  # while `moving` takes its steps: every lease goes stale at once
+    try:
+        time.sleep(TTL * 3)
+    finally:
+        pg_server.start()
+    run = until(store, moving, lambda r: r.status == SUCCEEDED, "succeeded")
+    assert run.status == SUCCEEDED
+    approve_at(b, stack, store, waiting)
+    until(store, waiting, lambda r: r.status == SUCCEEDED, "succeeded")
+    for run_id in (moving, waiting):  # both finished on A: nobody judged it dead
+        assert workflow_ends(store_url, run_id) == a.executor
+        finished_once(store, run_id, SCRIPT if run_id == moving else APPROVAL_SCRIPT)
+    assert a.proc.poll() is None and b.proc.poll() is None  # nobody was fenced
+    with psycopg.connect(store_url.conninfo) as conn:
+        assert conn.execute("SELECT count(*) FROM driver_leases WHERE dead").fetchone() == (0,)
