@@ -51,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="default model for the anthropic provider")
     serve.add_argument("--anthropic-base-url", default=os.environ.get("ANTHROPIC_BASE_URL"),
                        help="Messages API base URL (key from ANTHROPIC_API_KEY)")
+    serve.add_argument("--lease-ttl", type=float, default=15.0,
+                       help="PostgreSQL store: seconds without renewing its lease after which a driver is judged "
+                            "dead and its runs are taken over (default %(default)s)")
+    serve.add_argument("--approval-timeout", type=float, default=86400.0,
+                       help="PostgreSQL store: seconds an approval may wait before it is refused "
+                            "(approval_timeout; default %(default)s)")
     add_metrics_flag(serve)
     add_grace_flag(serve)
     observability.add_arguments(serve)
@@ -164,9 +170,11 @@ def _serve_configured(args: argparse.Namespace) -> int:
     import threading
 
     from driver.clients import CheckpointClient, ToolRunnerClient
+    from driver.durable.leases import new_executor_id
     from driver.loop import Driver
     from driver.pricing import Prices
     from driver.providers import make_provider
+    from driver.runs.postgresql import PostgresRunStore
     from driver.service import OperatorsFileError, create_server, load_operators
     from warden.datafolder import (
         CHECKPOINT_TOKENS_FILE,
@@ -179,8 +187,12 @@ def _serve_configured(args: argparse.Namespace) -> int:
     from warden.store.errors import StoreError
 
     data: Path = args.data
+    if args.lease_ttl <= 0 or args.approval_timeout <= 0:
+        print("warden driver: --lease-ttl and --approval-timeout must be positive", file=sys.stderr)
+        return 2
+    executor_id = new_executor_id()
     try:
-        store = _open_runs(args, data)  # a store that cannot be opened stops the start in one line
+        store = _open_runs(args, data, executor_id)  # a store that cannot be opened stops the start in one line
     except StoreError as exc:
         print(f"warden driver: {exc} [{exc.code}]", file=sys.stderr)
         return 2
@@ -205,9 +217,18 @@ def _serve_configured(args: argparse.Namespace) -> int:
     driver = Driver(store, CheckpointClient(args.checkpoint, token=token), ToolRunnerClient(args.toolrunner, token=runner_token),
                     provider_factory, prices=Prices.from_policy_dir(args.policies),
                     default_provider=args.provider, default_model=args.model)
+    durable = None
+    if isinstance(store, PostgresRunStore):  # runs as DBOS workflows that other drivers take over
+        from driver.durable.workflow import DurableRuns
+
+        durable = DurableRuns(driver, store.db, executor_id=executor_id, lease_ttl_seconds=args.lease_ttl,
+                              approval_timeout_seconds=args.approval_timeout)
+        durable.launch()
     try:
         running, port = create_server(args.address, driver, operators, metrics_address=args.metrics_address)
     except MetricsAddressUnavailable as exc:  # before the gRPC port: one line, nothing left serving
+        if durable is not None:
+            durable.stop()
         store.close()
         print(f"warden driver: {exc}", file=sys.stderr)
         return 2
@@ -217,11 +238,13 @@ def _serve_configured(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     running.stop(grace=args.grace)
+    if durable is not None:
+        durable.stop()
     store.close()
     return 0
 
 
-def _open_runs(args: argparse.Namespace, data: Path) -> RunStore:
+def _open_runs(args: argparse.Namespace, data: Path, executor_id: str) -> RunStore:
     """The runs' store the store setting names: DATA/driver.db (or the SQLite folder named), or the
     shared PostgreSQL store whose `runs` schema must be current. StoreError otherwise."""
     from driver.runs.postgresql import open_postgresql
@@ -229,7 +252,7 @@ def _open_runs(args: argparse.Namespace, data: Path) -> RunStore:
 
     url = store_of(args, data)
     if url.is_postgresql:
-        return open_postgresql(url)
+        return open_postgresql(url, name=f"driver:{executor_id}")
     return SqliteRunStore(url.sqlite_file("driver.db"))
 
 

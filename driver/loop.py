@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver import checks, pauses, person_acts
 from driver.clients import CheckpointClient, ToolRunnerClient
@@ -60,13 +60,16 @@ from driver.runs.model import (
 )
 from driver.runs.store import RunStore
 from driver.steps import delegation
-from driver.steps.decisions import process_calls
+from driver.steps.decisions import process_calls, process_first_call
 from driver.steps.ends import finish_run, pause_run
 from driver.steps.final import conclude
 from driver.steps.model_turn import model_turn
 from warden import tracing
 from warden.checkpoint.v1 import checkpoint_pb2 as cp
 from warden.store.errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from driver.durable.workflow import DurableRuns
 
 log = logging.getLogger("warden.driver")
 
@@ -97,6 +100,9 @@ class Driver:
         self._lock = threading.Lock()
         self._settling = threading.Lock()
         self._stopping = threading.Event()
+        # on a shared PostgreSQL store: the DBOS engine that makes each run a durable workflow
+        # (driver/durable/workflow.py sets it at launch); None: runs are this process's threads
+        self.durable: DurableRuns | None = None
 
     # -- person actions (person_acts.py, pauses.py) ------------------------------------------
 
@@ -148,11 +154,21 @@ class Driver:
         return person_acts.amend_goal(self, run_id, goal, person)
 
     def cancel(self, run_id: str, person: str, reason: str = "") -> Run:
-        return person_acts.cancel(self, run_id, person, reason)
+        run = person_acts.cancel(self, run_id, person, reason)
+        if self.durable is not None:  # the run and the runs below it: their workflows stop too
+            stack = [run_id]
+            while stack:
+                current = stack.pop()
+                self.durable.cancel(current)
+                stack += [c.run_id for c in self.store.children(current)]
+        return run
 
     # -- workers --------------------------------------------------------------------------
 
     def spawn(self, run_id: str) -> None:
+        if self.durable is not None:
+            self.durable.start(run_id)  # its workflow, started or woken wherever it runs
+            return
         with self._lock:
             if run_id in self._workers:
                 # Its worker may be past its last look at the run: make it look once more.
@@ -223,6 +239,8 @@ class Driver:
             if held.held_by_person and held.paused_by:
                 pauses.pause_descendants(self, held, held.paused_by)
         ids = []
+        if self.durable is not None:  # a run with a workflow is its workflow's: only the others start
+            return [r.run_id for r in self.store.runs(status=RUNNING, limit=10000) if self.durable.adopt(r.run_id)]
         for run in self.store.runs(status=RUNNING, limit=10000):
             with self.store.driving(run.run_id) as free:
                 if not free:
@@ -256,19 +274,31 @@ class Driver:
                 run = self.store.run(run_id)
                 if run.status != RUNNING or self._stopping.is_set() or not self.store.still_driving(run_id):
                     return run  # (a hold lost: another driver may drive it now; _drive looks again)
-                try:
-                    if checks.open_calls(self.store, run):
-                        with tracing.span("warden.run.step", {"warden.step": "tool_calls", "warden.turn": run.turn}):
-                            process_calls(self, run)
-                    elif run.final:
-                        with tracing.span("warden.run.step", {"warden.step": "conclude", "warden.turn": run.turn}):
-                            conclude(self, run)  # its verification calls are done
-                    else:
-                        with tracing.span("warden.run.step", {"warden.step": "model_turn", "warden.turn": run.turn}):
-                            model_turn(self, run)
-                except DependencyUnavailable as exc:
-                    pause_run(self, self.store.run(run_id), exc.code, exc.message)
+                self.advance(run)
             return self.store.run(run_id)
+
+    def advance(self, run: Run, *, one_call: bool = False) -> str:
+        """Take a running run one step further and say which: `tool_calls` (the turn's open calls,
+        each checked and executed), or with `one_call` only the first open call taken one step
+        further, as a durable workflow's step does (`check` or `execute`: process_first_call), then
+        `conclude` or `model_turn`. A peer that is down pauses the run (`paused`)."""
+        try:
+            if checks.open_calls(self.store, run):
+                with tracing.span("warden.run.step", {"warden.step": "tool_calls", "warden.turn": run.turn}):
+                    if one_call:
+                        return process_first_call(self, run)
+                    process_calls(self, run)
+                return "tool_calls"
+            if run.final:
+                with tracing.span("warden.run.step", {"warden.step": "conclude", "warden.turn": run.turn}):
+                    conclude(self, run)  # its verification calls are done
+                return "conclude"
+            with tracing.span("warden.run.step", {"warden.step": "model_turn", "warden.turn": run.turn}):
+                model_turn(self, run)
+            return "model_turn"
+        except DependencyUnavailable as exc:
+            pause_run(self, self.store.run(run.run_id), exc.code, exc.message)
+            return "paused"
 
     # -- seams: what the steps and the service reach through the Driver ---------------------
 

@@ -361,6 +361,12 @@ class PostgresRunStore(PostgresRecords):
             return False
         return True
 
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The block's writes in one transaction (nested store calls join it)."""
+        with self._tx():
+            yield
+
     def ping(self) -> bool:
         return self.db.ping()
 
@@ -375,10 +381,11 @@ def _unavailable(db: Database, exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"store {db.url.shown}: {first_line}")
 
 
-def open_postgresql(url: StoreUrl) -> PostgresRunStore:
+def open_postgresql(url: StoreUrl, *, name: str = "driver") -> PostgresRunStore:
     """The runs on the store `url` names, once its `runs` schema is current: StoreUnavailable or
-    StoreSchemaMismatch (one line each) stop the start."""
-    db = Database(url, name="driver").open()
+    StoreSchemaMismatch (one line each) stop the start. `name` ends the sessions' application
+    name (a durable driver's carries its executor id, so a judge can end them)."""
+    db = Database(url, name=name).open()
     try:
         require_current(db, SCHEMA)
     except BaseException:

@@ -94,4 +94,19 @@ ALTER TABLE driver_approvals ADD COLUMN deadline double precision NOT NULL DEFAU
 """
 APPROVAL_COLUMNS: dict[str, Any] = {**_APPROVAL_COLUMNS_1, "deadline": float}
 
-SCHEMA = Schema("runs", (_VERSION_1, _VERSION_2))
+# The leases of the drivers that run durable workflows (driver/durable/leases.py): one row per
+# driver process start, renewed by the database's clock; `dead` is set once, by one judge, and a
+# dead row is never renewed again (fencing).
+_VERSION_3 = """
+CREATE TABLE driver_leases (
+    executor_id text PRIMARY KEY,
+    run_model_version text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    beat timestamptz NOT NULL DEFAULT now(),
+    dead boolean NOT NULL DEFAULT false,
+    judged_by text NOT NULL DEFAULT '',
+    judged_at timestamptz
+);
+"""
+
+SCHEMA = Schema("runs", (_VERSION_1, _VERSION_2, _VERSION_3))

@@ -31,6 +31,18 @@ def process_calls(driver: Driver, run: Run) -> None:
                 return
 
 
+def process_first_call(driver: Driver, run: Run) -> str:
+    """The first open call of the turn taken one step further (a durable workflow's step); what
+    that step was: `execute` (a call the checkpoint allowed, sent with its stored grant), `check`
+    (a call decided), or the call's status otherwise (`awaiting_approval`, `awaiting_child`)."""
+    for call in driver.store.calls(run.run_id, run.turn):
+        if call["status"] != "done":
+            with tracing.span("warden.tool.call", {"warden.tool": call["tool"], "warden.call.status": call["status"]}):
+                process_call(driver, run.run_id, call)
+            return {"executing": "execute", "pending": "check", "approved": "check"}.get(call["status"], call["status"])
+    return "none"
+
+
 def process_call(driver: Driver, run_id: str, call: dict[str, Any]) -> bool:
     """Take one open call a step further; False when the run must stop here for now."""
     run = driver.store.run(run_id)
@@ -85,11 +97,15 @@ def decide_call(driver: Driver, run: Run, call: dict[str, Any]) -> bool:
     if resp.verdict == checks.ALLOW:
         # a template tool's grant covers the arguments the checkpoint filled in: those are sent
         granted = json.dumps(struct_to_dict(resp.arguments, checked=False)) if resp.HasField("arguments") else ""
+        advice = learnings.advice(resp)
+        # the grant (and the learnings' advice for the result) stored before the call is sent: a
+        # driver that dies in between, or the one that takes the run over, sends the same grant
         store.update_call(call["id"], status="executing", decision_id=resp.decision_id, verdict="ALLOW",
                           code=resp.code, plan_step=plan_step, grant=resp.grant.SerializeToString(),
-                          granted_arguments=granted)
-        execute(driver, store.run(run.run_id), store.calls(run.run_id, run.turn)[call["idx"]],
-                advice=learnings.advice(resp))
+                          granted_arguments=granted, **({"result": {"advice": advice}} if advice else {}))
+        if driver.durable is not None:
+            return True  # a durable workflow's next step executes it (the check is a step of its own)
+        execute(driver, store.run(run.run_id), store.calls(run.run_id, run.turn)[call["idx"]], advice=advice)
         return True
     return not_allowed(driver, run, call, resp)
 

@@ -56,11 +56,14 @@ def execute_when_free(driver: Driver, run: Run, call: dict[str, Any], req: tr.Ex
 
 def execute(driver: Driver, run: Run, call: dict[str, Any], *, advice: str = "") -> None:
     store = driver.store
+    if not advice and isinstance(call.get("result"), dict):  # stored with the grant (decisions.py)
+        advice = str(call["result"].get("advice") or "")
     grant = cp.Grant.FromString(call["grant"])
-    if grant.expires_at.seconds and grant.expires_at.seconds < now():
-        # The grant lapsed (e.g. the toolrunner was down): decide again rather than run unchecked.
-        store.update_call(call["id"], status="pending", grant=b"", granted_arguments="")
-        return
+    # A lapsed grant is sent all the same: the call may have run under it before this driver (or
+    # the one that died) stored the receipt, and the toolrunner answers a lapsed grant whose call
+    # ran with its stored receipt; one that never ran is refused `grant_expired`, and only then is
+    # the call decided again (deciding first would give it a new decision id: it would run twice).
+    lapsed = bool(grant.expires_at.seconds and grant.expires_at.seconds < now())
     arguments = json.loads(call["granted_arguments"]) if call.get("granted_arguments") else call["arguments"]
     req = tr.ExecuteRequest(run_id=run.run_id, agent=run.agent, agent_version=run.agent_version,
                             tool=call["tool"], arguments=to_struct(arguments), grant=grant)
@@ -80,6 +83,9 @@ def execute(driver: Driver, run: Run, call: dict[str, Any], *, advice: str = "")
             pause_run(driver, store.run(run.run_id), "runner_busy",
                       f"the toolrunner stayed busy through {driver.runner_busy_retries} retries: {exc.message}",
                       tool=call["tool"], decision_id=call["decision_id"])
+            return
+        if lapsed and exc.code == "grant_expired":  # it never ran: decide again rather than run unchecked
+            store.update_call(call["id"], status="pending", grant=b"", granted_arguments="")
             return
         # the toolrunner refused (grant_*, image_not_allowed, policy_revision_mismatch, ...)
         checks.refuse(store, run, call, exc.code, exc.message, decision_id=call["decision_id"])

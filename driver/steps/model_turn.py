@@ -114,30 +114,33 @@ def model_turn(driver: Driver, run: Run) -> None:
         return
     tokens = reply.input_tokens + reply.output_tokens
     usd = driver.prices.cost(run.model, reply.input_tokens, reply.output_tokens)
-    store.add_spend(run_id, run.owner, run.tenant, usd)
-    # the turn counts for this run and, below them, for every run above it
-    run = store.add_turn(run_id, stretch_tokens=tokens, total_tokens=tokens, stretch_turns=1,
-                         total_turns=1, turn=1, spend_usd=usd)
-    store.add_transcript(run_id, {"role": "assistant", "reply": reply.model_dump(mode="json")})
-    decision = decide(reply, [t.name for t in tools])  # the contract: exactly the tools offered
-    store.append_event(run_id, EventKind.MODEL_REPLY, turn=run.turn, kind=decision.kind,
-                       input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
-                       stop_reason=reply.stop_reason, usd=usd, proposal=decision.model_dump(mode="json"))
-    if isinstance(decision, ToolCalls):
-        for i, call in enumerate(decision.calls):
-            store.add_call(run_id, run.turn, i, call_id=call.call_id, tool=call.tool,
-                           arguments=call.arguments, args_sha=canonical.sha256_hex(call.arguments),
-                           plan_step=call.plan_step)
-    elif isinstance(decision, Rejection):
-        store.add_to_run(run_id, consecutive_failures=1)
-        store.append_event(run_id, EventKind.REPLY_REJECTED, code=decision.code, detail=decision.detail)
-        for i, call_id in enumerate(decision.call_ids):
-            pk = store.add_call(run_id, run.turn, i, call_id=call_id, tool="", arguments={}, args_sha="", plan_step="")
-            store.update_call(pk, status="done", verdict="REJECTED", code=decision.code,
-                              result={"is_error": True, "content": context.refusal_result(
-                                  decision.code, decision.detail)})
-        store.update_run(run_id, note=f"Your last reply was rejected ({decision.code}): {decision.detail}")
-    elif isinstance(decision, Idle):
+    # The reply's record is one transaction on a store that has them: a driver that dies while
+    # storing it leaves no turn counted without its calls, and the turn is asked for again.
+    with store.together():
+        store.add_spend(run_id, run.owner, run.tenant, usd)
+        # the turn counts for this run and, below them, for every run above it
+        run = store.add_turn(run_id, stretch_tokens=tokens, total_tokens=tokens, stretch_turns=1,
+                             total_turns=1, turn=1, spend_usd=usd)
+        store.add_transcript(run_id, {"role": "assistant", "reply": reply.model_dump(mode="json")})
+        decision = decide(reply, [t.name for t in tools])  # the contract: exactly the tools offered
+        store.append_event(run_id, EventKind.MODEL_REPLY, turn=run.turn, kind=decision.kind,
+                           input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
+                           stop_reason=reply.stop_reason, usd=usd, proposal=decision.model_dump(mode="json"))
+        if isinstance(decision, ToolCalls):
+            for i, call in enumerate(decision.calls):
+                store.add_call(run_id, run.turn, i, call_id=call.call_id, tool=call.tool,
+                               arguments=call.arguments, args_sha=canonical.sha256_hex(call.arguments),
+                               plan_step=call.plan_step)
+        elif isinstance(decision, Rejection):
+            store.add_to_run(run_id, consecutive_failures=1)
+            store.append_event(run_id, EventKind.REPLY_REJECTED, code=decision.code, detail=decision.detail)
+            for i, call_id in enumerate(decision.call_ids):
+                pk = store.add_call(run_id, run.turn, i, call_id=call_id, tool="", arguments={}, args_sha="", plan_step="")
+                store.update_call(pk, status="done", verdict="REJECTED", code=decision.code,
+                                  result={"is_error": True, "content": context.refusal_result(
+                                      decision.code, decision.detail)})
+            store.update_run(run_id, note=f"Your last reply was rejected ({decision.code}): {decision.detail}")
+    if isinstance(decision, Idle):
         if run.nudged:
             pause_run(driver, run, "no_progress", "two turns in a row started nothing and reported nothing")
         else:
