@@ -139,7 +139,7 @@ def load_cases(path: Path, shown: str) -> tuple[str, list[tuple[int, Case]]]:
     try:
         docs = load_documents(path.read_text(encoding="utf-8"))
     except YamlIssue as issue:
-        raise PolicyLoadError([PolicyError(shown, issue.line, issue.message)]) from None
+        raise PolicyLoadError([PolicyError(shown, issue.line, issue.message, issue.column)]) from None
     if len(docs) != 1:
         raise PolicyLoadError([PolicyError(shown, 1, "a test file holds exactly one suite document")])
     doc = docs[0]

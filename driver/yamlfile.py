@@ -17,7 +17,7 @@ def read_document(text: str, source: str) -> tuple[SourceDocument | None, list[s
     try:
         docs = load_documents(text)
     except YamlIssue as issue:
-        return None, [f"{source}:{issue.line}: {issue.message}"]
+        return None, [f"{issue.where(source)}: {issue.message}"]
     if len(docs) != 1:
         return None, [f"{source}:1: expected one YAML document, found {len(docs)}"]
     return docs[0], []

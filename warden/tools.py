@@ -126,7 +126,7 @@ def read_tools(contents: list[tuple[str, bytes]], directory: str) -> dict[str, T
         try:
             sources = read_documents(raw)
         except YamlIssue as issue:
-            problems.append(f"{shown}:{issue.line}: {issue.message}")
+            problems.append(f"{issue.where(shown)}: {issue.message}")
             continue
         for source in sources:
             if not isinstance(source.data, dict) or source.data.get("kind") != "Tool":

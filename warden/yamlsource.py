@@ -34,10 +34,21 @@ _CORE_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in
 
 
 class YamlIssue(Exception):
-    def __init__(self, line: int, message: str):
+    """A problem at a 1-based line and, where the parser knows it, column (0: the line alone)."""
+
+    def __init__(self, line: int, message: str, column: int = 0):
         super().__init__(message)
         self.line = line
+        self.column = column
         self.message = message
+
+    def where(self, shown: str) -> str:
+        """`file:line:column` as editors and compilers write it (`file:line` without a column)."""
+        return f"{shown}:{self.line}:{self.column}" if self.column else f"{shown}:{self.line}"
+
+
+def _at(mark: Any, message: str) -> YamlIssue:
+    return YamlIssue(mark.line + 1, message, mark.column + 1)
 
 
 @dataclass
@@ -68,12 +79,11 @@ class _Builder:
 
     def _scalar(self, node: Node) -> Any:
         if node.tag not in _CORE_TAGS:
-            raise YamlIssue(node.start_mark.line + 1, f"YAML tag {node.tag!r} is not allowed in a policy file")
+            raise _at(node.start_mark, f"YAML tag {node.tag!r} is not allowed in a policy file")
         try:
             return self._scalars.construct_object(node)
         except Exception:  # noqa: BLE001 - `!!int abc`, `!!bool maybe`: the constructors raise anything
-            raise YamlIssue(node.start_mark.line + 1,
-                            f"cannot read {node.value!r} as YAML tag {node.tag!r}"[:300]) from None
+            raise _at(node.start_mark, f"cannot read {node.value!r} as YAML tag {node.tag!r}"[:300]) from None
 
     def build(self, node: Node) -> SourceDocument:
         doc = SourceDocument(data=None, line=node.start_mark.line + 1)
@@ -82,25 +92,24 @@ class _Builder:
 
     def _value(self, node: Node, path: Path_, doc: SourceDocument, depth: int) -> Any:
         if depth > MAX_DEPTH:
-            raise YamlIssue(node.start_mark.line + 1, f"nesting deeper than {MAX_DEPTH} levels")
+            raise _at(node.start_mark, f"nesting deeper than {MAX_DEPTH} levels")
         self._values += 1
         if self._values > self._max_values:
-            raise YamlIssue(node.start_mark.line + 1,
-                            f"more than {self._max_values} values once its aliases are expanded")
+            raise _at(node.start_mark, f"more than {self._max_values} values once its aliases are expanded")
         doc.lines.setdefault(path, node.start_mark.line + 1)
         if not isinstance(node, ScalarNode) and node.tag not in _CORE_TAGS:
-            raise YamlIssue(node.start_mark.line + 1, f"YAML tag {node.tag!r} is not allowed in a policy file")
+            raise _at(node.start_mark, f"YAML tag {node.tag!r} is not allowed in a policy file")
         if isinstance(node, MappingNode):
             result: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise YamlIssue(key_node.start_mark.line + 1, "merge keys (<<) are not allowed")
+                    raise _at(key_node.start_mark, "merge keys (<<) are not allowed")
                 key = self._scalar(key_node) if isinstance(key_node, ScalarNode) else None
                 if not isinstance(key, str):
-                    raise YamlIssue(key_node.start_mark.line + 1, "keys must be strings")
+                    raise _at(key_node.start_mark, "keys must be strings")
                 if key in result:
                     first = doc.lines[(*path, key)]
-                    raise YamlIssue(key_node.start_mark.line + 1, f"duplicate key {key!r} (first at line {first})")
+                    raise _at(key_node.start_mark, f"duplicate key {key!r} (first at line {first})")
                 doc.lines[(*path, key)] = key_node.start_mark.line + 1
                 result[key] = self._value(value_node, (*path, key), doc, depth + 1)
             return result
@@ -112,7 +121,7 @@ class _Builder:
         if not isinstance(value, (str, int, float, bool)) and value is not None:
             # dates and binary scalars have no meaning in policy files; refuse rather than guess
             quote = " (quote it to write it as text)" if isinstance(value, (datetime.date, bytes)) else ""
-            raise YamlIssue(node.start_mark.line + 1, f"unsupported YAML value of type {type(value).__name__}{quote}")
+            raise _at(node.start_mark, f"unsupported YAML value of type {type(value).__name__}{quote}")
         return value
 
 
@@ -122,7 +131,7 @@ def load_documents(text: str) -> list[SourceDocument]:
         nodes = [n for n in yaml.compose_all(text, Loader=_LOADER) if n is not None]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise YamlIssue(mark.line + 1 if mark else 1, f"YAML syntax: {exc.problem or exc}") from None
+        raise (_at(mark, f"YAML syntax: {exc.problem or exc}") if mark else YamlIssue(1, f"YAML syntax: {exc}")) from None
     except yaml.YAMLError as exc:
         raise YamlIssue(1, f"YAML: {exc}") from None
     builder = _Builder(len(text) + SPARE_VALUES)

@@ -10,10 +10,14 @@ class PolicyError:
     file: str
     line: int
     message: str
+    column: int = 0  # where the YAML parser knows it; 0: the line alone
 
     def __str__(self) -> str:
         # line 0: the problem is the file or folder itself, not a place in it
-        return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
+        if not self.line:
+            return f"{self.file}: {self.message}"
+        return f"{self.file}:{self.line}:{self.column}: {self.message}" if self.column else \
+            f"{self.file}:{self.line}: {self.message}"
 
 
 class PolicyLoadError(Exception):

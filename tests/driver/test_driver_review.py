@@ -157,7 +157,7 @@ def test_goal_file_errors_name_file_and_line_for_each(tmp_path):
         f"{path}:5: budget.bogus: Extra inputs are not permitted",
     ]
     path.write_text("objective: a\nobjective: b\n")
-    with pytest.raises(GoalError, match=r"g\.yaml:2: duplicate key 'objective' \(first at line 1\)"):
+    with pytest.raises(GoalError, match=r"g\.yaml:2:1: duplicate key 'objective' \(first at line 1\)"):
         load_goal(path)
 
 

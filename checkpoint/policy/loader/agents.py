@@ -38,7 +38,7 @@ def compile_agent(
             continue
         tool = tools.get(name)
         if tool is None:
-            c.error(doc, ("allowlist", i), f"agent {spec.name!r}: allowlist names unknown tool {name!r}")
+            c.unknown(doc, ("allowlist", i), "Tool", name, tools, f"agent {spec.name!r}: allowlist names unknown tool {name!r}")
         elif tool.spec.agent_management:
             c.error(doc, ("allowlist", i), f"agent {spec.name!r}: {name!r} manages agents and can never be on an allowlist")
         else:
@@ -47,11 +47,12 @@ def compile_agent(
         resolved |= {n for n, t in tools.items() if not t.spec.agent_management}
     for i, name in enumerate(spec.delegates):
         if name not in agents:
-            c.error(doc, ("delegates", i), f"agent {spec.name!r}: delegates to unknown agent {name!r}")
+            c.unknown(doc, ("delegates", i), "Agent", name, agents,
+                      f"agent {spec.name!r}: delegates to unknown agent {name!r}")
         elif name == spec.name:
             c.error(doc, ("delegates", i), f"agent {spec.name!r} cannot delegate to itself")
     if spec.tenant not in tenants:
-        c.error(doc, ("tenant",), f"agent {spec.name!r}: unknown tenant {spec.tenant!r}")
+        c.unknown(doc, ("tenant",), "Tenant", spec.tenant, tenants, f"agent {spec.name!r}: unknown tenant {spec.tenant!r}")
     for dim in SCOPE_DIMENSIONS:
         for i, text in enumerate(getattr(spec.scope, dim)):
             try:

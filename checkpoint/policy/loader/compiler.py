@@ -4,8 +4,9 @@ Problems are collected, never raised one at a time."""
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from checkpoint.cel import CelCompileError, CelType
@@ -29,14 +30,24 @@ class Compiler:
     sources: dict[str, str]  # agent name -> file:line of its definition
     defined: dict[entries.Key, tuple[entries.Entry, str]]  # the skills and templates, with file:line
 
-    def __init__(self, engine: Any, errors: list[PolicyError]):
+    def __init__(self, engine: Any, errors: list[PolicyError], broken: set[tuple[str, str]] | None = None):
         self.engine = engine
         self.errors = errors
+        self.broken = broken or set()  # (kind, name) of documents whose own problems are reported
         self.defaulted: frozenset[str] = frozenset()  # instance ceilings taken from the built-in defaults
         self.limits_shape = celtypes.NO_LIMITS  # `limits` as rules read it: the instance's, once compiled
 
     def error(self, doc: Doc, path: tuple[str | int, ...], message: str) -> None:
         self.errors.append(PolicyError(doc.file, doc.at(*path), message))
+
+    def unknown(self, doc: Doc, path: tuple[str | int, ...], kind: str, name: str, known: Iterable[str],
+                message: str) -> None:
+        """A name that no document of `kind` defines: said with the name most likely meant. A name
+        whose document is broken is not unknown: its own problems are reported, once, where it is."""
+        if (kind, name) in self.broken:
+            return
+        near = difflib.get_close_matches(name, [k for k in known if k != "*"], n=1)
+        self.error(doc, path, f"{message}; did you mean {near[0]!r}?" if near else message)
 
     def compile_cel(
         self,
@@ -144,10 +155,10 @@ class Compiler:
                     continue
                 for i, name in enumerate(rights.tenants):
                     if name != "*" and name not in tenants:
-                        self.error(d, (section, "tenants", i), f"principal {spec.name!r}: unknown tenant {name!r}")
+                        self.unknown(d, (section, "tenants", i), "Tenant", name, tenants, f"principal {spec.name!r}: unknown tenant {name!r}")
                 for i, name in enumerate(rights.agents):
                     if name != "*" and name not in agents:
-                        self.error(d, (section, "agents", i), f"principal {spec.name!r}: unknown agent {name!r}")
+                        self.unknown(d, (section, "agents", i), "Agent", name, agents, f"principal {spec.name!r}: unknown agent {name!r}")
         return Principals(d.spec for d in docs.values())
 
     def _entries(self, docs: list[Doc], tenants: dict[str, model.Tenant]) -> dict[entries.Key, tuple[entries.Entry, str]]:
@@ -158,7 +169,7 @@ class Compiler:
             entry = entries.Entry.of(spec)
             first = found.get(entry.key)
             if spec.tenant not in tenants:
-                self.error(d, ("tenant",), f"{spec.kind} {spec.name!r}: unknown tenant {spec.tenant!r}")
+                self.unknown(d, ("tenant",), "Tenant", spec.tenant, tenants, f"{spec.kind} {spec.name!r}: unknown tenant {spec.tenant!r}")
             elif first is not None:
                 self.error(d, ("name",), f"{spec.kind} {spec.name!r} of tenant {spec.tenant!r} is defined twice "
                            f"(first in {first[1]})")
@@ -212,10 +223,10 @@ class Compiler:
         spec: model.Rule = doc.spec
         for i, name in enumerate(spec.tools):
             if name not in tools:
-                self.error(doc, ("tools", i), f"rule {spec.name!r} names unknown tool {name!r}")
+                self.unknown(doc, ("tools", i), "Tool", name, tools, f"rule {spec.name!r} names unknown tool {name!r}")
         for i, name in enumerate(spec.agents):
             if name not in agents:
-                self.error(doc, ("agents", i), f"rule {spec.name!r} names unknown agent {name!r}")
+                self.unknown(doc, ("agents", i), "Agent", name, agents, f"rule {spec.name!r} names unknown agent {name!r}")
         if spec.tools and spec.actions != ["tool_call"]:
             self.error(doc, ("tools",), f"rule {spec.name!r}: 'tools' only applies to tool_call rules")
         own = spec.default_code()

@@ -29,11 +29,15 @@ class Doc:
         return self.at(*path) if start is None else start + line - 1
 
 
-def parse_file(raw: bytes, shown: str, errors: list[PolicyError]) -> list[Doc]:
+def parse_file(raw: bytes, shown: str, errors: list[PolicyError],
+               broken: set[tuple[str, str]] | None = None) -> list[Doc]:
+    """The file's documents that validate; the problems of the rest in `errors`, and the (kind,
+    name) of each of those in `broken`, so that a name defined there is not also reported as
+    unknown wherever it is used."""
     try:
         sources = read_documents(raw)
     except YamlIssue as issue:
-        errors.append(PolicyError(shown, issue.line, issue.message))
+        errors.append(PolicyError(shown, issue.line, issue.message, issue.column))
         return []
     if not sources:
         errors.append(PolicyError(shown, 1, "file holds no document"))
@@ -57,6 +61,8 @@ def parse_file(raw: bytes, shown: str, errors: list[PolicyError]) -> list[Doc]:
         try:
             out.append(Doc(shown, source, cls.model_validate(data)))
         except ValidationError as exc:
+            if broken is not None and isinstance(data.get("name"), str):
+                broken.add((kind, data["name"]))
             errors.extend(PolicyError(shown, issue.line, issue.message)
                           for issue in validation_problems(exc, source, str(kind)))
     return out

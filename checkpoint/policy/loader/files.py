@@ -26,9 +26,10 @@ def load_policy_files(
     reported with the problems of the rest (the set does not load)."""
     errors: list[PolicyError] = list(unread or ())
     docs: list[Doc] = []
+    broken: set[tuple[str, str]] = set()
     for name, data in contents:
-        docs.extend(parse_file(data, os.path.join(directory, name), errors))
-    compiler = Compiler(get_engine(cel_engine), errors)
+        docs.extend(parse_file(data, os.path.join(directory, name), errors, broken))
+    compiler = Compiler(get_engine(cel_engine), errors, broken)
     revision = revision_of(contents)
     policies = compiler.build(docs, revision, directory, catalog or AgentCatalog(None), cel_engine)
     if errors or policies is None:

@@ -57,7 +57,8 @@ def compile_tool(c: Compiler, doc: Doc) -> CompiledTool | None:
         for i, part in enumerate(spec.run.command):
             for name in _PLACEHOLDER.findall(part):
                 if name not in properties:
-                    c.error(doc, ("run", "command", i), f"command placeholder {{{name}}} is not an input_schema property")
+                    c.unknown(doc, ("run", "command", i), "property", name, properties,
+                              f"command placeholder {{{name}}} is not an input_schema property")
         if spec.run.network and spec.touches.connections is None:
             c.error(doc, ("run", "network"), "network needs touches.connections, so scope can decide where it may go")
     if spec.templates is not None:
