@@ -62,7 +62,7 @@ def parse_file(raw: bytes, shown: str, errors: list[PolicyError],
             out.append(Doc(shown, source, cls.model_validate(data)))
         except ValidationError as exc:
             if broken is not None and isinstance(data.get("name"), str):
-                broken.add((kind, data["name"]))
+                broken.add((str(kind), data["name"]))
             errors.extend(PolicyError(shown, issue.line, issue.message)
                           for issue in validation_problems(exc, source, str(kind)))
     return out
