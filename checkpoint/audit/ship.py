@@ -271,11 +271,13 @@ def ship(
     stop: threading.Event | None = None,
     report: Callable[[Progress, list[dict[str, Any]]], None] | None = None,
     sleep: Callable[[float], Any] | None = None,
+    refused: Callable[[SinkRefused, list[dict[str, Any]], int, float], None] | None = None,
 ) -> Progress:
     """Ship every record after the cursor; with `follow`, keep shipping new ones until `stop`.
 
     A refused batch is retried with backoff: `retries` times, then ShipError (one-shot), or for
-    ever while following. The cursor moves only after the sink took the batch."""
+    ever while following. The cursor moves only after the sink took the batch. `refused` hears of
+    each refusal that will be retried: the error, the batch, the tries so far, the wait before the next."""
     stop = stop or threading.Event()
     wait = sleep or stop.wait
     progress = Progress(position=cursor.load())
@@ -299,6 +301,8 @@ def ship(
             if not follow and failed_in_row > retries:
                 raise ShipError(f"{exc} ({failed_in_row} tries); the cursor stays at "
                                 f"{after}: run again to ship from there") from None
+            if refused is not None:
+                refused(exc, records, failed_in_row, backoff)
             wait(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
             continue

@@ -87,9 +87,15 @@ def _ship(args: argparse.Namespace, reader_of: Callable[[argparse.Namespace], An
             print(f"shipped records {records[0]['seq']}..{records[-1]['seq']} to {sink.describe()} "
                   f"({progress.shipped} since this command started)", file=sys.stderr, flush=True)
 
+    def refused(exc: Exception, records: list[dict[str, Any]], tries: int, wait: float) -> None:
+        # said even with -q: a sink that refuses is what an operator must hear of
+        print(f"warden audit ship: {sink.describe()} refused records {records[0]['seq']}..{records[-1]['seq']} "
+              f"({exc}); try {tries + 1} in {wait:g}s", file=sys.stderr, flush=True)
+
     try:
         progress = shipping.ship(reader, sink, cursor, batch=args.batch, follow=args.follow,
-                                 poll_interval=args.poll, retries=args.retries, stop=stop, report=report)
+                                 poll_interval=args.poll, retries=args.retries, stop=stop, report=report,
+                                 refused=refused)
     except shipping.ShipError as exc:
         print(f"warden audit ship: {exc}", file=sys.stderr)
         return EXIT_BROKEN
@@ -98,7 +104,8 @@ def _ship(args: argparse.Namespace, reader_of: Callable[[argparse.Namespace], An
         return EXIT_BROKEN
     if not args.quiet:
         at = progress.position.seq if progress.position else 0
-        print(f"{progress.shipped} records shipped; cursor at {at} ({path})", file=sys.stderr)
+        again = f" after {progress.failures} refused tries" if progress.failures else ""
+        print(f"{progress.shipped} records shipped{again}; cursor at {at} ({path})", file=sys.stderr)
     return EXIT_OK
 
 

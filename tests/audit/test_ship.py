@@ -443,3 +443,16 @@ def test_a_redirect_is_not_delivery_and_the_token_stays_with_the_configured_orig
     finally:
         redirector.close()
         elsewhere.close()
+
+
+def test_the_command_says_each_refusal_it_retries(data, tmp_path, capsys):
+    siem = _Siem(refuse=2, status=503)
+    try:
+        assert main(["audit", "ship", "--data", str(data), "--to", siem.url, "--cursor", str(tmp_path / "c.json"),
+                     "--batch", "4"]) == 0
+        err = capsys.readouterr().err
+        tries = [line for line in err.splitlines() if "refused records 1..4" in line]
+        assert len(tries) == 2 and "answered 503" in tries[0] and "try 2 in" in tries[0] and "try 3 in" in tries[1]
+        assert "7 records shipped after 2 refused tries" in err and len(siem.records()) == 7
+    finally:
+        siem.close()
