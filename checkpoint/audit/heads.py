@@ -203,8 +203,9 @@ class HeadSigner:
             except Exception:  # a failed signature must not stop the next one
                 log.exception("signing the decision log's head failed")
 
-    def close(self) -> None:
-        """Stop the timer and sign the last head (call before the log closes)."""
+    def close(self) -> tuple[int, str] | None:
+        """Stop the timer and sign the last head (call before the log closes); the (seq, hash) signed
+        last, None when no head was signed."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -213,3 +214,4 @@ class HeadSigner:
             self.sign_now()
         except Exception:
             log.exception("signing the decision log's head at shutdown failed")
+        return self._last

@@ -118,6 +118,23 @@ class CheckpointServer:
             self.service.notifier.start()
         return self
 
+    def _say_the_log_closed(self, signed: tuple[int, str] | None) -> None:
+        """Close the log and say where it ended: an operator stopping a checkpoint can note the head,
+        and see that it was signed (or why not), without opening the log."""
+        try:
+            seq, digest = self.log.head() or (0, "")
+        except Exception:  # noqa: BLE001 - a log that cannot say its head still closes
+            seq, digest = -1, ""
+        self.log.close()
+        where = f"at seq {seq}, hash {digest[:16]}" if seq >= 0 else "(its head could not be read)"
+        if self.head_signer is None:
+            said = "heads are not signed here"
+        elif signed is not None and signed[0] == seq:
+            said = "that head is signed"
+        else:
+            said = f"the last head signed is seq {signed[0]}" if signed else "no head is signed (an empty log)"
+        log.info("decision log closed %s; %s", where, said)
+
     def stop(self, grace: float | None = 2.0) -> None:
         """Drain (docs/operations.md): NOT_SERVING, new calls refused, the calls in flight finish
         within `grace` seconds and are recorded; then the log closes, its last head signed."""
@@ -137,9 +154,8 @@ class CheckpointServer:
             self.rotator.close()
         if self.service.notifier is not None:  # before the log closes: it records each attempt there
             self.service.notifier.close()
-        if self.head_signer is not None:
-            self.head_signer.close()  # the last head signed, before the log closes
-        self.log.close()
+        signed = self.head_signer.close() if self.head_signer is not None else None  # before the log closes
+        self._say_the_log_closed(signed)
         if self.stores is not None:
             self.stores.close()
         if self.uds_path is not None:

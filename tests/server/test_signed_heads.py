@@ -34,3 +34,14 @@ def test_the_checkpoint_signs_its_head_on_a_timer(start):
             break
         time.sleep(0.02)
     assert read_heads(heads_path(log)), "no head signed while the checkpoint ran"
+
+
+def test_the_checkpoint_says_at_shutdown_where_the_log_ended_and_that_it_is_signed(start, caplog):
+    running = start(head_interval=None)
+    running.start_run("recon")
+    head = DecisionReader(running.data / "decisions.db").head()
+    assert head is not None
+    with caplog.at_level("INFO", logger="warden.checkpoint"):
+        running.server.stop(grace=0.5)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("decision log closed")]
+    assert said == [f"decision log closed at seq {head[0]}, hash {head[1][:16]}; that head is signed"]
