@@ -90,7 +90,7 @@ def resolve(policies: PolicySet, request: pb.CheckRequest, trace: Trace, pinned:
             "run.actor_chain",
         )
     if run.mode not in MODES:
-        raise InvalidRequest(codes.INVALID_REQUEST, "run.mode must be INTERACTIVE or BACKGROUND", "run.mode")
+        raise InvalidRequest(codes.INVALID_REQUEST, "run.mode must be RUN_MODE_INTERACTIVE or RUN_MODE_BACKGROUND", "run.mode")
     links = []
     for i in range(1, len(chain)):
         actor = chain[i]

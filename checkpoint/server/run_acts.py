@@ -100,7 +100,8 @@ class RunActs:
                 raise Refused(codes.INVALID_REQUEST, f"a run names its accountable person (1 to {MAX_RUN_ID} characters)",
                               "start_run.person")
             if request.mode not in MODES:
-                raise Refused(codes.INVALID_REQUEST, "mode must be INTERACTIVE or BACKGROUND", "start_run.mode")
+                raise Refused(codes.INVALID_REQUEST, f"mode must be RUN_MODE_INTERACTIVE or RUN_MODE_BACKGROUND, not {_mode_name(request.mode)}",
+                              "start_run.mode")
             if request.HasField("inputs") and request.inputs.ByteSize() > MAX_INPUT_BYTES:
                 raise Refused(codes.INVALID_REQUEST, f"inputs are larger than {MAX_INPUT_BYTES} bytes", "start_run.inputs")
             tenant = request.tenant or "default"
@@ -301,3 +302,11 @@ class RunActs:
             except Exception as exc:  # noqa: BLE001 - the resume stands; the run keeps the token it has
                 log.error("run %s: its token could not be renewed: %s", established.run.run_id, exc)
         return out
+
+
+def _mode_name(value: int) -> str:
+    """The enum's own name for a mode, or the number a client sent that the enum does not have."""
+    try:
+        return pb.RunMode.Name(value)
+    except ValueError:
+        return str(value)

@@ -159,6 +159,11 @@ def test_start_run_refusals_are_recorded_with_stable_codes(checkpoint):
         assert not got.run_token and not got.run_id
         record = checkpoint.records()[-1]
         assert (record["action"], record["code"]) == ("start_run", code)
+    got = checkpoint.start_run(agent="recon", mode=7)  # a number the enum does not have
+    assert got.decision.code == "invalid_request"
+    assert got.decision.reason == "mode must be RUN_MODE_INTERACTIVE or RUN_MODE_BACKGROUND, not 7"
+    got = checkpoint.start_run(agent="recon", mode=pb.RUN_MODE_UNSPECIFIED)
+    assert got.decision.reason.endswith("not RUN_MODE_UNSPECIFIED")
 
 
 def test_a_run_started_with_inputs_is_decided_under_them(checkpoint):
