@@ -41,7 +41,9 @@ def fleet(start, pg_url, tmp_path):
 
 # what a replica answers while the database is gone: the decision cannot be recorded, or (the log
 # back first) the ended runs cannot be vouched for
-FAIL_CLOSED = ("audit_unavailable", "run_state_unavailable")
+# what a replica answers while its database is gone or coming back: each refuses, none allows. A replica
+# whose catalog feed has not caught up after the return cannot tell whether its catalog is current.
+FAIL_CLOSED = ("audit_unavailable", "run_state_unavailable", "catalog_unavailable", "store_unavailable")
 
 
 def _at_once(*calls):
