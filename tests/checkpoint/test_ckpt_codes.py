@@ -178,7 +178,8 @@ def test_every_decision_code_is_produced():
     which tests/security/test_skills.py and test_templates.py produce; the learnings', which
     tests/security/test_learnings.py produces; an approval's deadline and its notifications, which
     tests/server/test_approval_deadlines.py and test_notifications.py produce; the limits' across runs, which test_ckpt_limits.py and
-    tests/server/test_limits.py produce from counts read beforehand) comes out of some table row."""
+    tests/server/test_limits.py produce from counts read beforehand; an act id whose first record is not on the
+    log, which tests/server/test_act_id_unrecorded.py produces) comes out of some table row."""
     produced = set()
     for c in _all_tables():
         got = c.run()
@@ -192,6 +193,6 @@ def test_every_decision_code_is_produced():
                                           codes.ROLE_REQUIRED, *codes.CATALOG_CODES, *codes.ENTRY_CODES,
                                           *codes.LEARNING_CODES, codes.APPROVAL_TIMED_OUT,
                                           codes.NOTIFICATION_DELIVERED, codes.NOTIFICATION_FAILED,
-                                          codes.NOTIFICATION_DROPPED}
+                                          codes.NOTIFICATION_DROPPED, codes.ACT_ID_UNRECORDED}
     assert wanted - produced == set(), "codes no table row produces"
     assert produced - wanted == set(), "codes produced that are not in DECISION_CODES"
