@@ -72,7 +72,12 @@ def look(run_id: str) -> dict[str, Any]:
             for a in d.store.approvals(run_id, status="pending"):
                 # the deadline comes from the store, and what is left of it is taken inside this
                 # step, so it is recorded: a replay on another driver takes the same path
-                seen.update(approval_id=a.approval_id, left=a.created_at + _engine_approval_timeout() - time.time())
+                # the earlier of the driver's own timeout and the checkpoint's deadline for this
+                # approval (its answer named one); DeadlineWatch records the latter's expiry
+                due = a.created_at + _engine_approval_timeout()
+                if a.deadline:
+                    due = min(due, a.deadline)
+                seen.update(approval_id=a.approval_id, left=due - time.time())
                 break
     except StoreUnavailable as exc:  # a step that raised would end the workflow: look again later
         log.warning("run %s waits for the store: %s", run_id, exc)
@@ -114,8 +119,19 @@ def approval_timed_out(run_id: str, approval_id: str) -> str:
     """The approval's deadline passed with no decision: a refusal, recorded like a person's."""
     from driver.errors import RunStateError
 
+    from driver.approval_deadlines import expire
+    from driver.errors import DriverError
+
     d = _driver()
     try:
+        approval = d.store.approval(approval_id)
+        if approval.deadline and approval.deadline <= time.time():
+            # the checkpoint's deadline: its expiry on the record, as DeadlineWatch would write it
+            try:
+                return "expired" if expire(d, approval, spawn=False) is not None else "decided"
+            except DriverError as exc:  # not recorded yet (the checkpoint's clock is behind): look again
+                log.info("approval %s: its expiry waits (%s)", approval_id, exc.code)
+                return STORE_UNAVAILABLE
         d.reject(approval_id, "warden", f"approval_timeout: no decision within {_engine_approval_timeout():g}s",
                  spawn=False)
     except RunStateError as exc:  # decided or cancelled meanwhile: that stands

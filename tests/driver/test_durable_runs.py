@@ -440,3 +440,20 @@ def test_a_database_restart_makes_nobody_look_dead_and_the_runs_go_on_where_they
     assert a.proc.poll() is None and b.proc.poll() is None  # nobody was fenced
     with psycopg.connect(store_url.conninfo) as conn:
         assert conn.execute("SELECT count(*) FROM driver_leases WHERE dead").fetchone() == (0,)
+
+
+def test_the_checkpoints_deadline_expires_a_durable_runs_approval_on_the_record(
+        stack, pg_url, store, procs, policy_dir, checkpoint_server):
+    rules = policy_dir / "rules" / "recon.yaml"
+    wide = "name: wide-scans-need-approval\n"
+    rules.write_text(rules.read_text().replace(wide, wide + "approval_timeout_seconds: 2\n"))
+    assert checkpoint_server.store.reload()
+    a = Proc(stack, pg_url)  # its own approval timeout is a day: the checkpoint's two seconds decide
+    procs.append(a)
+    run_id = a.start(APPROVAL_SCRIPT)
+    until(store, run_id, lambda r: any(e.kind == "approval_decided" for e in store.events(run_id)),
+          "had its approval decided")
+    [decided] = [e.data for e in store.events(run_id) if e.kind == "approval_decided"]
+    assert (decided["decision"], decided["code"]) == ("expired", "approval_timed_out")
+    assert [r["action"] for r in checkpoint_server.log.read(run_id=run_id) if r["action"] == "expire"] == ["expire"]
+    assert store.receipts(run_id) == []  # the call whose approval expired never ran
