@@ -117,10 +117,8 @@ def advance(run_id: str) -> str:
 @DBOS.step(name="warden.approval_timed_out")
 def approval_timed_out(run_id: str, approval_id: str) -> str:
     """The approval's deadline passed with no decision: a refusal, recorded like a person's."""
-    from driver.errors import RunStateError
-
     from driver.approval_deadlines import expire
-    from driver.errors import DriverError
+    from driver.errors import DriverError, RunStateError
 
     d = _driver()
     try:
