@@ -257,7 +257,14 @@ def _without_nul(text: str | None) -> str | None:
     decoding tells the two apart), and only such a text pays for decoding."""
     if text is None or _NUL_ESCAPE not in text:
         return text
-    return canonical_json(_replace_nul(json.loads(text)))
+    return canonical_json(_replace_nul(json.loads(text, parse_int=_parse_int)))
+
+
+def _parse_int(digits: str) -> int | float:
+    # Canonical JSON writes a whole double beyond 2**53 (2.0**60) in integer digits; read back, it
+    # is that double again, not an integer the encoder would refuse.
+    number = int(digits)
+    return number if abs(number) <= _MAX_SAFE_INT else float(number)
 
 
 def _replace_nul(value: Any) -> Any:

@@ -160,6 +160,8 @@ class DoorContext:
         self._identities = identities
         self._headers = tuple(headers)
         self._callbacks: list[Callable[[], None]] = []
+        self._code: grpc.StatusCode | None = None
+        self._active = True
 
     def peer(self) -> str:
         return self._peer
@@ -171,10 +173,19 @@ class DoorContext:
         return self._headers
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self._code = code
         raise Aborted(code, details)
 
     def abort_with_status(self, status: grpc.Status) -> None:
+        self._code = status.code
         raise Aborted(status.code, status.details, status.trailing_metadata)
+
+    def code(self) -> grpc.StatusCode | None:
+        """What the handler aborted with, as a gRPC handler's metrics read it; None while it has not."""
+        return self._code
+
+    def is_active(self) -> bool:
+        return self._active
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
         self._callbacks.append(callback)
@@ -182,6 +193,7 @@ class DoorContext:
 
     def done(self) -> None:
         """The call is over (its client went away, or its answer was sent): what the handler asked to hear."""
+        self._active = False
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()

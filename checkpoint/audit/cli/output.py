@@ -62,7 +62,7 @@ def print_stream(records: Iterable[dict[str, Any]], fmt: str, out: IO[str]) -> N
         out.flush()  # a follower is read live, often through a pipe
 
 
-_WHOLE = frozenset({"seq", "time", "verdict", "code", "run", "shadow verdict", "shadow code"})
+_WHOLE = frozenset({"seq", "time", "verdict", "code", "run", "rule", "shadow verdict", "shadow code", "shadow rule"})
 
 
 def print_table(records: Iterable[dict[str, Any]], *, shadow: bool = False) -> None:
