@@ -15,6 +15,7 @@ into a snapshot the way `warden policy apply` installs a folder (docs/bundles.md
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import io
 import json
@@ -69,9 +70,9 @@ def build(folder: Path, key: Ed25519PrivateKey, serial: int) -> bytes:
     ).encode()
     signature = base64.b64encode(key.sign(manifest))
     out = io.BytesIO()
-    # mtime 0 in the gzip header and the members: the same folder and serial make the same bytes
-    with tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT, compresslevel=9) as tar:
-        tar.fileobj.mtime = 0  # type: ignore[union-attr]
+    # no owner, mode or clock of the building host in the members: only what the manifest signs
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as packed, \
+            tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in [(MANIFEST_NAME, manifest), (SIGNATURE_NAME, signature),
                            *((PREFIX + n, d) for n, d in sorted(files.items()))]:
             info = tarfile.TarInfo(name)
