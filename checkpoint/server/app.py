@@ -27,12 +27,12 @@ from checkpoint.audit.rotate import AutoRotate
 from checkpoint.policy import AgentCatalog, input_schemas
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
+from checkpoint.server.bundle_source import BundleSettings, BundleSource
 from checkpoint.server.grpc_api import SERVICE_NAME, method_handlers
 from checkpoint.server.http_door import HttpDoor
 from checkpoint.server.metrics import Metrics, MetricsServer
 from checkpoint.server.notifier import Notifier, NotifySettings
 from checkpoint.server.ratelimit import PeerLimiter
-from checkpoint.server.bundle_source import BundleSettings, BundleSource
 from checkpoint.server.reload import DEFAULT_SETTLE, PolicyStore, PolicyWatcher, ReloadStatus
 from checkpoint.server.service import CheckpointService
 from checkpoint.server.shared_state import SharedStateWatch

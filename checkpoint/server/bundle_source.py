@@ -125,13 +125,13 @@ class BundleSource:
                 self._install(bundle.files, bundle.manifest)
             except BundleError as exc:
                 return self._refused(exc)
+            if self.on_applied is not None:  # in force before the status says so
+                self.on_applied()
             st = self.status
             st.serial, st.revision, st.last_ok, st.last_code, st.last_error = bundle.serial, bundle.revision, True, "", ""
             st.applied += 1
             log.info("policy bundle serial %d (revision %s) from %s installed", bundle.serial, bundle.revision,
                      self.source)
-        if self.on_applied is not None:
-            self.on_applied()
         return "applied"
 
     def _fetch(self) -> bytes | None:
