@@ -78,7 +78,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-    from checkpoint.cli import _load
+    from checkpoint.policy import PolicyLoadError, load_policy_dir
     from checkpoint.policy.bundle import build
     from warden.private import read_trusted
 
@@ -94,8 +94,12 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if not isinstance(key, Ed25519PrivateKey):
         print(f"warden policy bundle: {args.key}: not an Ed25519 private key", file=sys.stderr)
         return EXIT_USAGE
-    policies = _load(args.folder, args.cel_engine)  # a set that does not load is never signed
-    if policies is None:
+    try:  # a set that does not load is never signed
+        policies = load_policy_dir(args.folder, cel_engine=args.cel_engine)
+    except PolicyLoadError as exc:
+        for error in exc.errors:
+            print(error, file=sys.stderr)
+        print(f"{len(exc.errors)} error(s); no bundle was written", file=sys.stderr)
         return EXIT_LOAD
     data = build(args.folder, key, serial)
     tmp = args.output.with_name(f".{args.output.name}.tmp")

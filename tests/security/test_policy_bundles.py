@@ -230,3 +230,24 @@ def _repack(members: dict[str, bytes]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
+
+
+def test_the_commands_sign_only_a_folder_that_loads_and_never_overwrite_a_key(tmp_path, capsys):
+    from warden.cli import main
+    from warden.token_keys import load_public_pem
+
+    key = tmp_path / "signing.pem"
+    assert main(["policy", "bundle-key", str(key)]) == 0
+    first = key.read_bytes()
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    assert main(["policy", "bundle-key", str(key)]) == 2 and key.read_bytes() == first
+    public = load_public_pem((tmp_path / "signing.pub.pem").read_text())
+    out = tmp_path / "policy.tar.gz"
+    assert main(["policy", "bundle", str(_folder(tmp_path / "p")), "--key", str(key), "--serial", "4",
+                 "-o", str(out)]) == 0
+    assert verify(out.read_bytes(), public).serial == 4
+    broken = _folder(tmp_path / "broken", "kind: OffLimits\nsubjects: [\n")
+    again = tmp_path / "again.tar.gz"
+    assert main(["policy", "bundle", str(broken), "--key", str(key), "--serial", "5", "-o", str(again)]) == 3
+    assert not again.exists()
+    assert main(["policy", "bundle", str(broken), "--key", str(key), "--serial", "0", "-o", str(again)]) == 2
