@@ -314,6 +314,8 @@ def create_server(
         bundle_source = BundleSource(bundle.source, bundle.public, Path(policy_dir), poll=bundle.poll,
                                      on_applied=policy_store.reload,
                                      on_refused=lambda code: metrics.bundle_refusals.labels(code).inc())
+        bundle_serial = metrics.bundle_serial
+        bundle_source.on_serial = lambda serial: bundle_serial.set(serial or 0)
         try:
             bundle_source.poll_once()
         except BaseException:

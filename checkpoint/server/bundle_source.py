@@ -75,6 +75,7 @@ class BundleSource:
         self.source, self.public, self.link, self.poll = source, public, Path(link), poll
         self.cel_engine = cel_engine
         self.on_applied, self.on_refused = on_applied, on_refused  # the store's reload; the metric
+        self.on_serial: Callable[[int | None], None] | None = None  # the serial in force, for its gauge
         self.status = BundleStatus(source=source)
         self._etag: str | None = None
         self._seen: str | None = None  # sha256 of the newest bytes looked at, applied or refused
@@ -130,9 +131,14 @@ class BundleSource:
             st = self.status
             st.serial, st.revision, st.last_ok, st.last_code, st.last_error = bundle.serial, bundle.revision, True, "", ""
             st.applied += 1
+            self._tell_serial()
             log.info("policy bundle serial %d (revision %s) from %s installed", bundle.serial, bundle.revision,
                      self.source)
         return "applied"
+
+    def _tell_serial(self) -> None:
+        if self.on_serial is not None:
+            self.on_serial(self.status.serial)
 
     def _fetch(self) -> bytes | None:
         """The bundle's bytes, or None for a 304 (the ETag the last 200 gave still current)."""
@@ -192,4 +198,5 @@ class BundleSource:
         log.error("policy bundle from %s refused, %s: %s", self.source, keeping, exc)
         if self.on_refused is not None:
             self.on_refused(exc.code)
+        self._tell_serial()
         return "refused"

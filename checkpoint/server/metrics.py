@@ -85,6 +85,10 @@ class Metrics:
             ["code"],
             registry=r,
         )
+        self.bundle_serial = Gauge(
+            "warden_checkpoint_policy_bundle_serial", "The serial of the signed policy bundle in force (0: none)",
+            registry=r,
+        )
         self.audit_failures = Counter(
             "warden_checkpoint_audit_write_failures",
             "Decision records that could not be committed",

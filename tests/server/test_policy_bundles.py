@@ -110,6 +110,7 @@ def test_the_bundle_serves_from_the_start_and_its_revision_is_in_every_record(we
     assert answer.decision_id in {r["decision_id"] for r in records}
     assert {r["policy_revision"] for r in records} == {revision}  # the run's start and the call's decision
     assert checkpoint.server.health_details()["policy_bundle"]["serial"] == 1
+    assert "warden_checkpoint_policy_bundle_serial 1.0" in checkpoint.server.service.metrics.render().decode()
 
 
 def test_a_new_bundle_is_taken_within_the_poll_and_a_304_does_not_reload(web, start, policy_dir, tmp_path):
@@ -161,6 +162,7 @@ def test_an_attack_is_refused_and_the_last_good_stays_in_force(web, start, polic
     assert health["policy_bundle"]["last_code"] == expected and health["policy_bundle"]["serial"] == 5
     metrics = checkpoint.server.service.metrics.render().decode()
     assert f'warden_checkpoint_policy_bundle_refusals_total{{code="{expected}"}} 1.0' in metrics
+    assert "warden_checkpoint_policy_bundle_serial 5.0" in metrics
     assert checkpoint.server.store.current.revision == good
     assert _get_task(checkpoint).verdict == pb.VERDICT_ALLOW  # the freeze never took effect
 
