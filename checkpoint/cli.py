@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     apply.add_argument("--cel-engine", choices=("native", "python"), default="native")
     apply.set_defaults(func=cmd_policy_apply)
 
+    from checkpoint import bundle_cli
+
+    bundle_cli.register(policy_sub)  # `bundle` and `bundle-key`
+
     test = policy_sub.add_parser(
         "test", help="run the *_test.yaml cases beside the policies",
         description="Exit codes: 0 all cases pass, 1 a case failed, 3 the policies or the tests do not load.",

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from checkpoint.bundle_cli import add_serve_flags as add_bundle_flags
+from checkpoint.bundle_cli import bundle_settings
 from checkpoint.server.notify_settings import add_notify_flags, notify_settings
 from warden import keys_cli, observability
 from warden.cli import add_grace_flag, help_only, optional_file
@@ -139,6 +141,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_store_flags(serve)
     add_oidc_flags(serve)
     add_notify_flags(serve)
+    add_bundle_flags(serve)
     serve.add_argument("-v", "--verbose", action="store_true")
     observability.add_arguments(serve)
     serve.set_defaults(func=_serve)
@@ -387,6 +390,9 @@ def _serve_configured(args: argparse.Namespace) -> int:
     auth = AuthPolicy(keys=keys, oidc=oidc, mtls=tls is not None)
     try:
         notify = notify_settings(args)
+        bundle = bundle_settings(args)
+        if bundle is not None and workers > 1:
+            raise ValueError("--policy-bundle is followed by one process: serve it with --workers 1")
     except (ValueError, OSError) as exc:
         print(f"warden: cannot start the checkpoint: {exc}", file=sys.stderr)
         return 2
@@ -426,6 +432,7 @@ def _serve_configured(args: argparse.Namespace) -> int:
             approval_token_ttl=args.approval_token_ttl,
             store=store,
             notify=notify,
+            bundle=bundle,
         )
     except StoreError as exc:
         print(f"warden: cannot start the checkpoint: {exc} [{exc.code}]", file=sys.stderr)

@@ -142,3 +142,18 @@ STORE_SCHEMA = "store_schema_mismatch"  # no schema yet (run `warden store migra
 # the metrics address at start (--metrics-address): not HOST:PORT, or its port taken or not
 # permitted; the server stops before it serves, with one line naming the address
 METRICS_ADDRESS_UNAVAILABLE = "metrics_address_unavailable"
+
+# a signed policy bundle refused (checkpoint/policy/bundle.py): the set in force stays, health and
+# the metric warden_checkpoint_policy_bundle_refusals say which (docs/bundles.md)
+BUNDLE_MALFORMED = "bundle_malformed"  # not a gzip tar, a member twice, a manifest that is not the bundle format
+BUNDLE_UNSIGNED = "bundle_unsigned"  # no signed manifest or no signature in the bundle
+BUNDLE_BAD_SIGNATURE = "bundle_bad_signature"  # the signature does not verify with --bundle-pubkey
+BUNDLE_DIGEST_MISMATCH = "bundle_digest_mismatch"  # a file not listed, listed and missing, or other bytes than signed
+BUNDLE_UNSAFE_PATH = "bundle_unsafe_path"  # a member escaping the folder, or no regular file (link, device, FIFO)
+BUNDLE_TOO_LARGE = "bundle_too_large"  # over the size caps, packed or unpacked, or more files than the cap
+BUNDLE_ROLLBACK = "bundle_rollback"  # a serial below the one in force, or the same serial with other content
+BUNDLE_DOES_NOT_LOAD = "bundle_does_not_load"  # signed and whole, but its policy files do not load
+BUNDLE_UNAVAILABLE = "bundle_unavailable"  # the URL or file cannot be read (an answer other than 200 or 304)
+BUNDLE_CODES = frozenset({BUNDLE_MALFORMED, BUNDLE_UNSIGNED, BUNDLE_BAD_SIGNATURE, BUNDLE_DIGEST_MISMATCH,
+                          BUNDLE_UNSAFE_PATH, BUNDLE_TOO_LARGE, BUNDLE_ROLLBACK, BUNDLE_DOES_NOT_LOAD,
+                          BUNDLE_UNAVAILABLE})

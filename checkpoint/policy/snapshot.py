@@ -36,7 +36,7 @@ class Applied:
     previous: str | None  # the old target, or None on first use
 
 
-def _files(source: Path) -> list[Path]:
+def policy_folder_files(source: Path) -> list[Path]:
     """Every regular file under `source`, hidden ones left out as the loader leaves them out."""
     return sorted(p for p in source.rglob("*") if p.is_file()
                   and not any(part.startswith(".") for part in p.relative_to(source).parts)
@@ -59,7 +59,7 @@ def apply(source: str | Path, link: str | Path, *, cel_engine: str = "native") -
     staging.mkdir()
     try:
         sums = []
-        for path in _files(source):
+        for path in policy_folder_files(source):
             name = path.relative_to(source).as_posix()
             data = path.read_bytes()
             target = staging / name

@@ -27,6 +27,7 @@ from checkpoint.audit.rotate import AutoRotate
 from checkpoint.policy import AgentCatalog, input_schemas
 from checkpoint.policy.learnings import LearningStore
 from checkpoint.server.agent_stats import AgentStatsCollector
+from checkpoint.server.bundle_source import BundleSettings, BundleSource
 from checkpoint.server.grpc_api import SERVICE_NAME, method_handlers
 from checkpoint.server.http_door import HttpDoor
 from checkpoint.server.metrics import Metrics, MetricsServer
@@ -100,6 +101,7 @@ class CheckpointServer:
         self._stopped = threading.Event()
         self.http_door: HttpDoor | None = None  # the HTTP/JSON door, when --http-address names one
         self.http_port: int | None = None
+        self.bundle: BundleSource | None = None  # the signed policy bundle followed, when --policy-bundle names one
 
     def start(self) -> CheckpointServer:
         self.grpc_server.start()
@@ -107,6 +109,8 @@ class CheckpointServer:
             self.http_door.start()
         if self.watcher is not None:
             self.watcher.start()
+        if self.bundle is not None:
+            self.bundle.start()
         self.service.learnings.start()  # learnings nothing triggered for 90 days go stale
         if self.metrics_server is not None:
             self.metrics_server.start()
@@ -141,6 +145,8 @@ class CheckpointServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self.bundle is not None:
+            self.bundle.stop()
         if self.watcher is not None:
             self.watcher.stop()
         drain(self.grpc_server, self.health, self.gate, grace or 0.0, end_streams=self.service.stream.stop_watchers,
@@ -174,6 +180,8 @@ class CheckpointServer:
         out: dict[str, Any] = {"status": "SERVING" if serving else "NOT_SERVING", **status.as_dict()}
         if self.stores is not None and self.stores.database is not None:  # a shared store: is it answering?
             out["store"] = {"url": self.stores.url.shown, "current": store_current}
+        if self.bundle is not None:  # a bundle refused leaves the set in force serving, and says so here
+            out["policy_bundle"] = self.bundle.status.as_dict()
         out["draining"] = self.gate.draining
         out["decision_log"] = self.log.stats() | {"closed": self.log.closed, "writable": self.log.writable}
         return out
@@ -215,6 +223,7 @@ def create_server(
     approval_token_ttl: float = APPROVAL_TOKEN_TTL_SECONDS,
     store: StoreUrl | str | None = None,
     notify: NotifySettings | None = None,
+    bundle: BundleSettings | None = None,
 ) -> tuple[CheckpointServer, int]:
     """Build a checkpoint and bind its listeners. Returns (server, TCP port; 0 when no TCP).
 
@@ -241,6 +250,8 @@ def create_server(
     (the tokens, or the mTLS of `tls`), gate, limits and records as gRPC; None: no HTTP door.
     `notify`: webhooks told of every REQUIRE_APPROVAL, HALT and handoff once it is recorded
     (notifier.py, docs/approvals.md); None: nobody is told.
+    `bundle`: a signed policy bundle to follow (bundle_source.py, docs/bundles.md): fetched once
+    before the first load and every `poll` seconds after, installed behind `policy_dir` (a link).
     `store`: where the single-use store keeps approvals spent, act ids taken and runs ended: unset,
     SQLite in the data folder; a PostgreSQL URL, one database that replicas share (docs/fleet.md,
     "Checkpoint replicas"), whose schema must be current (StoreError otherwise, before anything binds).
@@ -314,6 +325,19 @@ def create_server(
         service.notifier = Notifier(notify, service.recorder.append)
     if shared and stores.catalog_feed is None:
         service.sync_shared = SharedStateWatch([data / "catalog.db", data / "learnings.db"], policy_store.refresh).sync
+    bundle_source = None
+    if bundle is not None:  # the first fetch before the first load: a good bundle serves from the start
+        bundle_source = BundleSource(bundle.source, bundle.public, Path(policy_dir), poll=bundle.poll,
+                                     on_applied=policy_store.reload,
+                                     on_refused=lambda code: metrics.bundle_refusals.labels(code).inc())
+        bundle_serial = metrics.bundle_serial
+        bundle_source.on_serial = lambda serial: bundle_serial.set(serial or 0)
+        try:
+            bundle_source.poll_once()
+        except BaseException:
+            decisions.close()
+            stores.close()
+            raise
     policy_store.reload()  # after the service: what the first load changes in the catalog is recorded
     if stores.catalog_feed is not None:  # a shared store: other replicas' acts, in force here within a second
         try:
@@ -377,6 +401,7 @@ def create_server(
     )
     if http_door is not None:
         checkpoint.http_door, checkpoint.http_port = http_door, http_door.port
+    checkpoint.bundle = bundle_source
     if metrics_server is not None:
         metrics_server.health = checkpoint.health_details
     return checkpoint, port

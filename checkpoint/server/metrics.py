@@ -79,6 +79,16 @@ class Metrics:
             "Errors in the newest policy edit (0 when it loaded)",
             registry=r,
         )
+        self.bundle_refusals = Counter(
+            "warden_checkpoint_policy_bundle_refusals",
+            "Policy bundles refused (the set in force kept serving), by code (docs/bundles.md)",
+            ["code"],
+            registry=r,
+        )
+        self.bundle_serial = Gauge(
+            "warden_checkpoint_policy_bundle_serial", "The serial of the signed policy bundle in force (0: none)",
+            registry=r,
+        )
         self.audit_failures = Counter(
             "warden_checkpoint_audit_write_failures",
             "Decision records that could not be committed",
