@@ -10,7 +10,6 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from image_harness import ROOT, UID, docker
@@ -211,5 +210,9 @@ def test_the_built_image_carries_what_the_registry_recipe_declares(image):
     assert sorted(p.split("/")[0] for p in config["ExposedPorts"]) == declared["expose"]
     assert config["Entrypoint"] == declared["entrypoint"] and config["Cmd"] == declared["cmd"]
     assert config["Healthcheck"]["Test"] == ["CMD", *declared["healthcheck"][1]]
+    seconds = {k: int(v.rstrip("s")) for k, _, v in (o[2:].partition("=") for o in declared["healthcheck"][0])}
+    assert {k: config["Healthcheck"][v] // 10**9 for k, v in (("interval", "Interval"), ("timeout", "Timeout"),
+            ("start-period", "StartPeriod"))} == {k: seconds[k] for k in ("interval", "timeout", "start-period")}
+    assert config["Healthcheck"]["Retries"] == int(seconds["retries"])
     assert config["Labels"]["org.opencontainers.image.title"] == declared["labels"]["org.opencontainers.image.title"]
     assert config["Labels"]["org.opencontainers.image.version"]  # the script passes pyproject's version
