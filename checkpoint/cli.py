@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from warden.config import what_to_act_on
+
 if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
     from checkpoint.policy import AgentCatalog, PolicyLoadError
 
@@ -74,8 +76,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pdiff.add_argument("candidate", type=Path, help="the candidate policy folder")
     pdiff.add_argument("--against", required=True, type=Path, metavar="LOG_OR_EXPORT",
                        help="a data folder (its decisions.db), a decision log file, or a `warden audit export` JSONL file")
-    pdiff.add_argument("--policies", type=Path, metavar="CURRENT_DIR",
-                       help="the current folder: compare with its replay instead of the recorded answers")
+    # What to compare against, so the command line only: WARDEN_POLICIES (which the images set for
+    # every command) must not turn a comparison with the recorded answers into one with a replay.
+    what_to_act_on(pdiff.add_argument("--policies", type=Path, metavar="CURRENT_DIR",
+                                      help="the current folder: compare with its replay instead of the recorded answers"))
     pdiff.add_argument("--data", type=Path, help="data folder whose agent catalog resolves pinned old versions")
     pdiff.add_argument("--versions", choices=("current", "pinned"), default="current",
                        help="agents at the candidate's current versions (default) or at the versions records pinned")

@@ -183,8 +183,7 @@ build() {
 		--build-arg "BASE=$BASE_TAG" \
 		--build-arg "EXTRAS=$extras" \
 		--label "warden.inputs=$inputs" \
-		--label "org.opencontainers.image.title=warden" \
-		--label "org.opencontainers.image.version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/pyproject.toml")" \
+		--build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/pyproject.toml")" \
 		--tag "$tag" "$stage/ctx" >"$stage/build.log" 2>&1; then
 		cat "$stage/build.log" >&2
 		say "docker build of $tag failed"

@@ -221,3 +221,18 @@ def test_the_checkpoint_s_rotate_size_does_not_rotate_the_shipper_s_files(monkey
     assert show(capsys, "checkpoint", "serve")["--rotate-size"] == ("64.0", "env WARDEN_ROTATE_SIZE")
     monkeypatch.setenv("WARDEN_FILE_ROTATE_SIZE", "2")
     assert show(capsys, "audit", "ship", "--to", "x")["--file-rotate-size"] == ("2.0", "env WARDEN_FILE_ROTATE_SIZE")
+
+
+def test_warden_policies_names_the_served_folder_but_not_policy_diff_s_comparison(monkeypatch, capsys):
+    """The images set WARDEN_POLICIES for every command (docs/deploy.md). `policy diff --policies`
+    says what to compare with: taken from the environment, a diff meant against the recorded
+    answers became one against a replay of the current folder, exit 0, nothing said."""
+    monkeypatch.setenv("WARDEN_POLICIES", "/etc/warden/policies")
+    assert "--policies" not in show(capsys, "policy", "diff", "cand", "--against", "d")
+    for command in (("audit", "serve"), ("check", "req.json"), ("policy", "apply", "src")):
+        assert show(capsys, *command)["--policies"] == ("/etc/warden/policies", "env WARDEN_POLICIES"), command
+    # a file key for it is refused like the audit filters', naming the line
+    monkeypatch.delenv("WARDEN_POLICIES")
+    Path("warden.toml").write_text('[policy.diff]\npolicies = "/x"\n')
+    assert main(["policy", "diff", "cand", "--against", "d"]) == 2
+    assert "warden.toml:2" in capsys.readouterr().err

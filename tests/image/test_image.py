@@ -165,3 +165,31 @@ def test_a_checkpoint_without_a_loaded_policy_set_is_reported_unhealthy(image, t
         assert last["ExitCode"] == 1 and "NOT_SERVING" in last["Output"], last
     finally:
         docker("rm", "-f", name, check=False)
+
+
+def test_the_docs_docker_exec_commands_read_the_log_without_flags(container):
+    """docs/deploy.md's `docker exec CONTAINER warden audit tail`, as written: no --data, no
+    --policies. The image's WARDEN_DATA and WARDEN_POLICIES must name what its own command serves,
+    or these read an empty ./.warden and ./policies under the working folder."""
+    client = CheckpointClient(container.address, token=DRIVER_TOKEN)
+    try:
+        started = _start(client, "recon")
+        allowed = client.check(_get_task(started, "task-4"))
+    finally:
+        client.close()
+    tail = container.exec("warden", "audit", "tail", "--format", "jsonl", check=False)
+    assert tail.returncode == 0, tail.stdout + tail.stderr
+    shown = [json.loads(line) for line in tail.stdout.splitlines()]
+    assert allowed.decision_id in {r["decision_id"] for r in shown}, shown
+    # the same folder the host mounted: nothing was made under the working folder instead
+    assert container.exec("ls", "-A", "/var/lib/warden/.warden", check=False).returncode != 0
+    verify = container.exec("warden", "audit", "verify", check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    # the policy folder too: every command's --policies is the folder the image serves
+    where = container.exec("warden", "config", "show", "audit", "serve", check=False)
+    assert where.returncode == 0, where.stdout + where.stderr
+    policies = [line.split() for line in where.stdout.splitlines() if line.strip().startswith("--policies")]
+    assert policies == [["--policies", "/etc/warden/policies", "env", "WARDEN_POLICIES"]], where.stdout
+    # a flag still wins over the image's environment
+    elsewhere = container.exec("warden", "audit", "verify", "--data", "/tmp/nothing-here", check=False)
+    assert elsewhere.returncode != 0
