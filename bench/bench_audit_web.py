@@ -93,7 +93,8 @@ def main(argv: list[str]) -> None:
                 ("decisions of one run (indexed)", f"/api/decisions?run={run}", None),
                 ("a long poll with nothing new (wait=0)", f"/api/decisions?after={args.records}&limit=500", None),
                 ("a run's tree and timeline", f"/api/runs/{run}", None),
-                ("runs most recently started (200)", "/api/runs?limit=200", None),
+                ("runs most recently started (200), with counts", "/api/runs?limit=200", None),
+                ("runs with a refusal (reads up to 500 runs)", "/api/runs?limit=200&refused=1", None),
                 ("chain status while the last walk is fresh", "/api/verify", None),
             ]
             print(f"{'request':<48} {'median ms':>10} {'bytes':>10}")

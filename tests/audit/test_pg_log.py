@@ -286,6 +286,7 @@ def test_the_auditors_web_view_serves_the_postgresql_log(migrated, tmp_path):
             log.append(make_record(run_id="run-a", tenant="acme"))
             log.append(make_record(run_id="run-b", tenant="globex"))
             log.append(make_record(run_id="run-c", tenant="acme", action="start_run"))
+            log.append(make_record(run_id="run-c", tenant="acme", verdict="DENY"))
         finally:
             log.close()
     policies, tokens = policy_copy(tmp_path / "policies"), write_tokens(tmp_path / "audit.tokens")
@@ -305,10 +306,14 @@ def test_the_auditors_web_view_serves_the_postgresql_log(migrated, tmp_path):
                 return json.loads(answer.read())
 
         decisions = get("api/decisions")
-        assert [r["run_id"] for r in decisions["records"]] == ["run-a", "run-c"]  # acme's only: carol's tenant
+        assert [r["run_id"] for r in decisions["records"]] == ["run-a", "run-c", "run-c"]  # acme's only: carol's
         assert get("api/decisions?after=1")["records"][0]["seq"] == 3
-        assert get("api/verify")["ok"] is True and get("api/verify")["checked"] == 3
-        assert [r["run_id"] for r in get("api/runs")["runs"]] == ["run-c"]  # the runs started, from their start_run
+        assert get("api/verify")["ok"] is True and get("api/verify")["checked"] == 4
+        [run] = get("api/runs")["runs"]  # the runs started, from their start_run
+        assert (run["run_id"], run["status"], run["decisions"], run["denied"]) == ("run-c", "open", 2, 1)
+        assert [r["run_id"] for r in get("api/runs?refused=1")["runs"]] == ["run-c"]
+        assert get("api/runs?status=succeeded")["runs"] == []
+        assert [r["verdict"] for r in get("api/runs/run-c")["refusals"]] == ["DENY"]
     finally:
         proc.send_signal(2)
         assert proc.wait(timeout=20) == 0

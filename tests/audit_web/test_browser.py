@@ -196,3 +196,75 @@ def test_a_token_refused_mid_session_sends_the_auditor_back_to_log_in(page, worl
     # the page's next request (the chain's check, the stream's poll) is refused: back to the login
     expect(page.locator("#login")).to_be_visible()
     expect(page.locator("#login-error")).to_contain_text("no longer accepted")
+
+
+def test_refused_calls_are_marked_in_text_and_listed_at_a_runs_top(page, shared_world):
+    expect = _expect()
+    story = shared_world.story
+    _login(page, shared_world.web)
+    halt = page.locator("#stream tbody tr", has=page.locator(".verdict-HALT"))
+    expect(halt).to_have_count(1)
+    expect(halt).to_contain_text("breaker_tokens")
+    # not by colour alone: the row says so in words a screen reader reads out
+    expect(halt.locator(".refused-mark")).to_have_text("✖ refused: ")
+    assert "refused" in (halt.get_attribute("class") or "")
+    allowed = page.locator("#stream tbody tr", has_text="list_templates").or_(
+        page.locator("#stream tbody tr", has_text="task-1"))
+    assert allowed.first.locator(".refused-mark").count() == 0
+    marked = page.locator("#stream tbody tr.refused")
+    assert marked.count() == page.locator("#stream tbody tr", has=page.locator(".verdict-DENY, .verdict-HALT")).count()
+    page.click("nav button[data-tab=run]")
+    page.fill("#run-id", story.child)
+    page.click("#run-form button[type=submit]")
+    expect(page.locator("#run-refusals li")).to_have_count(1)
+    expect(page.locator("#run-refusals li")).to_contain_text("refused: ")
+    expect(page.locator("#run-refusals li")).to_contain_text("HALT · breaker_tokens")
+    # the refusals come before the tree and the timeline
+    order = page.evaluate("""() => [...document.querySelectorAll('#run-view h3')].map(h => h.textContent)""")
+    assert order[0].startswith("Refusals"), order
+
+
+def test_the_runs_tab_shows_status_counts_and_filters(page, shared_world):
+    expect = _expect()
+    story = shared_world.story
+    _login(page, shared_world.web)
+    page.click("nav button[data-tab=runs]")
+    row = page.locator(f"#runs tbody tr[data-run='{story.parent}']")
+    expect(row.locator(".run-status")).to_have_text("succeeded")
+    records = shared_world.web.json(f"/api/decisions?run={story.parent}&limit=1000")["records"]
+    expect(row.locator(".run-decisions")).to_have_text(str(len(records)))
+    denied = sum(r["verdict"] == "DENY" for r in records)
+    expect(row.locator(".run-denied")).to_contain_text(str(denied))
+    page.select_option("#runs-filter select[name=status]", "failed")
+    page.click("#runs-filter button[type=submit]")
+    expect(page.locator("#runs tbody tr")).to_have_count(0)
+    expect(page.locator("#runs-count")).to_have_text("0")
+    page.click("#runs-filter button[type=reset]")
+    expect(page.locator("#runs tbody tr")).to_have_count(1)
+    page.fill("#runs-filter input[name=since]", "2999-01-01")
+    page.click("#runs-filter button[type=submit]")
+    expect(page.locator("#runs tbody tr")).to_have_count(0)
+    page.fill("#runs-filter input[name=since]", "last tuesday")
+    page.click("#runs-filter button[type=submit]")
+    expect(page.locator("#runs-error")).to_contain_text("since")
+
+
+def test_the_decisions_since_and_until_inputs(page, shared_world):
+    expect = _expect()
+    _login(page, shared_world.web)
+    rows = page.locator("#stream tbody tr")
+    expect(page.locator("#stream-status")).to_have_text("live")
+    every = rows.count()
+    page.fill("#filters input[name=since]", "2999-01-01")
+    page.click("#filters button[type=submit]")
+    expect(rows).to_have_count(0)
+    page.fill("#filters input[name=since]", "")
+    page.fill("#filters input[name=until]", "2999-01-01")
+    page.click("#filters button[type=submit]")
+    expect(rows).to_have_count(every)
+    page.fill("#filters input[name=until]", "2000-01-01")
+    page.click("#filters button[type=submit]")
+    expect(rows).to_have_count(0)
+    page.fill("#filters input[name=until]", "soonish")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#stream-status")).to_contain_text("until")

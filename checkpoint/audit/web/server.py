@@ -40,7 +40,14 @@ from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from checkpoint.audit.errors import AuditUnavailable
 from checkpoint.audit.web.access import Auditor, AuditRefused, Gate
-from checkpoint.audit.web.views import DEFAULT_LIMIT, MAX_LIMIT, MAX_WAIT, RUNS_LIMIT, DecisionViews
+from checkpoint.audit.web.views import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    MAX_WAIT,
+    RUN_STATUSES,
+    RUNS_LIMIT,
+    DecisionViews,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +78,9 @@ STREAM_FILTERS = {
     "caller": "caller", "principal": "principal", "approver": "approver", "text": "text",
     "since": "since", "until": "until",
 }
+# The runs list's filters: query parameter -> the filter of their start records; `status` and
+# `refused` (1: only runs with a DENY or HALT) are read from each run's records.
+RUNS_FILTERS = {"agent": "agent", "person": "person", "since": "since", "until": "until"}
 VERDICTS = ("ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT")
 _RUN_PATH = re.compile(r"/api/runs/([^/]{1,256})")
 
@@ -246,8 +256,7 @@ class AuditApp:
                                         "tenants": auditor.tenants, "verify_interval": views.verify_interval,
                                         "policy_revision": self.server.gate.policy_revision}),
             "/api/decisions": ({"after", "limit", "wait", *STREAM_FILTERS}, lambda: self._decisions(params, auditor)),
-            "/api/runs": ({"limit"}, lambda: views.runs(_int(params, "limit", DEFAULT_LIMIT, 1, RUNS_LIMIT),
-                                                       auditor.tenants)),
+            "/api/runs": ({"limit", "status", "refused", *RUNS_FILTERS}, lambda: self._runs(params, auditor)),
             "/api/verify": (set(), views.verify),
             "/api/stats": (set(), lambda: views.agent_stats(auditor.tenants)),
         }
@@ -264,20 +273,24 @@ class AuditApp:
             return HTTPStatus.OK, found
         return HTTPStatus.NOT_FOUND, {"code": "not_found", "message": "no such endpoint"}
 
-    def _decisions(self, params: dict[str, str], auditor: Auditor) -> dict[str, Any]:
-        from checkpoint.audit.moments import since as _since
+    def _runs(self, params: dict[str, str], auditor: Auditor) -> dict[str, Any]:
+        filters: dict[str, Any] = _moments({RUNS_FILTERS[k]: v for k, v in params.items() if k in RUNS_FILTERS and v})
+        status = params.get("status") or None
+        if status is not None and status not in RUN_STATUSES:
+            raise BadRequest(f"status is one of {', '.join(RUN_STATUSES)}")
+        if params.get("refused", "") not in ("", "0", "1"):
+            raise BadRequest("refused is 1 (only runs with a DENY or HALT) or 0")
+        limit = _int(params, "limit", DEFAULT_LIMIT, 1, RUNS_LIMIT)
+        return self.server.views.runs(limit, status=status, refused=params.get("refused") == "1",
+                                      tenants=auditor.tenants, **filters)
 
-        filters: dict[str, Any] = {STREAM_FILTERS[k]: v for k, v in params.items() if k in STREAM_FILTERS and v}
+    def _decisions(self, params: dict[str, str], auditor: Auditor) -> dict[str, Any]:
+        filters: dict[str, Any] = _moments({STREAM_FILTERS[k]: v for k, v in params.items()
+                                            if k in STREAM_FILTERS and v})
         if "verdict" in filters:
             filters["verdict"] = filters["verdict"].upper()
             if filters["verdict"] not in VERDICTS:
                 raise BadRequest(f"verdict is one of {', '.join(VERDICTS)}")
-        for name in ("since", "until"):
-            if name in filters:
-                try:
-                    filters[name] = _since(filters[name])
-                except Exception as exc:  # noqa: BLE001 - argparse's type error, whatever its class
-                    raise BadRequest(f"{name}: {exc}") from None
         after = _int(params, "after", None, 0, None)
         limit = _int(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         wait = float(_int(params, "wait", 0, 0, int(MAX_WAIT)) or 0)
@@ -336,6 +349,19 @@ def _params(query: str) -> dict[str, str]:
             raise BadRequest(f"{name[:40]!r} is longer than {MAX_PARAM} characters")
         out[name] = values[0]
     return out
+
+
+def _moments(filters: dict[str, Any]) -> dict[str, Any]:
+    """`since` and `until` as people write them (15m, today, an RFC 3339 time) in the stored form."""
+    from checkpoint.audit.moments import since as _since
+
+    for name in ("since", "until"):
+        if name in filters:
+            try:
+                filters[name] = _since(filters[name])
+            except Exception as exc:  # noqa: BLE001 - argparse's type error, whatever its class
+                raise BadRequest(f"{name}: {exc}") from None
+    return filters
 
 
 def _only(params: dict[str, str], allowed: set[str]) -> None:

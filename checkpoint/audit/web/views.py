@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
@@ -29,6 +30,8 @@ MAX_WAIT = 25.0  # a long poll answers within this, so no proxy or browser gives
 TREE_LIMIT = 2000  # records of one delegation tree shown at most (the answer says when cut)
 RUNS_LIMIT = 500
 APPROVAL_ACTS = ("approval", "rejection")
+REFUSED = ("DENY", "HALT")  # the verdicts that refuse a call: listed at a run's top, counted per run
+RUN_STATUSES = ("open", "paused", "succeeded", "failed", "cancelled")
 
 
 class DecisionViews:
@@ -97,11 +100,28 @@ class DecisionViews:
 
     # -- runs -----------------------------------------------------------------------------
 
-    def runs(self, limit: int, tenants: list[str] | None) -> dict[str, Any]:
-        """The runs most recently started (their `start_run` records that were allowed)."""
+    def runs(self, limit: int, *, status: str | None = None, refused: bool = False,
+             **filters: Unpack[Filters]) -> dict[str, Any]:
+        """The runs most recently started (their `start_run` records that were allowed), each with
+        its status and counts: records, DENY and HALT. `filters` narrow the start records (tenants,
+        agent, person, since, until); `status` and `refused` narrow by what the run's records show, so up
+        to RUNS_LIMIT starts are read to find `limit` that match (`scanned` says how many)."""
+        wanted = limit if status is None and not refused else RUNS_LIMIT
+        tenants = filters.get("tenants")
         with self._reader() as spans:
-            rows = spans.newest(limit, action="start_run", verdict="ALLOW", tenants=tenants)
-        return {"runs": [_run_summary(from_row(r)) for r in rows]}
+            starts = spans.newest(wanted, **{**filters, "action": "start_run", "verdict": "ALLOW"})
+            shown = []
+            for row in starts:
+                summary = _run_summary(from_row(row))
+                summary.update(_run_counts(spans.rows(run_id=summary["run_id"], tenants=tenants)))
+                if status is not None and summary["status"] != status:
+                    continue
+                if refused and not (summary["denied"] or summary["halted"]):
+                    continue
+                shown.append(summary)
+                if len(shown) >= limit:
+                    break
+        return {"runs": shown, "scanned": len(starts)}
 
     def run(self, run_id: str, tenants: list[str] | None) -> dict[str, Any] | None:
         """A run's delegation tree and its own timeline, breaker trips and approvals; None when
@@ -120,6 +140,7 @@ class DecisionViews:
             "root_run_id": root,
             "tree": _tree(records, root),
             "timeline": mine,
+            "refusals": [r for r in mine if r["verdict"] in REFUSED],
             "breaker_trips": [r for r in mine if _is_breaker_trip(r)],
             "approvals": [r for r in mine if r["action"] in APPROVAL_ACTS or r["verdict"] == "REQUIRE_APPROVAL"],
             "truncated": truncated,
@@ -220,6 +241,31 @@ def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
             "person": record["accountable_person"], "time": record["time"], "seq": record["seq"]}
 
 
+def _end_status(record: dict[str, Any]) -> str | None:
+    """The status an allowed `end` record sets (succeeded, failed, cancelled, paused), else None."""
+    if record["action"] != END_ACT or record["verdict"] != "ALLOW" or not isinstance(record["arguments"], dict):
+        return None
+    details = record["arguments"].get("details")
+    if isinstance(details, dict) and isinstance(details.get("status"), str):
+        return str(details["status"])
+    return None
+
+
+def _run_counts(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """A run's records counted: all of them, DENY, HALT, and the status of its last end ("open"
+    while it has none)."""
+    counts: dict[str, Any] = {"decisions": 0, "denied": 0, "halted": 0, "status": "open"}
+    for row in rows:
+        record = from_row(row)
+        counts["decisions"] += 1
+        if record["verdict"] == "DENY":
+            counts["denied"] += 1
+        elif record["verdict"] == "HALT":
+            counts["halted"] += 1
+        counts["status"] = _end_status(record) or counts["status"]
+    return counts
+
+
 def _tree(records: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:
     """The runs of a delegation tree, each with its parent, first and last record, how many
     records, breaker trips and approvals, and the status of its last `end`; in order of first
@@ -243,8 +289,5 @@ def _tree(records: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:
             node["breaker_trips"] += 1
         if r["action"] in APPROVAL_ACTS:
             node["approvals"] += 1
-        if r["action"] == END_ACT and r["verdict"] == "ALLOW":
-            details = (r["arguments"] or {}).get("details") if isinstance(r["arguments"], dict) else None
-            if isinstance(details, dict) and isinstance(details.get("status"), str):
-                node["status"] = details["status"]
+        node["status"] = _end_status(r) or node["status"]
     return list(runs.values())

@@ -130,15 +130,23 @@ function filters() {
   return out;
 }
 
+// DENY and HALT refuse the call: their rows carry a text marker, not only a colour, so a reader who
+// cannot tell the colours apart (or a screen reader) still finds them.
+function isRefused(r) { return r.verdict === "DENY" || r.verdict === "HALT"; }
+
+function refusedMark(r) {
+  return isRefused(r) ? el("span", { class: "refused-mark", title: "refused" }, "✖ refused: ") : null;
+}
+
 function recordRow(r) {
   const runCell = r.run_id
     // run ids share their time-ordered head: the tail tells them apart; the whole id is the title
     ? el("button", { type: "button", class: "link run-link", title: r.run_id, onclick: () => openRun(r.run_id) },
       r.run_id.length > 16 ? "…" + r.run_id.slice(-12) : r.run_id)
     : "";
-  return el("tr", { "data-seq": r.seq },
+  return el("tr", { "data-seq": r.seq, class: isRefused(r) ? "refused" : "" },
     el("td", {}, r.seq), el("td", {}, r.time),
-    el("td", {}, el("span", { class: "verdict-" + r.verdict }, r.verdict)),
+    el("td", {}, refusedMark(r), el("span", { class: "verdict-" + r.verdict }, r.verdict)),
     el("td", {}, r.code || ""), el("td", {}, r.action), el("td", {}, r.tool || ""),
     el("td", {}, r.agent || ""), el("td", {}, runCell), el("td", {}, r.accountable_person || ""),
     el("td", {}, r.rule || ""), el("td", { class: "args" }, short(json(r.arguments), 300)),
@@ -195,17 +203,35 @@ async function startStream() {
 
 // -- runs -----------------------------------------------------------------------------------
 
+function runsFilters() {
+  const out = {};
+  for (const field of $("runs-filter").elements) {
+    if (!field.name) continue;
+    if (field.type === "checkbox") { if (field.checked) out[field.name] = "1"; }
+    else if (field.value.trim()) out[field.name] = field.value.trim();
+  }
+  return out;
+}
+
 async function showRuns() {
   const body = $("runs").tBodies[0];
+  $("runs-error").textContent = "";
   try {
-    const answer = await api("/api/runs", { limit: 200 });
-    body.replaceChildren(...answer.runs.map((r) => el("tr", {},
+    const answer = await api("/api/runs", { ...runsFilters(), limit: 200 });
+    body.replaceChildren(...answer.runs.map((r) => el("tr", { "data-run": r.run_id, class: r.denied || r.halted ? "refused" : "" },
       el("td", {}, r.time),
       el("td", {}, el("button", { type: "button", class: "link run-link", onclick: () => openRun(r.run_id) }, r.run_id)),
+      el("td", { class: "run-status" }, r.status),
+      el("td", { class: "run-decisions" }, r.decisions),
+      el("td", { class: "run-denied" }, r.denied ? el("span", { class: "refused-mark", title: "refused" }, "✖ ") : null, r.denied),
+      el("td", { class: "run-halted" }, r.halted ? el("span", { class: "refused-mark", title: "refused" }, "✖ ") : null, r.halted),
       el("td", {}, r.agent || ""), el("td", {}, short(r.agent_version, 12)), el("td", {}, r.person || ""),
       el("td", {}, r.tenant || ""))));
+    $("runs-count").textContent = String(answer.runs.length);
   } catch (error) {
-    body.replaceChildren(el("tr", {}, el("td", { colSpan: 6, class: "error" }, failed(error).message)));
+    body.replaceChildren();
+    $("runs-count").textContent = "0";
+    $("runs-error").textContent = failed(error).message;
   }
 }
 
@@ -253,6 +279,9 @@ async function openRun(runId) {
   const nodes = run.tree.map((n) => ({ ...n, parent_run_id: ids.has(n.parent_run_id) ? n.parent_run_id : null }));
   $("run-tree").replaceChildren(treeList(nodes, null, run.run_id) || el("p", { class: "note" }, "no runs"));
   const list = (items, empty) => (items.length ? items.map((r) => el("li", {}, describe(r))) : [el("li", { class: "note" }, empty)]);
+  $("run-refusals").replaceChildren(...(run.refusals.length
+    ? run.refusals.map((r) => el("li", { "data-decision": r.decision_id }, refusedMark(r), describe(r)))
+    : [el("li", { class: "note" }, "none")]));
   $("run-breakers").replaceChildren(...list(run.breaker_trips, "none"));
   $("run-approvals").replaceChildren(...list(run.approvals, "none"));
   $("run-timeline").replaceChildren(...run.timeline.map((r) => {
@@ -260,7 +289,7 @@ async function openRun(runId) {
     const approval = r.action === "approval" || r.action === "rejection" || r.verdict === "REQUIRE_APPROVAL";
     const target = r.decision_id === linked().decision ? " linked" : "";
     return el("li", { class: (trip ? "trip" : approval ? "approval" : "") + target, "data-decision": r.decision_id },
-      describe(r),
+      refusedMark(r), describe(r),
       r.arguments && Object.keys(r.arguments).length ? el("div", { class: "args" }, short(json(r.arguments), 400)) : null);
   }));
   const target = document.querySelector("#run-timeline li.linked");
@@ -374,6 +403,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("logout").addEventListener("click", () => logout(""));
   $("filters").addEventListener("submit", (event) => { event.preventDefault(); startStream(); });
   $("filters").addEventListener("reset", () => setTimeout(startStream, 0));
+  $("runs-filter").addEventListener("submit", (event) => { event.preventDefault(); showRuns(); });
+  $("runs-filter").addEventListener("reset", () => setTimeout(showRuns, 0));
   $("run-form").addEventListener("submit", (event) => {
     event.preventDefault();
     if ($("run-id").value.trim()) openRun($("run-id").value.trim());
