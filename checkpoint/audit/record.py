@@ -87,10 +87,11 @@ assert SCHEMA_HASHED[max(SCHEMA_HASHED)] == HASHED_FIELDS
 # "end": a run stopped (succeeded, failed, cancelled, paused), recorded by its token's holder.
 # "learning": an act on a learning (propose, occurrence, promote, review, reject, retire, stale).
 # "expire": a REQUIRE_APPROVAL's deadline passed unanswered, recorded by its run's driver.
+# "gateway": an MCP gateway's own decision, a tools/list it filtered or a call it refused (docs/mcp.md).
 # "notify": one attempt to deliver a notification of a decision to a webhook (docs/approvals.md).
 ACTIONS = frozenset({"tool_call", "model_call", "delegation", "plan", "none", "start_run", "approval", "rejection",
                      "resume", "cancel", "amend", "pause", "catalog", "end", "load_skill", "learning",
-                     "expire", "notify"})
+                     "expire", "notify", "gateway"})
 VERDICTS = frozenset({"ALLOW", "DENY", "REQUIRE_APPROVAL", "HALT"})
 GENESIS_HASH = "0" * 64
 

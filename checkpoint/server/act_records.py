@@ -92,6 +92,7 @@ class RunActedOn(ActRecord):
     agent: str | None = None
     agent_version: str | None = None
     action: str = "none"
+    tool: str | None = None  # a gateway's refusal: the tool it refused
     arguments: dict[str, Any] | None = None
 
 

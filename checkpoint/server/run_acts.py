@@ -17,6 +17,7 @@ from checkpoint.policy.principals import Principal, caller_name
 from checkpoint.server import convert
 from checkpoint.server.act_records import RunActedOn, RunStarted, bounded_details, forget_claimed_run, stamp
 from checkpoint.server.entry_acts import pins
+from checkpoint.server.gateway_acts import GATEWAY_ACT, gateway_event, summary
 from checkpoint.server.ids import new_run_id
 from checkpoint.server.refusals import no_principal, require_role
 from checkpoint.server.runs import MAX_RUN_ID, Established, Refused
@@ -38,7 +39,8 @@ ACT_ROLE = "operator"  # every act of PERSON_ACTS (whatever is added to it) is a
 MAX_ACT_ID = 64
 # an approval the run waited for whose deadline passed: recorded by the run's token holder, no person
 EXPIRE_ACT = "expire"
-RUN_ACTS = PERSON_ACTS | {END_ACT, EXPIRE_ACT}  # and the run's own end, which names no person
+# and the run's own end, and an MCP gateway's own decisions (gateway_acts.py), which name no person
+RUN_ACTS = PERSON_ACTS | {END_ACT, EXPIRE_ACT, GATEWAY_ACT}
 WIDENING_ACTS = frozenset({"resume", "amend"})  # acts that let a run do more than it could before
 
 
@@ -219,6 +221,8 @@ class RunActs:
                 details = run_end(request, principal, established, details)
             elif request.act == EXPIRE_ACT:
                 details = approval_expiry(request, principal, established, details, self.expire)
+            elif request.act == GATEWAY_ACT:
+                details = gateway_event(request.person, principal, established, details)
             elif not principal.may_vouch(request.person, caller_name(caller)):
                 raise Refused(codes.CALLER_NOT_PERMITTED,
                               f"principal {principal.name!r} may not vouch for person {request.person[:100]!r}",
@@ -244,6 +248,10 @@ class RunActs:
             if request.act == EXPIRE_ACT:
                 by = f"of the approval of decision {details['decision_id']} (deadline {details['deadline']})"
             response.reason = f"{request.act} {by}" + (f": {request.note[:500]}" if request.note else "")
+            if request.act == GATEWAY_ACT:
+                response.reason = summary(details)
+                if details["event"] == "refused":  # on the log as what it is: a denial, with its code
+                    response.verdict, response.code, response.rule = DENY, details["code"], "gateway"
         except Refused as refused:
             response.code, response.rule, response.reason = refused.code, refused.rule, refused.reason
         if established is None:
@@ -282,6 +290,7 @@ class RunActs:
             agent=last.get("id"),
             agent_version=last.get("agent_version"),
             action=request.act if request.act in RUN_ACTS else "none",
+            tool=details["tool"] if request.act == GATEWAY_ACT and response.rule == "gateway" else None,
             arguments={"person": request.person[:128], "note": request.note[:1000], "details": bounded_details(details)},
         ).to_dict()
         if established is None:

@@ -1,6 +1,7 @@
 """An MCP server written with the Python SDK, shaped like the reference filesystem server: the
 upstream the gateway's tests front. UPSTREAM_VARIANT=changed makes it lie about a tool it was
-admitted with (a new description and schema under the same name)."""
+admitted with (a new description and schema under the same name); UPSTREAM_VARIANT=narrow serves
+no list_directory, a tool the policy allows."""
 
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ def write_file(path: str, content: str) -> str:
     return f"wrote {len(content)} characters to {path}"
 
 
-@server.tool(description="List a directory.")
-def list_directory(path: str) -> str:
-    return "\n".join(sorted(p.name for p in Path(path).iterdir()))
+if os.environ.get("UPSTREAM_VARIANT") != "narrow":
+    @server.tool(description="List a directory.")
+    def list_directory(path: str) -> str:
+        return "\n".join(sorted(p.name for p in Path(path).iterdir()))
 
 
 @server.tool(description="Delete a file (no policy admits it).")

@@ -101,6 +101,19 @@ class CheckpointClient:
                                                           details=details))
         return Decision.of(got.decision)
 
+    def record_gateway(self, run: Run, details: dict[str, Any]) -> Decision:
+        """Put an MCP gateway's own decision on the checkpoint's log (act "gateway", docs/mcp.md):
+        a tools/list it filtered, or a call it refused. Raises ClientError when it is not recorded,
+        so the caller can refuse what it cannot record."""
+        got = self._call("RecordAct", cp.RecordActRequest(run=cp.RunContext(run_token=run.token), act="gateway",
+                                                          details=to_struct(details)))
+        decision = Decision.of(got.decision)
+        recorded = (decision.rule == "gateway" and decision.code == details.get("code")
+                    if details.get("event") == "refused" else decision.allowed)
+        if not recorded or not decision.decision_id:
+            raise ClientError(f"the gateway's act was not recorded: {decision.reason}", code=decision.code)
+        return decision
+
     # a person's acts, made with the person's own credential (never an agent's)
     def approve(self, run_id: str, decision_id: str, note: str = "") -> ApprovalOutcome:
         got = self._call("Approve", cp.ApproveRequest(run_id=run_id, decision_id=decision_id, note=note))

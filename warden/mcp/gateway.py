@@ -31,7 +31,7 @@ from warden.client.runs import call_digest
 from warden.mcp import catalog, codes
 from warden.mcp.pins import Pins
 from warden.mcp.principals import Principals
-from warden.mcp.results import refusal, scrubbed
+from warden.mcp.results import refusal, scrubbed, too_large
 from warden.mcp.settings import Client, Settings
 from warden.mcp.upstreams import Upstreams
 
@@ -75,8 +75,28 @@ class Gateway:
                 self.served[who.name] = _Served(run)
             return self.served[who.name]
 
-    async def _refresh(self, served: _Served) -> None:
-        served.tools = catalog.build(await self.upstreams.listings(), frozenset(served.run.tools), self.pins)
+    async def _refresh(self, served: _Served) -> set[str]:
+        """The tools this principal may be shown now; returns every name the upstreams list."""
+        listings = await self.upstreams.listings()
+        served.tools = catalog.build(listings, frozenset(served.run.tools), self.pins)
+        return {catalog.exposed_name(u, t.name) for u, tools in listings.items() for t in tools}
+
+    async def _record(self, run: Run, details: dict[str, Any]) -> str:
+        """The gateway's own decision on the checkpoint's log (act "gateway"); its decision id."""
+        decision = await anyio.to_thread.run_sync(lambda: self.checkpoint.record_gateway(run, details))
+        return decision.decision_id
+
+    async def _refuse(self, who: Client, run: Run, code: str, reason: str, *, tool: str, upstream: str = "",
+                      **extra: Any) -> types.CallToolResult:
+        """A refusal the gateway makes itself, recorded with the principal, client and upstream
+        before the client reads it. Not recorded (the checkpoint is down): refused all the same."""
+        details = {"event": "refused", "client": who.name, "tool": tool[:128], "upstream": upstream, "code": code,
+                   "reason": reason[:500], **extra}
+        try:
+            recorded = await self._record(run, details)
+        except ClientError as exc:
+            return refusal(code, f"{reason} (not recorded: {exc.code})", **extra)
+        return refusal(code, reason, decision_id=recorded, **extra)
 
     async def list_tools(self, ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         who = self.principals.of(ctx)
@@ -86,8 +106,15 @@ class Gateway:
             served = await self._served(who)
         except ClientError as exc:
             raise MCPError(INTERNAL_ERROR, f"warden: {exc.code}: {exc.message}") from None
-        await self._refresh(served)
-        return types.ListToolsResult(tools=[t.tool for t in served.tools.values() if not t.refused])
+        listed = await self._refresh(served)
+        shown = sorted(t.name for t in served.tools.values() if not t.refused)
+        try:  # what this principal was shown and not shown is on the log before the client reads it
+            await self._record(served.run, {"event": "listed", "client": who.name, "shown": shown,
+                                            "hidden": sorted(listed - set(shown))})
+        except ClientError as exc:
+            code = codes.CHECKPOINT_UNAVAILABLE if isinstance(exc, CheckpointUnavailable) else exc.code
+            raise MCPError(INTERNAL_ERROR, f"warden: {code}: the list could not be recorded: {exc.message}") from None
+        return types.ListToolsResult(tools=[served.tools[name].tool for name in shown])
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
@@ -106,21 +133,24 @@ class Gateway:
             await self._refresh(served)
             exposed = served.tools.get(params.name)
         if exposed is None:
-            return await self._never_shown(run, params.name, arguments)
+            return await self._never_shown(who, run, params.name, arguments)
         if exposed.refused:
-            return refusal(exposed.refused, f"the upstream's tool {exposed.upstream_name!r} is refused "
-                           f"({exposed.refused}); a person must review it (`warden mcp pins`)")
+            return await self._refuse(who, run, exposed.refused, f"the upstream's tool {exposed.upstream_name!r} is "
+                                      f"refused ({exposed.refused}); a person must review it (`warden mcp pins`)",
+                                      tool=exposed.name, upstream=exposed.upstream)
         call = call_digest(exposed.name, arguments)
         approval: ApprovalOutcome | None = None
         if call in served.waiting:
             approval = self.inbox.take(served.waiting[call])
             if approval is None:
-                return refusal(codes.APPROVAL_PENDING, "a person has not answered yet: try the same call again "
-                               "once they have", approval_id=served.waiting[call])
+                return await self._refuse(who, run, codes.APPROVAL_PENDING, "a person has not answered yet: try "
+                                          "the same call again once they have", tool=exposed.name,
+                                          upstream=exposed.upstream, approval_id=served.waiting[call])
             del served.waiting[call]
             if not approval.approved:
-                return refusal(codes.APPROVAL_REJECTED, "a person rejected this call",
-                               approval_id=approval.decision_id)
+                return await self._refuse(who, run, codes.APPROVAL_REJECTED, "a person rejected this call",
+                                          tool=exposed.name, upstream=exposed.upstream,
+                                          approval_id=approval.decision_id)
         try:
             async with served.checking:
                 decision = await anyio.to_thread.run_sync(
@@ -135,7 +165,7 @@ class Gateway:
             return await self._halt(run, decision)
         if not decision.allowed:
             return refusal(decision.code, decision.reason, verdict=decision.verdict, decision_id=decision.decision_id)
-        return await self._forward(run, exposed, decision.arguments if decision.arguments is not None else arguments)
+        return await self._forward(who, run, exposed, decision.arguments if decision.arguments is not None else arguments)
 
     async def _halt(self, run: Run, decision: Decision) -> types.CallToolResult:
         """A HALT ends the run's calls: its end is recorded, so the checkpoint refuses every later
@@ -147,7 +177,7 @@ class Gateway:
         return refusal(decision.code, f"{decision.reason}; this run's calls have ended",
                        verdict=decision.verdict, decision_id=decision.decision_id)
 
-    async def _never_shown(self, run: Run, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _never_shown(self, who: Client, run: Run, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """A call of a tool this client was never shown is still a Check, so it is on the record
         with the principal; whatever the answer, no upstream has such a tool to call."""
         try:
@@ -156,7 +186,8 @@ class Gateway:
             return refusal(exc.code, exc.message)
         if not decision.allowed:
             return refusal(decision.code, decision.reason, verdict=decision.verdict, decision_id=decision.decision_id)
-        return refusal(codes.UNKNOWN_TOOL, f"no upstream serves a tool {name!r} to this client")
+        return await self._refuse(who, run, codes.UNKNOWN_TOOL, f"no upstream serves a tool {name!r} to this client",
+                                  tool=name)
 
     def _ask(self, who: Client, served: _Served, name: str, arguments: dict[str, Any], call: str,
              decision: Decision) -> types.CallToolResult:
@@ -167,12 +198,18 @@ class Gateway:
                        f"{decision.decision_id}`); then make the same call again",
                        verdict=decision.verdict, approval_id=decision.decision_id)
 
-    async def _forward(self, run: Run, exposed: catalog.Exposed, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _forward(self, who: Client, run: Run, exposed: catalog.Exposed,
+                       arguments: dict[str, Any]) -> types.CallToolResult:
         try:
             result = await self.upstreams.call(exposed.upstream, exposed.upstream_name, arguments)
         except Exception as exc:  # noqa: BLE001 - the upstream's failure is the client's error result
             run.report_result(False)
-            return refusal(codes.UPSTREAM_UNAVAILABLE, f"upstream {exposed.upstream!r}: {type(exc).__name__}: {exc}")
+            return await self._refuse(who, run, codes.UPSTREAM_UNAVAILABLE, f"upstream {exposed.upstream!r}: "
+                                      f"{type(exc).__name__}: {exc}", tool=exposed.name, upstream=exposed.upstream)
+        if why := too_large(result, self.settings.max_result_bytes):
+            run.report_result(False)
+            return await self._refuse(who, run, codes.RESULT_TOO_LARGE, why, tool=exposed.name,
+                                      upstream=exposed.upstream)
         clean, _masked = scrubbed(result, self.settings.max_result_bytes)
         run.report_result(not clean.is_error)
         return clean

@@ -47,12 +47,18 @@ def _scrub_block(block: types.ContentBlock) -> tuple[types.ContentBlock, int]:
     return block, 0  # images, audio and blobs are passed as they are (docs/mcp.md)
 
 
-def scrubbed(result: types.CallToolResult, max_bytes: int) -> tuple[types.CallToolResult, int]:
-    """The result with every credential masked, and how many were; a refusal when it is too large."""
+def too_large(result: types.CallToolResult, max_bytes: int) -> str:
+    """Why the result is not passed on for its size ("" when it may be)."""
     size = len(json.dumps(result.model_dump(mode="json", by_alias=True), default=str))
     if size > max_bytes:
-        return refusal(codes.RESULT_TOO_LARGE, f"the upstream's result is {size} bytes, more than the "
-                       f"{max_bytes} the gateway passes on"), 0
+        return f"the upstream's result is {size} bytes, more than the {max_bytes} the gateway passes on"
+    return ""
+
+
+def scrubbed(result: types.CallToolResult, max_bytes: int) -> tuple[types.CallToolResult, int]:
+    """The result with every credential masked, and how many were; a refusal when it is too large."""
+    if why := too_large(result, max_bytes):
+        return refusal(codes.RESULT_TOO_LARGE, why), 0
     masked = 0
     content = []
     for block in result.content:

@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     filters.add_argument("--tenant", help="only this tenant")
     filters.add_argument("--tool", help="only calls of this tool")
     filters.add_argument("--action", help="only this action: tool_call, model_call, delegation, plan, start_run, "
-                         "approval, rejection, pause, resume, cancel, amend, catalog, end, none")
+                         "approval, rejection, pause, resume, cancel, amend, catalog, end, gateway, none")
     filters.add_argument("--rule", help="only records decided by this rule, as recorded (rule:NAME, allowlist, ...)")
     filters.add_argument("--person", help="only runs this person is accountable for")
     filters.add_argument("--caller", help="only requests made with this credential (its name)")
