@@ -316,4 +316,4 @@ def test_the_auditors_web_view_serves_the_postgresql_log(migrated, tmp_path):
         assert [r["verdict"] for r in get("api/runs/run-c")["refusals"]] == ["DENY"]
     finally:
         proc.send_signal(2)
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=120) == 0  # a clean stop, not its speed: CI machines are shared

@@ -40,7 +40,7 @@ def test_it_serves_the_log_to_an_auditor_and_stops_on_interrupt(shared_world):
             assert json.loads(answer.read())["tenants"] == ["acme"]
     finally:
         proc.send_signal(2)  # Ctrl-C
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=120) == 0  # a clean stop, not its speed: CI machines are shared
 
 
 def test_it_refuses_to_start_without_what_it_needs(shared_world, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,17 +36,21 @@ CONNECTIONS = 8
 
 
 def _two_free_ports() -> int:
-    """A port p with p+1 free too (worker 1's metrics port is the base + 1)."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return port
+    """A port p with p+1 free too (worker 1's metrics port is the base + 1), taken below the kernel's
+    ephemeral range: a port picked there was free for a moment only, and any process on the machine
+    binding port 0 (another test's server, a client's connection) could take p+1 before worker 1
+    bound it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10_000, low - 2)
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
     raise RuntimeError("no two adjacent free ports")
 
 
