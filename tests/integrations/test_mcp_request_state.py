@@ -54,7 +54,7 @@ def writes(checkpoint) -> list[str]:
     return [r["code"] for r in checkpoint.records() if r["action"] == "tool_call" and r["tool"] == "fs__write_file"]
 
 
-def test_approved_by_a_person_the_call_runs_once_and_a_replay_is_spent(gateway, checkpoint):
+def test_approved_by_a_person_the_call_runs_once_and_a_replay_is_spent(gateway, checkpoint):  # noqa: F811
     target = checkpoint.shared / "out.txt"
     call = {"path": str(target), "content": "approved text"}
 
@@ -87,6 +87,30 @@ def test_approved_by_a_person_the_call_runs_once_and_a_replay_is_spent(gateway, 
     assert gateway_refusals(checkpoint) == ["approval_pending", "request_state_spent"]
 
 
+def test_two_retries_at_once_with_one_approved_state_run_the_call_once(gateway, checkpoint):  # noqa: F811
+    target = checkpoint.shared / "out.txt"
+    call = {"path": str(target), "content": "once"}
+    answers: list[str] = []
+
+    async def scenario():
+        async with gateway() as client:
+            first = await ask(client, call)
+            assert isinstance(first, types.InputRequiredResult)
+            approve(checkpoint, gateway.inbox, first.meta["warden"]["approval_id"])
+
+            async def retry() -> None:
+                result = await ask(client, call, request_state=first.request_state)
+                answers.append(refused(result)["code"] if result.is_error else "ran")
+
+            async with anyio.create_task_group() as group:
+                for _ in range(3):
+                    group.start_soon(retry)
+
+    anyio.run(scenario)
+    assert sorted(answers) == ["ran", "request_state_spent", "request_state_spent"]
+    assert writes(checkpoint) == ["approval_required", "allowed"]
+
+
 def _tampered(state: str) -> list[tuple[str, str]]:
     body, mac = state.removeprefix("wrs1.").split(".")
     flipped = mac[:-2] + ("A" if mac[-2] != "A" else "B") + mac[-1]
@@ -102,7 +126,7 @@ def _tampered(state: str) -> list[tuple[str, str]]:
     ]
 
 
-def test_forged_expired_and_stretched_states_are_refused_on_the_record(gateway, checkpoint):
+def test_forged_expired_and_stretched_states_are_refused_on_the_record(gateway, checkpoint):  # noqa: F811
     target = checkpoint.shared / "out.txt"
     call = {"path": str(target), "content": "approved text"}
     (checkpoint.shared / "notes.txt").write_text("still serving\n")
@@ -155,7 +179,7 @@ def test_forged_expired_and_stretched_states_are_refused_on_the_record(gateway, 
     assert key_file.stat().st_mode & 0o777 == 0o600
 
 
-def test_an_answer_from_the_client_is_never_an_approval(gateway, checkpoint):
+def test_an_answer_from_the_client_is_never_an_approval(gateway, checkpoint):  # noqa: F811
     target = checkpoint.shared / "out.txt"
     call = {"path": str(target), "content": "text"}
     accepted = {"approval": types.ElicitResult(action="accept", content={"approved": True})}
@@ -169,7 +193,7 @@ def test_an_answer_from_the_client_is_never_an_approval(gateway, checkpoint):
             codes.append(refused(await ask(client, call, request_state=state, input_responses=accepted))["code"])
             codes.append(refused(await ask(client, call, input_responses=accepted))["code"])
             codes.append(refused(await ask(client, call, request_state=state,
-                                           meta={"warden/approved": True}))["code"])  # type: ignore[typeddict-unknown-key]
+                                           meta={"warden/approved": True}))["code"])
             # nobody approved: the sound state still only waits
             codes.append(refused(await ask(client, call, request_state=state))["code"])
 
@@ -180,7 +204,7 @@ def test_an_answer_from_the_client_is_never_an_approval(gateway, checkpoint):
     assert writes(checkpoint) == ["approval_required"]
 
 
-def test_another_clients_state_is_refused(http_gateway, checkpoint):
+def test_another_clients_state_is_refused(http_gateway, checkpoint):  # noqa: F811
     target = checkpoint.shared / "out.txt"
     call = {"path": str(target), "content": "alice's"}
 
