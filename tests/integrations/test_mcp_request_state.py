@@ -237,3 +237,33 @@ def test_the_state_key_is_made_private_and_a_key_others_can_read_is_refused(tmp_
     (folder / KEY_FILE).chmod(0o644)
     with pytest.raises(UntrustedFileError):
         load_key(folder)
+
+
+def test_a_client_before_2026_07_28_gets_the_approval_id_as_before(gateway, checkpoint):  # noqa: F811
+    import sys
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from .conftest import REPO
+
+    target = checkpoint.shared / "out.txt"
+    call = {"path": str(target), "content": "legacy"}
+    params = StdioServerParameters(command=sys.executable, cwd=str(REPO), env={"PYTHONPATH": str(REPO)},
+                                   args=["-m", "warden.cli", "mcp", "serve", "--settings", str(gateway.settings())])
+
+    async def scenario():
+        async with Client(params, cache=None, mode="legacy") as client:
+            assert client.protocol_version == "2025-11-25"
+            asked = refused(await client.call_tool("fs__write_file", call))
+            assert asked["code"] == "approval_required" and "request_state" not in asked
+            approve(checkpoint, gateway.inbox, asked["approval_id"])
+            assert not (await client.call_tool("fs__write_file", call)).is_error
+            # an input response sent the old way is the client's own answer all the same
+            answer = {"approval": types.ElicitResult(action="accept", content={"approved": True})}
+            claimed = await client.session.call_tool("fs__write_file", call, input_responses=answer)
+            assert refused(claimed)["code"] == "approval_not_from_client"
+
+    anyio.run(scenario)
+    assert target.read_text() == "legacy"
+    assert writes(checkpoint) == ["approval_required", "allowed"]  # the claimed answer reached no Check
