@@ -231,8 +231,8 @@ class Gateway:
                                          f"(`warden inbox approve {bound.approval}`): retry with the same "
                                          "requestState once they have", **refuse,
                                          approval_id=bound.approval)
-            assert pending.structured_content is not None
-            pending.structured_content["warden"]["request_state"] = state
+            if pending.structured_content is not None:  # always: a refusal carries its `warden` details
+                pending.structured_content["warden"]["request_state"] = state
             return pending
         self.states.spend(bound.approval, bound.expires)
         served.waiting.pop(call, None)
