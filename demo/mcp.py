@@ -47,6 +47,7 @@ def main() -> int:
     import anyio
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
+    from mcp_types import InputRequiredResult
 
     from checkpoint.audit import DecisionReader
     from warden.client import ApprovalInbox, CheckpointClient
@@ -83,19 +84,21 @@ def main() -> int:
                 _step("a read outside it: refused by scope before the server sees it")
                 if "subject_out_of_scope" in _show(await client.call_tool("fs__read_text_file", {"path": "/etc/hostname"})):
                     seen.append("read outside refused")
-                _step("a write: it waits for a person")
+                _step("a write: it waits for a person (input_required, with a signed requestState)")
                 write = {"path": f"{shared}/summary.md", "content": "shipped\n"}
-                asked = await client.call_tool("fs__write_file", write)
-                _show(asked)
-                approval_id = (asked.structured_content or {}).get("warden", {}).get("approval_id", "")
+                asked = await client.session.call_tool("fs__write_file", write, allow_input_required=True)
+                warden = (asked.meta or {}).get("warden", {}) if isinstance(asked, InputRequiredResult) else {}
+                state = asked.request_state if isinstance(asked, InputRequiredResult) else None
+                print(f"   input_required: {warden.get('code', '?')}: {warden.get('reason', '')}")
+                approval_id = warden.get("approval_id", "")
                 _step(f"alice approves it with her own credential (`warden inbox approve {approval_id[:8]}...`)")
                 inbox = ApprovalInbox(tmp / "state" / "approvals.db")
                 waiting = inbox.asked(approval_id)
                 if waiting is not None:
                     with CheckpointClient(address, token=ALICE_TOKEN) as alice:
                         inbox.put(alice.approve(waiting.run_id, waiting.decision_id, "fine"))
-                _step("the same write again: it runs, once")
-                _show(await client.call_tool("fs__write_file", write))
+                _step("the same write again with the requestState: it runs, once")
+                _show(await client.call_tool("fs__write_file", write, request_state=state))
                 if (shared / "summary.md").exists():
                     seen.append("write approved")
                 _step("a file holding a key: the key is masked in the result")

@@ -37,3 +37,12 @@ def test_the_policy_bundles_codes_are_documented():
     section = DOC.read_text().split("## Policy bundles")[1].split("\n## ")[0]
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
     assert documented == set(codes.BUNDLE_CODES)
+
+
+def test_the_mcp_gateways_codes_are_documented():
+    from warden.mcp import codes as gateway_codes
+
+    section = DOC.read_text().split("## MCP gateway and hooks")[1].split("\n## ")[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
+    ours = {v for k, v in vars(gateway_codes).items() if k.isupper() and isinstance(v, str)}
+    assert ours <= documented, sorted(ours - documented)

@@ -100,8 +100,9 @@ def test_a_write_waits_for_a_person_and_runs_once_approved(gateway, checkpoint):
 
     async def scenario():
         async with gateway() as client:
+            # input_required (2026-07-28): the SDK's client retries at once with the requestState
             asked = refused(await client.call_tool("fs__write_file", call))
-            assert asked["code"] == "approval_required" and asked["approval_id"]
+            assert asked["code"] == "approval_pending" and asked["approval_id"] and asked["request_state"]
             assert not target.exists()  # the upstream never saw it
             pending = refused(await client.call_tool("fs__write_file", call))
             assert pending["code"] == "approval_pending"
@@ -113,7 +114,8 @@ def test_a_write_waits_for_a_person_and_runs_once_approved(gateway, checkpoint):
             done = await client.call_tool("fs__write_file", call)
             assert not done.is_error, text(done)
             asked_again = refused(await client.call_tool("fs__write_file", call))
-            assert asked_again["code"] == "approval_required"  # an approval is spent once
+            assert asked_again["code"] == "approval_pending"  # an approval is spent once: asked anew
+            assert asked_again["approval_id"] != asked["approval_id"]
 
     anyio.run(scenario)
     assert target.read_text() == "approved text"
@@ -257,7 +259,7 @@ def test_the_reference_filesystem_server_behind_the_gateway(gateway, checkpoint,
             outside = await client.call_tool("fs__read_text_file", {"path": "/etc/hostname"})
             assert refused(outside)["code"] == "subject_out_of_scope"
             asked = refused(await client.call_tool("fs__write_file", {"path": str(target), "content": "hi"}))
-            assert asked["code"] == "approval_required"
+            assert asked["code"] == "approval_pending"  # input_required, retried at once by the SDK's client
             inbox = ApprovalInbox(gateway.inbox)
             with CheckpointClient(checkpoint.address, token=ALICE_TOKEN) as person:
                 inbox.put(person.approve(inbox.asked(asked["approval_id"]).run_id, asked["approval_id"]))

@@ -9,3 +9,10 @@ RESULT_TOO_LARGE = "result_too_large"  # the upstream's result is larger than th
 APPROVAL_PENDING = "approval_pending"  # a person has not answered yet
 APPROVAL_REJECTED = "approval_rejected"  # a person rejected the call
 CHECKPOINT_UNAVAILABLE = "checkpoint_unavailable"  # no decision: nothing is called
+# a retry carrying the `requestState` of an `input_required` answer (warden/mcp/request_state.py)
+REQUEST_STATE_INVALID = "request_state_invalid"  # not a state this gateway issued (altered, forged)
+REQUEST_STATE_EXPIRED = "request_state_expired"  # past its expiry, or of an earlier run of the client
+REQUEST_STATE_OTHER_PRINCIPAL = "request_state_other_principal"  # issued to another client
+REQUEST_STATE_OTHER_CALL = "request_state_other_call"  # issued for another tool, arguments or upstream
+REQUEST_STATE_SPENT = "request_state_spent"  # already used once
+APPROVAL_NOT_FROM_CLIENT = "approval_not_from_client"  # the client answered or claimed an approval itself

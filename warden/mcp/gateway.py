@@ -16,6 +16,7 @@ import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from warden.client import (
     ApprovalInbox,
@@ -31,6 +32,7 @@ from warden.client.runs import call_digest
 from warden.mcp import catalog, codes
 from warden.mcp.pins import Pins
 from warden.mcp.principals import Principals
+from warden.mcp.request_state import RequestStates, StateRefused, load_key
 from warden.mcp.results import refusal, scrubbed, too_large
 from warden.mcp.settings import Client, Settings
 from warden.mcp.upstreams import Upstreams
@@ -53,13 +55,14 @@ class _Served:
 
 class Gateway:
     def __init__(self, settings: Settings, checkpoint: CheckpointClient, upstreams: Upstreams, pins: Pins,
-                 inbox: ApprovalInbox, principals: Principals) -> None:
+                 inbox: ApprovalInbox, principals: Principals, states: RequestStates | None = None) -> None:
         self.settings = settings
         self.checkpoint = checkpoint
         self.upstreams = upstreams
         self.pins = pins
         self.inbox = inbox
         self.principals = principals
+        self.states = states or RequestStates(load_key(settings.state))
         self.served: dict[str, _Served] = {}
         self._lock = anyio.Lock()
 
@@ -116,7 +119,8 @@ class Gateway:
             raise MCPError(INTERNAL_ERROR, f"warden: {code}: the list could not be recorded: {exc.message}") from None
         return types.ListToolsResult(tools=[served.tools[name].tool for name in shown])
 
-    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
+                        ) -> types.CallToolResult | types.InputRequiredResult:
         arguments = dict(params.arguments or {})
         who = self.principals.of(ctx)
         if who is None:
@@ -128,6 +132,9 @@ class Gateway:
         except ClientError as exc:
             return refusal(exc.code, exc.message)
         run = served.run
+        if claim := _claimed_approval(params):  # the gateway never asks the client for input
+            return await self._refuse(who, run, codes.APPROVAL_NOT_FROM_CLIENT, f"{claim}: only a person's "
+                                      "approval at the checkpoint approves a call", tool=params.name)
         exposed = served.tools.get(params.name)
         if exposed is None:  # a client may call before it lists: ask the upstreams now, never trust a list
             await self._refresh(served)
@@ -140,13 +147,19 @@ class Gateway:
                                       tool=exposed.name, upstream=exposed.upstream)
         call = call_digest(exposed.name, arguments)
         approval: ApprovalOutcome | None = None
-        if call in served.waiting:
+        if params.request_state is not None:
+            answer = await self._state_approval(who, served, exposed, call, params.request_state)
+            if isinstance(answer, types.CallToolResult):
+                return answer
+            approval = answer
+        elif call in served.waiting:
             approval = self.inbox.take(served.waiting[call])
             if approval is None:
                 return await self._refuse(who, run, codes.APPROVAL_PENDING, "a person has not answered yet: try "
                                           "the same call again once they have", tool=exposed.name,
                                           upstream=exposed.upstream, approval_id=served.waiting[call])
             del served.waiting[call]
+            self.states.spend(approval.decision_id)  # its input_required state, if any, is spent with it
             if not approval.approved:
                 return await self._refuse(who, run, codes.APPROVAL_REJECTED, "a person rejected this call",
                                           tool=exposed.name, upstream=exposed.upstream,
@@ -160,7 +173,8 @@ class Gateway:
         except ClientError as exc:
             return refusal(exc.code, exc.message)
         if decision.verdict == "REQUIRE_APPROVAL":
-            return self._ask(who, served, exposed.name, arguments, call, decision)
+            return self._ask(who, served, exposed, arguments, call, decision,
+                             modern=getattr(ctx, "protocol_version", "") in MODERN_PROTOCOL_VERSIONS)
         if decision.verdict == "HALT":
             return await self._halt(run, decision)
         if not decision.allowed:
@@ -189,14 +203,43 @@ class Gateway:
         return await self._refuse(who, run, codes.UNKNOWN_TOOL, f"no upstream serves a tool {name!r} to this client",
                                   tool=name)
 
-    def _ask(self, who: Client, served: _Served, name: str, arguments: dict[str, Any], call: str,
-             decision: Decision) -> types.CallToolResult:
-        self.inbox.ask(Asked(decision.decision_id, served.run.run_id, name, arguments, decision.reason,
+    def _ask(self, who: Client, served: _Served, exposed: catalog.Exposed, arguments: dict[str, Any], call: str,
+             decision: Decision, *, modern: bool) -> types.CallToolResult | types.InputRequiredResult:
+        self.inbox.ask(Asked(decision.decision_id, served.run.run_id, exposed.name, arguments, decision.reason,
                              f"mcp gateway client {who.name} for {who.person}", time.time()))
         served.waiting[call] = decision.decision_id
-        return refusal(decision.code, f"{decision.reason}. A person approves it (`warden inbox approve "
-                       f"{decision.decision_id}`); then make the same call again",
-                       verdict=decision.verdict, approval_id=decision.decision_id)
+        asked = refusal(decision.code, f"{decision.reason}. A person approves it (`warden inbox approve "
+                        f"{decision.decision_id}`); then make the same call again",
+                        verdict=decision.verdict, approval_id=decision.decision_id)
+        if not modern:  # before 2026-07-28 there is no input_required: the approval id is the channel
+            return asked
+        state = self.states.issue(who, served.run.run_id, decision.decision_id, exposed.upstream, call)
+        return types.InputRequiredResult(request_state=state, _meta={"warden": asked.structured_content["warden"]})
+
+    async def _state_approval(self, who: Client, served: _Served, exposed: catalog.Exposed, call: str,
+                              state: str) -> ApprovalOutcome | types.CallToolResult:
+        """The person's approval a retry's requestState points to, or the refusal. Nothing awaits
+        between the checks and the spend, so two retries with one state cannot both pass."""
+        refuse = dict(tool=exposed.name, upstream=exposed.upstream)
+        try:
+            bound = self.states.verify(state, who, served.run.run_id, exposed.upstream, call)
+        except StateRefused as exc:
+            return await self._refuse(who, served.run, exc.code, exc.reason, **refuse)
+        approval = self.inbox.take(bound.approval)
+        if approval is None:  # not spent: the client retries with the same state once the person answered
+            pending = await self._refuse(who, served.run, codes.APPROVAL_PENDING, "a person has not answered yet "
+                                         f"(`warden inbox approve {bound.approval}`): retry with the same "
+                                         "requestState once they have", **refuse,
+                                         approval_id=bound.approval)
+            if pending.structured_content is not None:  # always: a refusal carries its `warden` details
+                pending.structured_content["warden"]["request_state"] = state
+            return pending
+        self.states.spend(bound.approval, bound.expires)
+        served.waiting.pop(call, None)
+        if not approval.approved:
+            return await self._refuse(who, served.run, codes.APPROVAL_REJECTED, "a person rejected this call",
+                                      **refuse, approval_id=approval.decision_id)
+        return approval  # the checkpoint honours its token only as a person's, for this run and call
 
     async def _forward(self, who: Client, run: Run, exposed: catalog.Exposed,
                        arguments: dict[str, Any]) -> types.CallToolResult:
@@ -213,3 +256,15 @@ class Gateway:
         clean, _masked = scrubbed(result, self.settings.max_result_bytes)
         run.report_result(not clean.is_error)
         return clean
+
+
+def _claimed_approval(params: types.CallToolRequestParams) -> str:
+    """What in a call claims to answer for a person ("" when nothing does): input responses (the
+    gateway sends no input requests, so any answer is the client's own), or a `_meta` key naming an
+    approval."""
+    if params.input_responses:
+        return "the call carries the client's own input responses"
+    meta = params.meta or {}
+    if any("approv" in str(key).lower() for key in meta):
+        return "the call's _meta claims an approval"
+    return ""
