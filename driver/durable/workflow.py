@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from dbos import DBOS, SetWorkflowID
 
 from driver.durable import waits
+from driver.durable.holders import Holder, holders, runs_held_by
 from driver.durable.leases import DEFAULT_TTL_SECONDS, Leases, application_name, new_executor_id
 from driver.runs.model import AWAITING_APPROVAL, RUNNING, TERMINAL
 from warden.store.errors import StoreUnavailable
@@ -227,6 +228,14 @@ class DurableRuns:
         log.warning("driver %s is dead: %d runs recovered here; %d left (run model versions %s)", executor_id,
                     len(handles), len(left), sorted({w.app_version or "" for w in left}))
         return len(left)
+
+    def holders(self, run_ids: list[str]) -> dict[str, Holder]:
+        """Who holds each of these runs (their open workflows), by run id."""
+        return holders(self.db, run_ids, self.leases.ttl, DBOS_SCHEMA)
+
+    def runs_held(self) -> int:
+        """How many open workflows this driver holds under its lease."""
+        return runs_held_by(self.db, self.executor_id, DBOS_SCHEMA)
 
     def start(self, run_id: str) -> None:
         """Start the run's workflow, or wake it wherever it is (a person's act at any driver)."""

@@ -11,14 +11,35 @@ refusal, recorded once. Real parts: checkpoint, toolrunner (Docker), PostgreSQL.
 from __future__ import annotations
 
 import time
+import urllib.request
 from typing import Any
 
-from test_durable_runs import APPROVAL_SCRIPT, Proc, finished_once, procs, store, store_url, until, workflow
+from test_durable_runs import (
+    APPROVAL_SCRIPT,
+    MD,
+    TTL,
+    Proc,
+    finished_once,
+    procs,
+    store,
+    store_url,
+    until,
+    workflow,
+)
 
 from driver.durable import waits
+from driver.durable.holders import holders
+from driver.render import run_line
 from driver.runs.model import AWAITING_APPROVAL, PAUSED, SUCCEEDED, EventKind
+from warden.driver.v1 import driver_pb2 as pb
 
 __all__ = ["procs", "store", "store_url"]  # fixtures, shared with test_durable_runs
+
+
+def scrape(address: str) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
 
 
 def wait_events(store: Any, run_id: str) -> list[dict[str, Any]]:
@@ -42,7 +63,14 @@ def test_an_approval_recorded_while_no_driver_holds_the_run_reaches_it_when_a_ne
     run_id = a.start(APPROVAL_SCRIPT)
     until(store, run_id, lambda r: r.status == AWAITING_APPROVAL, "waited for approval")
     wait = waiting_on(store, run_id)
+    held = a.stub.GetRun(pb.GetRunRequest(run_id=run_id), metadata=MD, timeout=30).run
+    assert (held.lease_holder, held.lease_holder_dead) == (a.executor, False)
+    assert time.time() - 1 < held.lease_expires_at.ToSeconds() <= time.time() + TTL + 1
+    assert f"held by {a.executor}" in run_line(held)
     a.kill()
+    time.sleep(TTL + 0.5)  # A's lease runs out: its run is shown held by a dead driver
+    [(holder, dead)] = [(h.executor_id, h.dead) for h in holders(store.db, [run_id], TTL).values()]
+    assert (holder, dead) == (a.executor, True)
     # nobody drives the run now: the approval is recorded on the shared store (the checkpoint
     # signed the person's token) by a driver that runs no workflows, so no message wakes the wait
     [approval] = store.approvals(run_id, status="pending")
@@ -72,8 +100,9 @@ def test_a_deadline_that_passes_during_the_takeover_is_one_refusal_and_not_a_new
     while time.time() < wait["deadline"] + 0.5:  # the deadline passes while nobody holds the run
         time.sleep(0.1)
     # B's own timeout is a day: restarting the clock would make the run wait a day more
-    b = Proc(stack, pg_url, WARDEN_TEST_APPROVAL_TIMEOUT="86400")
+    b = Proc(stack, pg_url, WARDEN_TEST_APPROVAL_TIMEOUT="86400", WARDEN_TEST_METRICS="1")
     procs.append(b)
+    metrics = int(b.line("metrics ").split()[1])
     until(store, run_id, lambda r: any(e.kind == "approval_decided" for e in store.events(run_id)),
           "had its approval decided", deadline=60)
     # the model read the refusal and went on: its final claims a scan that never ran
@@ -86,6 +115,14 @@ def test_a_deadline_that_passes_during_the_takeover_is_one_refusal_and_not_a_new
     assert store.receipts(run_id) == []  # the refused call never ran
     assert wait_events(store, run_id) == [wait]  # not waited again
     assert workflow(store_url, run_id)[0] == b.executor
+    # the paused run's workflow waits for a person at B: B holds it, and says so
+    shown = b.stub.GetRun(pb.GetRunRequest(run_id=run_id), metadata=MD, timeout=30).run
+    assert (shown.lease_holder, shown.lease_holder_dead) == (b.executor, False)
+    [listed] = [r for r in b.stub.ListRuns(pb.ListRunsRequest(), metadata=MD, timeout=30).runs if r.run_id == run_id]
+    assert (listed.lease_holder, listed.lease_holder_dead) == (b.executor, False)  # ListRuns: the same, batched
+    samples = scrape(f"127.0.0.1:{metrics}")
+    assert samples["warden_driver_runs_taken_over_total"] == 1
+    assert samples["warden_driver_leases_held"] == 1
 
 
 
@@ -109,3 +146,13 @@ def test_a_wait_is_decided_once_and_read_back_even_by_a_driver_with_another_time
                                   code="approval_required", rule="r", reason="why", deadline=soon)
     other = waits.begin(store, store.approval(other_id), 60)
     assert other.deadline == soon and waits.recorded(store, "run-w", approval_id) == first
+
+
+def test_warden_runs_shows_who_holds_a_run_and_a_dead_holder_as_such():
+    base = {"run_id": "run-1", "agent": "recon", "agent_version": "v1", "owner": "alice"}
+    assert "held by" not in run_line(pb.Run(**base))  # a finished run, or SQLite: nobody
+    live = pb.Run(**base, lease_holder="host-1-ab")
+    live.lease_expires_at.FromSeconds(0)
+    assert run_line(live).endswith("  held by host-1-ab (lease to 00:00:00Z)")
+    dead = pb.Run(**base, lease_holder="host-1-ab", lease_holder_dead=True)
+    assert run_line(dead).endswith("  held by host-1-ab (dead: being taken over)")
