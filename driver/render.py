@@ -4,6 +4,7 @@ tool receipts, breaker trips)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 
@@ -88,6 +89,9 @@ def event_line(kind: str, d: dict[str, Any], seq: int = 0) -> str:
             shown = f"{d.get('tool')} {_args(arguments)}"
         return (f"{p}  ? waiting for a person: approval {d.get('approval_id')} for {shown} ({d.get('reason')})\n"
                 f"        approve: warden approve {d.get('approval_id')}   reject: warden reject {d.get('approval_id')}")
+    if kind == "approval_wait":
+        due = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(d.get("deadline") or 0)))
+        return f"{p}  waiting for approval {d.get('approval_id')} until {due}, then it is refused"
     if kind == "approval_decided":
         return f"{p}  {d.get('person')} {d.get('decision')} {d.get('tool')}{': ' + d['note'] if d.get('note') else ''}"
     if kind == "run_paused":
@@ -141,4 +145,16 @@ def run_line(r: Any) -> str:
     status = pb.RunStatus.Name(r.status).removeprefix("RUN_STATUS_").lower()
     parent = f"  parent {r.parent_run_id}" if r.parent_run_id else ""
     return (f"{r.run_id}  {r.agent}@{r.agent_version[:12]}  {status:<17} {r.code:<24} "
-            f"turns {r.counters.total_turns:<3} tokens {r.total_tokens:<7} owner {r.owner}{parent}")
+            f"turns {r.counters.total_turns:<3} tokens {r.total_tokens:<7} owner {r.owner}{parent}{holder_text(r)}")
+
+
+def holder_text(r: Any) -> str:
+    """Who holds a durable run (PostgreSQL store): `  held by <driver>`, and whether it is dead."""
+    if not r.lease_holder:
+        return ""
+    if r.lease_holder_dead:
+        return f"  held by {r.lease_holder} (dead: being taken over)"
+    until = ""
+    if r.HasField("lease_expires_at"):
+        until = time.strftime(" (lease to %H:%M:%SZ)", time.gmtime(r.lease_expires_at.ToSeconds()))
+    return f"  held by {r.lease_holder}{until}"

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -27,6 +27,7 @@ from grpc_health.v1 import health, health_pb2
 
 from driver.access import PersonRoles
 from driver.approval_deadlines import DEFAULT_INTERVAL, DeadlineWatch
+from driver.durable.metrics import FleetCollector
 from driver.errors import DependencyUnavailable, DriverError, GoalError, RunStateError
 from driver.goal import Goal, parse_goal
 from driver.loop import Driver
@@ -45,6 +46,9 @@ from warden.serving import add_health_and_reflection, bind_insecure, set_serving
 from warden.store.errors import StoreError
 from warden.store.watch import StoreWatch
 from warden.structs import struct_to_dict
+
+if TYPE_CHECKING:
+    from driver.durable.holders import Holder
 
 log = logging.getLogger("warden.driver.service")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DriverService"].full_name
@@ -114,7 +118,16 @@ def goal_to_proto(goal: Goal) -> pb.Goal:
     return out
 
 
-def run_to_proto(driver: Driver, run: Run) -> pb.Run:
+def holders_of(driver: Driver, run_ids: list[str]) -> dict[str, Holder]:
+    """Who holds these runs (durable runs on PostgreSQL); nobody on SQLite."""
+    return driver.durable.holders(run_ids) if driver.durable is not None else {}
+
+
+def run_to_proto(driver: Driver, run: Run, holder: Holder | None = None, *, look_up_holder: bool = True) -> pb.Run:
+    """The Run message; its lease holder is looked up unless given (`look_up_holder=False`:
+    the caller looked up a batch and this run had none)."""
+    if holder is None and look_up_holder:
+        holder = holders_of(driver, [run.run_id]).get(run.run_id)
     counters = driver._counters(run)
     out = pb.Run(
         run_id=run.run_id, agent=run.agent, agent_version=run.agent_version, tenant=run.tenant,
@@ -127,6 +140,10 @@ def run_to_proto(driver: Driver, run: Run) -> pb.Run:
         stretch=run.stretch, total_tokens=run.total_tokens, parent_run_id=run.parent_run_id,
         root_run_id=run.root_run_id or run.run_id, depth=run.depth,
     )
+    if holder is not None:
+        out.lease_holder, out.lease_holder_dead = holder.executor_id, holder.dead
+        if holder.expires_at:
+            out.lease_expires_at.CopyFrom(_ts(holder.expires_at))
     for a in driver.store.approvals(run.run_id, status="pending"):
         out.pending_approvals.add(approval_id=a.approval_id, run_id=a.run_id, tool=a.tool,
                                   arguments=_struct(a.arguments), code=a.code, rule=a.rule,
@@ -266,7 +283,9 @@ class DriverServicer(pb_grpc.DriverServiceServicer):
         status = _STATUS_NAME.get(request.status) if request.status else None
         runs = self.driver.store.runs(status=status, limit=request.limit or 50, root_run_id=request.root_run_id,
                                       tenants=roles.tenants())  # only the tenants where they hold a role
-        return pb.ListRunsResponse(runs=[run_to_proto(self.driver, r) for r in runs])
+        held = holders_of(self.driver, [r.run_id for r in runs])  # one query for the page
+        return pb.ListRunsResponse(runs=[run_to_proto(self.driver, r, held.get(r.run_id), look_up_holder=False)
+                                         for r in runs])
 
     def WatchRun(self, request: pb.WatchRunRequest, context: grpc.ServicerContext) -> Iterator[pb.WatchRunResponse]:
         try:
@@ -377,6 +396,7 @@ def _create_server(address: str, driver: Driver, operators: dict[bytes, str], ma
                    metrics_server: MetricsServer | None, deadline_interval: float) -> tuple[RunningDriver, int]:
     registry = base_registry("driver")
     gate = Drain(ServerMetrics(registry, "driver"))
+    registry.register(FleetCollector(driver))
     # A caller that sends `traceparent` (an orchestrator starting runs) gets the run's start in its trace.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="driver-rpc"),
                          interceptors=[gate, *tracing.server_interceptors()])

@@ -8,10 +8,12 @@ call already granted is sent again with the same grant, which the toolrunner ans
 stored receipt; a turn whose calls are stored is not asked for again.
 
 Waits are durable: a run awaiting approval waits in `DBOS.recv` until a person's act wakes it or
-the approval's deadline (its creation time plus the approval timeout, read from the store, so a
-takeover keeps it) passes, and an approval that times out is rejected (a refusal, recorded as
-the run's `approval_decided` event by `warden`); a paused run, or one awaiting a child, waits in
-`recv` for a wake (what Driver.spawn sends after a person's act at any driver). Cancel is
+the wait's deadline passes (decided once when the wait starts and recorded as the run's
+`approval_wait` event, waits.py, so a takeover keeps it), and an approval that times out is
+rejected (a refusal, recorded as the run's `approval_decided` event by `warden`); a paused run,
+or one awaiting a child, waits in `recv` for a wake (what Driver.spawn sends after a person's act
+at any driver). A driver that takes a workflow over wakes it once, so an act recorded while no
+driver held the run is seen at once. Cancel is
 `DBOS.cancel_workflow`; pause keeps warden's own `paused` status, the workflow waits meanwhile.
 
 RUN_MODEL_VERSION is the workflows' application version. DBOS recovers a workflow only on an
@@ -28,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS, SetWorkflowID
 
+from driver.durable import waits
+from driver.durable.holders import Holder, holders, runs_held_by
 from driver.durable.leases import DEFAULT_TTL_SECONDS, Leases, application_name, new_executor_id
 from driver.runs.model import AWAITING_APPROVAL, RUNNING, TERMINAL
 from warden.store.errors import StoreUnavailable
@@ -70,14 +74,11 @@ def look(run_id: str) -> dict[str, Any]:
         seen["status"] = str(run.status)
         if run.status == AWAITING_APPROVAL:
             for a in d.store.approvals(run_id, status="pending"):
-                # the deadline comes from the store, and what is left of it is taken inside this
-                # step, so it is recorded: a replay on another driver takes the same path
-                # the earlier of the driver's own timeout and the checkpoint's deadline for this
-                # approval (its answer named one); DeadlineWatch records the latter's expiry
-                due = a.created_at + _engine_approval_timeout()
-                if a.deadline:
-                    due = min(due, a.deadline)
-                seen.update(approval_id=a.approval_id, left=due - time.time())
+                # the deadline is decided once and kept in the run's log (waits.py), and what is
+                # left of it is taken inside this step, so it is recorded: a replay on another
+                # driver takes the same path, and a driver taking the run over keeps the deadline
+                wait = waits.begin(d.store, a, _engine_approval_timeout())
+                seen.update(approval_id=a.approval_id, left=wait.deadline - time.time())
                 break
     except StoreUnavailable as exc:  # a step that raised would end the workflow: look again later
         log.warning("run %s waits for the store: %s", run_id, exc)
@@ -130,8 +131,9 @@ def approval_timed_out(run_id: str, approval_id: str) -> str:
             except DriverError as exc:  # not recorded yet (the checkpoint's clock is behind): look again
                 log.info("approval %s: its expiry waits (%s)", approval_id, exc.code)
                 return STORE_UNAVAILABLE
-        d.reject(approval_id, "warden", f"approval_timeout: no decision within {_engine_approval_timeout():g}s",
-                 spawn=False)
+        wait = waits.recorded(d.store, run_id, approval_id)
+        timeout = wait.timeout_seconds if wait is not None and wait.timeout_seconds else _engine_approval_timeout()
+        d.reject(approval_id, "warden", f"approval_timeout: no decision within {timeout:g}s", spawn=False)
     except RunStateError as exc:  # decided or cancelled meanwhile: that stands
         return exc.code
     except StoreUnavailable:  # looked at again: the deadline has still passed
@@ -179,6 +181,7 @@ class DurableRuns:
                              recover=self.recover_executor, on_fenced=self._fenced)
         self._launched = False
         self._left: dict[str, int] = {}  # what recovery left of each dead executor, last pass
+        self.taken_over = 0  # workflows of dead drivers recovered here (warden_driver_runs_taken_over_total)
 
     def launch(self) -> None:
         """Start DBOS (it creates or migrates its schema `dbos` at launch) and the lease watch."""
@@ -211,6 +214,13 @@ class DurableRuns:
     def recover_executor(self, executor_id: str) -> int:
         """Take over a dead executor's workflows of this version; how many of it are left pending."""
         handles = DBOS._recover_pending_workflows([executor_id])  # private: dbos is pinned
+        for handle in handles:
+            wid = handle.get_workflow_id()
+            self.taken_over += 1
+            log.warning("took over %s from dead driver %s", wid, executor_id)
+            # a recovered wait replays its `recv` to the end of the dead driver's timer: a person's
+            # act recorded while nobody held the run sent no message, so look at the run now
+            DBOS.send(wid, "takeover", topic=WAKE)
         left = DBOS.list_workflows(status="PENDING", executor_id=executor_id)
         if not handles and self._left.get(executor_id) == len(left):
             return len(left)  # retried every beat: say it again only when something changed
@@ -218,6 +228,14 @@ class DurableRuns:
         log.warning("driver %s is dead: %d runs recovered here; %d left (run model versions %s)", executor_id,
                     len(handles), len(left), sorted({w.app_version or "" for w in left}))
         return len(left)
+
+    def holders(self, run_ids: list[str]) -> dict[str, Holder]:
+        """Who holds each of these runs (their open workflows), by run id."""
+        return holders(self.db, run_ids, self.leases.ttl, DBOS_SCHEMA)
+
+    def runs_held(self) -> int:
+        """How many open workflows this driver holds under its lease."""
+        return runs_held_by(self.db, self.executor_id, DBOS_SCHEMA)
 
     def start(self, run_id: str) -> None:
         """Start the run's workflow, or wake it wherever it is (a person's act at any driver)."""

@@ -66,6 +66,7 @@ class EventKind(StrEnum):
     RUNNER_BUSY_RETRY = "runner_busy_retry"
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_DECIDED = "approval_decided"
+    APPROVAL_WAIT = "approval_wait"  # a durable run's wait began: its deadline, fixed once
     CHILD_STARTED = "child_started"
     CHILD_ENDED = "child_ended"
     CHILD_NOT_RESUMED = "child_not_resumed"

@@ -10,7 +10,8 @@ driver has not stored the receipt) or `in_turn` (the model replied and the turn'
 about to be stored): there the process prints `at <stall>` and waits forever.
 Credentials come from the environment (WARDEN_TEST_CHECKPOINT_TOKEN, WARDEN_TEST_TOOLRUNNER_TOKEN);
 WARDEN_TEST_APPROVAL_TIMEOUT sets the approval timeout in seconds, WARDEN_TEST_RUN_MODEL_VERSION the
-run model version (as a driver of another release).
+run model version (as a driver of another release); with WARDEN_TEST_METRICS set it serves
+/metrics on a free port and prints `metrics <n>` after the port.
 """
 
 from __future__ import annotations
@@ -76,9 +77,13 @@ def main(argv: list[str]) -> None:
         workflow.RUN_MODEL_VERSION = os.environ["WARDEN_TEST_RUN_MODEL_VERSION"]
     DurableRuns(d, store.db, executor_id=executor_id, lease_ttl_seconds=float(ttl),
                 approval_timeout_seconds=timeout).launch()
-    _running, port = create_server("127.0.0.1:0", d, {hashlib.sha256(PERSON_TOKEN.encode()).digest(): "bob"})
+    metrics = "127.0.0.1:0" if os.environ.get("WARDEN_TEST_METRICS") else None
+    running, port = create_server("127.0.0.1:0", d, {hashlib.sha256(PERSON_TOKEN.encode()).digest(): "bob"},
+                                  metrics_address=metrics)
     print(f"executor {executor_id}", flush=True)
     print(f"port {port}", flush=True)
+    if running.metrics_server is not None:
+        print(f"metrics {running.metrics_server.port}", flush=True)
     threading.Event().wait()
 
 

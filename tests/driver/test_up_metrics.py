@@ -97,7 +97,8 @@ def test_the_dashboard_is_grafana_json_whose_queries_name_metrics():
     names = dashboard_metric_names()
     for expected in ("warden_checkpoint_grpc_calls_total", "warden_checkpoint_grpc_call_seconds_bucket",
                      "warden_checkpoint_shadow_flips_total", "warden_policy_revision_info",
-                     "warden_toolrunner_grpc_calls_total", "warden_driver_grpc_calls_total"):
+                     "warden_toolrunner_grpc_calls_total", "warden_driver_grpc_calls_total",
+                     "warden_driver_runs_taken_over_total", "warden_driver_leases_held"):
         assert expected in names
 
 

@@ -92,7 +92,7 @@ class Goal(_message.Message):
     def __init__(self, objective: _Optional[str] = ..., criteria: _Optional[_Iterable[_Union[Criterion, _Mapping]]] = ..., constraints: _Optional[_Iterable[str]] = ..., budget: _Optional[_Union[_checkpoint_pb2.Budget, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "agent", "agent_version", "tenant", "owner", "mode", "status", "code", "reason", "goal_version", "counters", "budget", "missing", "pending_approvals", "provider", "model", "policy_revision", "created_at", "updated_at", "stretch", "total_tokens", "parent_run_id", "root_run_id", "depth")
+    __slots__ = ("run_id", "agent", "agent_version", "tenant", "owner", "mode", "status", "code", "reason", "goal_version", "counters", "budget", "missing", "pending_approvals", "provider", "model", "policy_revision", "created_at", "updated_at", "stretch", "total_tokens", "parent_run_id", "root_run_id", "depth", "lease_holder", "lease_expires_at", "lease_holder_dead")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,9 @@ class Run(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
+    LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_HOLDER_DEAD_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     agent: str
     agent_version: str
@@ -141,7 +144,10 @@ class Run(_message.Message):
     parent_run_id: str
     root_run_id: str
     depth: int
-    def __init__(self, run_id: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., tenant: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[RunMode, str]] = ..., status: _Optional[_Union[RunStatus, str]] = ..., code: _Optional[str] = ..., reason: _Optional[str] = ..., goal_version: _Optional[int] = ..., counters: _Optional[_Union[_checkpoint_pb2.Counters, _Mapping]] = ..., budget: _Optional[_Union[_checkpoint_pb2.Budget, _Mapping]] = ..., missing: _Optional[_Iterable[str]] = ..., pending_approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., policy_revision: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stretch: _Optional[int] = ..., total_tokens: _Optional[int] = ..., parent_run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
+    lease_holder: str
+    lease_expires_at: _timestamp_pb2.Timestamp
+    lease_holder_dead: bool
+    def __init__(self, run_id: _Optional[str] = ..., agent: _Optional[str] = ..., agent_version: _Optional[str] = ..., tenant: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[RunMode, str]] = ..., status: _Optional[_Union[RunStatus, str]] = ..., code: _Optional[str] = ..., reason: _Optional[str] = ..., goal_version: _Optional[int] = ..., counters: _Optional[_Union[_checkpoint_pb2.Counters, _Mapping]] = ..., budget: _Optional[_Union[_checkpoint_pb2.Budget, _Mapping]] = ..., missing: _Optional[_Iterable[str]] = ..., pending_approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., policy_revision: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stretch: _Optional[int] = ..., total_tokens: _Optional[int] = ..., parent_run_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., depth: _Optional[int] = ..., lease_holder: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_holder_dead: _Optional[bool] = ...) -> None: ...
 
 class Approval(_message.Message):
     __slots__ = ("approval_id", "run_id", "tool", "arguments", "code", "rule", "reason", "status", "decided_by", "decision_id")
