@@ -5,7 +5,7 @@ import warnings
 
 from warden.toolrunner.v1 import toolrunner_pb2 as warden_dot_toolrunner_dot_v1_dot_toolrunner__pb2
 
-GRPC_GENERATED_VERSION = '1.85.4'
+GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
