@@ -32,6 +32,7 @@ class Upstreams:
         self._max_event_bytes = 2 * max_result_bytes + EVENT_SLACK_BYTES
         self._clients: dict[str, Client] = {}
         self._http: dict[str, HttpUpstream] = {}
+        self._last: dict[str, list[types.Tool]] = {}  # each HTTP upstream's last listing it answered
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Upstreams:
@@ -65,14 +66,22 @@ class Upstreams:
 
     async def listings(self) -> dict[str, list[types.Tool]]:
         """Each upstream's whole tool list, asked now and of all at once, so one slow upstream
-        delays a listing by its own timeout only (an upstream that fails lists nothing)."""
+        delays a listing by its own timeout only. A stdio upstream that fails lists nothing. An
+        HTTP upstream that cannot be reached now lists what it last answered (pinned as ever), so
+        that a call of its tools is refused `upstream_unavailable` while it is away, and reaches
+        it again once it is back; one never reached lists nothing."""
         out: dict[str, list[types.Tool]] = {}
 
         async def one(name: str, lister: Any) -> None:
             try:
                 out[name] = await lister()
-            except Exception as exc:  # noqa: BLE001 - a failing upstream shows no tools
+            except Exception as exc:  # noqa: BLE001 - a failing upstream shows no new tools
                 print(f"warden mcp: upstream {name!r} did not list its tools: {exc}", file=sys.stderr)
+                if name in self._last:
+                    out[name] = self._last[name]
+                return
+            if name in self._http:
+                self._last[name] = out[name]
 
         async with anyio.create_task_group() as group:
             for name, client in self._clients.items():
