@@ -62,6 +62,7 @@ class HttpUpstream:
         self.spec = spec
         # an answer as an SSE event is bounded in memory; a larger one fails as the upstream's failure
         self._max_event_bytes = max_event_bytes
+        self._discovered: tuple[str, types.DiscoverResult] | None = None
         self._http = httpx2.AsyncClient(auth=_TokenFile(spec), timeout=httpx2.Timeout(spec.timeout),
                                         follow_redirects=False)
 
@@ -72,9 +73,21 @@ class HttpUpstream:
     async def _connected(self) -> Any:
         transport = streamable_http_client(self.spec.url, http_client=self._http,
                                            max_sse_event_size=self._max_event_bytes)
-        # cache=None: a cached list is never what the gateway pins or calls by
-        async with Client(transport, cache=None, read_timeout_seconds=self.spec.timeout) as client:
-            yield client
+        # A server of the stateless protocol era answered `server/discover` once: later connections
+        # adopt that answer instead of asking again (a round trip less per call). Any failure
+        # forgets it, so an upstream that restarted with other versions is asked afresh next time.
+        known = self._discovered
+        mode: Any = known[0] if known else "auto"
+        client = Client(transport, cache=None,  # a cached list is never what the gateway pins or calls by
+                        read_timeout_seconds=self.spec.timeout, mode=mode, prior_discover=known[1] if known else None)
+        try:
+            async with client:
+                if known is None and client.session.discover_result is not None:
+                    self._discovered = (client.protocol_version, client.session.discover_result)
+                yield client
+        except BaseException:
+            self._discovered = None
+            raise
 
     async def list_tools(self) -> list[types.Tool]:
         tools: list[types.Tool] = []
