@@ -63,7 +63,7 @@ async def _serving(settings: Any, http: str | None) -> None:
     tokens = load_tokens(settings.clients_file, require_names=True) if settings.clients_file else {}
     principals = Principals(settings, tokens, http=bool(http))
     with CheckpointClient(settings.checkpoint, token=token, timeout=settings.timeout, stream=True) as checkpoint:
-        async with Upstreams(settings.upstreams) as upstreams:
+        async with Upstreams(settings.upstreams, settings.max_result_bytes) as upstreams:
             gateway = Gateway(settings, checkpoint, upstreams, Pins(settings.state / "mcp-pins.json"),
                               ApprovalInbox(settings.state / "approvals.db"), principals)
             server = gateway.server()
@@ -91,7 +91,7 @@ async def _pinning(settings: Any, action: str, names: list[str]) -> int:
     from warden.mcp.upstreams import Upstreams
 
     pins = Pins(settings.state / "mcp-pins.json")
-    async with Upstreams(settings.upstreams) as upstreams:
+    async with Upstreams(settings.upstreams, settings.max_result_bytes) as upstreams:
         now = {catalog.exposed_name(u, t.name): catalog.definition(t)
                for u, tools in (await upstreams.listings()).items() for t in tools}
     if action == "list":

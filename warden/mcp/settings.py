@@ -12,6 +12,11 @@
     args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/shared"]
     env = {}
 
+    [upstreams.tickets]                                 # a streamable HTTP upstream
+    url = "https://tickets.internal.example/mcp"
+    token_file = "~/.config/warden/tickets.token"       # optional: the bearer token it is sent
+    timeout = 20                                        # optional: seconds per list or call
+
 Over streamable HTTP each client is a principal of its own: a token line `NAME TOKEN` of
 `clients_file`, and its person and agent under `[clients.NAME]`. `person` and `agent` at the top
 are the stdio launcher's identity.
@@ -30,8 +35,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 UPSTREAM_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
 class SettingsError(Exception):
@@ -41,9 +48,12 @@ class SettingsError(Exception):
 @dataclass(frozen=True)
 class Upstream:
     name: str
-    command: str
+    command: str  # a stdio upstream's program ("" for an HTTP upstream)
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    url: str = ""  # a streamable HTTP upstream's endpoint
+    token_file: Path | None = None  # the bearer token sent to it (the gateway's, never a client's)
+    timeout: float = 30.0  # seconds for one listing or call of an HTTP upstream
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,34 @@ def _path(value: Any) -> Path:
     return Path(os.path.expanduser(str(value)))
 
 
+def _http_upstream(path: Path, name: str, spec: dict[str, Any]) -> Upstream:
+    """A streamable HTTP upstream. Its bearer token goes over https only, or to this host: a token
+    sent in clear across a network is a token given away. Credentials belong in `token_file`,
+    never in the URL, where logs and error messages would carry them."""
+    if unknown := sorted(set(spec) - {"url", "token_file", "timeout"}):
+        raise SettingsError(f"{path}: upstream {name!r}: unknown settings {unknown} for a `url` upstream")
+    url = spec["url"]
+    try:
+        parsed = urlsplit(url) if isinstance(url, str) else None
+        _ = parsed and parsed.port  # a port that is not a number is refused here, not at the first call
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise SettingsError(f"{path}: upstream {name!r}: `url` must be an http(s) URL")
+    if parsed.username is not None or parsed.password is not None:
+        raise SettingsError(f"{path}: upstream {name!r}: no credentials in `url`; put the token in `token_file`")
+    if parsed.scheme == "http" and parsed.hostname not in _LOOPBACK:
+        raise SettingsError(f"{path}: upstream {name!r}: plain http only to this host (127.0.0.1, ::1, "
+                            "localhost); use https")
+    token_file = spec.get("token_file")
+    if token_file is not None and (not isinstance(token_file, str) or not token_file):
+        raise SettingsError(f"{path}: upstream {name!r}: `token_file` is a path")
+    timeout = spec.get("timeout", 30.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+        raise SettingsError(f"{path}: upstream {name!r}: `timeout` is seconds, more than 0 and at most 3600")
+    return Upstream(name, "", url=url, token_file=_path(token_file) if token_file else None, timeout=float(timeout))
+
+
 def load(path: Path, *, state: Path | None = None) -> Settings:
     try:
         data = tomllib.loads(path.read_text())
@@ -100,8 +138,11 @@ def load(path: Path, *, state: Path | None = None) -> Settings:
     for name, spec in dict(data.get("upstreams", {})).items():
         if not UPSTREAM_NAME.match(name):
             raise SettingsError(f"{path}: upstream name {name!r} must match {UPSTREAM_NAME.pattern}")
+        if isinstance(spec, dict) and "url" in spec:
+            upstreams.append(_http_upstream(path, name, spec))
+            continue
         if not isinstance(spec, dict) or not isinstance(spec.get("command"), str):
-            raise SettingsError(f"{path}: upstream {name!r} needs a `command` (stdio upstreams only for now)")
+            raise SettingsError(f"{path}: upstream {name!r} needs a `command` (stdio) or a `url` (streamable HTTP)")
         upstreams.append(Upstream(name, spec["command"], tuple(str(a) for a in spec.get("args", ())),
                                   {str(k): str(v) for k, v in dict(spec.get("env", {})).items()}))
     if not upstreams:
