@@ -86,6 +86,11 @@ def upgrade(conn: Any, where: str = "the catalog file") -> int:
                 _execute(conn, lambda t=table: conn.execute(f"DROP TABLE {sql.quote(t)}"))  # type: ignore[misc]
         conn.execute(f"PRAGMA user_version = {VERSION}")
         conn.commit()
+    except Exception as exc:
+        conn.rollback()
+        # a row the old tables should never have held (a NULL key): the file stays as it was
+        raise StoreSchemaMismatch(f"{where} cannot be upgraded to the one table shape ({exc}): it is left as "
+                                  "it was; keep running the release that wrote it, or repair the row") from exc
     except BaseException:
         conn.rollback()
         raise
