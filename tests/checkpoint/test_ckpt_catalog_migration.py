@@ -314,3 +314,25 @@ def test_an_old_data_folder_copies_into_postgresql_and_reads_back_the_same(db, t
     catalog = AgentCatalog(store=PostgresqlStore(db, CATALOG))
     learnings = LearningStore(store=PostgresqlStore(db, LEARNINGS), clock=lambda: LATER)
     assert _reads(catalog, learnings) == EXPECTED
+
+
+@pytest.mark.parametrize("how", ["both shapes", "newer"])
+def test_warden_check_on_a_refused_catalog_says_so(tmp_path, capsys, how):
+    from ckpt_helpers import FOLDERS
+
+    from warden.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    catalog_path, _ = _copied(data)
+    if how == "newer":
+        with sqlite3.connect(catalog_path) as conn:
+            conn.execute("PRAGMA user_version = 2")
+        conn.close()
+    else:
+        _half(catalog_path, how)
+    request = tmp_path / "req.json"
+    request.write_text("{}")
+    assert main(["check", "--policies", str(FOLDERS["engine"]), "--data", str(data), str(request)]) == 2
+    err = capsys.readouterr().err
+    assert "catalog.db" in err and ("half-way" if how == "both shapes" else "newer") in err and "Traceback" not in err
