@@ -170,6 +170,11 @@ class ItemStore:
         if view is None:
             return self.physical.rows(table, where, order=order, limit=limit)
         found, left = self._physical_rows(view, where or {})
+        if view.rest:  # a learning's agent or dedup key: skip the bodies that cannot hold it unparsed
+            for column, value in left.items():
+                needle = _needle(column, value)
+                if needle:
+                    found = [r for r in found if r[view.rest] is not None and needle in r[view.rest]]
         out = [from_physical(view, r) for r in found]
         for column, value in left.items():
             out = [r for r in out if _matches(r.get(column), value)]
@@ -249,6 +254,18 @@ class ItemStore:
 
     def close(self) -> None:
         self.physical.close()
+
+
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 -_.:@/|+=,;()[]{}#*~!?$%&'<>^`")
+
+
+def _needle(column: str, value: Any) -> str:
+    """The text `"column": "value"` every body holding that field spells the same way (Python's
+    json.dumps and PostgreSQL's jsonb both write `": "`), or "" when the value could be spelled
+    otherwise (escapes, non-ASCII): then only the parsed body is compared."""
+    if not isinstance(value, str) or not set(value) <= _PLAIN or not set(column) <= _PLAIN:
+        return ""
+    return f'"{column}": "{value}"'
 
 
 def _matches(found: Any, wanted: Any) -> bool:

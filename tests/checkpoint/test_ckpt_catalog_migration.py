@@ -336,3 +336,17 @@ def test_warden_check_on_a_refused_catalog_says_so(tmp_path, capsys, how):
     assert main(["check", "--policies", str(FOLDERS["engine"]), "--data", str(data), str(request)]) == 2
     err = capsys.readouterr().err
     assert "catalog.db" in err and ("half-way" if how == "both shapes" else "newer") in err and "Traceback" not in err
+
+
+def test_a_learning_is_found_by_its_agent_whatever_its_spelling(tmp_path):
+    """A learning's agent lives in its body: every spelling (a prefix of another, a quote, a
+    backslash, non-ASCII) finds exactly its own learnings, in a new file and an upgraded one."""
+    from checkpoint.policy.learnings import Proposal
+
+    names = ["a7", "a70", 'a"7', "a\\7", "\u00e47", "a 7", "A7"]
+    store = LearningStore(tmp_path / "learnings.db")
+    for n in names:
+        store.propose(Proposal("default", n, "v", "agent", "", f"text of {n}", by=n))
+    for n in names:
+        assert [r["agent"] for r in store.rows(agent=n)] == [n]
+    store.close()
