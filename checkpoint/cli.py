@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from warden.config import what_to_act_on
+from warden.store.errors import StoreError
 
 if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
     from checkpoint.policy import AgentCatalog, PolicyLoadError
@@ -201,7 +202,7 @@ def cmd_policy_diff(args: argparse.Namespace) -> int:
 
     try:
         catalog = AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
-    except (FileNotFoundError, ValueError, sqlite3.Error) as exc:
+    except (FileNotFoundError, ValueError, sqlite3.Error, StoreError) as exc:  # StoreError: half-migrated, newer
         print(f"warden policy diff: {args.data / 'catalog.db'}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     against = args.against / "decisions.db" if args.against.is_dir() else args.against
@@ -284,7 +285,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     try:
         catalog = AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
-    except (FileNotFoundError, ValueError, sqlite3.Error) as exc:
+    except (FileNotFoundError, ValueError, sqlite3.Error, StoreError) as exc:  # StoreError: half-migrated, newer
         print(f"warden check: {args.data / 'catalog.db'}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     policies = _load(args.policies, args.cel_engine, catalog)

@@ -139,6 +139,7 @@ HTTP_DOOR_CODES = frozenset({UNKNOWN_METHOD, UNSUPPORTED_MEDIA_TYPE, LENGTH_REQU
 # the store setting at start (warden/store): each stops the command before anything starts
 STORE_URL_INVALID = "store_url_invalid"  # an unknown scheme, no path or database, an unreadable password file
 STORE_SCHEMA = "store_schema_mismatch"  # no schema yet (run `warden store migrate`), or a newer one than this release knows
+STORE_HALF_MIGRATED = "store_half_migrated"  # a catalog file holding both the old tables and the new: refused, not guessed at
 # the metrics address at start (--metrics-address): not HOST:PORT, or its port taken or not
 # permitted; the server stops before it serves, with one line naming the address
 METRICS_ADDRESS_UNAVAILABLE = "metrics_address_unavailable"

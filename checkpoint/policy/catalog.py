@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkpoint.policy import lifecycle, model, states
+from checkpoint.policy import catalog_upgrade, lifecycle, model, states
+from checkpoint.policy.catalog_items import items
 from checkpoint.policy.catalog_store import INSERTED, CatalogStore, Not
 from checkpoint.policy.entries import EntryCatalog
 from checkpoint.policy.policyset import AgentVersion
@@ -100,8 +101,9 @@ class AgentCatalog:
         if store is None and path is not None and read_only:
             if not Path(path).exists():
                 raise FileNotFoundError(f"no agent catalog at {path}")
-            store = SqliteStore(path, read_only=True)
-        self._store = store if store is not None else SqliteStore(path)
+            store = SqliteStore(path, read_only=True, upgrade=catalog_upgrade)
+        # the tables below are views of the one table shape (catalog_items.py)
+        self._store = items(store if store is not None else SqliteStore(path, upgrade=catalog_upgrade))
         # the server reads the catalog from gRPC worker threads and the reload watcher; the store's
         # lock (across processes too, for a shared file) serialises every act's check and write
         self._lock = self._store.lock

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkpoint.policy import states
+from checkpoint.policy import catalog_upgrade, states
+from checkpoint.policy.catalog_items import items
 from checkpoint.policy.catalog_store import INSERTED, CatalogStore
 from checkpoint.policy.learning_index import ERROR, SEVERITIES, WARNING
 from checkpoint.policy.sqlite_store import SqliteStore
@@ -134,7 +135,8 @@ class LearningStore:
         self._pending_lock = threading.Lock()
         self._last_flush = time.monotonic()
         # several checkpoint workers share the file: an act's check and write hold across them
-        self._db = store if store is not None else SqliteStore(path)
+        # the table below is a view of the catalog's one table shape (catalog_items.py)
+        self._db = items(store if store is not None else SqliteStore(path, upgrade=catalog_upgrade))
         self._lock = self._db.lock
         with self._lock:  # workers opening a new file together race to make the schema: one at a time
             self._db.create_table("learnings", _COLUMNS, "id", not_null=("id", "tenant", "status"),

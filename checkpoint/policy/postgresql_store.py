@@ -4,7 +4,8 @@ fleet, in the database every replica shares.
 Each table a caller names is kept as `checkpoint_<name>` (a shared database holds other
 components' tables too), with one more column, `_inserted`, an identity that gives the order rows
 were first written in (SQLite's rowid). The tables of the catalog and the learnings are made by the
-schema below (`warden store migrate`); `create_table` makes only tables the schema does not hold.
+schema below (`warden store migrate`): since version 2 the one table shape of catalog_items.py, whose
+views the stores above read through. `create_table` makes only tables the schema does not hold.
 
 The lock is the store's promise that an act's check and write hold across every process: a
 thread-level lock in the process, and a PostgreSQL advisory lock held by the connection the thread
@@ -12,7 +13,7 @@ then reads and writes on. The advisory lock is taken at the first statement unde
 the lock itself, so a read served from a cache (a pinned version on every Check) never waits for the
 other replicas.
 
-Every write to what is in force (the lifecycle and live tables, the learnings) moves a counter in
+Every write to an item or a head (the learnings' or the rest's) moves a counter in
 `checkpoint_catalog_changes` in the same transaction, and the counter's change is notified on
 CHANNEL: catalog_feed.py follows both, so that an act at one replica is in force at the others.
 """
@@ -28,6 +29,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from checkpoint.policy.catalog_pg_upgrade import ONE_TABLE
 from checkpoint.policy.catalog_store import INSERTED, Lock, Not, Pk
 from warden.store.errors import StoreUnavailable
 from warden.store.migrations import Schema
@@ -106,6 +108,7 @@ SCHEMA = Schema("catalog", (
     {_counted("checkpoint_entry_live", CATALOG)}
     {_counted("checkpoint_learnings", LEARNINGS)}
     """,
+    ONE_TABLE,  # version 2: every kind in catalog_items and catalog_heads (catalog_pg_upgrade.py)
 ))
 
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote as url_quote
 
 from checkpoint.policy.catalog_store import INSERTED, Lock, Not, Pk
@@ -24,6 +24,14 @@ from warden.filelock import SharedLock
 from warden.private import private_sqlite
 
 _TYPES = {"text": "TEXT", "integer": "INTEGER", "float": "FLOAT"}
+
+
+class Upgrade(Protocol):
+    """What brings a file to the shape its store reads (catalog_upgrade.py is one)."""
+
+    def needed(self, conn: sqlite3.Connection, where: str, /) -> bool: ...
+
+    def upgrade(self, conn: sqlite3.Connection, where: str, /) -> int: ...
 
 
 def _read_only_connection(path: str | Path) -> sqlite3.Connection:
@@ -40,20 +48,34 @@ class SqliteStore:
 
     shared = False  # workers sharing a file refresh before each request (shared_state.py)
 
-    def __init__(self, path: str | Path | None = None, *, read_only: bool = False):
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False, upgrade: Upgrade | None = None):
+        """`upgrade`: brings a file of an earlier release's shape to this one's at open (the
+        catalog's, catalog_upgrade.py); read-only, on a copy in memory, never on the file."""
         self.read_only = read_only
         self.lock: Lock = threading.RLock()
         if path is not None and read_only:
             self._db = _read_only_connection(path)
+            if upgrade is not None and upgrade.needed(self._db, str(path)):
+                memory = sqlite3.connect(":memory:", check_same_thread=False)
+                self._db.backup(memory)
+                self._db.close()
+                self._db = memory
+                upgrade.upgrade(memory, str(path))
             return
         if path is not None:
             private_sqlite(path)
             self.lock = SharedLock(f"{path}.lock")
-        # workers opening a new file together race to switch it to WAL: one at a time
+        # workers opening a new file together race to switch it to WAL (and to upgrade it): one at a time
         with self.lock:
             self._db = sqlite3.connect(str(path or ":memory:"), check_same_thread=False)
             if path is not None:
                 self._db.execute("PRAGMA journal_mode=WAL")
+            if upgrade is not None:
+                try:
+                    upgrade.upgrade(self._db, str(path or ":memory:"))
+                except BaseException:
+                    self._db.close()
+                    raise
 
     def create_table(self, table: str, columns: Sequence[str] | Mapping[str, str], pk: Pk, *,
                      not_null: Iterable[str] = (), index: Sequence[str] = ()) -> None:

@@ -1,5 +1,5 @@
 """The agent catalog's own SQL (checkpoint/policy/sqlite_store.py) against catalogs sqlite-utils made:
-the same tables, older files upgraded in place, and an act's rows written together or not at all."""
+older files upgraded in place to the one table shape, and an act's rows written together or not at all."""
 
 from __future__ import annotations
 
@@ -50,21 +50,24 @@ def _old_catalog(path) -> None:
     db.close()
 
 
-def test_a_new_catalog_has_the_tables_sqlite_utils_made(tmp_path):
+def test_a_new_catalog_has_the_one_table_shape_an_old_one_upgrades_to(tmp_path):
     _old_catalog(tmp_path / "old.db")
     AgentCatalog(tmp_path / "new.db")
+    AgentCatalog(tmp_path / "old.db")  # upgraded at open (catalog_upgrade.py)
     assert _shape(tmp_path / "new.db") == _shape(tmp_path / "old.db")
+    assert sorted(_shape(tmp_path / "new.db")) == ["catalog_heads", "catalog_items", "policy_revisions"]
+    for name in ("new.db", "old.db"):
+        assert sqlite3.connect(tmp_path / name).execute("PRAGMA user_version").fetchone()[0] == 1
 
 
-def test_a_catalog_from_before_proposed_for_gets_the_column_and_loads(tmp_path):
+def test_a_catalog_from_before_proposed_for_upgrades_and_loads(tmp_path):
     db = sqlite_utils.Database(tmp_path / "catalog.db")
     for table, (columns, pk) in OLD_TABLES.items():
         db.table(table).create(columns, pk=pk)
     db.close()
     catalog = AgentCatalog(tmp_path / "catalog.db")
     policies = load_policy_dir(FOLDERS["shipped"], catalog=catalog)
-    assert "proposed_for" in sqlrows.columns(sqlite3.connect(tmp_path / "catalog.db"), "agent_lifecycle")
-    assert "proposed_for" in sqlrows.columns(sqlite3.connect(tmp_path / "catalog.db"), "entry_lifecycle")
+    assert "proposed_for" in sqlrows.columns(sqlite3.connect(tmp_path / "catalog.db"), "catalog_items")
     # and a second process reads what the first wrote
     again = AgentCatalog(tmp_path / "catalog.db", read_only=True)
     for name, version in policies.agents.items():

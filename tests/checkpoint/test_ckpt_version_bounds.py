@@ -211,12 +211,11 @@ def test_a_version_recorded_without_tool_definitions_is_superseded_not_narrowed_
     current = load_policy_dir(root, catalog=AgentCatalog(db)).agents["worker"]
     legacy = {k: v for k, v in current.snapshot().items() if k not in ("tool_defs", "rule_defs")}
     with sqlite3.connect(db) as conn:  # the catalog as an older checkpoint left it
-        conn.execute("delete from agent_versions")
-        conn.execute("delete from agent_lifecycle")
-        conn.execute("insert into agent_versions (agent, version, snapshot, first_seen, policy_revision) "
-                     "values ('worker', 'legacy', ?, '2026-01-01T00:00:00Z', '')", [json.dumps(legacy)])
-        conn.execute("insert into agent_lifecycle (agent, version, status) values ('worker', 'legacy', 'live')")
-        conn.execute("update agent_live set version = 'legacy', file_version = 'legacy'")
+        conn.execute("delete from catalog_items where kind = 'agent'")  # the one table shape (catalog_items.py)
+        conn.execute("insert into catalog_items (kind, tenant, name, version, body, first_seen, revision, state) "
+                     "values ('agent', '', 'worker', 'legacy', ?, '2026-01-01T00:00:00Z', '', 'live')",
+                     [json.dumps(legacy)])
+        conn.execute("update catalog_heads set version = 'legacy', file_version = 'legacy' where kind = 'agent'")
     catalog = AgentCatalog(db)
     upgraded = load_policy_dir(root, catalog=catalog)
     assert upgraded.agents["worker"].version == current.version  # applied: nothing it may do changed

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from checkpoint.policy.catalog_items import items
 from checkpoint.policy.postgresql_store import CATALOG, CHANGES, LEARNINGS, SCHEMA, PostgresqlStore
 from checkpoint.server.catalog_feed import CatalogFeed
 from warden.store.errors import StoreUnavailable
@@ -31,7 +32,7 @@ def _feed(db: Database, refreshed: list[float], **kwargs) -> CatalogFeed:
 
 def _write(db: Database, store: str, version: str) -> float:
     """One act's write at "another replica": a live version, or a learning."""
-    rows = PostgresqlStore(db, store)
+    rows = items(PostgresqlStore(db, store))  # the tables the stores speak of (catalog_items.py)
     with rows.transaction():
         if store == CATALOG:
             rows.upsert("agent_live", {"agent": "triage", "version": version, "file_version": version}, "agent")

@@ -6,6 +6,7 @@ refused before anything is written."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import sqlite3
 import subprocess
@@ -314,15 +315,17 @@ def test_the_catalog_and_the_learnings_move_in_the_order_they_were_written(migra
         catalog.record_revision(f"rev-{n}", [(f"agents/a{n}.yaml", f"name: a{n}\n".encode())])
     catalog.close()
     LearningStore(folder / "learnings.db").close()
-    with sqlite3.connect(folder / "learnings.db") as conn:
-        conn.execute("INSERT INTO learnings (id, tenant, status, text, proposed_at) "
-                     "VALUES ('l-1', 'acme', 'proposed', 'refunds above 100 need a second look', 1.5)")
+    with sqlite3.connect(folder / "learnings.db") as conn:  # the one table shape (catalog_items.py)
+        conn.execute("INSERT INTO catalog_items (kind, tenant, name, version, state, body) VALUES ('learning', "
+                     "'acme', 'l-1', '', 'proposed', ?)",
+                     [json.dumps({"text": "refunds above 100 need a second look", "proposed_at": 1.5})])
     done = _warden("store", "copy", str(folder), migrated)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "catalog: checkpoint_policy_revisions: 3/3 copied" in done.stdout
     with psycopg.connect(migrated) as conn:
         revisions = [r[0] for r in conn.execute("SELECT revision FROM checkpoint_policy_revisions ORDER BY _inserted")]
-        learning = conn.execute("SELECT tenant, status, text, proposed_at FROM checkpoint_learnings").fetchall()
+        learning = [(tenant, state, json.loads(body)["text"], json.loads(body)["proposed_at"]) for tenant, state, body
+                    in conn.execute("SELECT tenant, state, body FROM checkpoint_catalog_items WHERE kind = 'learning'")]
     assert revisions == ["rev-3", "rev-1", "rev-2"]
     assert learning == [("acme", "proposed", "refunds above 100 need a second look", 1.5)]
     again = _warden("store", "copy", str(folder), migrated)

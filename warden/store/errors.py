@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warden.codes import STORE_SCHEMA, STORE_UNAVAILABLE, STORE_URL_INVALID
+from warden.codes import STORE_HALF_MIGRATED, STORE_SCHEMA, STORE_UNAVAILABLE, STORE_URL_INVALID
 
 
 class StoreError(Exception):
@@ -29,3 +29,10 @@ class StoreSchemaMismatch(StoreError):
     or newer (written by a newer release: this one must not touch it)."""
 
     code = STORE_SCHEMA
+
+
+class StoreHalfMigrated(StoreError):
+    """A catalog file found between two shapes (the old tables and the new, or the new version
+    stamped on the old tables): neither shape's reading of it can be trusted, so it is refused."""
+
+    code = STORE_HALF_MIGRATED
