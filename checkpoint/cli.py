@@ -6,11 +6,13 @@ import argparse
 import json
 import sqlite3
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from warden.config import what_to_act_on
-from warden.store.errors import StoreError
+from warden.store.url import add_store_flags, store_of
 
 if TYPE_CHECKING:  # imported where a command runs: `--help` stays fast (tests/contracts/test_cli_start.py)
     from checkpoint.policy import AgentCatalog, PolicyLoadError
@@ -82,6 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what_to_act_on(pdiff.add_argument("--policies", type=Path, metavar="CURRENT_DIR",
                                       help="the current folder: compare with its replay instead of the recorded answers"))
     pdiff.add_argument("--data", type=Path, help="data folder whose agent catalog resolves pinned old versions")
+    add_store_flags(pdiff)  # the catalog a fleet shares, when the store setting names it
     pdiff.add_argument("--versions", choices=("current", "pinned"), default="current",
                        help="agents at the candidate's current versions (default) or at the versions records pinned")
     pdiff.add_argument("--no-tests", action="store_true", help="replay the records only, not the policy tests")
@@ -98,10 +101,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     one.add_argument("request", help="a file holding a CheckRequest in proto3 JSON, or - for stdin")
     one.add_argument("--policies", type=Path, default=Path("policies"), help="policy folder (default: policies)")
     one.add_argument("--data", type=Path, help="data folder whose agent catalog resolves pinned old versions")
+    add_store_flags(one)  # the catalog a fleet shares, when the store setting names it
     one.add_argument("--explain", action="store_true", help="list every rule evaluated and its outcome")
     one.add_argument("--cel-engine", choices=("native", "python"), default="native")
     one.set_defaults(func=cmd_check)
     # `checkpoint serve` and `keys` are checkpoint/server_cli.py's (warden/cli.py lists both modules)
+
+
+@contextmanager
+def _catalog(args: argparse.Namespace) -> Iterator[AgentCatalog | None]:
+    """The agent catalog that resolves pinned old versions, opened read-only where the store
+    setting says (`--store`, WARDEN_STORE, `[store] url`): the catalog a fleet shares on PostgreSQL,
+    or catalog.db in the SQLite folder named; without the setting DATA/catalog.db (`--data`), and
+    None with neither. StoreError when the store cannot be opened or its schema is not current."""
+    from checkpoint.policy import AgentCatalog
+
+    if not getattr(args, "store", None):
+        yield AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
+        return
+    url = store_of(args, args.data or ".")
+    if not url.is_postgresql:
+        yield AgentCatalog(url.sqlite_file("catalog.db"), read_only=True)
+        return
+    from checkpoint.policy.postgresql_store import CATALOG, SCHEMA, PostgresqlStore
+    from warden.store.migrations import require_current
+    from warden.store.pg import Database
+
+    # read_only: every transaction of the pool is, whatever a path of the loader would try
+    with Database(url, name="check", max_size=2, read_only=True) as db:
+        require_current(db, SCHEMA)
+        yield AgentCatalog(store=PostgresqlStore(db, CATALOG), read_only=True)
+
+
+def _catalog_shown(args: argparse.Namespace) -> str:
+    """Where `_catalog` reads, as an error names it (never a password)."""
+    from warden.store.errors import StoreError
+
+    if getattr(args, "store", None):
+        try:
+            url = store_of(args, args.data or ".")
+        except StoreError:
+            return "store"
+        return url.shown if url.is_postgresql else str(url.sqlite_file("catalog.db"))
+    return str(args.data / "catalog.db") if args.data else "catalog"
 
 
 def _print_errors(exc: PolicyLoadError) -> None:
@@ -196,14 +238,21 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_diff(args: argparse.Namespace) -> int:
-    from checkpoint.policy import AgentCatalog, PolicyLoadError
+    with ExitStack() as held:  # the catalog's store, closed when the command ends
+        return _policy_diff(args, held)
+
+
+def _policy_diff(args: argparse.Namespace, held: ExitStack) -> int:
+    from checkpoint.policy import PolicyLoadError
     from checkpoint.policytest import find_test_files, load_cases
     from checkpoint.replay import ReplaySourceError, diff, read_facts, read_records, render
+    from warden.store.errors import StoreError
 
     try:
-        catalog = AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
-    except (FileNotFoundError, ValueError, sqlite3.Error, StoreError) as exc:  # StoreError: half-migrated, newer
-        print(f"warden policy diff: {args.data / 'catalog.db'}: {exc}", file=sys.stderr)
+        catalog = held.enter_context(_catalog(args))
+    except (FileNotFoundError, ValueError, sqlite3.Error, StoreError) as exc:
+        code = f" [{exc.code}]" if isinstance(exc, StoreError) else ""
+        print(f"warden policy diff: {_catalog_shown(args)}: {exc}{code}", file=sys.stderr)
         return EXIT_USAGE
     against = args.against / "decisions.db" if args.against.is_dir() else args.against
     if not against.is_file():
@@ -276,17 +325,23 @@ def cmd_policy_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    with ExitStack() as held:  # the catalog's store, closed when the command ends
+        return _check(args, held)
+
+
+def _check(args: argparse.Namespace, held: ExitStack) -> int:
     from google.protobuf import json_format
 
     from checkpoint.engine import InvalidRequest, decide
-    from checkpoint.policy import AgentCatalog
     from checkpoint.policy.pinned import load as load_pinned
     from warden.checkpoint.v1 import checkpoint_pb2 as pb
+    from warden.store.errors import StoreError
 
     try:
-        catalog = AgentCatalog(args.data / "catalog.db", read_only=True) if args.data else None
-    except (FileNotFoundError, ValueError, sqlite3.Error, StoreError) as exc:  # StoreError: half-migrated, newer
-        print(f"warden check: {args.data / 'catalog.db'}: {exc}", file=sys.stderr)
+        catalog = held.enter_context(_catalog(args))
+    except (FileNotFoundError, ValueError, sqlite3.Error, StoreError) as exc:
+        code = f" [{exc.code}]" if isinstance(exc, StoreError) else ""
+        print(f"warden check: {_catalog_shown(args)}: {exc}{code}", file=sys.stderr)
         return EXIT_USAGE
     policies = _load(args.policies, args.cel_engine, catalog)
     if policies is None:

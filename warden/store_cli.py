@@ -34,10 +34,12 @@ COPIES: tuple[str, ...] = (
     "checkpoint.policy.catalog_copy:COPY",
     "checkpoint.server.single_use_copy:COPY",
     "toolrunner.receipts.copy:COPY",
+    "checkpoint.server.limit_copy:COPY",
+    "driver.runs.copy:COPY",
 )
 # Files of a data folder whose stores have no copy yet: named when SRC holds them, so that nobody
 # believes them moved (a store that gains a copy above leaves this list).
-NOT_COPIED: tuple[str, ...] = ("driver.db", "limits.db")
+NOT_COPIED: tuple[str, ...] = ()
 UP_FOLDERS = ("checkpoint", "toolrunner", "driver")
 
 
@@ -75,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     copy = sub.add_parser(
         "copy", help="copy a SQLite data folder's stores into an empty PostgreSQL store",
         description="Copy the stores of the SQLite data folder SRC (the decision log with its sealed segments, "
-        "catalog.db and learnings.db, approvals-used.db, toolrunner.db; not yet driver.db) into the PostgreSQL store DST, whose schema must be current "
+        "catalog.db and learnings.db, approvals-used.db, limits.db, toolrunner.db, driver.db) into the PostgreSQL store DST, whose schema must be current "
         "(warden store migrate). The decision log's chain is verified first and copied record for record: "
         "the same seqs and hashes, so `warden audit verify --store DST --data SRC` passes with the folder's "
         "signed heads. All or nothing, into empty tables only. Exit codes: 0 copied, 1 refused (nothing "

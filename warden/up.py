@@ -20,6 +20,11 @@ Each process gets a folder of its own, holding only what it needs:
     DATA/driver/                 operators.tokens, the driver's own checkpoint.tokens and
                                  toolrunner.tokens lines, driver.db; never a grant key
 
+With a store setting (`warden up --store URL`, WARDEN_STORE or `[store] url`) all three keep
+their state there instead (docs/fleet.md): each child is given it in its environment, as
+WARDEN_STORE and WARDEN_STORE_PASSWORD_FILE, never on its command line, where `ps` would show a
+password written into the URL. `--migrate` runs `warden store migrate` on it first.
+
 All three still run as the same OS user here, so the folders keep honest processes apart but do
 not stop a compromised driver from reading DATA/checkpoint/grant.key: real separation needs a
 separate OS user per process (or separate hosts/containers), with each folder readable by its
@@ -28,6 +33,7 @@ owner only (docs/driver.md).
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import socket
@@ -193,6 +199,10 @@ class Stack:
     serve_args: list[str] = field(default_factory=list)  # given to all three, e.g. --log-format json
     grace: float = DEFAULT_GRACE  # what the children drain for (serve_args carries --grace to them)
     metrics: dict[str, str] = field(default_factory=dict)  # each process's own metrics address, if any
+    # the one store all three keep their state in: WARDEN_STORE (and WARDEN_STORE_PASSWORD_FILE)
+    # for every child; empty: each keeps SQLite files in its own folder
+    store_env: dict[str, str] = field(default_factory=dict)
+    migrate: bool = False  # `warden store migrate` on that store before anything starts
     children: list[Child] = field(default_factory=list)
 
     @property
@@ -280,10 +290,16 @@ class Stack:
         if note:
             print(f"warning: {note}", file=out, flush=True)
         (self.data / "logs").mkdir(exist_ok=True)
+        env = {**os.environ, **self.store_env}
+        if self.migrate:
+            done = subprocess.run(self._warden("store", "migrate"), env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"warden store migrate failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+            print(done.stdout.rstrip(), file=out, flush=True)
         self.children = self.plan()
         for child in self.children:
             log_file = open(child.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
-            child.proc = subprocess.Popen(child.argv, stdout=log_file, stderr=subprocess.STDOUT,
+            child.proc = subprocess.Popen(child.argv, stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
             log_file.close()
             try:

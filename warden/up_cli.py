@@ -9,6 +9,7 @@ from pathlib import Path
 from warden import observability
 from warden.cli import STOP_MARGIN
 from warden.datafolder import DEFAULT_DATA
+from warden.store.url import add_store_flags
 
 UP_GRACE = 10.0  # a stack on a laptop: Ctrl-C should not take 30 s
 
@@ -29,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="serve each process's Prometheus /metrics and /healthz on a port of its own: checkpoint "
                          "on PORT, toolrunner on PORT+1, driver on PORT+2 (port 0: each a free one; default off)")
     observability.add_arguments(up, passed_on=True)
+    add_store_flags(up)
+    up.add_argument("--migrate", action="store_true",
+                    help="run `warden store migrate` on the store first (a PostgreSQL store's schema must be current "
+                         "before the processes start; nothing to do on SQLite)")
     up.add_argument("--grace", type=float, default=UP_GRACE, metavar="SECONDS",
                     help=f"passed on to all three: on Ctrl-C or SIGTERM calls in flight get this long to finish "
                          f"(default {UP_GRACE:g}; a served process alone defaults to 30); a child still running "
@@ -41,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from warden.store.errors import StoreError
     from warden.up import Stack, metrics_addresses, run_up
 
     try:
@@ -55,10 +61,31 @@ def _up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"warden up: {exc}", file=sys.stderr)
         return 2
+    try:
+        store_env = _store_env(args)
+    except StoreError as exc:
+        print(f"warden up: {exc} [{exc.code}]", file=sys.stderr)
+        return 2
     stack = Stack(args.data, args.policies, cp, tr, dr, driver_args=["--provider", args.provider],
-                  person=args.person, serve_args=serve_args, grace=args.grace, metrics=metrics)
+                  person=args.person, serve_args=serve_args, grace=args.grace, metrics=metrics,
+                  store_env=store_env, migrate=args.migrate)
     if args.prepare_only:
         from warden.up import prepare_only
 
         return prepare_only(stack)
     return run_up(stack)
+
+
+def _store_env(args: argparse.Namespace) -> dict[str, str]:
+    """The store setting every child is given (warden/up.py), checked here first so that a URL that
+    cannot be used stops `warden up` before anything starts; {} when none is set."""
+    from warden.store.url import store_of
+
+    if not args.store:
+        return {}
+    url = store_of(args, args.data)  # StoreUrlInvalid for a URL, or a password file, that cannot be used
+    print(f"warden up: store {url.shown} for all three", flush=True)
+    env = {"WARDEN_STORE": args.store}
+    if args.store_password_file:
+        env["WARDEN_STORE_PASSWORD_FILE"] = str(Path(args.store_password_file).resolve())
+    return env

@@ -204,7 +204,8 @@ def test_a_learnings_life_on_the_store(store):
 # it for its error type only, to report a file that is no catalog.
 # the other stores' SQLite modules, and `warden store copy`'s readers of a SQLite data folder
 OTHER_DATABASES = {"checkpoint/audit", "checkpoint/server/single_use.py", "checkpoint/cli.py",
-                   "checkpoint/server/single_use_copy.py", "checkpoint/server/limit_store.py"}
+                   "checkpoint/server/single_use_copy.py", "checkpoint/server/limit_store.py",
+                   "checkpoint/server/limit_copy.py"}
 # the catalog's own: its store, and the copy that reads its SQLite files into PostgreSQL
 CATALOG_STORE_MODULES = {"checkpoint/policy/sqlite_store.py", "checkpoint/policy/catalog_copy.py"}
 

@@ -93,13 +93,13 @@ def test_a_data_folder_moves_whole_and_its_chain_verifies_with_the_signed_heads(
     folder = tmp_path / "data"
     log_path = _make_folder(folder)
     assert (folder / "decisions.d").is_dir()  # the first 120 records are read from a sealed segment
-    sqlite3.connect(folder / "driver.db").close()  # a store this release does not copy
+    sqlite3.connect(folder / "driver.db").close()  # a driver's file whose tables were never made
 
     done = _warden("store", "copy", str(folder), migrated)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"decisions: {DECISIONS}: {RECORDS}/{RECORDS} copied" in done.stdout
     assert "receipts: toolrunner_receipts: 1/1 copied" in done.stdout
-    assert f"note: {folder / 'driver.db'} is not copied by this release" in done.stdout
+    assert f"runs: driver.db in {folder} is empty: nothing to copy" in done.stdout
 
     source = sqlite3.connect(log_path)
     live = _chain(source.execute("SELECT seq, prev_hash, hash FROM decisions ORDER BY seq"))

@@ -46,6 +46,8 @@ class TableCopy:
     batches: Callable[[int], Iterator[list[Row]]]
     # run inside the transaction before the first insert (a lock to take, partitions to create)
     before: Callable[[psycopg.Connection[Any]], None] | None = None
+    # run inside the transaction after the last insert (an identity's sequence moved past the copied ids)
+    after: Callable[[psycopg.Connection[Any]], None] | None = None
 
 
 @dataclass
@@ -140,6 +142,8 @@ def _write(conn: psycopg.Connection[Any], store: StoreCopy, table: TableCopy, ou
     if done != table.total:
         raise CopyRefused(f"{store.name}: {table.table}: read {done} rows of the {table.total} checked: "
                           "SRC changed during the copy; stop every process on it and copy again")
+    if table.after is not None:
+        table.after(conn)
     if done != shown:
         print(f"{store.name}: {table.table}: {done}/{table.total} copied", file=out, flush=True)
     return done

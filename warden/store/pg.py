@@ -41,7 +41,8 @@ class Database:
     """A pool of connections to the PostgreSQL store `url` names, for the process called `name`."""
 
     def __init__(self, url: StoreUrl, *, name: str, max_size: int = 8, statement_timeout: float = STATEMENT_TIMEOUT,
-                 pool_timeout: float = POOL_TIMEOUT, connect_timeout: int = CONNECT_TIMEOUT) -> None:
+                 pool_timeout: float = POOL_TIMEOUT, connect_timeout: int = CONNECT_TIMEOUT,
+                 read_only: bool = False) -> None:
         if not url.is_postgresql:
             raise ValueError(f"{url.shown} is not a PostgreSQL store")
         self.url = url
@@ -50,7 +51,10 @@ class Database:
             "autocommit": True,  # each store opens the transactions it needs, and no others
             "application_name": f"warden-{name}",
             "connect_timeout": connect_timeout,
-            "options": f"-c statement_timeout={int(statement_timeout * 1000)}",
+            # read_only: every transaction of the pool is, so a command that only reads (a one-off
+            # `warden check`) cannot change the fleet's store whatever a code path below it tries
+            "options": f"-c statement_timeout={int(statement_timeout * 1000)}"
+                       + (" -c default_transaction_read_only=on" if read_only else ""),
             # a link that dies without a reset (a node or a firewall gone) is noticed within ~11 s
             # instead of the kernel's two hours, so a pooled connection cannot hang a caller
             "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
