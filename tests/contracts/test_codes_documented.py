@@ -37,3 +37,9 @@ def test_the_policy_bundles_codes_are_documented():
     section = DOC.read_text().split("## Policy bundles")[1].split("\n## ")[0]
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
     assert documented == set(codes.BUNDLE_CODES)
+
+
+def test_the_retention_codes_are_documented():
+    section = DOC.read_text().split("## Decision log retention")[1].split("\n## ")[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
+    assert documented == set(codes.RETENTION_CODES)
