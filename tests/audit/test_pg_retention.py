@@ -255,3 +255,11 @@ def test_a_segment_left_without_its_manifest_line_is_made_again(migrated, tmp_pa
         assert len(rotate(db, archive, key)) == 2
     assert DecisionReader(archive / "decisions.db").verify(public_key=key.public_key()).ok
     assert not list(Path(folder).glob("*.tmp"))
+
+
+def test_the_command_line_refuses_an_unexported_partition_with_its_code(migrated, tmp_path):
+    with _db(migrated) as db:
+        _fill(db, 12)
+    pruned = _warden("audit", "prune", "--store", migrated, "--data", str(tmp_path / "data"), "--before", "0s")
+    assert pruned.returncode == 2 and "partition_not_exported" in pruned.stderr, pruned.stderr
+    assert len(_attached(migrated)) == 3
