@@ -130,7 +130,7 @@ def rotate(db: Database, archive: Path, key: Ed25519PrivateKey, *, wait: float =
         head_row = conn.execute(HEAD_SQL).fetchone()
         head = int(head_row[0]) if head_row else 0
         known = sealed(conn)
-        manifest = _recover(log_path, conn, known)
+        manifest = _recover(log_path, conn, known, key)
         # the sealed head each partition continues from, by its last seq: dropped partitions included
         ends = {int(row["last_seq"]): str(row["last_hash"]) for row in known.values()}
         for part in partitions(conn):
@@ -157,7 +157,8 @@ def rotate(db: Database, archive: Path, key: Ed25519PrivateKey, *, wait: float =
     return done
 
 
-def _recover(log_path: Path, conn: psycopg.Connection[Any], known: dict[int, dict[str, Any]]) -> segments.Manifest:
+def _recover(log_path: Path, conn: psycopg.Connection[Any], known: dict[int, dict[str, Any]],
+             key: Ed25519PrivateKey) -> segments.Manifest:
     """Finish what a rotate stopped in the middle of: an unlisted segment file is deleted (it is made
     again), a listed seal with no row gets its row."""
     where = segments.folder(log_path)
@@ -169,12 +170,19 @@ def _recover(log_path: Path, conn: psycopg.Connection[Any], known: dict[int, dic
         if path.name not in listed:
             path.chmod(0o600)
             path.unlink()
+    public = key.public_key()
     for seal in manifest.seals:
         if seal.number - 1 not in known:
-            first = conn.execute(f"SELECT time FROM {TABLE} WHERE seq = %s", (seal.first_seq,)).fetchone()
-            if first is None:
+            first = conn.execute(f"SELECT time, prev_hash FROM {TABLE} WHERE seq = %s", (seal.first_seq,)).fetchone()
+            last = conn.execute(f"SELECT hash FROM {TABLE} WHERE seq = %s", (seal.last_seq,)).fetchone()
+            if first is None or last is None:
                 raise RetentionError(f"the archive seals seqs {seal.first_seq}..{seal.last_seq}, which the "
                                      "database no longer holds and never recorded as sealed")
+            # only a seal of this log, by this key, is recorded: never another fleet's archive
+            if (first[1], last[0]) != (seal.first_prev_hash, seal.last_hash) or not segments.verifies(
+                    seal, public, key_id(public)):
+                raise RetentionError(f"the archive's segment {seal.number} is not this log's seqs {seal.first_seq}.."
+                                     f"{seal.last_seq} sealed with this key: wrong --to, or another key")
             _record(conn, seal, first[0])
             known[seal.number - 1] = {"last_seq": seal.last_seq, "last_hash": seal.last_hash, "removed": None}
     return manifest

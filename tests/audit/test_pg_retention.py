@@ -5,6 +5,7 @@ still proved from the seal."""
 from __future__ import annotations
 
 import threading
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -263,3 +264,26 @@ def test_the_command_line_refuses_an_unexported_partition_with_its_code(migrated
     pruned = _warden("audit", "prune", "--store", migrated, "--data", str(tmp_path / "data"), "--before", "0s")
     assert pruned.returncode == 2 and "partition_not_exported" in pruned.stderr, pruned.stderr
     assert len(_attached(migrated)) == 3
+
+
+def test_a_seal_listed_in_the_archive_but_not_in_the_table_is_recorded_once_checked(migrated, pg_server, tmp_path):
+    key = load_or_create_key(tmp_path / "k.key")
+    archive = tmp_path / "archive"
+    with _db(migrated) as db:
+        _fill(db, 12)
+        rotate(db, archive, key)
+    with psycopg.connect(migrated, autocommit=True) as conn:  # as if stopped after the manifest line
+        conn.execute(f"DELETE FROM {PARTITIONS} WHERE number = 1")
+    with _db(migrated) as db:
+        assert rotate(db, archive, key) == []
+    with psycopg.connect(migrated) as conn:
+        assert conn.execute(f"SELECT array_agg(number ORDER BY number) FROM {PARTITIONS}").fetchone() == ([0, 1],)
+    # another log's archive (same shape, other records) is never taken for this one's
+    other = pg_server.create_database(f"retention_other_{uuid.uuid4().hex[:8]}")
+    with _db(other) as db:
+        migrate(db, SCHEMA)
+        _fill(db, 12)
+        with pytest.raises(RetentionError, match="not this log's"):
+            rotate(db, archive, key)
+        with psycopg.connect(other) as conn:
+            assert conn.execute(f"SELECT count(*) FROM {PARTITIONS}").fetchone() == (0,)
