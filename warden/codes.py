@@ -140,6 +140,11 @@ HTTP_DOOR_CODES = frozenset({UNKNOWN_METHOD, UNSUPPORTED_MEDIA_TYPE, LENGTH_REQU
 STORE_URL_INVALID = "store_url_invalid"  # an unknown scheme, no path or database, an unreadable password file
 STORE_SCHEMA = "store_schema_mismatch"  # no schema yet (run `warden store migrate`), or a newer one than this release knows
 STORE_HALF_MIGRATED = "store_half_migrated"  # a catalog file holding both the old tables and the new: refused, not guessed at
+# retention of the decision log on PostgreSQL (`warden audit prune --store`; docs/fleet.md): refused,
+# nothing dropped
+PARTITION_NOT_EXPORTED = "partition_not_exported"  # a partition the cutoff reaches was never rotated (exported)
+RETENTION_CUTOFF_INVALID = "retention_cutoff_invalid"  # --before unreadable, or in the future
+RETENTION_CODES = frozenset({PARTITION_NOT_EXPORTED, RETENTION_CUTOFF_INVALID})
 # the metrics address at start (--metrics-address): not HOST:PORT, or its port taken or not
 # permitted; the server stops before it serves, with one line naming the address
 METRICS_ADDRESS_UNAVAILABLE = "metrics_address_unavailable"

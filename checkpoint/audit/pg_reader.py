@@ -20,7 +20,7 @@ from checkpoint.audit.pg_query import HEAD_SQL, select_sql
 from checkpoint.audit.pg_schema import TABLE
 from checkpoint.audit.record import COLUMNS, GENESIS_HASH, from_row
 from checkpoint.audit.store import Filters
-from checkpoint.audit.verify import Anchor, ChainCheck, VerifyReport
+from checkpoint.audit.verify import MANIFEST_INVALID, Anchor, ChainCheck, VerifyReport
 from warden.store.errors import StoreError
 from warden.store.pg import Database
 
@@ -120,15 +120,23 @@ class PgDecisionReader:
         *,
         expect_head: tuple[int, str] | None = None,
         anchors: Iterable[Anchor] = (),
-        public_key: Any = None,  # noqa: ARG002 - the SQLite log's sealed segments need it; this one has none yet
+        public_key: Any = None,
     ) -> VerifyReport:
-        """The whole chain from seq 1, in one snapshot; anchors (signed heads kept elsewhere) catch
-        records deleted from the end or a tail rewritten and rehashed."""
-        check = ChainCheck([*anchors, *([Anchor(*expect_head)] if expect_head is not None else [])])
+        """The whole chain, in one snapshot: from seq 1, or, once partitions were pruned, from the
+        last pruned partition's signed seal (pg_retention.py; `public_key` checks the seals).
+        Anchors (signed heads kept elsewhere) catch records deleted from the end or a tail
+        rewritten and rehashed; each sealed partition's seal is one more."""
+        from checkpoint.audit.pg_retention import verify_start
+
+        anchors = [*anchors, *([Anchor(*expect_head)] if expect_head is not None else [])]
         sql, _ = select_sql(after_seq=0, limit=PAGE)
         with reading("verify"), self.db.connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            pos = 0
+            start, sealed, problem = verify_start(conn, public_key)
+            if problem is not None:
+                return VerifyReport(False, 0, start[0], start[1], start[0] + 1, MANIFEST_INVALID, problem)
+            check = ChainCheck([*anchors, *sealed], start)
+            pos = start[0]
             while True:
                 rows = conn.execute(sql.encode(), [pos, PAGE]).fetchall()
                 if not check.feed(dict(zip(COLUMNS, row, strict=True)) for row in rows):

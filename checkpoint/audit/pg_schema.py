@@ -57,7 +57,29 @@ CREATE INDEX {TABLE}_run_id ON {TABLE} (run_id);
 CREATE INDEX {TABLE}_agent ON {TABLE} (agent);
 """
 
-SCHEMA = Schema("decisions", (_V1,))
+# Retention (checkpoint/audit/pg_retention.py): one row per partition sealed by `warden audit rotate`,
+# holding its signed seal line (segments.Seal, the same line the archive's manifest holds) and its
+# time range; a prune marks it dropped or detached, with a signed prune line. The decisions table
+# itself was partitioned from version 1, so no table is converted.
+PARTITIONS = "audit_partitions"
+_V2 = f"""
+CREATE TABLE {PARTITIONS} (
+    number integer PRIMARY KEY,
+    first_seq bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    first_time text NOT NULL,
+    last_time text NOT NULL,
+    records bigint NOT NULL,
+    last_hash text NOT NULL,
+    seal text NOT NULL,
+    sealed_at timestamptz NOT NULL DEFAULT now(),
+    removed text CHECK (removed IN ('dropped', 'detached')),
+    prune text,
+    removed_at timestamptz
+);
+"""
+
+SCHEMA = Schema("decisions", (_V1, _V2))
 
 
 def partition_of(seq: int, size: int = PARTITION_SEQS) -> int:

@@ -299,7 +299,8 @@ def create_server(
     policy_store = PolicyStore(policy_dir, catalog, on_change=on_reload)
     try:
         if stores.url.is_postgresql and (rotate_bytes or rotate_age):
-            raise ValueError("rotation seals SQLite files: a PostgreSQL decision log is not rotated (docs/fleet.md)")
+            raise ValueError("--rotate-size and --rotate-age seal SQLite files: a PostgreSQL decision log is rotated "
+                             "and pruned with `warden audit rotate|prune --store` (docs/fleet.md)")
         decisions = decision_log(stores.url, data, synchronous=log_synchronous, shared=shared)
     except BaseException:
         stores.close()

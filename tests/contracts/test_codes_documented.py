@@ -46,3 +46,9 @@ def test_the_mcp_gateways_codes_are_documented():
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
     ours = {v for k, v in vars(gateway_codes).items() if k.isupper() and isinstance(v, str)}
     assert ours <= documented, sorted(ours - documented)
+
+
+def test_the_retention_codes_are_documented():
+    section = DOC.read_text().split("## Decision log retention")[1].split("\n## ")[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
+    assert documented == set(codes.RETENTION_CODES)

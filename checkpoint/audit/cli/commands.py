@@ -4,6 +4,7 @@ return the exit code (0 done, 1 the log is broken, 2 it cannot be read or the ca
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -145,6 +146,12 @@ def _name_the_code_meant(code: str) -> None:
           "as written.", file=sys.stderr)
 
 
+def DecisionReaderType() -> type:  # noqa: N802 - imported late: `--help` stays fast
+    from checkpoint.audit.reader import DecisionReader
+
+    return DecisionReader
+
+
 def _log_path(args: argparse.Namespace) -> Path:
     return Path(args.log) if args.log else Path(args.data) / "decisions.db"
 
@@ -198,6 +205,10 @@ def verify_command(args: argparse.Namespace) -> int:
               "log, or a tail rewritten and rehashed, would not show. The checkpoint signs its head every "
               "minute and when it stops; check against copies kept elsewhere with --anchors and --pubkey",
               file=sys.stderr)
+    if public is None and not isinstance(reader, DecisionReaderType()):
+        # the PostgreSQL log's pruned partitions are proved from seals signed with this key
+        with contextlib.suppress(OSError, ValueError):
+            public = heads.load_public_key(key_file)
     report = reader.verify(expect_head=args.expect_head, anchors=anchors, public_key=public)
     summary = report.summary()
     if report.ok and anchors:
@@ -206,10 +217,28 @@ def verify_command(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_BROKEN
 
 
+def _retention_store(args: argparse.Namespace, command: str) -> object:
+    """The PostgreSQL store a rotate or prune acts on, None for a SQLite log, or False (said why)."""
+    from checkpoint.audit.cli.pg_retention import pg_store
+    from warden.store.errors import StoreUrlInvalid
+
+    try:
+        return pg_store(args)
+    except StoreUrlInvalid as exc:
+        print(f"warden audit {command}: {exc}", file=sys.stderr)
+        return False
+
+
 def rotate_command(args: argparse.Namespace) -> int:
+    from checkpoint.audit.cli import pg_retention
     from checkpoint.audit.rotate import RotateError, rotate
     from checkpoint.audit.segments import ManifestError
 
+    url = _retention_store(args, "rotate")
+    if url is False:
+        return EXIT_USAGE
+    if url is not None:
+        return pg_retention.rotate(args, url)
     if log_reader(args) is None:
         return EXIT_USAGE
     try:
@@ -226,9 +255,18 @@ def rotate_command(args: argparse.Namespace) -> int:
 
 
 def prune_command(args: argparse.Namespace) -> int:
+    from checkpoint.audit.cli import pg_retention
     from checkpoint.audit.rotate import prune
     from checkpoint.audit.segments import ManifestError
 
+    url = _retention_store(args, "prune")
+    if url is False:
+        return EXIT_USAGE
+    if url is not None:
+        return pg_retention.prune(args, url)
+    if args.detach:
+        print("warden audit prune: --detach is for a log on PostgreSQL (--store)", file=sys.stderr)
+        return EXIT_USAGE
     if log_reader(args) is None:
         return EXIT_USAGE
     before_seq = int(args.before) if args.before.isdigit() else None

@@ -159,19 +159,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     rotate = subcommands.add_parser(
         "rotate",
-        parents=[where],
+        parents=[where, shared],
         help="seal the live file's records into a read-only segment; the chain continues",
         description="Move the live file's records (all but the newest, or up to --upto SEQ) into a new sealed, "
         "read-only segment in DIR/decisions.d/, listed in its signed manifest; the live file's chain continues "
-        "from the sealed head. Safe while the checkpoint writes. See docs/audit.md, \"Retention\".",
+        "from the sealed head. Safe while the checkpoint writes. See docs/audit.md, \"Retention\". With --store "
+        "(a fleet's log on PostgreSQL): export each closed partition into the archive folder --to, seal it, and "
+        "record its seal in the database (docs/fleet.md, \"Retention of the fleet's decision log\").",
     )
+    rotate.add_argument("--to", metavar="DIR", help="with --store: the archive folder (default DIR/decisions-archive); "
+                        "verify it with `warden audit verify --log ARCHIVE/decisions.db --pubkey KEY`")
     rotate.add_argument("--upto", type=int, metavar="SEQ", help="seal records up to this seq (default: all but "
                         "the newest, which stays in the live file)")
     rotate.set_defaults(func=commands.rotate_command)
 
     prune = subcommands.add_parser(
         "prune",
-        parents=[where],
+        parents=[where, shared],
         help="delete the oldest sealed segments; their sealed head stays, so the rest still verifies",
         description="Delete whole sealed segments whose records all come before SEQ or TIME, oldest first. "
         "The manifest keeps each pruned segment's signed seal line, so `verify` proves what remains from "
@@ -180,6 +184,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prune.add_argument("--before", required=True, metavar="SEQ|WHEN",
                        help="a seq (segments whose last seq is below it) or a time as --since takes it "
                        "(segments whose last record is older)")
+    prune.add_argument("--detach", action="store_true", help="with --store: detach the partitions (kept as tables "
+                       "of their own, outside the log) instead of dropping them")
     prune.set_defaults(func=commands.prune_command)
 
     export = subcommands.add_parser(
