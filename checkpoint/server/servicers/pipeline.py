@@ -26,7 +26,6 @@ import contextvars
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from typing import Any
 
 from warden.drain import Drain
@@ -36,6 +35,27 @@ WINDOW = 4  # requests of one stream in flight at once: enough for several to sh
 # what the answer queue holds besides each request's slot
 _END = object()  # the caller's requests ended
 _DRAINING = object()  # a request came while draining: refuse it, after the answers before it
+
+
+class _Slot:
+    """One request's answer, waited for by the stream's handler. A plain lock, released when the
+    answer is in, wakes exactly that waiter (a Future's Condition costs several times as much)."""
+
+    __slots__ = ("done", "answer", "error", "finished", "abandoned")
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self.finished = False  # the decision is over (under the stream's `settling` lock)
+        self.abandoned = False  # the stream ended first: the decider leaves the gate itself
+
+    def result(self) -> Any:
+        self.done.acquire()
+        if self.error is not None:
+            raise self.error
+        return self.answer
 
 
 class _Failed:
@@ -52,9 +72,14 @@ def pipelined(requests: Iterator[Any], answer: Callable[[Any], Any], gate: Drain
     """Yield `answer(item)` for each of `requests`, in order, up to `window` decided at once.
     `on_draining` is called (and must raise) when a request comes while the gate is draining."""
     slots: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    room = threading.Semaphore(window)  # read and not yet answered
+    # room: one token per request that may be read and not yet answered (a SimpleQueue is C code;
+    # threading.Semaphore is a Python Condition)
+    room: queue.SimpleQueue[None] = queue.SimpleQueue()
+    for _ in range(window):
+        room.put(None)
     reading = threading.Lock()  # one decider reads at a time; it may wait long for the caller
     putting = threading.Lock()  # held briefly: a slot is put only while the stream is not stopped
+    settling = threading.Lock()  # a finished decision and a stream that ends agree on who leaves the gate
     state = {"stopped": False}  # set once: no decider reads or puts again
 
     def put(slot: Any) -> bool:
@@ -63,16 +88,16 @@ def pipelined(requests: Iterator[Any], answer: Callable[[Any], Any], gate: Drain
         with putting:
             if state["stopped"]:
                 return False
-            if isinstance(slot, Future) and not gate.enter():
+            if type(slot) is _Slot and not gate.enter():
                 slot = _DRAINING
-            if not isinstance(slot, Future):
+            if type(slot) is not _Slot:
                 state["stopped"] = True  # the last thing this stream reads
             slots.put(slot)
-            return isinstance(slot, Future)
+            return type(slot) is _Slot
 
     def decide() -> None:
         while True:
-            room.acquire()
+            room.get()
             with reading:
                 if state["stopped"]:
                     return
@@ -84,16 +109,22 @@ def pipelined(requests: Iterator[Any], answer: Callable[[Any], Any], gate: Drain
                 except BaseException as exc:  # noqa: BLE001  # handed to the stream, which raises it
                     put(_Failed(exc))
                     return
-                slot: Future[Any] = Future()
+                slot = _Slot()
                 if not put(slot):  # stopped, or draining: nothing decided for this request
                     return
             started = clock()
             try:
-                slot.set_result(answer(item))
+                slot.answer = answer(item)
             except BaseException as exc:  # noqa: BLE001  # the stream raises it in its turn, as before
-                slot.set_exception(exc)
+                slot.error = exc
             finally:
                 observe(clock() - started)
+                with settling:
+                    slot.finished = True
+                    abandoned = slot.abandoned
+                slot.done.release()
+                if abandoned:  # its record is committed; its answer has nowhere to go
+                    gate.leave()
 
     # each decider runs in a copy of the stream's context (its trace id reaches the records)
     deciders = [threading.Thread(target=contextvars.copy_context().run, args=(decide,), daemon=True,
@@ -114,24 +145,28 @@ def pipelined(requests: Iterator[Any], answer: Callable[[Any], Any], gate: Drain
                 yield slot.result()
             finally:
                 gate.leave()
-                room.release()
+                room.put(None)
     finally:
-        _stop(state, putting, room, slots, gate, window)
+        _stop(state, putting, settling, room, slots, gate, window)
 
 
-def _stop(state: dict[str, bool], putting: threading.Lock, room: threading.Semaphore,
-          slots: queue.SimpleQueue[Any], gate: Drain, window: int) -> None:
+def _stop(state: dict[str, bool], putting: threading.Lock, settling: threading.Lock,
+          room: queue.SimpleQueue[None], slots: queue.SimpleQueue[Any], gate: Drain, window: int) -> None:
     """The stream ended (its requests ended, it failed, or its caller went): no decider reads or
     puts again, and each request still being decided leaves the gate when its decision is done (its
     record is still committed; only its answer has nowhere to go)."""
     with putting:
         state["stopped"] = True
     for _ in range(window):  # wake every decider waiting for room: each sees `stopped` and returns
-        room.release()
+        room.put(None)
     while True:
         try:
             slot = slots.get_nowait()
         except queue.Empty:
             return
-        if isinstance(slot, Future):
-            slot.add_done_callback(lambda _: gate.leave())
+        if type(slot) is _Slot:
+            with settling:
+                finished = slot.finished
+                slot.abandoned = not finished
+            if finished:
+                gate.leave()
