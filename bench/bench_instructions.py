@@ -9,6 +9,8 @@ none) / N, after the same warm-up, with PYTHONHASHSEED fixed. Skipped when valgr
 - grpc: the whole Check RPC over a real loopback channel, server and a sync client in one process
   (interceptors, the handler, deserialising and serialising, grpcio's server and client layers;
   the client's share is the same before and after a server-side change, so a cut shows whole).
+- stream: the same Check as one of N requests of one CheckStream, all sent at once (the stream's
+  own opening is paid in both runs, so it cancels out; N=0 still opens one stream).
 
     python -m bench instructions            # the three, 1,000 calls each
     python bench/bench_instructions.py --calls 2000 --modes grpc
@@ -96,7 +98,43 @@ def _grpc_loop(n: int) -> None:
     server.stop(0)
 
 
-LOOPS = {"decide": _decide_loop, "check": _check_loop, "grpc": _grpc_loop}
+def _stream_loop(n: int) -> None:
+    """N Checks over one CheckStream, all sent at once (the server reads as many ahead as it takes)."""
+    import grpc
+
+    from checkpoint.server.app import create_server
+    from warden.auth import AuthPolicy
+    from warden.checkpoint.v1 import checkpoint_pb2 as pb
+    from warden.checkpoint.v1 import checkpoint_pb2_grpc as pb_grpc
+    from warden.grants import SigningKey
+
+    server, port = create_server(
+        "127.0.0.1:0", policy_dir=ROOT / "policies", data_dir=Path(tempfile.mkdtemp()), key=SigningKey.generate(),
+        auth=AuthPolicy(tokens={hashlib.sha256(b"t" * 20).digest(): "driver"}), watch_interval=None,
+    )
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = pb_grpc.CheckpointServiceStub(channel)
+    md = [("authorization", "Bearer " + "t" * 20)]
+    token = stub.StartRun(pb.StartRunRequest(agent="recon", person="alice", mode=pb.RUN_MODE_INTERACTIVE),
+                          metadata=md).run_token
+    request = pb.CheckRequest(run=pb.RunContext(run_token=token), tool_call=pb.ToolCall(tool="get_task"),
+                              counters=pb.Counters(stretch_turns=1, total_turns=1))
+    request.tool_call.arguments.update({"task_id": "task-42"})
+
+    def stream(count: int) -> None:
+        items = [pb.CheckStreamRequest(correlation_id=str(i), request=request) for i in range(count)]
+        answers = list(stub.CheckStream(iter(items), metadata=md))
+        assert [a.correlation_id for a in answers] == [str(i) for i in range(count)]
+        assert all(a.response.verdict == pb.VERDICT_ALLOW for a in answers)
+
+    stream(100)
+    stream(n)
+    channel.close()
+    server.stop(0)
+
+
+LOOPS = {"decide": _decide_loop, "check": _check_loop, "grpc": _grpc_loop, "stream": _stream_loop}
 
 
 def _instructions(what: str, n: int) -> int:
@@ -129,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         if what not in LOOPS:
             parser.error(f"unknown mode {what!r}: choose from {', '.join(LOOPS)}")
         base, more = _instructions(what, 0), _instructions(what, args.calls)
-        label = "gRPC Check()" if what == "grpc" else f"{what}()"
+        label = {"grpc": "gRPC Check()", "stream": "Check over a CheckStream"}.get(what, f"{what}()")
         print(f"instructions per {label}: {(more - base) / args.calls:,.0f} (callgrind, {args.calls} calls)",
               flush=True)
     return 0

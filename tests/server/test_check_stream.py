@@ -164,3 +164,85 @@ def test_a_request_sent_while_draining_ends_the_stream_with_server_draining(chec
     assert ended.value.code() == grpc.StatusCode.UNAVAILABLE and "server_draining" in ended.value.details()
     assert len(checkpoint.records()) == before  # nothing decided, nothing recorded
     stream.close()
+
+
+def _held(running: Running):
+    """The decision log's file held by another writer: every commit waits (SQLite's busy timeout)
+    until the returned connection rolls back."""
+    import sqlite3
+
+    holder = sqlite3.connect(running.data / "decisions.db", isolation_level=None, timeout=5)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def _wait_for(condition, seconds: float = 10.0) -> bool:
+    deadline = threading.Event()
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return True
+        deadline.wait(0.01)
+    return condition()
+
+
+def test_a_streams_requests_are_decided_together_at_most_four_and_answered_in_order(checkpoint: Running) -> None:
+    version = checkpoint.version("recon")
+    runs = [checkpoint.with_run(tool_call("recon", version, "get_task", {"task_id": f"task-{i}"})) for i in range(3)]
+    items = []
+    for i in range(12):  # three runs, allows and denies interleaved
+        request = tool_call("recon", version, "get_task" if i % 3 else "cancel_task", {"task_id": f"task-{i}"})
+        request.run.CopyFrom(runs[i % 3].run)
+        items.append(pb.CheckStreamRequest(correlation_id=f"c{i}", request=request))
+    gate = checkpoint.server.gate
+    holder = _held(checkpoint)
+    try:
+        answers = checkpoint.stub().CheckStream(iter(items), timeout=30)
+        # while no record can commit, the stream has several requests in flight, never more than 4
+        assert _wait_for(lambda: gate.in_flight == 4), gate.in_flight
+        threading.Event().wait(0.2)
+        assert gate.in_flight == 4
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    got = list(answers)
+    assert [a.correlation_id for a in got] == [f"c{i}" for i in range(12)]
+    records = {r["decision_id"]: r for r in checkpoint.records()}
+    run_ids = [records[got[i].response.decision_id]["run_id"] for i in range(3)]
+    assert len(set(run_ids)) == 3
+    for i, answer in enumerate(got):
+        record = records[answer.response.decision_id]  # every answer has its own record
+        assert record["run_id"] == run_ids[i % 3]
+        assert record["tool"] == ("get_task" if i % 3 else "cancel_task")
+        if i % 3:
+            assert answer.response.verdict == pb.VERDICT_ALLOW and answer.response.grant.run_id == run_ids[i % 3]
+        else:
+            assert answer.response.verdict == pb.VERDICT_DENY and not answer.response.HasField("grant")
+    assert _wait_for(lambda: gate.in_flight == 0)
+
+
+def test_draining_ends_the_stream_after_the_answers_already_being_decided(checkpoint: Running) -> None:
+    version = checkpoint.version("recon")
+    request = checkpoint.with_run(tool_call("recon", version, "get_task", {"task_id": "task-t"}))
+    gate = checkpoint.server.gate
+    stream = Stream(checkpoint.stub())
+    holder = _held(checkpoint)
+    try:
+        for i in range(3):
+            stream._out.put(pb.CheckStreamRequest(correlation_id=str(i), request=request))
+        assert _wait_for(lambda: gate.in_flight == 3)
+        gate.start()  # SIGTERM's first step, with three requests of the stream being decided
+        stream._out.put(pb.CheckStreamRequest(correlation_id="late", request=request))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    got = [next(stream.answers) for _ in range(3)]
+    assert [a.correlation_id for a in got] == ["0", "1", "2"]
+    assert all(a.response.verdict == pb.VERDICT_ALLOW for a in got)
+    with pytest.raises(grpc.RpcError) as ended:
+        next(stream.answers)
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE and "server_draining" in ended.value.details()
+    logged = {r["decision_id"] for r in checkpoint.records()}
+    assert {a.response.decision_id for a in got} <= logged
+    assert len([r for r in checkpoint.records() if r["tool"] == "get_task"]) == 3  # the late one: not decided
+    stream.close()
+    assert _wait_for(lambda: gate.in_flight == 0)

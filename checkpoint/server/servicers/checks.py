@@ -20,6 +20,7 @@ from checkpoint.server.servicers.handling import (
     parser,
     stream_code,
 )
+from checkpoint.server.servicers.pipeline import pipelined
 from warden.checkpoint.v1 import checkpoint_pb2 as pb
 from warden.errors import ServiceError, Unavailable, abort
 
@@ -40,11 +41,13 @@ def handlers(kit: Handling, *, max_check_streams: int) -> dict[str, grpc.RpcMeth
 
 
 def _check_stream(kit: Handling, streams: Watchers) -> Callable[[Iterator[Any], grpc.ServicerContext], Iterator[Any]]:
-    """CheckStream: each request decided, recorded and answered as a Check is, in order. The caller
-    is authenticated once, when the stream opens. A request that Check would refuse with an error
-    status gets that error as its answer, and the stream goes on. The drain gate counts each request
-    being decided, not an open stream: a request that comes while draining ends the stream with
-    UNAVAILABLE `server_draining`, and a stream left idle ends with the server at the end of the grace."""
+    """CheckStream: each request decided, recorded and answered as a Check is, answers in request
+    order, several requests of a stream decided at once (pipeline.py). The caller is authenticated
+    once, when the stream opens. A request that Check would refuse with an error status gets that
+    error as its answer, and the stream goes on. The drain gate counts each request from its read
+    until its answer left, not an open stream: a request that comes while draining ends the stream
+    with UNAVAILABLE `server_draining` after the answers before it, and a stream left idle ends with
+    the server at the end of the grace."""
     service, auth, on_unauthenticated, gate = kit.service, kit.auth, kit.on_unauthenticated, kit.gate
     method = "/" + SERVICE_NAME + "/CheckStream"
     latency = service.metrics.check_seconds.labels("check_stream")
@@ -65,15 +68,10 @@ def _check_stream(kit: Handling, streams: Watchers) -> Callable[[Iterator[Any], 
                 abort(context, exc)
             assert caller is not None
             try:
-                for item in requests:
-                    if not gate.enter():
-                        gate.refuse(context, method)  # draining: UNAVAILABLE server_draining, nothing recorded
-                    started = time.perf_counter()
-                    try:
-                        yield _answer(service, item, caller)
-                    finally:
-                        latency.observe(time.perf_counter() - started)
-                        gate.leave()
+                # up to pipeline.WINDOW of this stream's requests decided at once, answered in order
+                yield from pipelined(requests, lambda item: _answer(service, item, caller), gate,
+                                     on_draining=lambda: gate.refuse(context, method), observe=latency.observe,
+                                     clock=time.perf_counter)
                 failed = False
             finally:
                 streams.release()
