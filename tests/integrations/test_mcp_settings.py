@@ -50,3 +50,24 @@ def test_an_http_upstream_that_would_leak_or_is_misspelt_is_refused_at_load(tmp_
     with pytest.raises(SettingsError) as refused:
         loaded(tmp_path, upstream)
     assert says in str(refused.value) and "tickets" in str(refused.value)
+
+
+def _upstreams(tmp_path: Path, *names: str):
+    path = tmp_path / "mcp.toml"
+    path.write_text('token_file = "/t/gateway.token"\nperson = "alice"\nagent = "files"\n\n'
+                    + "".join(f'[upstreams.{name}]\ncommand = "server-{name}"\n\n' for name in names))
+    return load(path)
+
+
+@pytest.mark.parametrize("names", [("x", "x_"), ("x_", "x"), ("x", "x__y"), ("files", "files__more")])
+def test_two_upstreams_whose_shown_names_could_meet_are_refused_at_load(tmp_path, names):
+    """`x` with a tool `_y` and `x_` with a tool `y` are both shown as `x___y`: were one of them down
+    at a listing, the other's tool would be pinned and called under the name the policy admitted."""
+    with pytest.raises(SettingsError) as refused:
+        _upstreams(tmp_path, *names)
+    assert "could show one tool name for two tools" in str(refused.value)
+
+
+def test_upstreams_whose_shown_names_cannot_meet_are_kept(tmp_path):
+    # `x_y__T` can never be `x__` + a tool: the third character differs
+    assert [u.name for u in _upstreams(tmp_path, "x", "x_y", "xy", "x-", "y").upstreams] == ["x", "x_y", "xy", "x-", "y"]

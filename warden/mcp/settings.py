@@ -147,6 +147,7 @@ def load(path: Path, *, state: Path | None = None) -> Settings:
                                   {str(k): str(v) for k, v in dict(spec.get("env", {})).items()}))
     if not upstreams:
         raise SettingsError(f"{path}: no [upstreams.NAME] to front")
+    _refuse_names_that_could_collide(path, [u.name for u in upstreams])
     default_state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "warden"
     return Settings(
         checkpoint=str(data.get("checkpoint", "127.0.0.1:7401")), token_file=_path(data["token_file"]),
@@ -155,3 +156,19 @@ def load(path: Path, *, state: Path | None = None) -> Settings:
         upstreams=tuple(upstreams), state=state or (_path(data["state"]) if "state" in data else default_state),
         timeout=float(data.get("timeout", 10.0)), max_result_bytes=int(data.get("max_result_bytes", 1024 * 1024)),
     )
+
+
+def _refuse_names_that_could_collide(path: Path, names: list[str]) -> None:
+    """A tool is shown as `UPSTREAM__TOOL`, so `x` with a tool `_y` and `x_` with a tool `y` would both
+    be `x___y`. The gateway refuses a name two listed tools share, but an upstream that fails to list
+    would hide the collision, and the other's tool would be pinned and called under the name the
+    policy admitted. Two upstreams can share a shown name only when one's name is the other's
+    followed by `_` or by `__` and more: such a pair is refused here, so every shown name belongs to
+    one upstream."""
+    for short in names:
+        for long in names:
+            if long == short + "_" or long.startswith(short + "__"):
+                raise SettingsError(f"{path}: upstreams {short!r} and {long!r} could show one tool name for two "
+                                    f"tools ({long}__TOOL is also {short}__ and a tool named after the rest); "
+                                    "rename one")
+
