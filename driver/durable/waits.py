@@ -45,8 +45,10 @@ def recorded(store: RunStore, run_id: str, approval_id: str) -> Wait | None:
 def begin(store: RunStore, approval: Approval, timeout_seconds: float) -> Wait:
     """The wait on `approval`: the one recorded, or (the first time) one decided now and recorded.
 
-    Only the driver driving the run's workflow calls this, one step at a time, so there is one
-    writer; a step that re-runs after a crash finds the event its first attempt committed."""
+    The driver driving the run's workflow calls this, and a step that re-runs after a crash finds
+    the event its first attempt committed. During a takeover the old driver may still be running,
+    so two drivers can both find nothing and both append: each reads the log again after its
+    append, and the first event on the log is the wait for both."""
     found = recorded(store, approval.run_id, approval.approval_id)
     if found is not None:
         return found
@@ -56,4 +58,5 @@ def begin(store: RunStore, approval: Approval, timeout_seconds: float) -> Wait:
     store.append_event(approval.run_id, EventKind.APPROVAL_WAIT, approval_id=approval.approval_id,
                        deadline=deadline, timeout_seconds=timeout_seconds,
                        checkpoint_deadline=approval.deadline or None)
-    return Wait(approval.approval_id, deadline, timeout_seconds)
+    return recorded(store, approval.run_id, approval.approval_id) or Wait(approval.approval_id, deadline,
+                                                                          timeout_seconds)

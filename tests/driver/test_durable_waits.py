@@ -148,6 +148,27 @@ def test_a_wait_is_decided_once_and_read_back_even_by_a_driver_with_another_time
     assert other.deadline == soon and waits.recorded(store, "run-w", approval_id) == first
 
 
+def test_two_drivers_that_both_begin_a_wait_agree_on_the_first_one_recorded(store):
+    """A takeover while the old driver still runs: both read no wait, both append their own. The
+    other driver's append is made to land between this driver's read and its write."""
+    store.create_run(run_id="run-2w", agent="recon", agent_version="v1", tenant="acme", owner="alice")
+    approval_id = store.add_approval(run_id="run-2w", call=1, decision_id="d1", tool="scan", arguments={},
+                                     code="approval_required", rule="r", reason="why")
+    approval = store.approval(approval_id)
+
+    class OtherDriverFirst:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def append_event(self, run_id: str, kind: str, **data: Any) -> Any:
+            store.append_event(run_id, kind, **{**data, "deadline": approval.created_at + 60, "timeout_seconds": 60})
+            return store.append_event(run_id, kind, **data)
+
+    mine = waits.begin(OtherDriverFirst(), approval, 86400)
+    assert (mine.deadline, mine.timeout_seconds) == (approval.created_at + 60, 60)  # the other's, recorded first
+    assert waits.begin(store, approval, 86400) == mine == waits.recorded(store, "run-2w", approval_id)
+
+
 def test_warden_runs_shows_who_holds_a_run_and_a_dead_holder_as_such():
     base = {"run_id": "run-1", "agent": "recon", "agent_version": "v1", "owner": "alice"}
     assert "held by" not in run_line(pb.Run(**base))  # a finished run, or SQLite: nobody
