@@ -16,6 +16,14 @@ def main(argv: list[str]) -> int:
         m.name.removeprefix("bench_") for m in pkgutil.iter_modules([str(Path(__file__).parent)])
         if m.name.startswith("bench_")
     )
+    if any(a.startswith("-") for a in argv):  # `--help`, or a bench's own option given here by mistake
+        print(f"usage: python -m bench [NAME ...]: each with its defaults (all, in order, with none);\n"
+              f"a bench's own options: python bench/bench_NAME.py --help\nNAME: {' '.join(found)}")
+        return 0 if {"-h", "--help"} & set(argv) else 2
+    unknown = [n for n in argv if n not in found]
+    if unknown:
+        print(f"python -m bench: no bench named {', '.join(unknown)}; the benches: {' '.join(found)}", file=sys.stderr)
+        return 2
     names = argv or sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
     failed = []
     for name in names:
